@@ -1,0 +1,1 @@
+//! uvfs-freebsd (being built).

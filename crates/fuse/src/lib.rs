@@ -1,0 +1,1 @@
+//! uvfs-fuse (being built).

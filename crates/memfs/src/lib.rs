@@ -1,0 +1,1 @@
+//! uvfs-memfs (being built).

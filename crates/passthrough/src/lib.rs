@@ -1,0 +1,1 @@
+//! uvfs-passthrough (being built).

@@ -1,0 +1,1 @@
+//! Byte-range reader/writer locks (being built).
