@@ -1,0 +1,69 @@
+//! Sizing: the limit, the watermarks derived from it, the shard counts.
+
+/// How a [`crate::VnodeLayer`] is sized.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The vnode limit (FreeBSD's `desiredvnodes`). A soft limit: the count
+    /// settles at or under `limit + count_slop()`, and exceeds it only while
+    /// every vnode is in use or held (allocation never fails).
+    pub limit: usize,
+    /// Name-cache entries at most (positive and negative).
+    pub namecache_limit: usize,
+    /// Run the background reclaimer thread.
+    pub reclaimer: bool,
+    /// Free-list shards per mount (rounded up to a power of two).
+    pub freelist_shards: usize,
+    /// Shards of the (mount, inode) table.
+    pub table_shards: usize,
+    /// Shards of the name cache.
+    pub namecache_shards: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config::with_limit(262_144)
+    }
+}
+
+impl Config {
+    /// Defaults scaled to a limit. Shard counts shrink for tiny limits so
+    /// tests force recycling races instead of spreading them thin.
+    pub fn with_limit(limit: usize) -> Self {
+        let limit = limit.max(1);
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let scale = |per_cpu: usize, cap: usize| {
+            (cpus * per_cpu).clamp(1, cap).min(limit.div_ceil(8).max(1))
+        };
+        Config {
+            limit,
+            namecache_limit: limit.saturating_mul(2),
+            reclaimer: true,
+            freelist_shards: scale(4, 64),
+            table_shards: scale(64, 1024),
+            namecache_shards: scale(32, 512),
+        }
+    }
+
+    /// Per-cell slop of the vnode counter: 1/8 of the limit spread over the
+    /// cells, at most 64 (FreeBSD allows 100 in one global counter).
+    pub(crate) fn cell_slop(&self) -> usize {
+        (self.limit / (8 * crate::counter::CELLS)).clamp(1, 64)
+    }
+
+    /// How far over `limit` the vnode count can read while at the limit:
+    /// the counters' fold slop.
+    pub fn count_slop(&self) -> usize {
+        self.cell_slop() * crate::counter::CELLS
+    }
+
+    /// Above this the background reclaimer is woken.
+    pub(crate) fn high_water(&self) -> usize {
+        self.limit - self.limit / 64
+    }
+
+    /// The reclaimer frees vnodes until the count is under this, so that
+    /// allocations find room without recycling on their own path.
+    pub(crate) fn low_water(&self) -> usize {
+        self.limit - self.limit / 32
+    }
+}

@@ -1,0 +1,39 @@
+//! Identities: which mount, which inode, what kind of file.
+
+/// An inode number, unique within one mount.
+pub type Ino = u64;
+
+/// A mount's number in its layer. Never reused while the layer lives, so a
+/// stale id names nothing instead of naming somebody else's mount.
+#[derive(Copy, Clone, Eq, PartialEq, Hash, Debug, PartialOrd, Ord)]
+pub struct MountId(pub u32);
+
+/// The kind of file a vnode stands for (FreeBSD's `enum vtype`). `Non` is the
+/// type of a vnode whose construction has not finished.
+#[derive(Copy, Clone, Eq, PartialEq, Hash, Debug)]
+#[repr(u8)]
+pub enum VType {
+    Non = 0,
+    Reg = 1,
+    Dir = 2,
+    Lnk = 3,
+    Chr = 4,
+    Blk = 5,
+    Fifo = 6,
+    Sock = 7,
+}
+
+impl VType {
+    pub(crate) fn from_u8(v: u8) -> VType {
+        match v {
+            1 => VType::Reg,
+            2 => VType::Dir,
+            3 => VType::Lnk,
+            4 => VType::Chr,
+            5 => VType::Blk,
+            6 => VType::Fifo,
+            7 => VType::Sock,
+            _ => VType::Non,
+        }
+    }
+}

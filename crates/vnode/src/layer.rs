@@ -1,0 +1,486 @@
+//! The vnode layer: lookup-or-create, the limit, recycling, prune, unmount.
+//!
+//! # Allocation under the limit
+//!
+//! Allocation bumps a distributed counter (one cell write, no shared line)
+//! and compares the approximate total with the limit. Over it, the
+//! allocating thread recycles one free vnode of its own mount directly
+//! (O(1): the head of a per-mount LRU list), falling back to other mounts'.
+//! If no vnode anywhere is free (all in use or held) it allocates anyway and
+//! rings the reclaimer, which recycles as soon as releases make vnodes free:
+//! allocation never fails and never sleeps. FreeBSD instead sleeps up to a
+//! second in `vn_alloc_hard` and then allocates anyway.
+//!
+//! # Lookup versus recycle
+//!
+//! A lookup takes its reference with one `fetch_add` under the table shard
+//! lock. The recycler dooms with a CAS from exactly zero. If the recycler
+//! wins, the lookup sees DOOMED, backs out, and builds a fresh vnode that
+//! replaces the doomed one in the table (the recycler later removes the
+//! entry only if it is still its own vnode). So a lookup racing a recycle
+//! returns either the live vnode or a fresh one, never a doomed one.
+
+use crate::config::Config;
+use crate::error::Error;
+use crate::freelist::ClaimReport;
+use crate::ids::{Ino, MountId, VType};
+use crate::mount::{FsHooks, Mount};
+use crate::namecache::NameCache;
+use crate::reclaimer::Reclaimer;
+use crate::refs::{Acquired, USE_ONE};
+use crate::shared::Shared;
+use crate::stats::Stats;
+use crate::sync::{spin_yield, Arc, Mutex, Ordering};
+use crate::table::Table;
+use crate::vnode::{Vnode, VnodeData, VnodeRef, CONSTRUCTING, FAILED, LIVE};
+
+/// Most vnodes one allocation recycles on its own path.
+const DIRECT_BATCH: usize = 8;
+
+/// What a prune did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PruneResult {
+    /// Free-list entries examined.
+    pub attempts: u64,
+    /// Vnodes recycled.
+    pub recycled: u64,
+}
+
+/// A cache of vnodes shared by any number of mounts, under one limit.
+pub struct VnodeLayer {
+    shared: Arc<Shared>,
+    table: Table,
+    nc: NameCache,
+    mounts: Mutex<Vec<Arc<Mount>>>,
+    next_mount: crate::sync::AtomicU32,
+    reclaimer: Mutex<Option<Reclaimer>>,
+    global_rotor: crate::counter::Rotor,
+}
+
+impl VnodeLayer {
+    /// A layer with its background reclaimer running (if `cfg.reclaimer`).
+    pub fn new(cfg: Config) -> Arc<VnodeLayer> {
+        let run_reclaimer = cfg.reclaimer;
+        let shared = Arc::new(Shared::new(cfg));
+        let layer = Arc::new(VnodeLayer {
+            table: Table::new(shared.cfg.table_shards),
+            nc: NameCache::new(shared.clone()),
+            shared,
+            mounts: Mutex::new(Vec::new()),
+            next_mount: crate::sync::AtomicU32::new(1),
+            reclaimer: Mutex::new(None),
+            global_rotor: Default::default(),
+        });
+        if run_reclaimer {
+            // A layer without its reclaimer still works (allocations recycle
+            // directly), so a failed spawn is not fatal.
+            if let Ok(r) = Reclaimer::spawn(Arc::downgrade(&layer)) {
+                *layer.reclaimer.lock() = Some(r);
+            }
+        }
+        layer
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.shared.cfg
+    }
+
+    pub fn namecache(&self) -> &NameCache {
+        &self.nc
+    }
+
+    /// Registers a file system. The returned handle is what `get`, `prune`
+    /// and `unmount` take.
+    pub fn mount(&self, fs_type: &str, hooks: Arc<dyn FsHooks>) -> Arc<Mount> {
+        let id = MountId(self.next_mount.fetch_add(1, Ordering::Relaxed));
+        let m = Arc::new(Mount::new(id, fs_type, hooks, self.shared.clone()));
+        self.mounts.lock().push(m.clone());
+        m
+    }
+
+    /// Looks a mount up by id (None once unmounted).
+    pub fn mount_by_id(&self, id: MountId) -> Option<Arc<Mount>> {
+        self.mounts.lock().iter().find(|m| m.id() == id).cloned()
+    }
+
+    /// Returns the vnode for `(mnt, ino)` with a use reference, building it
+    /// with `init` if it is not cached. Single flight: concurrent callers for
+    /// the same inode wait for one `init` and share its vnode or its errno.
+    /// `init` runs outside every lock of the layer.
+    pub fn get<F>(&self, mnt: &Arc<Mount>, ino: Ino, init: F) -> Result<VnodeRef, Error>
+    where
+        F: FnOnce() -> Result<(VType, VnodeData), i32>,
+    {
+        if mnt.is_unmounted() {
+            return Err(Error::MountGone);
+        }
+        let key = (mnt.id(), ino);
+        if let Some(found) = self.lookup_locked(key) {
+            return self.finish(found);
+        }
+        // Miss: account for the vnode first, outside the table lock, since
+        // this may recycle another vnode (which takes table locks).
+        self.alloc_account(mnt);
+        let fresh = Arc::new(Vnode::new_constructing(mnt.clone(), ino));
+        {
+            let mut m = self.table.lock(key);
+            if let Some(vp) = m.get(&key) {
+                match vp.refs.acquire(USE_ONE) {
+                    Acquired::Doomed => {
+                        self.shared.ev.lookup_doomed.inc();
+                        m.remove(&key);
+                    }
+                    a => {
+                        // Lost the insert race: use the winner's vnode.
+                        let vp = vp.clone();
+                        drop(m);
+                        self.unaccount(mnt);
+                        fresh.refs.force_doom();
+                        return self.finish((vp, a));
+                    }
+                }
+            }
+            m.insert(key, fresh.clone());
+        }
+        // Dekker with unmount: it sets `gone` then scans the table; we
+        // inserted then check `gone`. One of us sees the other.
+        if mnt.gone.load(Ordering::SeqCst) {
+            self.fail_construction(&fresh, 19);
+            return Err(Error::MountGone);
+        }
+        let guard = ConstructGuard {
+            layer: self,
+            vp: &fresh,
+            armed: true,
+        };
+        let res = init();
+        let mut guard = guard;
+        guard.armed = false;
+        drop(guard);
+        match res {
+            Ok((vtype, data)) => {
+                fresh.set_live(vtype, data);
+                wake_waiters(&fresh);
+                Ok(VnodeRef::from_counted(fresh))
+            }
+            Err(errno) => {
+                self.fail_construction(&fresh, errno);
+                Err(Error::Errno(errno))
+            }
+        }
+    }
+
+    /// The cached vnode for `(mnt, ino)`, if any (never constructs).
+    pub fn lookup_cached(&self, mnt: &Mount, ino: Ino) -> Option<VnodeRef> {
+        let found = self.lookup_locked((mnt.id(), ino))?;
+        self.finish(found).ok()
+    }
+
+    fn lookup_locked(&self, key: (MountId, Ino)) -> Option<(Arc<Vnode>, Acquired)> {
+        let mut m = self.table.lock(key);
+        let vp = m.get(&key)?;
+        match vp.refs.acquire(USE_ONE) {
+            Acquired::Doomed => {
+                // Being recycled (or a failed construction): drop the entry
+                // so the caller builds afresh; the recycler's `remove_if`
+                // will find a different vnode or none.
+                self.shared.ev.lookup_doomed.inc();
+                m.remove(&key);
+                None
+            }
+            a => Some((vp.clone(), a)),
+        }
+    }
+
+    /// Completes a reference taken under the table lock: list work on the
+    /// free edge, then waiting out a construction in progress.
+    fn finish(&self, (vp, a): (Arc<Vnode>, Acquired)) -> Result<VnodeRef, Error> {
+        if a == Acquired::WasFree && vp.mount.free.on_unfree(&vp) {
+            self.shared.freevnodes.add(-1);
+        }
+        let r = VnodeRef::from_counted(vp);
+        match r.state.load(Ordering::Acquire) {
+            LIVE => Ok(r),
+            _ => {
+                self.shared.ev.construct_waits.inc();
+                wait_constructed(&r);
+                match r.state.load(Ordering::Acquire) {
+                    LIVE => Ok(r),
+                    _ => Err(Error::Errno(r.init_err.load(Ordering::Relaxed))),
+                }
+            }
+        }
+    }
+
+    fn fail_construction(&self, vp: &Arc<Vnode>, errno: i32) {
+        vp.init_err.store(errno, Ordering::Relaxed);
+        vp.refs.force_doom();
+        self.table.remove_if(vp);
+        vp.state.store(FAILED, Ordering::Release);
+        wake_waiters(vp);
+        self.unaccount(&vp.mount);
+        self.shared.ev.construct_failed.inc();
+    }
+
+    #[inline]
+    fn alloc_account(&self, mnt: &Arc<Mount>) {
+        mnt.live.fetch_add(1, Ordering::Relaxed);
+        let s = &self.shared;
+        s.ev.allocations.inc();
+        let n = s.numvnodes.add(1);
+        if n > s.cfg.limit as isize {
+            self.alloc_hard(mnt, (n - s.cfg.limit as isize) as usize);
+        } else if n > s.cfg.high_water() as isize && s.cfg.reclaimer && s.bell.ring() {
+            s.ev.reclaimer_kicks.inc();
+        }
+    }
+
+    fn unaccount(&self, mnt: &Mount) {
+        mnt.live.fetch_sub(1, Ordering::Relaxed);
+        self.shared.numvnodes.add(-1);
+    }
+
+    /// Over the limit by `over`: recycle on this thread, preferring the
+    /// allocating mount's LRU (no other mount's lock is touched in the
+    /// common case), else any mount's; else overcommit and ring the bell.
+    /// Usually one vnode; a few more (at most [`DIRECT_BATCH`]) when an
+    /// earlier overcommit left the count far over, so the count settles
+    /// back under the limit even without the background reclaimer.
+    #[cold]
+    fn alloc_hard(&self, mnt: &Arc<Mount>, over: usize) {
+        let s = &self.shared;
+        let want = over.clamp(1, DIRECT_BATCH);
+        let mut got = self.reclaim_mount(mnt, want, None);
+        if got < want {
+            got += self.reclaim_global(want - got);
+        }
+        if got > 0 {
+            s.ev.direct_recycles.add(got as u64);
+            return;
+        }
+        s.ev.alloc_overcommits.inc();
+        if s.cfg.reclaimer && s.bell.ring() {
+            s.ev.reclaimer_kicks.inc();
+        }
+    }
+
+    /// Recycles up to `n` free vnodes of one mount, LRU first. Returns how
+    /// many were recycled; adds what was examined to `rep`.
+    fn reclaim_mount(&self, mnt: &Mount, n: usize, rep: Option<&mut ClaimReport>) -> usize {
+        let mut claimed = Vec::new();
+        let mut local = ClaimReport::default();
+        mnt.free.claim(n, &mut claimed, &mut local);
+        let s = &self.shared;
+        if local.attempts > 0 {
+            s.freevnodes.add(-(local.attempts as isize));
+            s.ev.claim_attempts.add(local.attempts);
+            s.ev.skip_raced.add(local.raced);
+        }
+        let got = claimed.len();
+        for vp in claimed {
+            self.teardown(vp);
+        }
+        if let Some(r) = rep {
+            r.attempts += local.attempts;
+            r.raced += local.raced;
+        }
+        got
+    }
+
+    /// Recycles up to `n` free vnodes across mounts, round-robin.
+    pub(crate) fn reclaim_global(&self, n: usize) -> usize {
+        let mounts: Vec<Arc<Mount>> = self.mounts.lock().clone();
+        if mounts.is_empty() {
+            return 0;
+        }
+        let start = self.global_rotor.next(mounts.len());
+        let mut done = 0;
+        for k in 0..mounts.len() {
+            if done >= n {
+                break;
+            }
+            done += self.reclaim_mount(&mounts[(start + k) % mounts.len()], n - done, None);
+        }
+        done
+    }
+
+    /// Tears down a claimed (doomed, unlisted, unreferenced) vnode: out of
+    /// the table and the name cache, then the file system's reclaim hook,
+    /// outside every lock.
+    fn teardown(&self, vp: Arc<Vnode>) {
+        self.table.remove_if(&vp);
+        self.nc.purge_vnode(&vp);
+        vp.mount.hooks.reclaim(&vp);
+        self.unaccount(&vp.mount);
+        self.shared.ev.recycles.inc();
+    }
+
+    /// Recycles up to `n` free vnodes of `mnt`, least recently used first,
+    /// at a cost proportional to `n`: it never visits another mount's vnodes
+    /// or a held one (free lists hold neither). ZFS's `arc_prune` entry.
+    pub fn prune(&self, mnt: &Mount, n: usize) -> PruneResult {
+        let mut rep = ClaimReport::default();
+        let recycled = self.reclaim_mount(mnt, n, Some(&mut rep)) as u64;
+        let ev = &self.shared.ev;
+        ev.prune_calls.inc();
+        ev.prune_attempts.add(rep.attempts);
+        ev.prune_recycled.add(recycled);
+        PruneResult {
+            attempts: rep.attempts,
+            recycled,
+        }
+    }
+
+    /// Unmounts: recycles every vnode of the mount and forgets its names.
+    /// With vnodes still in use or held, fails with [`Error::Busy`] naming
+    /// how many (and leaves the mount usable), unless `force`, which dooms
+    /// them: their holders keep memory-safe, stale references.
+    pub fn unmount(&self, mnt: &Arc<Mount>, force: bool) -> Result<(), Error> {
+        if mnt.gone.swap(true, Ordering::SeqCst) {
+            return Err(Error::MountGone);
+        }
+        // Names hold directories: forget them first so those become free.
+        self.nc.purge_mount(mnt.id());
+        while self.reclaim_mount(mnt, usize::MAX, None) > 0 {}
+        let busy = mnt.live.load(Ordering::Acquire);
+        if busy > 0 && !force {
+            mnt.gone.store(false, Ordering::SeqCst);
+            return Err(Error::Busy { busy });
+        }
+        if busy > 0 {
+            for vp in self.table.of_mount(mnt.id()) {
+                wait_constructed(&vp);
+                if vp.state.load(Ordering::Acquire) == FAILED {
+                    continue; // its constructor accounts for it
+                }
+                if vp.refs.force_doom() & crate::refs::DOOMED != 0 {
+                    continue; // already doomed: someone else tears it down
+                }
+                self.teardown(vp);
+            }
+        }
+        self.mounts.lock().retain(|m| !Arc::ptr_eq(m, mnt));
+        Ok(())
+    }
+
+    /// A snapshot of every counter.
+    pub fn stats(&self) -> Stats {
+        let s = &self.shared;
+        let ev = &s.ev;
+        Stats {
+            numvnodes: s.numvnodes.exact().max(0) as u64,
+            freevnodes: s.freevnodes.exact().max(0) as u64,
+            limit: s.cfg.limit as u64,
+            count_slop: s.cfg.count_slop() as u64,
+            allocations: ev.allocations.get(),
+            recycles: ev.recycles.get(),
+            direct_recycles: ev.direct_recycles.get(),
+            reclaimer_recycles: ev.reclaimer_recycles.get(),
+            alloc_waits: 0,
+            alloc_overcommits: ev.alloc_overcommits.get(),
+            reclaimer_wakeups: ev.reclaimer_wakeups.get(),
+            reclaimer_kicks: ev.reclaimer_kicks.get(),
+            prune_calls: ev.prune_calls.get(),
+            prune_attempts: ev.prune_attempts.get(),
+            prune_recycled: ev.prune_recycled.get(),
+            free_attempts: ev.claim_attempts.get(),
+            skip_raced: ev.skip_raced.get(),
+            skip_held: 0,
+            skip_foreign: 0,
+            lookup_doomed: ev.lookup_doomed.get(),
+            construct_waits: ev.construct_waits.get(),
+            construct_failed: ev.construct_failed.get(),
+            mounts: self.mounts.lock().len() as u64,
+            nc_entries: self.nc.len() as u64,
+            nc_limit: s.cfg.namecache_limit as u64,
+            nc_hits: ev.nc_hits.get(),
+            nc_misses: ev.nc_misses.get(),
+            nc_neg_hits: ev.nc_neg_hits.get(),
+            nc_enters: ev.nc_enters.get(),
+            nc_evictions: ev.nc_evictions.get(),
+            nc_purges: ev.nc_purges.get(),
+        }
+    }
+
+    /// Entries in the (mount, inode) table: for tests and memory reports.
+    pub fn table_len(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Heap bytes of the table's buckets (memory report).
+    pub fn table_heap_bytes(&self) -> usize {
+        self.table.heap_bytes()
+    }
+}
+
+impl Drop for VnodeLayer {
+    fn drop(&mut self) {
+        if let Some(mut r) = self.reclaimer.lock().take() {
+            r.stop(&self.shared.bell);
+        }
+        // Free lists hold `Arc`s of vnodes that hold their mount: break the
+        // cycle by force-unmounting whatever is still mounted.
+        let mounts: Vec<Arc<Mount>> = self.mounts.lock().clone();
+        for m in mounts {
+            let _ = self.unmount(&m, true);
+        }
+    }
+}
+
+/// Marks a construction failed if `init` panics, so waiters are not stuck.
+struct ConstructGuard<'a> {
+    layer: &'a VnodeLayer,
+    vp: &'a Arc<Vnode>,
+    armed: bool,
+}
+
+impl Drop for ConstructGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.layer.fail_construction(self.vp, 5 /* EIO */);
+        }
+    }
+}
+
+fn wake_waiters(vp: &Vnode) {
+    #[cfg(not(loom))]
+    // SAFETY: unpark_all only uses the address as a key in parking_lot's
+    // global table; any address is acceptable, and this one is stable while
+    // the waiters (who hold references) wait on it.
+    unsafe {
+        parking_lot_core::unpark_all(state_key(vp), parking_lot_core::DEFAULT_UNPARK_TOKEN);
+    }
+    #[cfg(loom)]
+    let _ = vp;
+}
+
+fn wait_constructed(vp: &Vnode) {
+    while vp.state.load(Ordering::Acquire) == CONSTRUCTING {
+        #[cfg(not(loom))]
+        // SAFETY: the key is this vnode's state address (stable: the caller
+        // holds a reference). `validate` re-checks the state under the
+        // parking-table lock, so a wake between our load and parking is not
+        // lost; the callbacks neither panic nor call into parking_lot.
+        unsafe {
+            parking_lot_core::park(
+                state_key(vp),
+                || vp.state.load(Ordering::Acquire) == CONSTRUCTING,
+                || {},
+                |_, _| {},
+                parking_lot_core::DEFAULT_PARK_TOKEN,
+                None,
+            );
+        }
+        #[cfg(loom)]
+        spin_yield();
+    }
+    let _ = spin_yield;
+}
+
+fn state_key(vp: &Vnode) -> usize {
+    &vp.state as *const _ as usize
+}

@@ -1,0 +1,88 @@
+//! Mounts: a file system's hooks, its free lists, its vnode count.
+
+use crate::freelist::FreeList;
+use crate::ids::MountId;
+use crate::shared::Shared;
+use crate::sync::{Arc, AtomicBool, AtomicUsize, Ordering};
+use crate::vnode::Vnode;
+
+/// What the vnode layer calls into a file system for. Both hooks default
+/// to doing nothing.
+pub trait FsHooks: Send + Sync + 'static {
+    /// The use count fell to zero: the last open file or operation is gone
+    /// (FreeBSD's `VOP_INACTIVE`). Holds may remain. Runs outside every lock
+    /// of the layer and may race with a new user taking a reference.
+    fn inactive(&self, _vp: &Vnode) {}
+
+    /// The vnode is being recycled: no references remain and no lookup can
+    /// reach it any more (FreeBSD's `VOP_RECLAIM`). Release whatever the
+    /// vnode caches (fds, attributes). Runs outside every lock of the layer.
+    /// A fresh vnode for the same inode may be constructed concurrently.
+    fn reclaim(&self, _vp: &Vnode) {}
+}
+
+/// A mounted file system as the vnode layer sees it. Obtained from
+/// [`crate::VnodeLayer::mount`]; pass it to `get`, `prune`, `unmount`.
+pub struct Mount {
+    id: MountId,
+    fs_type: String,
+    pub(crate) hooks: Arc<dyn FsHooks>,
+    pub(crate) free: FreeList,
+    /// Vnodes of this mount that exist (constructing, live, or doomed but
+    /// not yet torn down).
+    pub(crate) live: AtomicUsize,
+    /// Set by unmount: no new vnodes may be created.
+    pub(crate) gone: AtomicBool,
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl Mount {
+    pub(crate) fn new(
+        id: MountId,
+        fs_type: &str,
+        hooks: Arc<dyn FsHooks>,
+        shared: Arc<Shared>,
+    ) -> Self {
+        Mount {
+            id,
+            fs_type: fs_type.to_string(),
+            hooks,
+            free: FreeList::new(shared.cfg.freelist_shards),
+            live: AtomicUsize::new(0),
+            gone: AtomicBool::new(false),
+            shared,
+        }
+    }
+
+    pub fn id(&self) -> MountId {
+        self.id
+    }
+
+    pub fn fs_type(&self) -> &str {
+        &self.fs_type
+    }
+
+    /// How many vnodes of this mount exist right now.
+    pub fn vnode_count(&self) -> usize {
+        self.live.load(Ordering::Relaxed)
+    }
+
+    /// How many vnodes of this mount are free (recyclable) right now.
+    pub fn free_count(&self) -> usize {
+        self.free.len()
+    }
+
+    pub fn is_unmounted(&self) -> bool {
+        self.gone.load(Ordering::Acquire)
+    }
+}
+
+impl std::fmt::Debug for Mount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mount")
+            .field("id", &self.id)
+            .field("fs_type", &self.fs_type)
+            .field("vnodes", &self.vnode_count())
+            .finish()
+    }
+}

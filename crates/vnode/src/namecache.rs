@@ -1,0 +1,403 @@
+//! The name cache: (directory vnode, name) -> vnode, or "no such name".
+//!
+//! # Holding directories
+//!
+//! As in FreeBSD, a directory with at least one entry under it is *held*
+//! (one hold for all its entries, taken when its first entry appears and
+//! dropped with its last), so its vnode is not recycled while the cache
+//! knows names inside it: recycling it would strand those entries. Entries
+//! do not hold their targets; recycling a target purges the entries naming
+//! it (`purge_vnode`), which may drop the last entry under a directory and
+//! so make that directory recyclable in turn.
+//!
+//! # Bounds
+//!
+//! At most `Config::namecache_limit` entries, split evenly over shards; each
+//! shard evicts its least recently used entry (hits move an entry to the
+//! back) when full.
+//!
+//! # Links
+//!
+//! Each vnode keeps the keys of the entries under it (`src`) and naming it
+//! (`dst`) in `Vnode::nc`, so purges cost the number of entries involved,
+//! never a scan. Lock order: a shard lock, then a vnode's `nc` lock. Holds
+//! are dropped and `Arc`s released only after every lock is let go, because
+//! dropping a hold can put a directory on its free list (another lock).
+
+use crate::ids::MountId;
+use crate::refs::{Acquired, HOLD_ONE, USE_ONE};
+use crate::shared::Shared;
+use crate::sync::{Arc, Mutex};
+use crate::table::MixBuild;
+use crate::vnode::{Vnode, VnodeRef};
+use crossbeam_utils::CachePadded;
+use hashlink::linked_hash_map::RawEntryMut;
+use hashlink::LinkedHashMap;
+use std::hash::{BuildHasher, Hash, Hasher};
+
+/// The longest name the cache stores (NAME_MAX); longer ones are not cached.
+pub const NC_NAME_MAX: usize = 255;
+
+/// A directory's identity (its vnode's address, stable while an entry
+/// under it keeps that vnode alive) plus a name.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct NcKey {
+    dir: usize,
+    name: Box<[u8]>,
+}
+
+impl Hash for NcKey {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        // Must hash exactly as `(usize, &[u8])` does: lookups hash that.
+        (self.dir, &*self.name).hash(h)
+    }
+}
+
+/// The cache's links kept on a vnode.
+#[derive(Default)]
+pub(crate) struct NcLinks {
+    /// Entries whose directory is this vnode.
+    src: Vec<NcKey>,
+    /// Entries whose target is this vnode.
+    dst: Vec<NcKey>,
+}
+
+struct NcEntry {
+    dir: Arc<Vnode>,
+    target: Option<Arc<Vnode>>,
+}
+
+type Shard = LinkedHashMap<NcKey, NcEntry, MixBuild>;
+
+/// What a name-cache lookup found.
+#[derive(Debug)]
+pub enum NcLookup {
+    /// The name maps to this vnode (a use reference is taken).
+    Hit(VnodeRef),
+    /// The name is known not to exist.
+    Negative,
+    /// The cache does not know.
+    Miss,
+}
+
+/// Deferred work: what to release once no lock is held.
+#[derive(Default)]
+struct Deferred {
+    unhold: Vec<Arc<Vnode>>,
+    drop: Vec<NcEntry>,
+}
+
+impl Deferred {
+    fn run(self) {
+        for d in self.unhold {
+            d.release(HOLD_ONE);
+        }
+        drop(self.drop);
+    }
+}
+
+/// The name cache of one vnode layer.
+pub struct NameCache {
+    shards: Box<[CachePadded<Mutex<Shard>>]>,
+    per_shard: usize,
+    build: MixBuild,
+    shared: Arc<Shared>,
+}
+
+impl NameCache {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        let n = shared.cfg.namecache_shards.max(1).next_power_of_two();
+        let per_shard = shared.cfg.namecache_limit.div_ceil(n).max(1);
+        NameCache {
+            shards: (0..n)
+                .map(|_| CachePadded::new(Mutex::new(Shard::with_hasher(MixBuild::default()))))
+                .collect(),
+            per_shard,
+            build: MixBuild::default(),
+            shared,
+        }
+    }
+
+    #[inline]
+    fn locate(&self, dir: &Vnode, name: &[u8]) -> (usize, u64, &Mutex<Shard>) {
+        let d = dir as *const Vnode as usize;
+        let h = self.build.hash_one((d, name));
+        let shard = &self.shards[(h >> 7) as usize & (self.shards.len() - 1)];
+        (d, h, shard)
+    }
+
+    /// Looks `name` up under `dir`. A hit returns a use reference; an entry
+    /// whose target was doomed meanwhile is dropped and reported as a miss.
+    pub fn lookup(&self, dir: &Vnode, name: &[u8]) -> NcLookup {
+        let ev = &self.shared.ev;
+        let (d, h, shard) = self.locate(dir, name);
+        let mut deferred = Deferred::default();
+        let found = {
+            let mut s = shard.lock();
+            match s
+                .raw_entry_mut()
+                .from_hash(h, |k| k.dir == d && *k.name == *name)
+            {
+                RawEntryMut::Vacant(_) => None,
+                RawEntryMut::Occupied(mut e) => {
+                    e.to_back();
+                    match &e.get().target {
+                        None => Some(None),
+                        Some(vp) => match vp.refs.acquire(USE_ONE) {
+                            Acquired::Doomed => {
+                                let (k, ent) = e.remove_entry();
+                                unlink(&k, &ent, &mut deferred);
+                                deferred.drop.push(ent);
+                                None
+                            }
+                            a => Some(Some((vp.clone(), a == Acquired::WasFree))),
+                        },
+                    }
+                }
+            }
+        };
+        deferred.run();
+        match found {
+            None => {
+                ev.nc_misses.inc();
+                NcLookup::Miss
+            }
+            Some(None) => {
+                ev.nc_neg_hits.inc();
+                NcLookup::Negative
+            }
+            Some(Some((vp, was_free))) => {
+                if was_free && vp.mount.free.on_unfree(&vp) {
+                    self.shared.freevnodes.add(-1);
+                }
+                ev.nc_hits.inc();
+                NcLookup::Hit(VnodeRef::from_counted(vp))
+            }
+        }
+    }
+
+    /// Records that `name` under `dir` is `target` (or, with `None`, that it
+    /// does not exist), replacing what was known. Names longer than
+    /// [`NC_NAME_MAX`] or containing '/' or NUL are not cached.
+    pub fn enter(&self, dir: &VnodeRef, name: &[u8], target: Option<&VnodeRef>) {
+        if name.is_empty() || name.len() > NC_NAME_MAX || name.contains(&b'/') || name.contains(&0)
+        {
+            return;
+        }
+        if dir.is_doomed() || target.is_some_and(|t| t.is_doomed()) {
+            return;
+        }
+        let dirv: &Arc<Vnode> = dir.arc();
+        let (d, h, shard) = self.locate(dirv, name);
+        let mut deferred = Deferred::default();
+        {
+            let mut s = shard.lock();
+            let key = NcKey {
+                dir: d,
+                name: name.into(),
+            };
+            let new = NcEntry {
+                dir: dirv.clone(),
+                target: target.map(|t| t.arc().clone()),
+            };
+            match s
+                .raw_entry_mut()
+                .from_hash(h, |k| k.dir == d && *k.name == *name)
+            {
+                RawEntryMut::Occupied(mut e) => {
+                    e.to_back();
+                    let old = std::mem::replace(e.get_mut(), new);
+                    if let Some(t) = &old.target {
+                        remove_key(&mut links(t).dst, &key);
+                    }
+                    if let Some(t) = &e.get().target {
+                        links(t).dst.push(key);
+                    }
+                    deferred.drop.push(old);
+                }
+                RawEntryMut::Vacant(v) => {
+                    {
+                        let mut l = links(dirv);
+                        if l.src.is_empty() {
+                            // First entry under dir: the cache holds it. The
+                            // caller's use means dir is not free: no list work.
+                            dirv.refs.inc(HOLD_ONE);
+                        }
+                        l.src.push(key.clone());
+                    }
+                    if let Some(t) = &new.target {
+                        links(t).dst.push(key.clone());
+                    }
+                    v.insert_hashed_nocheck(h, key, new);
+                    self.shared.ev.nc_enters.inc();
+                }
+            }
+            while s.len() > self.per_shard {
+                let Some((k, ent)) = s.pop_front() else { break };
+                unlink(&k, &ent, &mut deferred);
+                deferred.drop.push(ent);
+                self.shared.ev.nc_evictions.inc();
+            }
+        }
+        deferred.run();
+    }
+
+    /// Forgets what is known about `name` under `dir` (unlink, rmdir,
+    /// rename, create over a negative entry).
+    pub fn remove(&self, dir: &Vnode, name: &[u8]) {
+        let (d, h, shard) = self.locate(dir, name);
+        let mut deferred = Deferred::default();
+        {
+            let mut s = shard.lock();
+            if let RawEntryMut::Occupied(e) = s
+                .raw_entry_mut()
+                .from_hash(h, |k| k.dir == d && *k.name == *name)
+            {
+                let (k, ent) = e.remove_entry();
+                unlink(&k, &ent, &mut deferred);
+                deferred.drop.push(ent);
+            }
+        }
+        deferred.run();
+    }
+
+    /// Forgets every entry under `dir` (it was removed, or its contents
+    /// changed behind the cache's back).
+    pub fn purge_dir(&self, dir: &Vnode) {
+        // Copies of the keys: each removal unlinks its own key, and the last
+        // one under `dir` drops the cache's hold on it.
+        let keys = links_copy(dir, |l| &l.src);
+        self.remove_keys(keys, |e| std::ptr::eq(&*e.dir, dir));
+    }
+
+    /// Forgets every entry naming `vp`, and every entry under it.
+    pub fn purge_vnode(&self, vp: &Vnode) {
+        let dst = links_copy(vp, |l| &l.dst);
+        let n = dst.len();
+        self.remove_keys(dst, |e| {
+            e.target.as_deref().is_some_and(|t| std::ptr::eq(t, vp))
+        });
+        self.purge_dir(vp);
+        self.shared.ev.nc_purges.add(n as u64);
+    }
+
+    /// Forgets every entry under directories of one mount (unmount): a scan.
+    pub fn purge_mount(&self, mnt: MountId) {
+        for shard in self.shards.iter() {
+            let mut deferred = Deferred::default();
+            {
+                let mut s = shard.lock();
+                let doomed: Vec<NcKey> = s
+                    .iter()
+                    .filter(|(_, e)| e.dir.mount_id() == mnt)
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for k in doomed {
+                    if let Some((k, ent)) = s.remove_entry(&k) {
+                        unlink(&k, &ent, &mut deferred);
+                        deferred.drop.push(ent);
+                    }
+                }
+            }
+            deferred.run();
+        }
+    }
+
+    fn remove_keys(&self, keys: Vec<NcKey>, pred: impl Fn(&NcEntry) -> bool) {
+        for key in keys {
+            let h = self.build.hash_one((key.dir, &*key.name));
+            let shard = &self.shards[(h >> 7) as usize & (self.shards.len() - 1)];
+            let mut deferred = Deferred::default();
+            {
+                let mut s = shard.lock();
+                if let RawEntryMut::Occupied(e) = s.raw_entry_mut().from_hash(h, |k| *k == key) {
+                    if pred(e.get()) {
+                        let (k, ent) = e.remove_entry();
+                        unlink(&k, &ent, &mut deferred);
+                        deferred.drop.push(ent);
+                    }
+                }
+            }
+            deferred.run();
+        }
+    }
+
+    /// Entries cached now (locks every shard).
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn links(vp: &Vnode) -> LinksGuard<'_> {
+    let mut g = vp.nc.lock();
+    if g.is_none() {
+        *g = Some(Box::default());
+    }
+    LinksGuard(g)
+}
+
+struct LinksGuard<'a>(crate::sync::MutexGuard<'a, Option<Box<NcLinks>>>);
+
+impl std::ops::Deref for LinksGuard<'_> {
+    type Target = NcLinks;
+    fn deref(&self) -> &NcLinks {
+        self.0.as_ref().expect("links allocated")
+    }
+}
+
+impl std::ops::DerefMut for LinksGuard<'_> {
+    fn deref_mut(&mut self) -> &mut NcLinks {
+        self.0.as_mut().expect("links allocated")
+    }
+}
+
+impl Drop for LinksGuard<'_> {
+    fn drop(&mut self) {
+        // Free the links box once empty: most vnodes have no entries, and
+        // those that had them should not keep paying for it.
+        if self
+            .0
+            .as_ref()
+            .is_some_and(|l| l.src.is_empty() && l.dst.is_empty())
+        {
+            *self.0 = None;
+        }
+    }
+}
+
+fn links_copy(vp: &Vnode, f: impl FnOnce(&NcLinks) -> &Vec<NcKey>) -> Vec<NcKey> {
+    vp.nc
+        .lock()
+        .as_deref()
+        .map(|l| f(l).clone())
+        .unwrap_or_default()
+}
+
+fn remove_key(v: &mut Vec<NcKey>, k: &NcKey) -> bool {
+    match v.iter().position(|x| x == k) {
+        Some(i) => {
+            v.swap_remove(i);
+            true
+        }
+        None => false,
+    }
+}
+
+/// Detaches a removed entry from its vnodes' links; schedules the
+/// directory's unhold if this was its last entry.
+fn unlink(k: &NcKey, ent: &NcEntry, deferred: &mut Deferred) {
+    {
+        let mut l = links(&ent.dir);
+        let was_listed = remove_key(&mut l.src, k);
+        if was_listed && l.src.is_empty() {
+            deferred.unhold.push(ent.dir.clone());
+        }
+    }
+    if let Some(t) = &ent.target {
+        remove_key(&mut links(t).dst, k);
+    }
+}

@@ -1,0 +1,71 @@
+//! The background reclaimer (FreeBSD's `vnlru` thread): keeps the vnode
+//! count under the low watermark so allocations rarely recycle on their own
+//! path. It sleeps on a doorbell rung by real events (an allocation past the
+//! high watermark, a vnode freed while over the limit), never a fixed timer.
+
+use crate::layer::VnodeLayer;
+use crate::sync::{Arc, AtomicBool, Ordering};
+use std::sync::Weak;
+use std::thread::JoinHandle;
+
+/// Vnodes per reclaim batch: small enough to interleave with allocators,
+/// large enough to amortise a wakeup.
+const BATCH: usize = 256;
+
+pub(crate) struct Reclaimer {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Reclaimer {
+    pub(crate) fn spawn(layer: Weak<VnodeLayer>) -> std::io::Result<Reclaimer> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("uvfs-vnlru".into())
+            .spawn(move || run(layer, stop2))?;
+        Ok(Reclaimer {
+            stop,
+            handle: Some(handle),
+        })
+    }
+
+    /// Stops the thread and joins it (unless we are that thread: the last
+    /// `Arc` of the layer can be dropped by the reclaimer itself).
+    pub(crate) fn stop(&mut self, bell: &crate::shared::Doorbell) {
+        self.stop.store(true, Ordering::Release);
+        bell.shutdown();
+        if let Some(h) = self.handle.take() {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+fn run(layer: Weak<VnodeLayer>, stop: Arc<AtomicBool>) {
+    let stopped = || stop.load(Ordering::Acquire);
+    loop {
+        let Some(l) = layer.upgrade() else { return };
+        if stopped() {
+            return;
+        }
+        let shared = l.shared().clone();
+        let low = shared.cfg.low_water() as isize;
+        while !stopped() {
+            let over = shared.numvnodes.approx() - low;
+            if over <= 0 {
+                break;
+            }
+            let n = l.reclaim_global(over.min(BATCH as isize) as usize);
+            shared.ev.reclaimer_recycles.add(n as u64);
+            if n == 0 {
+                break; // nothing free: wait for a release to ring us
+            }
+        }
+        // Never sleep holding the layer alive.
+        drop(l);
+        shared.bell.wait(&stopped);
+        shared.ev.reclaimer_wakeups.inc();
+    }
+}

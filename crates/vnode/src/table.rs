@@ -1,0 +1,106 @@
+//! The (mount, inode) -> vnode table: many small locked shards, so lookups
+//! of different files never share a lock (FreeBSD's `vfs_hash` uses one).
+
+use crate::ids::{Ino, MountId};
+use crate::sync::{Arc, Mutex, MutexGuard};
+use crate::vnode::Vnode;
+use crossbeam_utils::CachePadded;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// A 64-bit mixer (the finalizer of SplitMix64): spreads sequential inode
+/// numbers over shards and buckets.
+#[inline]
+pub(crate) fn mix(mut x: u64) -> u64 {
+    x ^= x >> 30;
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x ^= x >> 27;
+    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// A hasher for keys that are already integers: fold with a mixer.
+#[derive(Default)]
+pub(crate) struct MixHasher(u64);
+
+impl Hasher for MixHasher {
+    fn finish(&self) -> u64 {
+        mix(self.0)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..chunk.len()].copy_from_slice(chunk);
+            self.0 = mix(self.0 ^ u64::from_le_bytes(b)).wrapping_add(chunk.len() as u64);
+        }
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = mix(self.0 ^ i);
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(i as u64 | 1 << 40);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+}
+
+pub(crate) type MixBuild = BuildHasherDefault<MixHasher>;
+pub(crate) type Key = (MountId, Ino);
+pub(crate) type Map = HashMap<Key, Arc<Vnode>, MixBuild>;
+
+pub(crate) struct Table {
+    shards: Box<[CachePadded<Mutex<Map>>]>,
+}
+
+impl Table {
+    pub(crate) fn new(shards: usize) -> Self {
+        let n = shards.max(1).next_power_of_two();
+        Table {
+            shards: (0..n)
+                .map(|_| CachePadded::new(Mutex::new(Map::default())))
+                .collect(),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn lock(&self, key: Key) -> MutexGuard<'_, Map> {
+        let h = mix(key.1 ^ (key.0 .0 as u64).rotate_left(48));
+        self.shards[h as usize & (self.shards.len() - 1)].lock()
+    }
+
+    /// Removes the entry for `vp`'s key if it still is `vp` (a fresh vnode
+    /// for the same inode may have replaced a doomed one already).
+    pub(crate) fn remove_if(&self, vp: &Arc<Vnode>) -> Option<Arc<Vnode>> {
+        let key = (vp.mount_id(), vp.ino());
+        let mut m = self.lock(key);
+        match m.get(&key) {
+            Some(cur) if Arc::ptr_eq(cur, vp) => m.remove(&key),
+            _ => None,
+        }
+    }
+
+    /// Every vnode of one mount (for unmount; walks the whole table).
+    pub(crate) fn of_mount(&self, mnt: MountId) -> Vec<Arc<Vnode>> {
+        let mut out = Vec::new();
+        for s in self.shards.iter() {
+            let m = s.lock();
+            out.extend(m.iter().filter(|(k, _)| k.0 == mnt).map(|(_, v)| v.clone()));
+        }
+        out
+    }
+
+    /// Entries in the table (locks every shard).
+    pub(crate) fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+
+    /// Heap bytes the table's maps reserve (for the memory report).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        let entry = std::mem::size_of::<(Key, Arc<Vnode>)>() + 1;
+        self.shards
+            .iter()
+            .map(|s| s.lock().capacity() * entry)
+            .sum()
+    }
+}

@@ -1,0 +1,278 @@
+//! The vnode and its two kinds of reference.
+//!
+//! # Lock reference
+//!
+//! | field       | protected by                                              |
+//! |-------------|-----------------------------------------------------------|
+//! | `ino`, `mount` | immutable                                              |
+//! | `refs`      | atomics; free transitions re-checked under the free-list shard lock (`refs.rs`) |
+//! | `slot`      | the mount's free-list shard lock for this inode           |
+//! | `state`, `vtype`, `init_err` | written once by the constructing thread, published by `state` (Release) |
+//! | `data`      | set once at construction (`OnceLock`), then immutable      |
+//! | `rangelock` | created on first use (`OnceLock`); internally synchronised |
+//! | `nc`        | its own mutex; taken after a name-cache shard lock, never before |
+
+use crate::ids::{Ino, MountId, VType};
+use crate::mount::Mount;
+use crate::namecache::NcLinks;
+use crate::refs::{self, Acquired, Refs, COUNTS, DOOMED, HOLD_ONE, USE_ONE};
+use crate::sync::{Arc, AtomicI32, AtomicU32, AtomicU8, Mutex, Ordering};
+use std::any::Any;
+use std::fmt;
+use std::ops::Deref;
+use std::sync::OnceLock;
+/// TEMPORARY until uvfs-rangelock lands.
+pub type RangeLock = parking_lot::RwLock<()>;
+
+/// Construction states (`Vnode::state`).
+pub(crate) const CONSTRUCTING: u8 = 0;
+pub(crate) const LIVE: u8 = 1;
+pub(crate) const FAILED: u8 = 2;
+
+/// File-system private data attached at construction.
+pub type VnodeData = Box<dyn Any + Send + Sync>;
+
+/// A cached file: identity, counts, state, file-system data.
+pub struct Vnode {
+    pub(crate) refs: Refs,
+    ino: Ino,
+    pub(crate) mount: Arc<Mount>,
+    pub(crate) slot: AtomicU32,
+    pub(crate) state: AtomicU8,
+    vtype: AtomicU8,
+    pub(crate) init_err: AtomicI32,
+    pub(crate) data: OnceLock<VnodeData>,
+    rangelock: OnceLock<Box<RangeLock>>,
+    pub(crate) nc: Mutex<Option<Box<NcLinks>>>,
+}
+
+impl Vnode {
+    /// A vnode under construction, with one use (its creator's).
+    pub(crate) fn new_constructing(mount: Arc<Mount>, ino: Ino) -> Self {
+        Vnode {
+            refs: Refs::new_used(),
+            ino,
+            mount,
+            slot: AtomicU32::new(crate::freelist::NO_SLOT),
+            state: AtomicU8::new(CONSTRUCTING),
+            vtype: AtomicU8::new(VType::Non as u8),
+            init_err: AtomicI32::new(0),
+            data: OnceLock::new(),
+            rangelock: OnceLock::new(),
+            nc: Mutex::new(None),
+        }
+    }
+
+    pub fn ino(&self) -> Ino {
+        self.ino
+    }
+
+    pub fn mount_id(&self) -> MountId {
+        self.mount.id()
+    }
+
+    /// The file system type of the vnode's mount (e.g. "memfs").
+    pub fn fs_type(&self) -> &str {
+        self.mount.fs_type()
+    }
+
+    pub fn vtype(&self) -> VType {
+        VType::from_u8(self.vtype.load(Ordering::Acquire))
+    }
+
+    /// The file system's private data, if it is of type `T`.
+    pub fn data<T: Any>(&self) -> Option<&T> {
+        self.data.get().and_then(|d| d.downcast_ref::<T>())
+    }
+
+    /// This vnode's byte-range lock, created on first use so idle vnodes do
+    /// not pay for it.
+    pub fn rangelock(&self) -> &RangeLock {
+        self.rangelock.get_or_init(|| Box::new(RangeLock::new(())))
+    }
+
+    /// Whether a range lock was ever created (for memory accounting tests).
+    pub fn has_rangelock(&self) -> bool {
+        self.rangelock.get().is_some()
+    }
+
+    /// Doomed: recycled or force-unmounted. A doomed vnode is unreachable
+    /// through the cache; references to it stay memory-safe but stale.
+    pub fn is_doomed(&self) -> bool {
+        self.refs.load() & DOOMED != 0
+    }
+
+    pub fn use_count(&self) -> u32 {
+        refs::uses(self.refs.load())
+    }
+
+    pub fn hold_count(&self) -> u32 {
+        refs::holds(self.refs.load())
+    }
+
+    pub(crate) fn set_live(&self, vtype: VType, data: VnodeData) {
+        let _ = self.data.set(data);
+        self.vtype.store(vtype as u8, Ordering::Relaxed);
+        // Release: publishes data and vtype to waiters that Acquire `state`.
+        self.state.store(LIVE, Ordering::Release);
+    }
+
+    /// Takes a reference of kind `one`; on the 0 -> 1 edge takes the vnode
+    /// off its free list.
+    #[inline]
+    pub(crate) fn acquire(&self, one: u64) -> Acquired {
+        let a = self.refs.acquire(one);
+        if a == Acquired::WasFree && self.mount.free.on_unfree(self) {
+            self.mount.shared.freevnodes.add(-1);
+        }
+        a
+    }
+
+    /// Drops a reference of kind `one`, running `inactive` on the last use
+    /// and putting the vnode on its free list on the last reference.
+    #[inline]
+    pub(crate) fn release(self: &Arc<Self>, one: u64) {
+        let before = self.refs.release(one);
+        if before & DOOMED != 0 {
+            return;
+        }
+        if one == USE_ONE && refs::uses(before) == 1 {
+            self.mount.hooks.inactive(self);
+        }
+        if (before - one) & COUNTS == 0 {
+            self.release_to_free();
+        }
+    }
+
+    #[cold]
+    fn release_to_free(self: &Arc<Self>) {
+        if self.mount.free.on_free(self) {
+            let shared = &self.mount.shared;
+            shared.freevnodes.add(1);
+            shared.note_free(self);
+        }
+    }
+}
+
+impl fmt::Debug for Vnode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let w = self.refs.load();
+        f.debug_struct("Vnode")
+            .field("mount", &self.mount_id())
+            .field("ino", &self.ino)
+            .field("vtype", &self.vtype())
+            .field("uses", &refs::uses(w))
+            .field("holds", &refs::holds(w))
+            .field("doomed", &(w & DOOMED != 0))
+            .finish()
+    }
+}
+
+/// A use reference (FreeBSD's `vget`/`vref` ... `vrele`): the holder is an
+/// active user. Clone takes another; drop releases it.
+pub struct VnodeRef {
+    vp: Arc<Vnode>,
+}
+
+impl VnodeRef {
+    /// Wraps an `Arc` whose use was already counted in `refs`.
+    pub(crate) fn from_counted(vp: Arc<Vnode>) -> Self {
+        VnodeRef { vp }
+    }
+
+    /// Takes a hold (FreeBSD's `vhold`): pins the vnode without keeping it
+    /// active. Never fails: a used vnode is not free, so no list work.
+    pub fn hold(&self) -> HoldRef {
+        self.vp.refs.inc(HOLD_ONE);
+        HoldRef {
+            vp: self.vp.clone(),
+        }
+    }
+
+    /// The shared vnode (e.g. to key maps by identity).
+    pub fn arc(&self) -> &Arc<Vnode> {
+        &self.vp
+    }
+
+    /// Whether two references name the same vnode object.
+    pub fn ptr_eq(a: &VnodeRef, b: &VnodeRef) -> bool {
+        Arc::ptr_eq(&a.vp, &b.vp)
+    }
+}
+
+impl Clone for VnodeRef {
+    fn clone(&self) -> Self {
+        // We already hold a use, so the vnode is not free: no list work.
+        // Counted even if a forced unmount doomed it meanwhile, so the
+        // clone's drop balances (the original is just as stale).
+        self.vp.refs.inc(USE_ONE);
+        VnodeRef {
+            vp: self.vp.clone(),
+        }
+    }
+}
+
+impl Drop for VnodeRef {
+    fn drop(&mut self) {
+        self.vp.release(USE_ONE);
+    }
+}
+
+impl Deref for VnodeRef {
+    type Target = Vnode;
+    fn deref(&self) -> &Vnode {
+        &self.vp
+    }
+}
+
+impl fmt::Debug for VnodeRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.vp.fmt(f)
+    }
+}
+
+/// A hold reference (FreeBSD's `vhold` ... `vdrop`): keeps the vnode from
+/// being recycled without counting as a user. The FUSE server keeps one per
+/// node the kernel remembers; the name cache keeps one per directory with
+/// entries.
+pub struct HoldRef {
+    vp: Arc<Vnode>,
+}
+
+impl HoldRef {
+    /// Becomes a user (FreeBSD's `vget` from a held vnode). `None` only if
+    /// the vnode was doomed by a forced unmount.
+    pub fn get(&self) -> Option<VnodeRef> {
+        match self.vp.acquire(USE_ONE) {
+            Acquired::Doomed => None,
+            _ => Some(VnodeRef {
+                vp: self.vp.clone(),
+            }),
+        }
+    }
+
+    pub fn vnode(&self) -> &Vnode {
+        &self.vp
+    }
+}
+
+impl Clone for HoldRef {
+    fn clone(&self) -> Self {
+        self.vp.refs.inc(HOLD_ONE);
+        HoldRef {
+            vp: self.vp.clone(),
+        }
+    }
+}
+
+impl Drop for HoldRef {
+    fn drop(&mut self) {
+        self.vp.release(HOLD_ONE);
+    }
+}
+
+impl fmt::Debug for HoldRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.vp.fmt(f)
+    }
+}
