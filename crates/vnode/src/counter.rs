@@ -23,8 +23,10 @@ pub const CELLS: usize = 16;
 #[cfg(loom)]
 pub const CELLS: usize = 2;
 
+#[cfg(not(loom))]
 static NEXT_SLOT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
+#[cfg(not(loom))]
 thread_local! {
     /// This thread's cell index, handed out round-robin on first use.
     static SLOT: usize = NEXT_SLOT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

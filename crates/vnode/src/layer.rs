@@ -30,7 +30,9 @@ use crate::reclaimer::Reclaimer;
 use crate::refs::{Acquired, USE_ONE};
 use crate::shared::Shared;
 use crate::stats::Stats;
-use crate::sync::{spin_yield, Arc, Mutex, Ordering};
+#[cfg(loom)]
+use crate::sync::spin_yield;
+use crate::sync::{Arc, Mutex, Ordering};
 use crate::table::Table;
 use crate::vnode::{Vnode, VnodeData, VnodeRef, CONSTRUCTING, FAILED, LIVE};
 
@@ -478,9 +480,9 @@ fn wait_constructed(vp: &Vnode) {
         #[cfg(loom)]
         spin_yield();
     }
-    let _ = spin_yield;
 }
 
+#[cfg(not(loom))]
 fn state_key(vp: &Vnode) -> usize {
     &vp.state as *const _ as usize
 }

@@ -61,10 +61,8 @@ impl<T> Mutex<T> {
 }
 
 /// Lets other threads run while we wait for a short-lived state change
-/// (a vnode under construction); loom needs to be told explicitly.
+/// (a vnode under construction): loom must be told; outside loom we park.
+#[cfg(loom)]
 pub(crate) fn spin_yield() {
-    #[cfg(loom)]
     loom::thread::yield_now();
-    #[cfg(not(loom))]
-    std::thread::yield_now();
 }

@@ -1,0 +1,133 @@
+//! Loom models of the vnode lifecycle races, run against the shipping code
+//! (the crate's `sync` shim swaps in loom's atomics and mutexes):
+//!
+//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release -p uvfs-vnode --test loom_lifecycle`
+#![cfg(loom)]
+
+use loom::thread;
+use std::sync::Arc;
+use uvfs_vnode::{Config, FsHooks, NcLookup, VType, Vnode, VnodeLayer};
+
+/// Fails the model if a vnode with references is ever reclaimed.
+struct Check;
+
+impl FsHooks for Check {
+    fn reclaim(&self, vp: &Vnode) {
+        assert_eq!(vp.use_count(), 0, "reclaimed a vnode in use");
+        assert_eq!(vp.hold_count(), 0, "reclaimed a held vnode");
+        assert!(vp.is_doomed());
+    }
+}
+
+fn tiny() -> Config {
+    Config {
+        limit: 1000,
+        namecache_limit: 16,
+        reclaimer: false,
+        freelist_shards: 1,
+        table_shards: 1,
+        namecache_shards: 1,
+    }
+}
+
+fn init(ino: u64) -> impl FnOnce() -> Result<(VType, Box<dyn std::any::Any + Send + Sync>), i32> {
+    move || Ok((VType::Reg, Box::new(ino)))
+}
+
+/// Lookup of a free vnode racing its recycle: the lookup gets the live vnode
+/// or a fresh one, never a doomed one, and the free list ends up agreeing
+/// with the counts.
+#[test]
+fn lookup_versus_recycle() {
+    loom::model(|| {
+        let layer = VnodeLayer::new(tiny());
+        let m = layer.mount("t", Arc::new(Check));
+        drop(layer.get(&m, 1, init(1)).unwrap()); // free, on its list
+        let (l2, m2) = (layer.clone(), m.clone());
+        let t = thread::spawn(move || {
+            let v = l2.get(&m2, 1, init(1)).unwrap();
+            assert!(!v.is_doomed());
+            assert_eq!(v.data::<u64>(), Some(&1));
+        });
+        let r = layer.prune(&m, 1);
+        t.join().unwrap();
+        assert!(r.recycled <= 1);
+        // Quiesced: one vnode at most, and it is free and listed.
+        let st = layer.stats();
+        assert_eq!(st.numvnodes as usize, layer.table_len());
+        assert_eq!(m.free_count(), layer.table_len());
+        assert_eq!(st.freevnodes as usize, m.free_count());
+    });
+}
+
+/// Use and hold transitions on one vnode racing a prune: a hold taken from
+/// a use keeps the vnode alive after the use goes; the last drop lists it.
+#[test]
+fn hold_use_transitions_versus_prune() {
+    loom::model(|| {
+        let layer = VnodeLayer::new(tiny());
+        let m = layer.mount("t", Arc::new(Check));
+        drop(layer.get(&m, 1, init(1)).unwrap());
+        let (l2, m2) = (layer.clone(), m.clone());
+        let t = thread::spawn(move || {
+            let v = l2.get(&m2, 1, init(1)).unwrap();
+            let h = v.hold();
+            drop(v);
+            let again = h.get().expect("held vnode cannot be doomed by prune");
+            assert!(!again.is_doomed());
+            drop(again);
+            drop(h);
+        });
+        layer.prune(&m, 1);
+        t.join().unwrap();
+        assert_eq!(m.free_count(), layer.table_len());
+        assert_eq!(layer.stats().freevnodes as usize, m.free_count());
+    });
+}
+
+/// Two lookups of an uncached inode: one construction, one vnode.
+#[test]
+fn single_flight_construction() {
+    loom::model(|| {
+        let layer = VnodeLayer::new(tiny());
+        let m = layer.mount("t", Arc::new(Check));
+        let (l2, m2) = (layer.clone(), m.clone());
+        let t = thread::spawn(move || {
+            let v = l2.get(&m2, 7, init(7)).unwrap();
+            Arc::as_ptr(v.arc()) as usize
+        });
+        let v = layer.get(&m, 7, init(7)).unwrap();
+        let p = Arc::as_ptr(v.arc()) as usize;
+        assert_eq!(t.join().unwrap(), p);
+        assert_eq!(layer.table_len(), 1);
+    });
+}
+
+/// A name-cache hit racing the recycle of its target: the hit returns a
+/// live vnode or the lookup misses; no entry survives naming a dead vnode.
+#[test]
+fn namecache_hit_versus_recycle() {
+    loom::model(|| {
+        let layer = VnodeLayer::new(tiny());
+        let m = layer.mount("t", Arc::new(Check));
+        let dir = layer.get(&m, 1, || Ok((VType::Dir, Box::new(())))).unwrap();
+        {
+            let f = layer.get(&m, 2, init(2)).unwrap();
+            layer.namecache().enter(&dir, b"f", Some(&f));
+        }
+        let (l2, d2) = (layer.clone(), dir.clone());
+        let t = thread::spawn(move || match l2.namecache().lookup(&d2, b"f") {
+            NcLookup::Hit(v) => assert!(!v.is_doomed()),
+            NcLookup::Miss => {}
+            NcLookup::Negative => panic!("no negative entry was made"),
+        });
+        let r = layer.prune(&m, 1);
+        t.join().unwrap();
+        if r.recycled == 1 {
+            assert!(matches!(
+                layer.namecache().lookup(&dir, b"f"),
+                NcLookup::Miss
+            ));
+        }
+    });
+}
