@@ -2,7 +2,13 @@
 //! side across implementations in one process so the ratios we report come
 //! from one run on one (noisy, 2-core) machine.
 
+pub mod alloc;
+pub mod cache;
+pub mod cputime;
+pub mod freebsd;
 pub mod report;
+pub mod statstorm;
+pub mod synth;
 
 /// Flags every workload takes.
 #[derive(clap::Args, Debug, Clone, Default)]

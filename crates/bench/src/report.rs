@@ -310,7 +310,8 @@ mod tests {
     #[test]
     fn json_has_workload_and_rows() {
         let mut r = Report::new("demo");
-        r.rows.push(crate::row!("impl" => "uvfs", "threads" => 2, "ops_per_sec" => 1.5));
+        r.rows
+            .push(crate::row!("impl" => "uvfs", "threads" => 2, "ops_per_sec" => 1.5));
         let v = r.to_json();
         assert_eq!(v["workload"], "demo");
         assert_eq!(v["rows"][0]["impl"], "uvfs");

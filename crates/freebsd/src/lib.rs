@@ -1,1 +1,93 @@
-//! uvfs-freebsd (being built).
+//! uvfs-freebsd: a faithful userspace replica of FreeBSD 14's vnode
+//! allocation and recycling (`sys/kern/vfs_subr.c`, with the parts of
+//! `vfs_hash.c` and `vfs_cache.c` it leans on), used only as a benchmark
+//! baseline for uvfs's own vnode layer.
+//!
+//! # Why a replica
+//!
+//! The point is to reproduce FreeBSD's known bottlenecks under the same
+//! workloads as our layer, not to be fast: one global `vnode_list` under
+//! one `vnode_list_mtx` holding every vnode (markers and free zone memory
+//! included), a single `vnlru` thread with fixed sleeps, allocators that
+//! sleep up to a second when short, a scan that skips held vnodes and
+//! other file systems' vnodes one by one, batched requeues that give up on
+//! contention, a global `vfs_hash` lock. See `ANCHORS.md` section 1.
+//!
+//! # Map
+//!
+//! | file | FreeBSD |
+//! |---|---|
+//! | `list.rs` | `vnode_list`, markers |
+//! | `freevnodes.rs` | `freevnodes` + per-CPU slop |
+//! | `tunables.rs` | `desiredvnodes`, `vnlru_recalc` |
+//! | `alloc.rs` | `vn_alloc`, `vn_alloc_hard` ([`Variant`]), `getnewvnode`, `freevnode` |
+//! | `refs.rs` | `vhold`, `vdrop`, `vget`, `vrele`, `vput_final` |
+//! | `vdbatch.rs` | per-CPU requeue batches |
+//! | `vgone.rs` | `vgonel`, `vtryrecycle` |
+//! | `vnlru.rs` | `vnlru_free_impl`, `vnlru_free_vfsops`, `vlrureclaim` |
+//! | `daemon.rs` | `vnlru_proc` |
+//! | `zone.rs` | `vnode_zone` (UMA) |
+//! | `hash.rs` | `vfs_hash.c` |
+//! | `namecache.rs` | `vfs_cache.c` (locked paths) |
+//! | `mount.rs` | `struct mount`, `insmntque`, `vflush` |
+//! | `stats.rs` | the sysctl counters |
+//!
+//! # Per-CPU state
+//!
+//! Per-CPU structures are arrays indexed by a thread's slot (see
+//! `pcpu.rs`), one slot per available CPU.
+
+mod alloc;
+mod daemon;
+mod freevnodes;
+mod hash;
+mod kernel;
+mod list;
+mod mount;
+mod namecache;
+mod pcpu;
+mod refs;
+mod stats;
+mod tunables;
+mod vdbatch;
+mod vfs;
+mod vgone;
+mod vnlru;
+mod vnode;
+mod zone;
+
+#[cfg(test)]
+mod tests;
+
+pub use mount::Hooks;
+pub use namecache::CacheLookup;
+pub use stats::FreeBsdStats;
+pub use tunables::MAXVNODES_MAX;
+pub use vfs::FreeBsdVfs;
+pub use vnode::{HoldRef, VData, VRef, VType, Vnode};
+
+/// Which side of seed 000 (FreeBSD commit 054f45e026d8, "vfs: further speed
+/// up continuous free vnode recycle") `vn_alloc` replicates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Variant {
+    /// Before: `numvnodes` adjusted with three atomics when over the
+    /// limit; `vn_alloc_hard` reads `numvnodes` under `vnode_list_mtx` and
+    /// writes `vn_alloc_cyclecount`.
+    Pre,
+    /// After: `VNLRU_COUNT_SLOP` (100) of slop, one atomic, the counter
+    /// read under the mutex only when `vn_alloc_cyclecount != 0`.
+    Post,
+}
+
+/// A mounted file system.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MountId(pub u32);
+
+/// `ENOENT`.
+pub const ENOENT: i32 = 2;
+/// `ENXIO`.
+pub const ENXIO: i32 = 6;
+/// `EBUSY`.
+pub const EBUSY: i32 = 16;
+/// `EWOULDBLOCK` (`EAGAIN`).
+pub const EWOULDBLOCK: i32 = 11;

@@ -1,0 +1,241 @@
+//! `uvfs bench statstorm`: seed 000 reproduced. T threads each walk their
+//! own tree of a synthetic file system through the name cache and the vnode
+//! cache, doing a lookup and a stat of every entry (a `find` per thread),
+//! once with a limit large enough that nothing is recycled and once with a
+//! limit of about 1/50 of the files, for uvfs and the FreeBSD replicas.
+
+use crate::cache::{Cache, Nc, Uvfs};
+use crate::report::{median, BarGroup, Progress, Report};
+use crate::synth::{SynthNode, Tree};
+use crate::{row, CommonOpts};
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct StatstormOpts {
+    #[command(flatten)]
+    pub common: CommonOpts,
+    /// Thread counts to run (each thread walks its own tree).
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2, 20])]
+    pub threads: Vec<usize>,
+    /// Files in all trees together (split evenly across the threads' trees).
+    #[arg(long)]
+    pub files: Option<usize>,
+    /// The small vnode limit (default: files / 50).
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Implementations to run.
+    #[arg(long, value_delimiter = ',', default_values_t = vec!["uvfs".to_string(), "freebsd".to_string(), "freebsd-pre".to_string()])]
+    pub impls: Vec<String>,
+    /// Entries per directory.
+    #[arg(long, default_value_t = 64)]
+    pub fanout: usize,
+}
+
+/// One walk of one tree: readdir, then per entry a name-cache lookup (on a
+/// miss: the file system's lookup, a vnode get, a name-cache enter), a stat,
+/// and recursion into directories.
+fn walk<C: Cache>(c: &C, m: &C::Mount, tree: &Tree, dir: &C::Ref, dir_ino: u64) -> u64 {
+    let mut n = 0;
+    let Some(d) = tree.dirs.get(&dir_ino) else {
+        return 0;
+    };
+    for (name, _, _) in &d.entries {
+        let vp = match c.nc_lookup(dir, name) {
+            Nc::Hit(v) => v,
+            Nc::Negative | Nc::Miss => {
+                let (ino, is_dir) = tree.lookup(dir_ino, name).expect("readdir name exists");
+                let v = c.get(m, ino, is_dir, || {
+                    Box::new(SynthNode {
+                        attr: tree.getattr(ino).expect("inode exists"),
+                    })
+                });
+                c.nc_enter(dir, name, &v);
+                v
+            }
+        };
+        let ino = C::ino(&vp);
+        let attr = tree.getattr(ino).expect("stat of a live inode");
+        std::hint::black_box(attr);
+        n += 1;
+        if attr.mode & 0o40000 != 0 {
+            n += walk(c, m, tree, &vp, ino);
+        }
+    }
+    n
+}
+
+/// Runs T walkers over T trees on a fresh cache; returns (seconds, stats, recycles).
+fn run_once<C: Cache>(c: Arc<C>, trees: &Arc<Vec<Tree>>, threads: usize) -> (f64, u64, u64) {
+    let m = c.mount("synth", None);
+    let barrier = Arc::new(Barrier::new(threads + 1));
+    let hs: Vec<_> = (0..threads)
+        .map(|t| {
+            let (c, m, trees, barrier) = (c.clone(), m.clone(), trees.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let tree = &trees[t];
+                let root = c.get(&m, tree.root, true, || {
+                    Box::new(SynthNode {
+                        attr: tree.getattr(tree.root).expect("root"),
+                    })
+                });
+                barrier.wait();
+                walk(&*c, &m, tree, &root, tree.root)
+            })
+        })
+        .collect();
+    barrier.wait();
+    let start = Instant::now();
+    let stats: u64 = hs.into_iter().map(|h| h.join().expect("walker")).sum();
+    let secs = start.elapsed().as_secs_f64();
+    let recycles = c
+        .counters()
+        .iter()
+        .find(|(k, _)| k == "vfs.vnode.stats.recycles")
+        .map_or(0, |(_, v)| *v);
+    (secs, stats, recycles)
+}
+
+fn make(name: &str, limit: usize) -> Option<Runner> {
+    match name {
+        "uvfs" => Some(Box::new(move |t, n| {
+            run_once(Arc::new(Uvfs::new(limit)), t, n)
+        })),
+        "freebsd" => Some(Box::new(move |t, n| {
+            run_once(Arc::new(crate::freebsd::Replica::new(limit, false)), t, n)
+        })),
+        "freebsd-pre" => Some(Box::new(move |t, n| {
+            run_once(Arc::new(crate::freebsd::Replica::new(limit, true)), t, n)
+        })),
+        _ => None,
+    }
+}
+
+pub fn run(o: &StatstormOpts) -> std::io::Result<Report> {
+    let files = o
+        .files
+        .unwrap_or(if o.common.quick { 100_000 } else { 400_000 });
+    let small = o.limit.unwrap_or((files / 50).max(64));
+    let large = files * 2 + 1000;
+    let repeats = if o.common.quick {
+        1
+    } else {
+        o.common.repeats.max(1)
+    };
+    for i in &o.impls {
+        if make(i, 1).is_none() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("unknown implementation {i:?} (uvfs, freebsd, freebsd-pre)"),
+            ));
+        }
+    }
+    let mut report = Report::new("statstorm");
+    let mut prog = Progress::new(o.threads.len() * 2 * o.impls.len() * repeats);
+    for &t in &o.threads {
+        let t = t.max(1);
+        let per = files / t;
+        let trees: Arc<Vec<Tree>> = Arc::new(
+            (0..t)
+                .map(|i| Tree::build((i as u64 + 1) << 40, per, o.fanout))
+                .collect(),
+        );
+        for (kind, limit) in [("large", large), ("small", small)] {
+            let mut samples: Vec<Vec<(f64, u64, u64)>> = vec![Vec::new(); o.impls.len()];
+            // Alternate implementations within each repeat so drift in the
+            // machine's load hits them alike.
+            for _ in 0..repeats {
+                for (k, name) in o.impls.iter().enumerate() {
+                    prog.step(&format!("statstorm {name} T={t} limit={kind}"));
+                    let f = make(name, limit).expect("checked above");
+                    samples[k].push(f(&trees, t));
+                }
+            }
+            for (k, name) in o.impls.iter().enumerate() {
+                let secs = median(&samples[k].iter().map(|s| s.0).collect::<Vec<_>>());
+                let stats = samples[k][0].1;
+                let recycled = median(&samples[k].iter().map(|s| s.2 as f64).collect::<Vec<_>>());
+                report.rows.push(row!(
+                    "impl" => name, "threads" => t, "limit" => limit, "limit_kind" => kind,
+                    "files" => stats, "secs" => secs, "ops_per_sec" => stats as f64 / secs,
+                    "recycled" => recycled, "repeats" => repeats,
+                ));
+            }
+        }
+    }
+    prog.finish();
+    Ok(report)
+}
+
+/// Target ratios from a statstorm report, as printable lines.
+pub fn summary(r: &Report) -> Vec<String> {
+    let get = |imp: &str, t: usize, kind: &str| -> Option<f64> {
+        r.rows
+            .iter()
+            .find(|x| x["impl"] == imp && x["threads"] == t && x["limit_kind"] == kind)
+            .and_then(|x| x["ops_per_sec"].as_f64())
+    };
+    let tmax = r
+        .rows
+        .iter()
+        .filter_map(|x| x["threads"].as_u64())
+        .max()
+        .unwrap_or(1) as usize;
+    let mut out = Vec::new();
+    if let (Some(l), Some(s)) = (get("uvfs", tmax, "large"), get("uvfs", tmax, "small")) {
+        out.push(format!(
+            "uvfs small-limit time / large-limit time at T={tmax}: {:.2} (target <= 1.2; FreeBSD after seed 000: ~1.9)",
+            l / s
+        ));
+    }
+    for imp in ["freebsd", "freebsd-pre"] {
+        if let (Some(u), Some(f)) = (get("uvfs", tmax, "small"), get(imp, tmax, "small")) {
+            out.push(format!(
+                "uvfs / {imp} throughput, small limit, T={tmax}: {:.2}x (target >= 2)",
+                u / f
+            ));
+        }
+        if let (Some(l), Some(s)) = (get(imp, tmax, "large"), get(imp, tmax, "small")) {
+            out.push(format!(
+                "{imp} small-limit time / large-limit time at T={tmax}: {:.2}",
+                l / s
+            ));
+        }
+    }
+    for kind in ["large", "small"] {
+        if let (Some(a), Some(b)) = (get("uvfs", 1, kind), get("uvfs", 2, kind)) {
+            out.push(format!(
+                "uvfs 2-thread / 1-thread throughput, {kind} limit: {:.2}x (target >= 1.8)",
+                b / a
+            ));
+        }
+    }
+    out
+}
+
+pub fn chart(r: &Report) -> (String, String, Vec<BarGroup>) {
+    let mut groups: Vec<BarGroup> = Vec::new();
+    for x in &r.rows {
+        let label = format!(
+            "T={} {}",
+            x["threads"],
+            x["limit_kind"].as_str().unwrap_or("")
+        );
+        let bar = (
+            x["impl"].as_str().unwrap_or("?").to_string(),
+            x["ops_per_sec"].as_f64().unwrap_or(0.0),
+        );
+        match groups.iter_mut().find(|g| g.label == label) {
+            Some(g) => g.bars.push(bar),
+            None => groups.push(BarGroup {
+                label,
+                bars: vec![bar],
+            }),
+        }
+    }
+    (
+        "statstorm: lookup+stat per second (higher is better)".into(),
+        "stats/s".into(),
+        groups,
+    )
+}
