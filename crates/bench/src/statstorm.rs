@@ -96,6 +96,9 @@ fn run_once<C: Cache>(c: Arc<C>, trees: &Arc<Vec<Tree>>, threads: usize) -> (f64
     (secs, stats, recycles)
 }
 
+/// Runs one configuration: (trees, threads) -> (seconds, stats, recycles).
+type Runner = Box<dyn FnOnce(&Arc<Vec<Tree>>, usize) -> (f64, u64, u64)>;
+
 fn make(name: &str, limit: usize) -> Option<Runner> {
     match name {
         "uvfs" => Some(Box::new(move |t, n| {
