@@ -59,7 +59,10 @@ impl Tree {
                 self.files += 1;
             }
         } else {
-            let per = files.div_ceil(fanout);
+            // As few subdirectories as keep each under `fanout` levels deep:
+            // full leaf directories, not a spray of one-file ones.
+            let subdirs = fanout.min(files.div_ceil(fanout));
+            let per = files.div_ceil(subdirs);
             let mut left = files;
             let mut i = 0;
             while left > 0 {

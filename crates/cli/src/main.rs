@@ -5,6 +5,8 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 use uvfs_bench::report::Report;
 
+mod mount_cmd;
+
 /// Counts heap bytes when the memory workload asks (off otherwise).
 #[global_allocator]
 static ALLOC: uvfs_bench::alloc::Counting = uvfs_bench::alloc::Counting;
@@ -22,6 +24,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Mount memfs over FUSE (detaches unless --foreground).
+    Mount(mount_cmd::MountOpts),
+    /// Print a running server's vnode-layer and FUSE statistics.
+    Stat(mount_cmd::StatOpts),
     /// Run a benchmark workload (side by side across implementations).
     Bench {
         #[command(subcommand)]
@@ -34,6 +40,9 @@ enum Workload {
     /// Seed 000: parallel find+stat walks through the name and vnode caches,
     /// large vs small vnode limit, uvfs vs the FreeBSD replicas.
     Statstorm(uvfs_bench::statstorm::StatstormOpts),
+    /// Seed 001: per-mount prune (ZFS arc_prune) in a cache shared with
+    /// another file system and full of held vnodes.
+    Prune(uvfs_bench::prune::PruneOpts),
 }
 
 /// Prints a report, its target ratios, and writes JSON/SVG where asked.
@@ -56,6 +65,8 @@ fn main() -> ExitCode {
     uvfs_bench::alloc::mark_installed();
     let cli = Cli::parse();
     let result: std::io::Result<()> = match cli.cmd {
+        Cmd::Mount(o) => mount_cmd::mount(&o),
+        Cmd::Stat(o) => mount_cmd::stat(&o),
         Cmd::Bench { workload } => match workload {
             Workload::Statstorm(o) => finish(
                 uvfs_bench::statstorm::run(&o),
@@ -72,6 +83,21 @@ fn main() -> ExitCode {
                 &o.common,
                 uvfs_bench::statstorm::summary,
                 uvfs_bench::statstorm::chart,
+            ),
+            Workload::Prune(o) => finish(
+                uvfs_bench::prune::run(&o),
+                &[
+                    "impl",
+                    "vnodes",
+                    "attempts",
+                    "recycled",
+                    "attempts_per_recycled",
+                    "cpu_ns_per_recycled",
+                    "secs",
+                ],
+                &o.common,
+                uvfs_bench::prune::summary,
+                uvfs_bench::prune::chart,
             ),
         },
     };

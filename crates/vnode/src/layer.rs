@@ -121,33 +121,31 @@ impl VnodeLayer {
             return Err(Error::MountGone);
         }
         let key = (mnt.id(), ino);
-        if let Some(found) = self.lookup_locked(key) {
-            return self.finish(found);
-        }
-        // Miss: account for the vnode first, outside the table lock, since
-        // this may recycle another vnode (which takes table locks).
-        self.alloc_account(mnt);
-        let fresh = Arc::new(Vnode::new_constructing(mnt.clone(), ino));
-        {
+        // Fast path: one table lock for both the lookup and, on a miss with
+        // room under the limit, the insert of the new vnode.
+        let fast = {
             let mut m = self.table.lock(key);
-            if let Some(vp) = m.get(&key) {
-                match vp.refs.acquire(USE_ONE) {
-                    Acquired::Doomed => {
-                        self.shared.ev.lookup_doomed.inc();
-                        m.remove(&key);
-                    }
-                    a => {
-                        // Lost the insert race: use the winner's vnode.
-                        let vp = vp.clone();
-                        drop(m);
-                        self.unaccount(mnt);
-                        fresh.refs.force_doom();
-                        return self.finish((vp, a));
-                    }
-                }
+            if let Some(found) = self.take_existing(&mut m, key) {
+                drop(m);
+                return self.finish(found);
             }
-            m.insert(key, fresh.clone());
-        }
+            let s = &self.shared;
+            if s.numvnodes.approx() < s.cfg.high_water() as isize {
+                self.account_one(mnt);
+                let fresh = Arc::new(Vnode::new_constructing(mnt.clone(), ino));
+                m.insert(key, fresh.clone());
+                Some(fresh)
+            } else {
+                None
+            }
+        };
+        let fresh = match fast {
+            Some(f) => f,
+            None => match self.insert_near_limit(mnt, key) {
+                Ok(f) => f,
+                Err(found) => return self.finish(found),
+            },
+        };
         // Dekker with unmount: it sets `gone` then scans the table; we
         // inserted then check `gone`. One of us sees the other.
         if mnt.gone.load(Ordering::SeqCst) {
@@ -165,8 +163,9 @@ impl VnodeLayer {
         drop(guard);
         match res {
             Ok((vtype, data)) => {
-                fresh.set_live(vtype, data);
-                wake_waiters(&fresh);
+                if fresh.set_live(vtype, data) {
+                    wake_waiters(&fresh);
+                }
                 Ok(VnodeRef::from_counted(fresh))
             }
             Err(errno) => {
@@ -182,8 +181,40 @@ impl VnodeLayer {
         self.finish(found).ok()
     }
 
+    /// Near the limit: account (possibly recycling, which takes table
+    /// locks) before taking our shard's lock, then insert unless another
+    /// thread's vnode got there first (`Err` with that vnode).
+    #[cold]
+    fn insert_near_limit(
+        &self,
+        mnt: &Arc<Mount>,
+        key: (MountId, Ino),
+    ) -> Result<Arc<Vnode>, (Arc<Vnode>, Acquired)> {
+        self.alloc_account(mnt);
+        let mut m = self.table.lock(key);
+        if let Some(found) = self.take_existing(&mut m, key) {
+            drop(m);
+            self.unaccount(mnt);
+            return Err(found);
+        }
+        let fresh = Arc::new(Vnode::new_constructing(mnt.clone(), key.1));
+        m.insert(key, fresh.clone());
+        Ok(fresh)
+    }
+
     fn lookup_locked(&self, key: (MountId, Ino)) -> Option<(Arc<Vnode>, Acquired)> {
         let mut m = self.table.lock(key);
+        self.take_existing(&mut m, key)
+    }
+
+    /// A use reference on the table's vnode for `key`, if it has a live
+    /// one; a doomed one is dropped from the table.
+    #[inline]
+    fn take_existing(
+        &self,
+        m: &mut crate::table::Map,
+        key: (MountId, Ino),
+    ) -> Option<(Arc<Vnode>, Acquired)> {
         let vp = m.get(&key)?;
         match vp.refs.acquire(USE_ONE) {
             Acquired::Doomed => {
@@ -205,12 +236,12 @@ impl VnodeLayer {
             self.shared.freevnodes.add(-1);
         }
         let r = VnodeRef::from_counted(vp);
-        match r.state.load(Ordering::Acquire) {
+        match r.construction() {
             LIVE => Ok(r),
             _ => {
                 self.shared.ev.construct_waits.inc();
                 wait_constructed(&r);
-                match r.state.load(Ordering::Acquire) {
+                match r.construction() {
                     LIVE => Ok(r),
                     _ => Err(Error::Errno(r.init_err.load(Ordering::Relaxed))),
                 }
@@ -222,13 +253,23 @@ impl VnodeLayer {
         vp.init_err.store(errno, Ordering::Relaxed);
         vp.refs.force_doom();
         self.table.remove_if(vp);
-        vp.state.store(FAILED, Ordering::Release);
-        wake_waiters(vp);
+        if vp.publish(FAILED) {
+            wake_waiters(vp);
+        }
         self.unaccount(&vp.mount);
         self.shared.ev.construct_failed.inc();
     }
 
+    /// Counts a new vnode when well under the limit (no recycling needed).
     #[inline]
+    fn account_one(&self, mnt: &Mount) {
+        mnt.live.fetch_add(1, Ordering::Relaxed);
+        self.shared.ev.allocations.inc();
+        self.shared.numvnodes.add(1);
+    }
+
+    /// Counts a new vnode near or over the limit: recycles or rings the
+    /// reclaimer as needed.
     fn alloc_account(&self, mnt: &Arc<Mount>) {
         mnt.live.fetch_add(1, Ordering::Relaxed);
         let s = &self.shared;
@@ -356,7 +397,7 @@ impl VnodeLayer {
         if busy > 0 {
             for vp in self.table.of_mount(mnt.id()) {
                 wait_constructed(&vp);
-                if vp.state.load(Ordering::Acquire) == FAILED {
+                if vp.construction() == FAILED {
                     continue; // its constructor accounts for it
                 }
                 if vp.refs.force_doom() & crate::refs::DOOMED != 0 {
@@ -461,7 +502,7 @@ fn wake_waiters(vp: &Vnode) {
 }
 
 fn wait_constructed(vp: &Vnode) {
-    while vp.state.load(Ordering::Acquire) == CONSTRUCTING {
+    while vp.construction() == CONSTRUCTING && vp.announce_waiter() {
         #[cfg(not(loom))]
         // SAFETY: the key is this vnode's state address (stable: the caller
         // holds a reference). `validate` re-checks the state under the
@@ -470,7 +511,7 @@ fn wait_constructed(vp: &Vnode) {
         unsafe {
             parking_lot_core::park(
                 state_key(vp),
-                || vp.state.load(Ordering::Acquire) == CONSTRUCTING,
+                || vp.construction() == CONSTRUCTING,
                 || {},
                 |_, _| {},
                 parking_lot_core::DEFAULT_PARK_TOKEN,

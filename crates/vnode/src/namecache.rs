@@ -33,17 +33,19 @@ use crate::vnode::{Vnode, VnodeRef};
 use crossbeam_utils::CachePadded;
 use hashlink::linked_hash_map::RawEntryMut;
 use hashlink::LinkedHashMap;
+use std::collections::HashSet;
 use std::hash::{BuildHasher, Hash, Hasher};
 
 /// The longest name the cache stores (NAME_MAX); longer ones are not cached.
 pub const NC_NAME_MAX: usize = 255;
 
 /// A directory's identity (its vnode's address, stable while an entry
-/// under it keeps that vnode alive) plus a name.
+/// under it keeps that vnode alive) plus a name. The name is shared (one
+/// allocation) by the map key and the two vnodes' link sets.
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct NcKey {
     dir: usize,
-    name: Box<[u8]>,
+    name: Arc<[u8]>,
 }
 
 impl Hash for NcKey {
@@ -56,10 +58,42 @@ impl Hash for NcKey {
 /// The cache's links kept on a vnode.
 #[derive(Default)]
 pub(crate) struct NcLinks {
-    /// Entries whose directory is this vnode.
-    src: Vec<NcKey>,
-    /// Entries whose target is this vnode.
+    /// Entries whose target is this vnode: usually one (more with hard links).
     dst: Vec<NcKey>,
+    /// Entries whose directory is this vnode: a set, because a directory
+    /// can have many and each removal must not scan them all. Only
+    /// directories with entries pay for it.
+    src: Option<Box<HashSet<NcKey, MixBuild>>>,
+}
+
+impl NcLinks {
+    fn src_len(&self) -> usize {
+        self.src.as_ref().map_or(0, |s| s.len())
+    }
+
+    fn add_src(&mut self, k: NcKey) {
+        self.src.get_or_insert_with(Default::default).insert(k);
+    }
+
+    fn remove_src(&mut self, k: &NcKey) -> bool {
+        let Some(s) = self.src.as_mut() else {
+            return false;
+        };
+        let removed = s.remove(k);
+        if s.is_empty() {
+            self.src = None;
+        }
+        removed
+    }
+
+    fn remove_dst(&mut self, k: &NcKey) {
+        if let Some(i) = self.dst.iter().position(|x| x == k) {
+            self.dst.swap_remove(i);
+            if self.dst.is_empty() {
+                self.dst = Vec::new();
+            }
+        }
+    }
 }
 
 struct NcEntry {
@@ -194,7 +228,7 @@ impl NameCache {
             let mut s = shard.lock();
             let key = NcKey {
                 dir: d,
-                name: name.into(),
+                name: Arc::from(name),
             };
             let new = NcEntry {
                 dir: dirv.clone(),
@@ -208,25 +242,25 @@ impl NameCache {
                     e.to_back();
                     let old = std::mem::replace(e.get_mut(), new);
                     if let Some(t) = &old.target {
-                        remove_key(&mut links(t).dst, &key);
+                        t.nc.lock().remove_dst(&key);
                     }
                     if let Some(t) = &e.get().target {
-                        links(t).dst.push(key);
+                        t.nc.lock().dst.push(key);
                     }
                     deferred.drop.push(old);
                 }
                 RawEntryMut::Vacant(v) => {
                     {
-                        let mut l = links(dirv);
-                        if l.src.is_empty() {
+                        let mut l = dirv.nc.lock();
+                        if l.src_len() == 0 {
                             // First entry under dir: the cache holds it. The
                             // caller's use means dir is not free: no list work.
                             dirv.refs.inc(HOLD_ONE);
                         }
-                        l.src.push(key.clone());
+                        l.add_src(key.clone());
                     }
                     if let Some(t) = &new.target {
-                        links(t).dst.push(key.clone());
+                        t.nc.lock().dst.push(key.clone());
                     }
                     v.insert_hashed_nocheck(h, key, new);
                     self.shared.ev.nc_enters.inc();
@@ -266,13 +300,19 @@ impl NameCache {
     pub fn purge_dir(&self, dir: &Vnode) {
         // Copies of the keys: each removal unlinks its own key, and the last
         // one under `dir` drops the cache's hold on it.
-        let keys = links_copy(dir, |l| &l.src);
+        let keys: Vec<NcKey> = dir
+            .nc
+            .lock()
+            .src
+            .as_ref()
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
         self.remove_keys(keys, |e| std::ptr::eq(&*e.dir, dir));
     }
 
     /// Forgets every entry naming `vp`, and every entry under it.
     pub fn purge_vnode(&self, vp: &Vnode) {
-        let dst = links_copy(vp, |l| &l.dst);
+        let dst = vp.nc.lock().dst.clone();
         let n = dst.len();
         self.remove_keys(dst, |e| {
             e.target.as_deref().is_some_and(|t| std::ptr::eq(t, vp))
@@ -332,72 +372,16 @@ impl NameCache {
     }
 }
 
-fn links(vp: &Vnode) -> LinksGuard<'_> {
-    let mut g = vp.nc.lock();
-    if g.is_none() {
-        *g = Some(Box::default());
-    }
-    LinksGuard(g)
-}
-
-struct LinksGuard<'a>(crate::sync::MutexGuard<'a, Option<Box<NcLinks>>>);
-
-impl std::ops::Deref for LinksGuard<'_> {
-    type Target = NcLinks;
-    fn deref(&self) -> &NcLinks {
-        self.0.as_ref().expect("links allocated")
-    }
-}
-
-impl std::ops::DerefMut for LinksGuard<'_> {
-    fn deref_mut(&mut self) -> &mut NcLinks {
-        self.0.as_mut().expect("links allocated")
-    }
-}
-
-impl Drop for LinksGuard<'_> {
-    fn drop(&mut self) {
-        // Free the links box once empty: most vnodes have no entries, and
-        // those that had them should not keep paying for it.
-        if self
-            .0
-            .as_ref()
-            .is_some_and(|l| l.src.is_empty() && l.dst.is_empty())
-        {
-            *self.0 = None;
-        }
-    }
-}
-
-fn links_copy(vp: &Vnode, f: impl FnOnce(&NcLinks) -> &Vec<NcKey>) -> Vec<NcKey> {
-    vp.nc
-        .lock()
-        .as_deref()
-        .map(|l| f(l).clone())
-        .unwrap_or_default()
-}
-
-fn remove_key(v: &mut Vec<NcKey>, k: &NcKey) -> bool {
-    match v.iter().position(|x| x == k) {
-        Some(i) => {
-            v.swap_remove(i);
-            true
-        }
-        None => false,
-    }
-}
-
 /// Detaches a removed entry from its vnodes' links; schedules the
 /// directory's unhold if this was its last entry.
 fn unlink(k: &NcKey, ent: &NcEntry, deferred: &mut Deferred) {
     {
-        let mut l = links(&ent.dir);
-        let was_listed = remove_key(&mut l.src, k);
-        if was_listed && l.src.is_empty() {
+        let mut l = ent.dir.nc.lock();
+        if l.remove_src(k) && l.src_len() == 0 {
             deferred.unhold.push(ent.dir.clone());
         }
     }
     if let Some(t) = &ent.target {
-        remove_key(&mut links(t).dst, k);
+        t.nc.lock().remove_dst(k);
     }
 }

@@ -24,10 +24,15 @@ use std::sync::OnceLock;
 /// TEMPORARY until uvfs-rangelock lands.
 pub type RangeLock = parking_lot::RwLock<()>;
 
-/// Construction states (`Vnode::state`).
+/// Construction states (`Vnode::state & STATE_MASK`).
 pub(crate) const CONSTRUCTING: u8 = 0;
 pub(crate) const LIVE: u8 = 1;
 pub(crate) const FAILED: u8 = 2;
+const STATE_MASK: u8 = 3;
+/// Set by a thread about to park waiting for construction, so the
+/// constructor only pays for a wakeup (a parking-table lock) when someone
+/// actually waits.
+const WAITERS: u8 = 4;
 
 /// File-system private data attached at construction.
 pub type VnodeData = Box<dyn Any + Send + Sync>;
@@ -43,7 +48,7 @@ pub struct Vnode {
     pub(crate) init_err: AtomicI32,
     pub(crate) data: OnceLock<VnodeData>,
     rangelock: OnceLock<Box<RangeLock>>,
-    pub(crate) nc: Mutex<Option<Box<NcLinks>>>,
+    pub(crate) nc: Mutex<NcLinks>,
 }
 
 impl Vnode {
@@ -59,7 +64,7 @@ impl Vnode {
             init_err: AtomicI32::new(0),
             data: OnceLock::new(),
             rangelock: OnceLock::new(),
-            nc: Mutex::new(None),
+            nc: Mutex::new(NcLinks::default()),
         }
     }
 
@@ -110,11 +115,30 @@ impl Vnode {
         refs::holds(self.refs.load())
     }
 
-    pub(crate) fn set_live(&self, vtype: VType, data: VnodeData) {
+    /// Fills in a constructed vnode and publishes it; returns whether
+    /// anybody is parked waiting for it.
+    pub(crate) fn set_live(&self, vtype: VType, data: VnodeData) -> bool {
         let _ = self.data.set(data);
         self.vtype.store(vtype as u8, Ordering::Relaxed);
-        // Release: publishes data and vtype to waiters that Acquire `state`.
-        self.state.store(LIVE, Ordering::Release);
+        self.publish(LIVE)
+    }
+
+    /// Ends construction with `state`; returns whether anybody waits.
+    pub(crate) fn publish(&self, state: u8) -> bool {
+        // Release: publishes data, vtype and init_err to waiters that
+        // Acquire `state`.
+        self.state.swap(state, Ordering::AcqRel) & WAITERS != 0
+    }
+
+    /// CONSTRUCTING, LIVE or FAILED.
+    #[inline]
+    pub(crate) fn construction(&self) -> u8 {
+        self.state.load(Ordering::Acquire) & STATE_MASK
+    }
+
+    /// Announces a waiter; returns false if construction already ended.
+    pub(crate) fn announce_waiter(&self) -> bool {
+        self.state.fetch_or(WAITERS, Ordering::AcqRel) & STATE_MASK == CONSTRUCTING
     }
 
     /// Takes a reference of kind `one`; on the 0 -> 1 edge takes the vnode

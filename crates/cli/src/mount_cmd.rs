@@ -1,0 +1,160 @@
+//! `uvfs mount` and `uvfs stat`: serve memfs over FUSE, and read a running
+//! server's statistics.
+//!
+//! # Detaching
+//! `uvfs mount MNT` returns once the file system is mounted and keeps
+//! serving in the background (a new session, standard streams on
+//! /dev/null); it exits 1 with the reason if mounting fails.
+//! `--foreground` serves in the calling process instead. Either way
+//! SIGINT, SIGTERM or SIGHUP unmount cleanly, and `umount MNT` (or
+//! `fusermount3 -u MNT`) stops the server.
+
+use clap::Args;
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+use uvfs_fuse::{daemonize, serve, BlockedSignals, Readiness, ServeConfig, Timeouts};
+use uvfs_memfs::{MemFs, MemFsConfig};
+use uvfs_vnode::{Config, VnodeLayer};
+
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get()).max(2)
+}
+
+/// Options of `uvfs mount`.
+#[derive(Args, Debug)]
+pub struct MountOpts {
+    /// Directory to mount on.
+    pub mountpoint: PathBuf,
+    /// File system to serve (only `memfs` so far).
+    #[arg(long, default_value = "memfs")]
+    pub fs: String,
+    /// Request loops, each a thread with its own /dev/fuse clone.
+    #[arg(long, default_value_t = default_threads())]
+    pub threads: usize,
+    /// Vnode limit of the vnode layer (a soft limit; memfs data is kept
+    /// whatever it is, only cached vnodes are recycled).
+    #[arg(long, default_value_t = 262_144)]
+    pub vnodes: usize,
+    /// Seconds the kernel may cache a name lookup (and a failed one).
+    #[arg(long, default_value_t = 1.0)]
+    pub entry_timeout: f64,
+    /// Seconds the kernel may cache attributes.
+    #[arg(long, default_value_t = 1.0)]
+    pub attr_timeout: f64,
+    /// Most file data memfs holds: bytes with an optional k/m/g/t suffix,
+    /// a percentage of physical memory (`50%`), or `unlimited`. Writes
+    /// beyond it fail with ENOSPC; nothing already written is lost.
+    #[arg(long, default_value = "50%")]
+    pub size: String,
+    /// Serve in the foreground instead of detaching.
+    #[arg(short, long)]
+    pub foreground: bool,
+}
+
+/// Options of `uvfs stat`.
+#[derive(Args, Debug)]
+pub struct StatOpts {
+    /// Mountpoint of a running `uvfs mount`.
+    pub mountpoint: PathBuf,
+    /// Print the raw JSON report (for scripts).
+    #[arg(long)]
+    pub json: bool,
+    /// First purge the mount's name cache, then verify that every active
+    /// vnode is a node the kernel holds (exit 1 if not). Use at rest.
+    #[arg(long)]
+    pub check: bool,
+}
+
+fn parse_size(s: &str) -> io::Result<Option<u64>> {
+    let bad = || io::Error::new(io::ErrorKind::InvalidInput, format!("bad --size {s:?}"));
+    let s = s.trim();
+    if s == "unlimited" {
+        return Ok(None);
+    }
+    if let Some(p) = s.strip_suffix('%') {
+        let pct: f64 = p.parse().map_err(|_| bad())?;
+        if !(pct > 0.0 && pct <= 100.0) {
+            return Err(bad());
+        }
+        // SAFETY: sysconf has no preconditions.
+        let (pages, psize) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+        let total = (pages.max(0) as u64).saturating_mul(psize.max(0) as u64);
+        return Ok(Some((total as f64 * pct / 100.0) as u64));
+    }
+    let (num, mult) = match s.chars().last().map(|c| c.to_ascii_lowercase()) {
+        Some('k') => (&s[..s.len() - 1], 1u64 << 10),
+        Some('m') => (&s[..s.len() - 1], 1 << 20),
+        Some('g') => (&s[..s.len() - 1], 1 << 30),
+        Some('t') => (&s[..s.len() - 1], 1 << 40),
+        _ => (s, 1),
+    };
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    Ok(Some(n.checked_mul(mult).ok_or_else(bad)?))
+}
+
+fn timeout(secs: f64, what: &str) -> io::Result<Duration> {
+    Duration::try_from_secs_f64(secs)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("bad {what} {secs}")))
+}
+
+/// `uvfs mount`.
+pub fn mount(o: &MountOpts) -> io::Result<()> {
+    // Everything that can be refused is checked before detaching, so the
+    // error reaches the terminal.
+    if o.fs != "memfs" {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("unknown --fs {:?} (memfs)", o.fs)));
+    }
+    if o.threads == 0 || o.vnodes == 0 {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "--threads and --vnodes must be at least 1"));
+    }
+    let size_limit = parse_size(&o.size)?;
+    let timeouts = Timeouts {
+        entry: timeout(o.entry_timeout, "--entry-timeout")?,
+        attr: timeout(o.attr_timeout, "--attr-timeout")?,
+    };
+    let mountpoint = std::path::absolute(&o.mountpoint)?;
+    if !mountpoint.is_dir() {
+        return Err(io::Error::new(io::ErrorKind::NotFound, format!("{} is not a directory", mountpoint.display())));
+    }
+    // Fork first: the vnode layer starts a thread, and a process must be
+    // single-threaded when it forks.
+    let mut ready = if o.foreground { Readiness::foreground() } else { daemonize()? };
+    let signals = BlockedSignals::block()?;
+    let layer = VnodeLayer::new(Config::with_limit(o.vnodes));
+    // SAFETY: getuid/getgid have no preconditions and cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let fs = MemFs::new(layer.clone(), MemFsConfig { size_limit, root_mode: 0o755, root_uid: uid, root_gid: gid });
+    let cfg = ServeConfig { mountpoint, threads: o.threads, timeouts, fsname: "uvfs-memfs".into(), control: true };
+    serve(fs, layer, &cfg, signals, &mut ready)
+}
+
+/// `uvfs stat`.
+pub fn stat(o: &StatOpts) -> io::Result<()> {
+    let v = uvfs_fuse::query(&o.mountpoint, o.check)?;
+    if o.json {
+        println!("{v}");
+    } else {
+        print!("{}", uvfs_fuse::format_stats(&v));
+    }
+    let ok = v.pointer("/accounting/ok").and_then(|b| b.as_bool()).unwrap_or(false);
+    if o.check && !ok {
+        return Err(io::Error::other(format!("vnode accounting failed: {}", v["accounting"])));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4k").unwrap(), Some(4096));
+        assert_eq!(parse_size("2G").unwrap(), Some(2 << 30));
+        assert_eq!(parse_size("unlimited").unwrap(), None);
+        assert!(parse_size("50%").unwrap().unwrap() > 0);
+        assert!(parse_size("x").is_err());
+        assert!(parse_size("0%").is_err());
+    }
+}
