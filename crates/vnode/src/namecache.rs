@@ -62,7 +62,9 @@ pub(crate) struct NcLinks {
     dst: Vec<NcKey>,
     /// Entries whose directory is this vnode: a set, because a directory
     /// can have many and each removal must not scan them all. Only
-    /// directories with entries pay for it.
+    /// directories with entries pay for it: boxed, so every other vnode
+    /// carries 8 bytes for it rather than an empty set's 48.
+    #[allow(clippy::box_collection)]
     src: Option<Box<HashSet<NcKey, MixBuild>>>,
 }
 
