@@ -6,6 +6,7 @@ pub mod alloc;
 pub mod cache;
 pub mod cputime;
 pub mod freebsd;
+pub mod memory;
 pub mod prune;
 pub mod report;
 pub mod statstorm;

@@ -43,6 +43,8 @@ enum Workload {
     /// Seed 001: per-mount prune (ZFS arc_prune) in a cache shared with
     /// another file system and full of held vnodes.
     Prune(uvfs_bench::prune::PruneOpts),
+    /// Heap bytes per cached vnode, measured with a counting allocator.
+    Memory(uvfs_bench::memory::MemoryOpts),
 }
 
 /// Prints a report, its target ratios, and writes JSON/SVG where asked.
@@ -98,6 +100,13 @@ fn main() -> ExitCode {
                 &o.common,
                 uvfs_bench::prune::summary,
                 uvfs_bench::prune::chart,
+            ),
+            Workload::Memory(o) => finish(
+                uvfs_bench::memory::run(&o),
+                &["impl", "vnodes", "bytes_per_vnode", "rss_per_vnode"],
+                &o.common,
+                uvfs_bench::memory::summary,
+                uvfs_bench::memory::chart,
             ),
         },
     };

@@ -18,7 +18,9 @@ use uvfs_memfs::{MemFs, MemFsConfig};
 use uvfs_vnode::{Config, VnodeLayer};
 
 fn default_threads() -> usize {
-    std::thread::available_parallelism().map_or(2, |n| n.get()).max(2)
+    std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .max(2)
 }
 
 /// Options of `uvfs mount`.
@@ -78,7 +80,12 @@ fn parse_size(s: &str) -> io::Result<Option<u64>> {
             return Err(bad());
         }
         // SAFETY: sysconf has no preconditions.
-        let (pages, psize) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+        let (pages, psize) = unsafe {
+            (
+                libc::sysconf(libc::_SC_PHYS_PAGES),
+                libc::sysconf(libc::_SC_PAGESIZE),
+            )
+        };
         let total = (pages.max(0) as u64).saturating_mul(psize.max(0) as u64);
         return Ok(Some((total as f64 * pct / 100.0) as u64));
     }
@@ -103,10 +110,16 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
     // Everything that can be refused is checked before detaching, so the
     // error reaches the terminal.
     if o.fs != "memfs" {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("unknown --fs {:?} (memfs)", o.fs)));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("unknown --fs {:?} (memfs)", o.fs),
+        ));
     }
     if o.threads == 0 || o.vnodes == 0 {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "--threads and --vnodes must be at least 1"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "--threads and --vnodes must be at least 1",
+        ));
     }
     let size_limit = parse_size(&o.size)?;
     let timeouts = Timeouts {
@@ -115,17 +128,38 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
     };
     let mountpoint = std::path::absolute(&o.mountpoint)?;
     if !mountpoint.is_dir() {
-        return Err(io::Error::new(io::ErrorKind::NotFound, format!("{} is not a directory", mountpoint.display())));
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{} is not a directory", mountpoint.display()),
+        ));
     }
     // Fork first: the vnode layer starts a thread, and a process must be
     // single-threaded when it forks.
-    let mut ready = if o.foreground { Readiness::foreground() } else { daemonize()? };
+    let mut ready = if o.foreground {
+        Readiness::foreground()
+    } else {
+        daemonize()?
+    };
     let signals = BlockedSignals::block()?;
     let layer = VnodeLayer::new(Config::with_limit(o.vnodes));
     // SAFETY: getuid/getgid have no preconditions and cannot fail.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-    let fs = MemFs::new(layer.clone(), MemFsConfig { size_limit, root_mode: 0o755, root_uid: uid, root_gid: gid });
-    let cfg = ServeConfig { mountpoint, threads: o.threads, timeouts, fsname: "uvfs-memfs".into(), control: true };
+    let fs = MemFs::new(
+        layer.clone(),
+        MemFsConfig {
+            size_limit,
+            root_mode: 0o755,
+            root_uid: uid,
+            root_gid: gid,
+        },
+    );
+    let cfg = ServeConfig {
+        mountpoint,
+        threads: o.threads,
+        timeouts,
+        fsname: "uvfs-memfs".into(),
+        control: true,
+    };
     serve(fs, layer, &cfg, signals, &mut ready)
 }
 
@@ -137,9 +171,15 @@ pub fn stat(o: &StatOpts) -> io::Result<()> {
     } else {
         print!("{}", uvfs_fuse::format_stats(&v));
     }
-    let ok = v.pointer("/accounting/ok").and_then(|b| b.as_bool()).unwrap_or(false);
+    let ok = v
+        .pointer("/accounting/ok")
+        .and_then(|b| b.as_bool())
+        .unwrap_or(false);
     if o.check && !ok {
-        return Err(io::Error::other(format!("vnode accounting failed: {}", v["accounting"])));
+        return Err(io::Error::other(format!(
+            "vnode accounting failed: {}",
+            v["accounting"]
+        )));
     }
     Ok(())
 }
