@@ -38,13 +38,14 @@ fn measure<C: Cache>(make: impl FnOnce() -> C, n: usize) -> Option<(f64, f64)> {
         }
         (c, m)
     });
+    let rss = rss_bytes().unwrap_or(0).saturating_sub(rss0);
     assert!(
         c.numvnodes() >= n as u64 * 9 / 10,
         "vnodes were recycled during the measurement"
     );
     drop(m);
     drop(c);
-    bytes.map(|b| b as f64 / n as f64)
+    bytes.map(|b| (b as f64 / n as f64, rss as f64 / n as f64))
 }
 
 pub fn run(o: &MemoryOpts) -> std::io::Result<Report> {
@@ -68,9 +69,9 @@ pub fn run(o: &MemoryOpts) -> std::io::Result<Report> {
                 "the counting allocator is not installed (run through the uvfs binary)",
             ));
         };
-        report
-            .rows
-            .push(row!("impl" => name, "vnodes" => n, "bytes_per_vnode" => per));
+        report.rows.push(
+            row!("impl" => name, "vnodes" => n, "bytes_per_vnode" => per, "rss_per_vnode" => rss),
+        );
     }
     Ok(report)
 }
