@@ -1,0 +1,136 @@
+//! Property tests: random sequences of operations on a small layer, with
+//! the invariants checked after every step against a simple model of who
+//! holds what.
+
+use proptest::prelude::*;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use uvfs_vnode::{Config, FsHooks, HoldRef, NcLookup, VType, Vnode, VnodeLayer, VnodeRef};
+
+#[derive(Default)]
+struct Log {
+    reclaimed: Mutex<Vec<(u32, u64, u32, u32)>>,
+}
+
+impl FsHooks for Log {
+    fn reclaim(&self, vp: &Vnode) {
+        self.reclaimed.lock().unwrap().push((
+            vp.mount_id().0,
+            vp.ino(),
+            vp.use_count(),
+            vp.hold_count(),
+        ));
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Get { m: usize, ino: u64 },
+    Hold { m: usize, ino: u64 },
+    DropUse(usize),
+    DropHold(usize),
+    Prune { m: usize, n: usize },
+    Enter { ino: u64 },
+    Lookup { ino: u64 },
+    Remove { ino: u64 },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0..2usize, 0..40u64).prop_map(|(m, ino)| Op::Get { m, ino }),
+        2 => (0..2usize, 0..40u64).prop_map(|(m, ino)| Op::Hold { m, ino }),
+        3 => (0..8usize).prop_map(Op::DropUse),
+        2 => (0..8usize).prop_map(Op::DropHold),
+        1 => (0..2usize, 0..10usize).prop_map(|(m, n)| Op::Prune { m, n }),
+        2 => (0..40u64).prop_map(|ino| Op::Enter { ino }),
+        2 => (0..40u64).prop_map(|ino| Op::Lookup { ino }),
+        1 => (0..40u64).prop_map(|ino| Op::Remove { ino }),
+    ]
+}
+
+fn init(ino: u64) -> impl FnOnce() -> Result<(VType, Box<dyn std::any::Any + Send + Sync>), i32> {
+    move || Ok((VType::Reg, Box::new(ino)))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn invariants_hold_under_random_operations(ops in prop::collection::vec(op(), 1..120)) {
+        let limit = 8;
+        let cfg = Config { reclaimer: false, namecache_limit: 6, ..Config::with_limit(limit) };
+        let slop = cfg.count_slop();
+        let layer = VnodeLayer::new(cfg);
+        let logs = [Arc::new(Log::default()), Arc::new(Log::default())];
+        let mounts = [layer.mount("a", logs[0].clone()), layer.mount("b", logs[1].clone())];
+        let dir = layer.get(&mounts[0], 1_000, || Ok((VType::Dir, Box::new(0u64)))).unwrap();
+        let mut uses: Vec<VnodeRef> = Vec::new();
+        let mut holds: Vec<HoldRef> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Get { m, ino } => {
+                    let v = layer.get(&mounts[m], ino, init(ino)).unwrap();
+                    prop_assert!(!v.is_doomed());
+                    prop_assert_eq!(v.data::<u64>(), Some(&ino));
+                    uses.push(v);
+                }
+                Op::Hold { m, ino } => {
+                    holds.push(layer.get(&mounts[m], ino, init(ino)).unwrap().hold());
+                }
+                Op::DropUse(i) => { if i < uses.len() { uses.swap_remove(i); } }
+                Op::DropHold(i) => { if i < holds.len() { holds.swap_remove(i); } }
+                Op::Prune { m, n } => {
+                    let before = logs[1 - m].reclaimed.lock().unwrap().len();
+                    let r = layer.prune(&mounts[m], n);
+                    prop_assert!(r.recycled as usize <= n);
+                    prop_assert_eq!(r.attempts, r.recycled, "single-threaded: nothing races");
+                    prop_assert_eq!(logs[1 - m].reclaimed.lock().unwrap().len(), before,
+                        "prune touched another mount");
+                }
+                Op::Enter { ino } => {
+                    let v = layer.get(&mounts[0], ino, init(ino)).unwrap();
+                    layer.namecache().enter(&dir, ino.to_string().as_bytes(), Some(&v));
+                }
+                Op::Lookup { ino } => {
+                    if let NcLookup::Hit(v) = layer.namecache().lookup(&dir, ino.to_string().as_bytes()) {
+                        prop_assert_eq!(v.ino(), ino);
+                        prop_assert!(!v.is_doomed());
+                    }
+                }
+                Op::Remove { ino } => layer.namecache().remove(&dir, ino.to_string().as_bytes()),
+            }
+            // Nothing with a reference was ever reclaimed.
+            for l in &logs {
+                for &(_, ino, u, h) in l.reclaimed.lock().unwrap().iter() {
+                    prop_assert_eq!((u, h), (0, 0), "reclaimed ino {} with references", ino);
+                }
+            }
+            // Every live reference still names a live vnode.
+            for v in &uses { prop_assert!(!v.is_doomed()); }
+            for h in &holds { prop_assert!(!h.vnode().is_doomed()); }
+            // Counts agree with the table and the per-mount sums.
+            let st = layer.stats();
+            prop_assert_eq!(st.numvnodes as usize, layer.table_len());
+            prop_assert_eq!(st.numvnodes as usize, mounts[0].vnode_count() + mounts[1].vnode_count());
+            prop_assert_eq!(st.freevnodes as usize, mounts[0].free_count() + mounts[1].free_count());
+            // The count exceeds limit + slop only by referenced vnodes.
+            let referenced: HashSet<(u32, u64)> = uses.iter().map(|v| (v.mount_id().0, v.ino()))
+                .chain(holds.iter().map(|h| (h.vnode().mount_id().0, h.vnode().ino())))
+                .collect();
+            prop_assert!((st.numvnodes as usize) <= limit + slop + referenced.len() + 1);
+        }
+        // Unmount frees everything once references are gone.
+        drop(uses);
+        drop(holds);
+        drop(dir);
+        let mut freed: HashMap<usize, usize> = HashMap::new();
+        for (i, m) in mounts.iter().enumerate() {
+            layer.unmount(m, false).unwrap();
+            freed.insert(i, m.vnode_count());
+        }
+        prop_assert_eq!(layer.table_len(), 0);
+        prop_assert_eq!(layer.stats().numvnodes, 0);
+        prop_assert!(layer.namecache().is_empty());
+        prop_assert!(freed.values().all(|&n| n == 0));
+    }
+}
