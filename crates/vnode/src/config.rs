@@ -38,7 +38,7 @@ impl Config {
             limit,
             namecache_limit: limit.saturating_mul(2),
             reclaimer: true,
-            freelist_shards: scale(4, 64),
+            freelist_shards: scale(4, 16),
             table_shards: scale(64, 1024),
             namecache_shards: scale(32, 512),
         }

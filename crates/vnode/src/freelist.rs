@@ -9,8 +9,9 @@
 //! a vnode leaves its list the moment it gains a reference, so a prune pops
 //! exactly the vnodes it can free, in least-recently-freed order.
 //!
-//! Each mount's list is split into shards by inode hash, each with its own
-//! lock, so threads freeing and reusing different vnodes rarely meet. Within
+//! Each mount's list is split into shards by inode number (runs of
+//! neighbouring numbers per shard, as the vnode table does), each with its
+//! own lock, so threads freeing and reusing different vnodes rarely meet. Within
 //! a shard order is exact LRU (by the time the vnode became free); across
 //! shards reclaim goes round-robin, which over uniformly hashed shards
 //! approximates global LRU.
@@ -30,9 +31,8 @@
 //! The list is an index-linked arena (no unsafe): `Vnode::slot` holds the
 //! node index, read and written only under this shard's lock.
 
-use crate::counter::Rotor;
 use crate::refs::COUNTS;
-use crate::sync::{Arc, Mutex, Ordering};
+use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
 use crate::vnode::Vnode;
 use crossbeam_utils::CachePadded;
 
@@ -42,8 +42,13 @@ pub(crate) const NO_SLOT: u32 = u32::MAX;
 struct Node {
     prev: u32,
     next: u32,
+    /// When the vnode became free ([`crate::clock::stamp`]).
+    stamp: u64,
     vp: Option<Arc<Vnode>>,
 }
+
+/// `ShardCell::head_stamp` of an empty shard.
+const EMPTY: u64 = u64::MAX;
 
 #[derive(Default)]
 struct Shard {
@@ -55,10 +60,15 @@ struct Shard {
 }
 
 impl Shard {
+    fn head_stamp(&self) -> u64 {
+        self.head.map_or(EMPTY, |h| self.nodes[h as usize].stamp)
+    }
+
     fn push_tail(&mut self, vp: Arc<Vnode>) -> u32 {
         let node = Node {
             prev: self.tail.unwrap_or(NO_SLOT),
             next: NO_SLOT,
+            stamp: crate::clock::stamp(),
             vp: Some(vp),
         };
         let idx = match self.spare.pop() {
@@ -120,10 +130,56 @@ pub(crate) struct ClaimReport {
     pub raced: u64,
 }
 
+/// One shard: its list, and the age of its head readable without the lock
+/// (written only under it), so a reclaimer can find the oldest head among
+/// the shards by reading one word of each.
+struct ShardCell {
+    head_stamp: AtomicU64,
+    list: Mutex<Shard>,
+}
+
+impl ShardCell {
+    fn lock(&self) -> ShardGuard<'_> {
+        ShardGuard {
+            g: self.list.lock(),
+            head_stamp: &self.head_stamp,
+        }
+    }
+}
+
+/// The shard's lock; on unlock it republishes the head's stamp.
+struct ShardGuard<'a> {
+    g: crate::sync::MutexGuard<'a, Shard>,
+    head_stamp: &'a AtomicU64,
+}
+
+impl std::ops::Deref for ShardGuard<'_> {
+    type Target = Shard;
+    fn deref(&self) -> &Shard {
+        &self.g
+    }
+}
+
+impl std::ops::DerefMut for ShardGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Shard {
+        &mut self.g
+    }
+}
+
+impl Drop for ShardGuard<'_> {
+    fn drop(&mut self) {
+        let h = self.g.head_stamp();
+        // Relaxed: a hint for choosing a shard; the choice is re-validated
+        // under that shard's lock.
+        if self.head_stamp.load(Ordering::Relaxed) != h {
+            self.head_stamp.store(h, Ordering::Relaxed);
+        }
+    }
+}
+
 /// The free vnodes of one mount.
 pub(crate) struct FreeList {
-    shards: Box<[CachePadded<Mutex<Shard>>]>,
-    rotor: Rotor,
+    shards: Box<[CachePadded<ShardCell>]>,
 }
 
 impl FreeList {
@@ -131,15 +187,19 @@ impl FreeList {
         let n = shards.max(1).next_power_of_two();
         FreeList {
             shards: (0..n)
-                .map(|_| CachePadded::new(Mutex::new(Shard::default())))
+                .map(|_| {
+                    CachePadded::new(ShardCell {
+                        head_stamp: AtomicU64::new(EMPTY),
+                        list: Mutex::new(Shard::default()),
+                    })
+                })
                 .collect(),
-            rotor: Rotor::default(),
         }
     }
 
     #[inline]
-    fn shard_of(&self, vp: &Vnode) -> &Mutex<Shard> {
-        &self.shards[crate::table::mix(vp.ino()) as usize & (self.shards.len() - 1)]
+    fn shard_of(&self, vp: &Vnode) -> &ShardCell {
+        &self.shards[crate::table::shard_index(vp.mount_id(), vp.ino(), self.shards.len())]
     }
 
     /// After a free transition: put `vp` at the tail if it is (still) free.
@@ -173,23 +233,39 @@ impl FreeList {
         removed.is_some()
     }
 
-    /// Claims up to `max` vnodes from the head of one shard (round-robin
-    /// from `start`), dooming each. Claimed vnodes are unreachable for new
-    /// references and ready to be torn down outside any lock.
+    /// Claims up to `max` vnodes, oldest first across all shards (each
+    /// shard is LRU; we merge their heads by age), dooming each. Claimed
+    /// vnodes are unreachable for new references and ready to be torn down
+    /// outside any lock.
     pub(crate) fn claim(&self, max: usize, out: &mut Vec<Arc<Vnode>>, rep: &mut ClaimReport) {
-        let n = self.shards.len();
-        let start = self.rotor.next(n);
         let mut want = max;
-        for k in 0..n {
-            if want == 0 {
-                break;
+        while want > 0 {
+            // The oldest head, and the next oldest to merge against.
+            let (mut best, mut best_t, mut second_t) = (usize::MAX, EMPTY, EMPTY);
+            for (i, c) in self.shards.iter().enumerate() {
+                let t = c.head_stamp.load(Ordering::Relaxed);
+                if t < best_t {
+                    second_t = best_t;
+                    best_t = t;
+                    best = i;
+                } else if t < second_t {
+                    second_t = t;
+                }
             }
-            let shard = &self.shards[(start + k) & (n - 1)];
-            let mut s = shard.lock();
+            if best == usize::MAX {
+                return;
+            }
+            let mut s = self.shards[best].lock();
+            let mut popped = 0;
             while want > 0 {
                 let Some(head) = s.head else { break };
+                // Past the first, only while older than every other head.
+                if popped > 0 && s.nodes[head as usize].stamp > second_t {
+                    break;
+                }
                 let vp = s.unlink(head);
                 vp.slot.store(NO_SLOT, Ordering::Relaxed);
+                popped += 1;
                 rep.attempts += 1;
                 if vp.refs.try_doom_free() {
                     out.push(vp);
@@ -205,6 +281,6 @@ impl FreeList {
 
     /// How many vnodes are on the lists (exact; locks every shard).
     pub(crate) fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().len).sum()
+        self.shards.iter().map(|s| s.list.lock().len).sum()
     }
 }

@@ -26,6 +26,7 @@
 //! `namecache` · `counter` · `stats` · `config` · `mount` · `sync` (std or
 //! loom primitives).
 
+mod clock;
 mod config;
 mod counter;
 mod error;

@@ -515,3 +515,33 @@ fn stress_tiny_limit_lookups_prunes_and_namecache() {
     assert_eq!(layer.stats().numvnodes, 0);
     assert_eq!(layer.stats().freevnodes, 0);
 }
+
+#[test]
+fn recycling_follows_release_order_across_shards() {
+    let layer = VnodeLayer::new(cfg(10_000));
+    let rec = Arc::new(Recorder::default());
+    let m = layer.mount("t", rec.clone());
+    let refs: Vec<_> = (0..300u64)
+        .map(|i| layer.get(&m, i, file(i)).unwrap())
+        .collect();
+    // Release in a scrambled order spanning every shard.
+    let mut order: Vec<u64> = (0..300).collect();
+    let mut x = 12345u64;
+    for i in (1..order.len()).rev() {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        order.swap(i, (x >> 33) as usize % (i + 1));
+    }
+    let mut refs: Vec<Option<VnodeRef>> = refs.into_iter().map(Some).collect();
+    for &i in &order {
+        refs[i as usize] = None;
+    }
+    assert_eq!(layer.prune(&m, 100).recycled, 100);
+    assert_eq!(layer.prune(&m, 1000).recycled, 200);
+    assert_eq!(
+        *rec.reclaimed.lock().unwrap(),
+        order,
+        "least recently released first"
+    );
+}
