@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Install everything uvfs needs to build, lint and run its conformance tests.
+#
+# Idempotent and fast when everything is already present: every step checks
+# first and only installs what is missing.  Safe to run directly or to source
+# (it only defines/exports PATH additions; errors are handled in a subshell-free
+# way compatible with `set -euo pipefail` callers).
+#
+#   Debian:  fuse3 libfuse3-dev libacl1-dev stress-ng pkg-config
+#   rustup:  rustfmt, clippy (stable)
+#   cargo:   pjdfstest 0.2.x, fsx 0.3.x   (cargo install --locked)
+#
+# Env:
+#   UVFS_SKIP_CARGO_TOOLS=1   don't install pjdfstest/fsx
+#   PJDFSTEST_VERSION, FSX_VERSION   version requirements (default ^0.2, ^0.3)
+
+_uvfs_install_deps() {
+    local start=$SECONDS
+    local sudo=""
+    if [ "$(id -u)" -ne 0 ]; then
+        sudo="sudo"
+    fi
+
+    # cargo-installed binaries live here; make sure they are on PATH.
+    local cargo_bin="${CARGO_HOME:-$HOME/.cargo}/bin"
+    case ":$PATH:" in
+        *":$cargo_bin:"*) ;;
+        *) export PATH="$cargo_bin:$PATH" ;;
+    esac
+
+    # ---- Debian packages -------------------------------------------------
+    local pkgs=(fuse3 libfuse3-dev libacl1-dev stress-ng pkg-config)
+    local missing=() p
+    for p in "${pkgs[@]}"; do
+        if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
+            missing+=("$p")
+        fi
+    done
+    if [ "${#missing[@]}" -gt 0 ]; then
+        echo "install-deps: apt-get installing: ${missing[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        $sudo apt-get update -qq
+        $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    else
+        echo "install-deps: Debian packages present"
+    fi
+
+    # ---- rustup components ----------------------------------------------
+    if command -v rustup >/dev/null 2>&1; then
+        local comps=() c installed
+        installed="$(rustup component list --installed --toolchain stable 2>/dev/null || true)"
+        for c in rustfmt clippy; do
+            if ! grep -q "^$c" <<<"$installed"; then
+                comps+=("$c")
+            fi
+        done
+        if [ "${#comps[@]}" -gt 0 ]; then
+            echo "install-deps: rustup component add ${comps[*]}"
+            rustup component add --toolchain stable "${comps[@]}"
+        else
+            echo "install-deps: rustfmt, clippy present"
+        fi
+    else
+        echo "install-deps: WARNING: rustup not found; assuming rustfmt/clippy are available" >&2
+    fi
+
+    # ---- cargo-installed test tools --------------------------------------
+    if [ "${UVFS_SKIP_CARGO_TOOLS:-0}" != 1 ]; then
+        local t0
+        if ! command -v pjdfstest >/dev/null 2>&1; then
+            echo "install-deps: cargo install --locked pjdfstest"
+            t0=$SECONDS
+            cargo install --locked --quiet pjdfstest --version "${PJDFSTEST_VERSION:-^0.2}"
+            echo "install-deps: pjdfstest installed in $((SECONDS - t0))s"
+        fi
+        if ! command -v fsx >/dev/null 2>&1; then
+            echo "install-deps: cargo install --locked fsx"
+            t0=$SECONDS
+            cargo install --locked --quiet fsx --version "${FSX_VERSION:-^0.3}"
+            echo "install-deps: fsx installed in $((SECONDS - t0))s"
+        fi
+        echo "install-deps: pjdfstest=$(command -v pjdfstest) fsx=$(command -v fsx)"
+    fi
+
+    echo "install-deps: done in $((SECONDS - start))s"
+}
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+    # Executed, not sourced.
+    set -euo pipefail
+    _uvfs_install_deps
+else
+    # Sourced: run it, keep PATH changes in the caller.
+    _uvfs_install_deps
+fi
