@@ -8,6 +8,7 @@ pub mod cputime;
 pub mod freebsd;
 pub mod memory;
 pub mod prune;
+pub mod readseek;
 pub mod report;
 pub mod statstorm;
 pub mod synth;

@@ -45,6 +45,9 @@ enum Workload {
     Prune(uvfs_bench::prune::PruneOpts),
     /// Heap bytes per cached vnode, measured with a counting allocator.
     Memory(uvfs_bench::memory::MemoryOpts),
+    /// Seed 002: will-it-scale readseek3, disjoint page reads under a range
+    /// lock (none, rwlock, mutex-list, uvfs); --writers, --truncate-every.
+    Readseek(uvfs_bench::readseek::ReadseekOpts),
 }
 
 /// Prints a report, its target ratios, and writes JSON/SVG where asked.
@@ -107,6 +110,13 @@ fn main() -> ExitCode {
                 &o.common,
                 uvfs_bench::memory::summary,
                 uvfs_bench::memory::chart,
+            ),
+            Workload::Readseek(o) => finish(
+                uvfs_bench::readseek::run(&o),
+                uvfs_bench::readseek::COLUMNS,
+                &o.common,
+                uvfs_bench::readseek::summary,
+                uvfs_bench::readseek::chart,
             ),
         },
     };

@@ -21,8 +21,7 @@ use std::any::Any;
 use std::fmt;
 use std::ops::Deref;
 use std::sync::OnceLock;
-/// TEMPORARY until uvfs-rangelock lands.
-pub type RangeLock = parking_lot::RwLock<()>;
+use uvfs_rangelock::RangeLock;
 
 /// Construction states (`Vnode::state & STATE_MASK`).
 pub(crate) const CONSTRUCTING: u8 = 0;
@@ -93,7 +92,7 @@ impl Vnode {
     /// This vnode's byte-range lock, created on first use so idle vnodes do
     /// not pay for it.
     pub fn rangelock(&self) -> &RangeLock {
-        self.rangelock.get_or_init(|| Box::new(RangeLock::new(())))
+        self.rangelock.get_or_init(|| Box::new(RangeLock::new()))
     }
 
     /// Whether a range lock was ever created (for memory accounting tests).

@@ -1,0 +1,92 @@
+//! RAII guards: dropping one releases its range.
+
+use crate::lock::RangeLock;
+use crate::range::ByteRange;
+use crate::slot::Slot;
+
+/// How a read guard holds its range.
+pub(crate) enum ReadHold<'a> {
+    /// An empty range: holds nothing.
+    Empty,
+    /// Counted in a reader slot (the fast path).
+    Fast(&'a Slot),
+    /// Granted on the queue, under this id.
+    Slow(u64),
+}
+
+/// A shared lock on a byte range; released on drop.
+#[must_use = "the range is unlocked as soon as the guard is dropped"]
+pub struct ReadGuard<'a> {
+    lock: &'a RangeLock,
+    hold: ReadHold<'a>,
+}
+
+impl<'a> ReadGuard<'a> {
+    #[inline]
+    pub(crate) fn new(lock: &'a RangeLock, hold: ReadHold<'a>) -> Self {
+        ReadGuard { lock, hold }
+    }
+
+    /// True when the range was taken on the fast path (diagnostics).
+    pub fn is_fast(&self) -> bool {
+        matches!(self.hold, ReadHold::Fast(_))
+    }
+}
+
+impl Drop for ReadGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        match self.hold {
+            ReadHold::Empty => {}
+            ReadHold::Fast(slot) => {
+                if slot.leave() {
+                    self.lock.wake_drainers(slot);
+                }
+            }
+            ReadHold::Slow(id) => self.lock.release_slow(id),
+        }
+    }
+}
+
+/// An exclusive lock on a byte range; released on drop.
+#[must_use = "the range is unlocked as soon as the guard is dropped"]
+pub struct WriteGuard<'a> {
+    lock: &'a RangeLock,
+    range: ByteRange,
+    /// The queue id; `None` for an empty range.
+    id: Option<u64>,
+}
+
+impl<'a> WriteGuard<'a> {
+    pub(crate) fn new(lock: &'a RangeLock, range: ByteRange, id: Option<u64>) -> Self {
+        WriteGuard { lock, range, id }
+    }
+
+    pub fn range(&self) -> ByteRange {
+        self.range
+    }
+}
+
+impl Drop for WriteGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id {
+            self.lock.release_write(&self.range, id);
+        }
+    }
+}
+
+impl std::fmt::Debug for ReadGuard<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadGuard")
+            .field("fast", &self.is_fast())
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for WriteGuard<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteGuard")
+            .field("range", &self.range)
+            .finish()
+    }
+}

@@ -1,0 +1,429 @@
+//! [`RangeLock`]: the slot fast path for readers, the queue for the rest.
+//!
+//! See the crate docs for the design; this file holds the acquisition and
+//! release paths. Each has an `#[inline]` fast part and a `#[cold]` twin.
+
+use crate::guard::{ReadGuard, ReadHold, WriteGuard};
+use crate::parker::{notify_all, CancelToken, Parker, Wait};
+use crate::queue::{Mode, Queue};
+use crate::range::ByteRange;
+use crate::slot::{Blocking, Slot, Slots};
+use crate::sync::{lock, AtomicPtr, Mutex, Ordering::*, Spin};
+use crossbeam_utils::CachePadded;
+use std::time::Instant;
+
+/// A byte-range reader/writer lock for one file.
+///
+/// Reads take shared ranges, writes and truncates exclusive ones; ranges are
+/// half-open, so adjacent ranges never conflict (see [`ByteRange`]).
+///
+/// `RangeLock::new()` allocates nothing; the reader slot table (about
+/// 2.5 KiB) is allocated the first time a reader comes, so a file that is
+/// never read concurrently pays `size_of::<RangeLock>()` bytes only.
+///
+/// # Fairness
+///
+/// Conflicting requests are served first come, first served: a request
+/// waits for every granted range it conflicts with and for every *earlier
+/// waiting* request it conflicts with. A stream of new readers therefore
+/// cannot starve a waiting writer on their range, nor writers a reader.
+///
+/// Fast-path readers (a range within one page, or within 32 pages) do not
+/// queue; they may start while a writer *waits* for the queue, but the
+/// writer never waits for them to get its turn: once granted, it closes the
+/// slots it covers to newcomers (who then queue behind it) and waits only
+/// for the fast readers already inside. The only way to wait forever is a
+/// real cycle, e.g. a thread that holds `[0,10)` for reading and then asks
+/// for an overlapping write, or asks to read again an overlapping range
+/// while a writer waits for the first (as with `std::sync::RwLock`).
+pub struct RangeLock {
+    /// Null until the first reader; then a `Box<Slots>` owned by the lock,
+    /// freed in `Drop`, never replaced. It only appears while no writer is
+    /// granted (checked under `queue`), so a granted writer sees the same
+    /// value from its grant to its release.
+    slots: AtomicPtr<Slots>,
+    /// On its own cache line: writers write the mutex and the queue on
+    /// every lock and unlock, and readers load `slots` on every read. Sharing
+    /// one line cost readers half their throughput next to one writer.
+    queue: CachePadded<Mutex<Queue>>,
+}
+
+// A static check of the claim in the docs: the lock itself stays small.
+#[cfg(not(loom))]
+const _: () = assert!(std::mem::size_of::<RangeLock>() <= 256);
+
+impl Default for RangeLock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What a snapshot shows of one holder or waiter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Holder {
+    pub range: ByteRange,
+    pub mode: Mode,
+    /// How many identical holders this stands for (fast readers share).
+    pub count: usize,
+}
+
+/// A diagnostic view of a lock. Not atomic: fast readers are read from the
+/// slots without the mutex, so take it while the lock is quiet (tests).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub granted: Vec<Holder>,
+    pub waiting: Vec<Holder>,
+    /// Writers asleep until a slot's readers leave.
+    pub draining: usize,
+    /// Whether the reader slot table has been allocated.
+    pub slots_allocated: bool,
+}
+
+impl RangeLock {
+    /// A new, unlocked lock. Allocates nothing.
+    #[cfg(not(loom))]
+    pub const fn new() -> Self {
+        RangeLock {
+            slots: AtomicPtr::new(std::ptr::null_mut()),
+            queue: CachePadded::new(Mutex::new(Queue::new())),
+        }
+    }
+
+    #[cfg(loom)]
+    pub fn new() -> Self {
+        RangeLock {
+            slots: AtomicPtr::new(std::ptr::null_mut()),
+            queue: CachePadded::new(Mutex::new(Queue::new())),
+        }
+    }
+
+    /// Locks `range` for reading, blocking while a conflicting range is held
+    /// or an earlier conflicting request waits.
+    #[inline]
+    pub fn read(&self, range: impl Into<ByteRange>) -> ReadGuard<'_> {
+        self.acquire_read(range.into(), Wait::Forever)
+            .expect("an unbounded wait cannot give up")
+    }
+
+    /// Locks `range` for reading if that is possible without waiting.
+    #[inline]
+    pub fn try_read(&self, range: impl Into<ByteRange>) -> Option<ReadGuard<'_>> {
+        self.acquire_read(range.into(), Wait::Never)
+    }
+
+    /// Like [`read`](Self::read), giving up (and leaving no trace) at
+    /// `deadline`.
+    pub fn read_until(
+        &self,
+        range: impl Into<ByteRange>,
+        deadline: Instant,
+    ) -> Option<ReadGuard<'_>> {
+        self.acquire_read(range.into(), Wait::Until(deadline))
+    }
+
+    /// Like [`read`](Self::read), giving up (and leaving no trace) once
+    /// `cancel` is cancelled.
+    pub fn read_cancellable(
+        &self,
+        range: impl Into<ByteRange>,
+        cancel: &CancelToken,
+    ) -> Option<ReadGuard<'_>> {
+        self.acquire_read(range.into(), Wait::Cancel(cancel))
+    }
+
+    /// Locks `range` for writing (or truncating), blocking while any
+    /// overlapping range is held or an earlier overlapping request waits.
+    #[inline]
+    pub fn write(&self, range: impl Into<ByteRange>) -> WriteGuard<'_> {
+        self.acquire_write(range.into(), Wait::Forever)
+            .expect("an unbounded wait cannot give up")
+    }
+
+    /// Locks `range` for writing if that is possible without waiting.
+    pub fn try_write(&self, range: impl Into<ByteRange>) -> Option<WriteGuard<'_>> {
+        self.acquire_write(range.into(), Wait::Never)
+    }
+
+    /// Like [`write`](Self::write), giving up (and leaving no trace) at
+    /// `deadline`.
+    pub fn write_until(
+        &self,
+        range: impl Into<ByteRange>,
+        deadline: Instant,
+    ) -> Option<WriteGuard<'_>> {
+        self.acquire_write(range.into(), Wait::Until(deadline))
+    }
+
+    /// Like [`write`](Self::write), giving up (and leaving no trace) once
+    /// `cancel` is cancelled.
+    pub fn write_cancellable(
+        &self,
+        range: impl Into<ByteRange>,
+        cancel: &CancelToken,
+    ) -> Option<WriteGuard<'_>> {
+        self.acquire_write(range.into(), Wait::Cancel(cancel))
+    }
+
+    /// The slot table, if a reader has allocated it.
+    #[inline]
+    fn slots(&self) -> Option<&Slots> {
+        // Acquire: pairs with the Release in `alloc_slots`.
+        let p = self.slots.load(Acquire);
+        // SAFETY:
+        // - `p` is null or came from `Box::into_raw` in `alloc_slots`;
+        // - it is never replaced or freed before `Drop`, which has `&mut
+        //   self`, so the table outlives this `&self` borrow;
+        // - `Slots` is only used through shared references (atomics).
+        unsafe { p.as_ref() }
+    }
+
+    // ---- readers --------------------------------------------------------
+
+    #[inline]
+    fn acquire_read(&self, r: ByteRange, wait: Wait<'_>) -> Option<ReadGuard<'_>> {
+        if r.is_empty() {
+            return Some(ReadGuard::new(self, ReadHold::Empty));
+        }
+        if let Some(slot) = self.slots().and_then(|s| s.for_reader(&r)) {
+            if slot.try_enter(&r) {
+                return Some(ReadGuard::new(self, ReadHold::Fast(slot)));
+            }
+        }
+        self.acquire_read_slow(r, wait)
+    }
+
+    #[cold]
+    fn acquire_read_slow(&self, r: ByteRange, wait: Wait<'_>) -> Option<ReadGuard<'_>> {
+        let mut q = lock(&self.queue);
+        if self.slots().is_none() && !q.has_granted_writer() {
+            // First reader: create the table while no writer holds a range
+            // (a granted writer decided under this mutex not to mark any
+            // slot), then retry the fast path.
+            self.alloc_slots();
+            drop(q);
+            if let Some(slot) = self.slots().and_then(|s| s.for_reader(&r)) {
+                if slot.try_enter(&r) {
+                    return Some(ReadGuard::new(self, ReadHold::Fast(slot)));
+                }
+            }
+            q = lock(&self.queue);
+        }
+        if let Some(id) = q.try_grant(r, Mode::Shared) {
+            return Some(ReadGuard::new(self, ReadHold::Slow(id)));
+        }
+        if let Wait::Never = wait {
+            return None;
+        }
+        let parker = Parker::new();
+        let id = q.enqueue(r, Mode::Shared, parker.clone());
+        drop(q);
+        self.wait_granted(id, &parker, wait)
+            .then(|| ReadGuard::new(self, ReadHold::Slow(id)))
+    }
+
+    fn alloc_slots(&self) {
+        let table = Box::into_raw(Box::new(Slots::new()));
+        // Release: pairs with the Acquire in `slots()`. Only called under
+        // the queue mutex, so no other thread races to install one.
+        self.slots.store(table, Release);
+    }
+
+    /// Fast reader release, slow part: wake the writers sleeping on `slot`.
+    #[cold]
+    pub(crate) fn wake_drainers(&self, slot: &Slot) {
+        let mut wake = Vec::new();
+        {
+            let mut q = lock(&self.queue);
+            // DRAIN is set and cleared only under this mutex, with the
+            // sleepers' registration: clearing it here and waking every
+            // sleeper on the slot cannot strand one. A sleeper that
+            // registered after the count rose again is woken early; it looks
+            // again and sleeps again.
+            slot.clear_drain();
+            q.take_drainers(slot.key(), &mut wake);
+        }
+        notify_all(wake);
+    }
+
+    #[cold]
+    pub(crate) fn release_slow(&self, id: u64) {
+        let mut wake = Vec::new();
+        lock(&self.queue).release(id, &mut wake);
+        notify_all(wake);
+    }
+
+    // ---- writers --------------------------------------------------------
+
+    /// Writer release: reopen the slots, then leave the queue.
+    pub(crate) fn release_write(&self, w: &ByteRange, id: u64) {
+        if let Some(slots) = self.slots() {
+            slots.for_writer(w, Slot::unmark);
+        }
+        self.release_slow(id);
+    }
+
+    fn acquire_write(&self, w: ByteRange, wait: Wait<'_>) -> Option<WriteGuard<'_>> {
+        if w.is_empty() {
+            return Some(WriteGuard::new(self, w, None));
+        }
+        let mut q = lock(&self.queue);
+        let id = match q.try_grant(w, Mode::Exclusive) {
+            Some(id) => {
+                drop(q);
+                id
+            }
+            None => {
+                if let Wait::Never = wait {
+                    return None;
+                }
+                let parker = Parker::new();
+                let id = q.enqueue(w, Mode::Exclusive, parker.clone());
+                drop(q);
+                if !self.wait_granted(id, &parker, wait) {
+                    return None;
+                }
+                id
+            }
+        };
+        // We are granted: `slots` cannot appear until we release (see the
+        // field doc), so what we see now holds for the whole tenure.
+        if let Some(slots) = self.slots() {
+            slots.for_writer(&w, Slot::mark);
+            if !self.drain(slots, &w, wait) {
+                self.release_write(&w, id);
+                return None;
+            }
+        }
+        Some(WriteGuard::new(self, w, Some(id)))
+    }
+
+    /// Waits for the fast readers overlapping `w` that were inside when we
+    /// marked their slots. Returns false if the wait was abandoned.
+    fn drain(&self, slots: &Slots, w: &ByteRange, wait: Wait<'_>) -> bool {
+        let mut ok = true;
+        slots.for_writer(w, |slot| {
+            if ok {
+                ok = self.drain_slot(slot, w, wait);
+            }
+        });
+        ok
+    }
+
+    fn drain_slot(&self, slot: &Slot, w: &ByteRange, wait: Wait<'_>) -> bool {
+        let spin = Spin::new();
+        loop {
+            match slot.blocking(w) {
+                Blocking::Clear => return true,
+                // A reader is between its claim and its count: it is about
+                // to finish, so spin (yield) rather than sleep.
+                Blocking::Busy => {
+                    spin.snooze();
+                    continue;
+                }
+                Blocking::Overlap => {}
+            }
+            if let Wait::Never = wait {
+                return false;
+            }
+            if !spin.snooze() {
+                continue;
+            }
+            // Sleep until the last reader leaves. Registering and setting
+            // DRAIN under the mutex: the last reader's `leave` sees DRAIN
+            // and wakes us in `wake_drainers`, under the same mutex.
+            let parker = Parker::new();
+            {
+                let mut q = lock(&self.queue);
+                if !slot.set_drain() {
+                    continue; // they left meanwhile: look again
+                }
+                q.add_drainer(slot.key(), parker.clone());
+            }
+            if !wait.sleep(&parker) {
+                let mut q = lock(&self.queue);
+                if parker.is_notified() {
+                    continue; // woken as we gave up: take the wakeup
+                }
+                if !q.remove_drainer(&parker, slot.key()) {
+                    slot.clear_drain(); // leave no trace
+                }
+                return false;
+            }
+        }
+    }
+
+    /// Sleeps until request `id` is granted; on abandon, withdraws it (no
+    /// trace left) unless it was granted meanwhile. True when granted.
+    fn wait_granted(&self, id: u64, parker: &Parker, wait: Wait<'_>) -> bool {
+        if wait.sleep(parker) {
+            return true;
+        }
+        let mut wake = Vec::new();
+        let withdrawn = lock(&self.queue).abandon(id, &mut wake);
+        notify_all(wake);
+        // Not withdrawn: the grant won the race, we hold the range.
+        !withdrawn
+    }
+
+    /// Everything the lock holds and awaits, for diagnostics and tests.
+    pub fn snapshot(&self) -> Snapshot {
+        let q = lock(&self.queue);
+        let mut snap = Snapshot {
+            granted: q
+                .granted()
+                .map(|(range, mode)| Holder {
+                    range,
+                    mode,
+                    count: 1,
+                })
+                .collect(),
+            waiting: q
+                .waiting()
+                .map(|(range, mode)| Holder {
+                    range,
+                    mode,
+                    count: 1,
+                })
+                .collect(),
+            draining: q.drainers(),
+            slots_allocated: false,
+        };
+        if let Some(slots) = self.slots() {
+            snap.slots_allocated = true;
+            for (range, count) in slots.all().filter_map(Slot::holders) {
+                snap.granted.push(Holder {
+                    range,
+                    mode: Mode::Shared,
+                    count,
+                });
+            }
+        }
+        snap
+    }
+
+    /// True when nothing is held, awaited or asleep.
+    pub fn is_idle(&self) -> bool {
+        let s = self.snapshot();
+        s.granted.is_empty() && s.waiting.is_empty() && s.draining == 0
+    }
+}
+
+impl Drop for RangeLock {
+    fn drop(&mut self) {
+        let p = self.slots.load(Acquire);
+        if !p.is_null() {
+            // SAFETY:
+            // - `p` came from `Box::into_raw` in `alloc_slots` and was
+            //   installed once;
+            // - `&mut self` proves no guard (they borrow the lock) and no
+            //   other thread still uses the table.
+            drop(unsafe { Box::from_raw(p) });
+        }
+    }
+}
+
+impl std::fmt::Debug for RangeLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RangeLock").finish_non_exhaustive()
+    }
+}
