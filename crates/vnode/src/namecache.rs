@@ -12,9 +12,11 @@
 //!
 //! # Bounds
 //!
-//! At most `Config::namecache_limit` entries, split evenly over shards; each
-//! shard evicts its least recently used entry (hits move an entry to the
-//! back) when full.
+//! At most `Config::namecache_limit` entries (plus the distributed
+//! counter's slop). Each shard is an LRU list (hits move an entry to the
+//! back and restamp it); over the bound, an insert evicts the older of two
+//! heads, its own shard's and a rotating other's, which approximates a
+//! global LRU without a global list.
 //!
 //! # Links
 //!
@@ -24,10 +26,11 @@
 //! are dropped and `Arc`s released only after every lock is let go, because
 //! dropping a hold can put a directory on its free list (another lock).
 
+use crate::counter::{DistCounter, Rotor};
 use crate::ids::MountId;
 use crate::refs::{Acquired, HOLD_ONE, USE_ONE};
 use crate::shared::Shared;
-use crate::sync::{Arc, Mutex};
+use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
 use crate::table::MixBuild;
 use crate::vnode::{Vnode, VnodeRef};
 use crossbeam_utils::CachePadded;
@@ -101,9 +104,68 @@ impl NcLinks {
 struct NcEntry {
     dir: Arc<Vnode>,
     target: Option<Arc<Vnode>>,
+    /// Last entered or hit ([`crate::clock::stamp`]): orders eviction
+    /// across shards.
+    stamp: u64,
 }
 
 type Shard = LinkedHashMap<NcKey, NcEntry, MixBuild>;
+
+/// `ShardCell::head_stamp` of an empty shard.
+const EMPTY: u64 = u64::MAX;
+
+/// One shard, and the age of its least recently used entry readable
+/// without its lock (written only under it) so eviction can pick the older
+/// of two shards' heads.
+struct ShardCell {
+    head_stamp: AtomicU64,
+    map: Mutex<Shard>,
+}
+
+impl ShardCell {
+    fn lock(&self) -> ShardGuard<'_> {
+        ShardGuard {
+            g: self.map.lock(),
+            head_stamp: &self.head_stamp,
+        }
+    }
+}
+
+/// The shard's lock; on unlock it republishes the head's age.
+struct ShardGuard<'a> {
+    g: crate::sync::MutexGuard<'a, Shard>,
+    head_stamp: &'a AtomicU64,
+}
+
+impl ShardGuard<'_> {
+    fn head(&self) -> u64 {
+        self.g.front().map_or(EMPTY, |(_, e)| e.stamp)
+    }
+}
+
+impl std::ops::Deref for ShardGuard<'_> {
+    type Target = Shard;
+    fn deref(&self) -> &Shard {
+        &self.g
+    }
+}
+
+impl std::ops::DerefMut for ShardGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Shard {
+        &mut self.g
+    }
+}
+
+impl Drop for ShardGuard<'_> {
+    fn drop(&mut self) {
+        let h = self.head();
+        // Relaxed: a hint for picking an eviction victim, re-read under the
+        // victim's lock.
+        if self.head_stamp.load(Ordering::Relaxed) != h {
+            self.head_stamp.store(h, Ordering::Relaxed);
+        }
+    }
+}
 
 /// What a name-cache lookup found.
 #[derive(Debug)]
@@ -134,8 +196,11 @@ impl Deferred {
 
 /// The name cache of one vnode layer.
 pub struct NameCache {
-    shards: Box<[CachePadded<Mutex<Shard>>]>,
-    per_shard: usize,
+    shards: Box<[CachePadded<ShardCell>]>,
+    limit: usize,
+    /// Entries, distributed: enter and remove write only their own cell.
+    entries: DistCounter,
+    rotor: Rotor,
     build: MixBuild,
     shared: Arc<Shared>,
 }
@@ -143,23 +208,39 @@ pub struct NameCache {
 impl NameCache {
     pub(crate) fn new(shared: Arc<Shared>) -> Self {
         let n = shared.cfg.namecache_shards.max(1).next_power_of_two();
-        let per_shard = shared.cfg.namecache_limit.div_ceil(n).max(1);
+        let limit = shared.cfg.namecache_limit.max(1);
         NameCache {
             shards: (0..n)
-                .map(|_| CachePadded::new(Mutex::new(Shard::with_hasher(MixBuild::default()))))
+                .map(|_| {
+                    CachePadded::new(ShardCell {
+                        head_stamp: AtomicU64::new(EMPTY),
+                        map: Mutex::new(Shard::with_hasher(MixBuild::default())),
+                    })
+                })
                 .collect(),
-            per_shard,
+            limit,
+            entries: DistCounter::new((limit / (8 * crate::counter::CELLS)).clamp(1, 64)),
+            rotor: Rotor::default(),
             build: MixBuild::default(),
             shared,
         }
     }
 
+    /// The shard of a (directory, name). A directory's names spread over
+    /// four shards only: a walk through one directory keeps returning to
+    /// the same few locks and buckets (warm in this core's cache), while
+    /// lookups in one busy directory still spread four ways.
     #[inline]
-    fn locate(&self, dir: &Vnode, name: &[u8]) -> (usize, u64, &Mutex<Shard>) {
+    fn shard_of(&self, d: usize, h: u64) -> &ShardCell {
+        let i = crate::table::mix(d as u64 >> 4) ^ (h & 3);
+        &self.shards[i as usize & (self.shards.len() - 1)]
+    }
+
+    #[inline]
+    fn locate(&self, dir: &Vnode, name: &[u8]) -> (usize, u64, &ShardCell) {
         let d = dir as *const Vnode as usize;
         let h = self.build.hash_one((d, name));
-        let shard = &self.shards[(h >> 7) as usize & (self.shards.len() - 1)];
-        (d, h, shard)
+        (d, h, self.shard_of(d, h))
     }
 
     /// Looks `name` up under `dir`. A hit returns a use reference; an entry
@@ -177,6 +258,7 @@ impl NameCache {
                 RawEntryMut::Vacant(_) => None,
                 RawEntryMut::Occupied(mut e) => {
                     e.to_back();
+                    e.get_mut().stamp = crate::clock::stamp();
                     match &e.get().target {
                         None => Some(None),
                         Some(vp) => match vp.refs.acquire(USE_ONE) {
@@ -184,6 +266,7 @@ impl NameCache {
                                 let (k, ent) = e.remove_entry();
                                 unlink(&k, &ent, &mut deferred);
                                 deferred.drop.push(ent);
+                                self.entries.add(-1);
                                 None
                             }
                             a => Some(Some((vp.clone(), a == Acquired::WasFree))),
@@ -226,6 +309,7 @@ impl NameCache {
         let dirv: &Arc<Vnode> = dir.arc();
         let (d, h, shard) = self.locate(dirv, name);
         let mut deferred = Deferred::default();
+        let mut victim: Option<&ShardCell> = None;
         {
             let mut s = shard.lock();
             let key = NcKey {
@@ -235,6 +319,7 @@ impl NameCache {
             let new = NcEntry {
                 dir: dirv.clone(),
                 target: target.map(|t| t.arc().clone()),
+                stamp: crate::clock::stamp(),
             };
             match s
                 .raw_entry_mut()
@@ -266,16 +351,34 @@ impl NameCache {
                     }
                     v.insert_hashed_nocheck(h, key, new);
                     self.shared.ev.nc_enters.inc();
+                    if self.entries.add(1) > self.limit as isize {
+                        // Over the bound: evict the least recently used of
+                        // two shards' heads, this one or a rotating other.
+                        let other = &self.shards[self.rotor.next(self.shards.len())];
+                        if other.head_stamp.load(Ordering::Relaxed) < s.head() {
+                            victim = Some(other);
+                        } else {
+                            self.evict_front(&mut s, &mut deferred);
+                        }
+                    }
                 }
             }
-            while s.len() > self.per_shard {
-                let Some((k, ent)) = s.pop_front() else { break };
-                unlink(&k, &ent, &mut deferred);
-                deferred.drop.push(ent);
-                self.shared.ev.nc_evictions.inc();
-            }
+        }
+        if let Some(v) = victim {
+            let mut vs = v.lock();
+            self.evict_front(&mut vs, &mut deferred);
         }
         deferred.run();
+    }
+
+    /// Evicts the least recently used entry of a locked shard.
+    fn evict_front(&self, s: &mut Shard, deferred: &mut Deferred) {
+        if let Some((k, ent)) = s.pop_front() {
+            unlink(&k, &ent, deferred);
+            deferred.drop.push(ent);
+            self.entries.add(-1);
+            self.shared.ev.nc_evictions.inc();
+        }
     }
 
     /// Forgets what is known about `name` under `dir` (unlink, rmdir,
@@ -292,6 +395,7 @@ impl NameCache {
                 let (k, ent) = e.remove_entry();
                 unlink(&k, &ent, &mut deferred);
                 deferred.drop.push(ent);
+                self.entries.add(-1);
             }
         }
         deferred.run();
@@ -338,6 +442,7 @@ impl NameCache {
                     if let Some((k, ent)) = s.remove_entry(&k) {
                         unlink(&k, &ent, &mut deferred);
                         deferred.drop.push(ent);
+                        self.entries.add(-1);
                     }
                 }
             }
@@ -348,7 +453,7 @@ impl NameCache {
     fn remove_keys(&self, keys: Vec<NcKey>, pred: impl Fn(&NcEntry) -> bool) {
         for key in keys {
             let h = self.build.hash_one((key.dir, &*key.name));
-            let shard = &self.shards[(h >> 7) as usize & (self.shards.len() - 1)];
+            let shard = self.shard_of(key.dir, h);
             let mut deferred = Deferred::default();
             {
                 let mut s = shard.lock();
@@ -357,6 +462,7 @@ impl NameCache {
                         let (k, ent) = e.remove_entry();
                         unlink(&k, &ent, &mut deferred);
                         deferred.drop.push(ent);
+                        self.entries.add(-1);
                     }
                 }
             }
@@ -366,7 +472,7 @@ impl NameCache {
 
     /// Entries cached now (locks every shard).
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().len()).sum()
+        self.shards.iter().map(|s| s.map.lock().len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
