@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 use uvfs_bench::report::Report;
 
+mod bench_all;
 mod mount_cmd;
 
 /// Counts heap bytes when the memory workload asks (off otherwise).
@@ -48,6 +49,8 @@ enum Workload {
     /// Seed 002: will-it-scale readseek3, disjoint page reads under a range
     /// lock (none, rwlock, mutex-list, uvfs); --writers, --truncate-every.
     Readseek(uvfs_bench::readseek::ReadseekOpts),
+    /// Every workload above, results (JSON + SVG) into one directory.
+    All(bench_all::AllOpts),
 }
 
 /// Prints a report, its target ratios, and writes JSON/SVG where asked.
@@ -73,6 +76,7 @@ fn main() -> ExitCode {
         Cmd::Mount(o) => mount_cmd::mount(&o),
         Cmd::Stat(o) => mount_cmd::stat(&o),
         Cmd::Bench { workload } => match workload {
+            Workload::All(o) => bench_all::run(&o),
             Workload::Statstorm(o) => finish(
                 uvfs_bench::statstorm::run(&o),
                 &[

@@ -1,1 +1,31 @@
-//! uvfs-fuse (being built).
+//! The uvfs FUSE server: serves any `uvfs_vfs::FileSystem` through the
+//! kernel's FUSE interface, using fuser 0.18.
+//!
+//! # Pieces
+//! - `server.rs`: the fuser `Filesystem` implementation (request ->
+//!   VOP -> reply).
+//! - `nodes.rs`: node id -> (vnode hold, kernel lookup count): the one
+//!   place where FUSE's LOOKUP/FORGET protocol becomes vnode holds.
+//! - `handles.rs`: open files as vnode use references.
+//! - `mount.rs`: mounting with several request loops (`n_threads`,
+//!   `clone_fd`), `signals.rs` clean unmount on SIGINT/SIGTERM,
+//!   `daemon.rs` detaching.
+//! - `control.rs` and `stats.rs`: the control socket behind `uvfs stat`.
+
+mod control;
+mod convert;
+mod daemon;
+mod handles;
+mod mount;
+mod nodes;
+mod server;
+mod signals;
+mod stats;
+
+pub use control::{query, socket_path, CONTROL_DIR};
+pub use daemon::{daemonize, Readiness};
+pub use mount::{serve, BackgroundMount, ServeConfig};
+pub use nodes::ROOT_ID;
+pub use server::{Server, Timeouts, MAX_WRITE};
+pub use signals::BlockedSignals;
+pub use stats::human as format_stats;

@@ -1,1 +1,39 @@
-//! uvfs-memfs (being built).
+//! memfs: a tmpfs-like file system on the uvfs vnode layer.
+//!
+//! Regular files (sparse, in 4 KiB pages), directories, symlinks, hard
+//! links, device nodes, FIFOs and sockets; rename with `RENAME_NOREPLACE`
+//! and `RENAME_EXCHANGE`; POSIX unlink semantics (an open file's data
+//! lives until its last user goes); ownership, permissions, nanosecond
+//! timestamps, extended attributes; truncate, fallocate and statfs; and a
+//! size limit beyond which writes fail with `ENOSPC` without losing data.
+//!
+//! # Structure
+//! - `table.rs`: ino -> inode; the owner of every linked inode.
+//! - `inode.rs`: one file's metadata and body; `dir.rs` and `pages.rs`
+//!   hold a directory's entries and a regular file's data.
+//! - `budget.rs`: the `--size` accounting.
+//! - `namei.rs`, `rename.rs`, `io.rs`, `attrs.rs`: the operations;
+//!   `vops.rs` exposes them as `uvfs_vfs::FileSystem`.
+//! - `io_lock.rs`: the range locking that makes I/O atomic.
+//!
+//! A vnode's private data is an `Arc<Inode>`: memfs inodes outlive vnode
+//! recycling, and an unlinked inode lives exactly as long as some vnode
+//! still refers to it.
+
+mod attrs;
+mod budget;
+mod dir;
+mod fs;
+mod inode;
+mod io;
+mod io_lock;
+mod namei;
+mod pages;
+mod rename;
+mod table;
+mod vops;
+mod xattr;
+
+pub use fs::{MemFs, MemFsConfig};
+pub use pages::{MAX_FILE_SIZE, PAGE_SIZE};
+pub use table::ROOT_INO;

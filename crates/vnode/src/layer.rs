@@ -50,6 +50,9 @@ pub struct PruneResult {
 
 /// A cache of vnodes shared by any number of mounts, under one limit.
 pub struct VnodeLayer {
+    /// Ourselves, for mounts: a vnode marked `recycle_when_free` is torn
+    /// down by whoever drops its last reference, which needs the layer.
+    me: std::sync::Weak<VnodeLayer>,
     shared: Arc<Shared>,
     table: Table,
     nc: NameCache,
@@ -64,7 +67,8 @@ impl VnodeLayer {
     pub fn new(cfg: Config) -> Arc<VnodeLayer> {
         let run_reclaimer = cfg.reclaimer;
         let shared = Arc::new(Shared::new(cfg));
-        let layer = Arc::new(VnodeLayer {
+        let layer = Arc::new_cyclic(|me| VnodeLayer {
+            me: me.clone(),
             table: Table::new(shared.cfg.table_shards),
             nc: NameCache::new(shared.clone()),
             shared,
@@ -99,7 +103,13 @@ impl VnodeLayer {
     /// and `unmount` take.
     pub fn mount(&self, fs_type: &str, hooks: Arc<dyn FsHooks>) -> Arc<Mount> {
         let id = MountId(self.next_mount.fetch_add(1, Ordering::Relaxed));
-        let m = Arc::new(Mount::new(id, fs_type, hooks, self.shared.clone()));
+        let m = Arc::new(Mount::new(
+            id,
+            fs_type,
+            hooks,
+            self.shared.clone(),
+            self.me.clone(),
+        ));
         self.mounts.lock().push(m.clone());
         m
     }
@@ -354,7 +364,7 @@ impl VnodeLayer {
     /// Tears down a claimed (doomed, unlisted, unreferenced) vnode: out of
     /// the table and the name cache, then the file system's reclaim hook,
     /// outside every lock.
-    fn teardown(&self, vp: Arc<Vnode>) {
+    pub(crate) fn teardown(&self, vp: Arc<Vnode>) {
         self.table.remove_if(&vp);
         self.nc.purge_vnode(&vp);
         vp.mount.hooks.reclaim(&vp);

@@ -34,6 +34,8 @@ pub struct Mount {
     /// Set by unmount: no new vnodes may be created.
     pub(crate) gone: AtomicBool,
     pub(crate) shared: Arc<Shared>,
+    /// The layer (weak: the layer owns its mounts).
+    pub(crate) layer: std::sync::Weak<crate::layer::VnodeLayer>,
 }
 
 impl Mount {
@@ -42,6 +44,7 @@ impl Mount {
         fs_type: &str,
         hooks: Arc<dyn FsHooks>,
         shared: Arc<Shared>,
+        layer: std::sync::Weak<crate::layer::VnodeLayer>,
     ) -> Self {
         Mount {
             id,
@@ -51,6 +54,7 @@ impl Mount {
             live: AtomicUsize::new(0),
             gone: AtomicBool::new(false),
             shared,
+            layer,
         }
     }
 

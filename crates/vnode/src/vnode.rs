@@ -32,6 +32,9 @@ const STATE_MASK: u8 = 3;
 /// constructor only pays for a wakeup (a parking-table lock) when someone
 /// actually waits.
 const WAITERS: u8 = 4;
+/// Set by `recycle_when_free`: tear down on the last release instead of
+/// caching (FreeBSD's `vrecycle` from `VOP_INACTIVE`).
+const RECYCLE: u8 = 8;
 
 /// File-system private data attached at construction.
 pub type VnodeData = Box<dyn Any + Send + Sync>;
@@ -93,6 +96,15 @@ impl Vnode {
     /// not pay for it.
     pub fn rangelock(&self) -> &RangeLock {
         self.rangelock.get_or_init(|| Box::new(RangeLock::new()))
+    }
+
+    /// Asks for this vnode to be recycled as soon as it is free, instead of
+    /// being cached on its free list: for a file system whose `inactive`
+    /// hook learns the file is gone (unlinked, last user), so its vnode and
+    /// private data need not wait for LRU. The reclaim hook then runs in the
+    /// thread that drops the last reference.
+    pub fn recycle_when_free(&self) {
+        self.state.fetch_or(RECYCLE, Ordering::AcqRel);
     }
 
     /// Whether a range lock was ever created (for memory accounting tests).
@@ -169,6 +181,17 @@ impl Vnode {
 
     #[cold]
     fn release_to_free(self: &Arc<Self>) {
+        if self.state.load(Ordering::Acquire) & RECYCLE != 0 {
+            if let Some(layer) = self.mount.layer.upgrade() {
+                // Claim it as the recycler would; if a new reference beat
+                // us, its owner's last release comes back here.
+                if self.refs.try_doom_free() {
+                    layer.teardown(self.clone());
+                    return;
+                }
+                return;
+            }
+        }
         if self.mount.free.on_free(self) {
             let shared = &self.mount.shared;
             shared.freevnodes.add(1);

@@ -545,3 +545,36 @@ fn recycling_follows_release_order_across_shards() {
         "least recently released first"
     );
 }
+
+/// An `inactive` hook that asks for immediate recycling (an unlinked file).
+struct RecycleOnInactive(Recorder);
+
+impl FsHooks for RecycleOnInactive {
+    fn inactive(&self, vp: &Vnode) {
+        if vp.ino().is_multiple_of(2) {
+            vp.recycle_when_free();
+        }
+    }
+    fn reclaim(&self, vp: &Vnode) {
+        self.0.reclaim(vp);
+    }
+}
+
+#[test]
+fn recycle_when_free_tears_down_on_last_release() {
+    let layer = VnodeLayer::new(cfg(1000));
+    let hooks = Arc::new(RecycleOnInactive(Recorder::default()));
+    let m = layer.mount("t", hooks.clone());
+    let a = layer.get(&m, 2, file(2)).unwrap();
+    let h = a.hold();
+    drop(a); // inactive marks it; a hold remains, so it stays
+    assert!(hooks.0.reclaimed.lock().unwrap().is_empty());
+    drop(h); // last reference: recycled now, not cached
+    assert_eq!(*hooks.0.reclaimed.lock().unwrap(), vec![2]);
+    assert_eq!(layer.table_len(), 0);
+    assert_eq!(m.free_count(), 0);
+    drop(layer.get(&m, 3, file(3)).unwrap()); // odd: cached as usual
+    assert_eq!(m.free_count(), 1);
+    assert_eq!(layer.stats().numvnodes, 1);
+    assert_eq!(hooks.0.bad.load(Ordering::Relaxed), 0);
+}

@@ -1,0 +1,112 @@
+//! The control socket through which `uvfs stat` reads a running server.
+//!
+//! # Where
+//! `/run/uvfs/<hash>.sock`, where `<hash>` is the FNV-1a hash of the
+//! mountpoint's absolute path (parent canonicalised, the mountpoint itself
+//! not touched, so a dead server's mountpoint still maps to its socket).
+//! Only root can create sockets there, and the socket is mode 0600: the
+//! statistics are the server owner's.
+//!
+//! # Protocol
+//! The client sends one line, `stats` or `check` (see `stats.rs`), and
+//! reads one JSON object until end of file.
+
+use crate::server::Inner;
+use crate::stats;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Directory of the control sockets.
+pub const CONTROL_DIR: &str = "/run/uvfs";
+
+/// The mountpoint as an absolute path without touching the mountpoint
+/// itself (a dead FUSE mount answers ENOTCONN to stat).
+pub fn normalize_mountpoint(p: &Path) -> std::io::Result<PathBuf> {
+    let abs = std::path::absolute(p)?;
+    match (abs.parent(), abs.file_name()) {
+        (Some(parent), Some(name)) => Ok(parent.canonicalize()?.join(name)),
+        _ => Ok(abs),
+    }
+}
+
+/// The control socket path for a mountpoint.
+pub fn socket_path(mountpoint: &Path) -> std::io::Result<PathBuf> {
+    let mp = normalize_mountpoint(mountpoint)?;
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in mp.as_os_str().as_encoded_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    Ok(Path::new(CONTROL_DIR).join(format!("{h:016x}.sock")))
+}
+
+/// A listening control socket; removes its file when dropped.
+pub struct ControlSocket {
+    path: PathBuf,
+}
+
+impl ControlSocket {
+    /// Binds the socket for `mountpoint` and serves it on a thread.
+    pub fn start(inner: Arc<Inner>, mountpoint: &Path) -> std::io::Result<ControlSocket> {
+        std::fs::create_dir_all(CONTROL_DIR)?;
+        let path = socket_path(mountpoint)?;
+        // A socket left by a killed server: nobody answers, so replace it.
+        if path.exists() && UnixStream::connect(&path).is_err() {
+            let _ = std::fs::remove_file(&path);
+        }
+        let listener = UnixListener::bind(&path)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        let mp = normalize_mountpoint(mountpoint)?.display().to_string();
+        std::thread::Builder::new()
+            .name("uvfs-control".into())
+            .spawn(move || {
+                for conn in listener.incoming() {
+                    let Ok(conn) = conn else { continue };
+                    let _ = serve_one(&inner, &mp, conn);
+                }
+            })?;
+        Ok(ControlSocket { path })
+    }
+}
+
+impl Drop for ControlSocket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn serve_one(inner: &Inner, mp: &str, conn: UnixStream) -> std::io::Result<()> {
+    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut line = String::new();
+    BufReader::new(&conn).take(64).read_line(&mut line)?;
+    let check = line.trim() == "check";
+    let v = stats::report(inner, mp, check);
+    let mut w = &conn;
+    w.write_all(v.to_string().as_bytes())?;
+    w.write_all(b"\n")
+}
+
+/// Asks the server of `mountpoint` for its report (`check` purges the
+/// mount's name cache first to verify vnode accounting).
+pub fn query(mountpoint: &Path, check: bool) -> std::io::Result<serde_json::Value> {
+    let path = socket_path(mountpoint)?;
+    let mut s = UnixStream::connect(&path).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!(
+                "no uvfs server for {} ({}): {e}",
+                mountpoint.display(),
+                path.display()
+            ),
+        )
+    })?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    s.write_all(if check { b"check\n" } else { b"stats\n" })?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf)?;
+    serde_json::from_str(&buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}

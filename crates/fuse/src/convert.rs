@@ -1,0 +1,76 @@
+//! Conversions between uvfs-vfs types and fuser's wire-level types.
+
+use fuser::{FileAttr, FileType, INodeNo, TimeOrNow};
+use std::time::SystemTime;
+use uvfs_vfs::{Attr, Errno, SetTime, Timespec, VType};
+
+/// The FUSE file type of a vnode type (`Non` never reaches the kernel;
+/// it maps to a regular file rather than panicking).
+pub fn file_type(t: VType) -> FileType {
+    match t {
+        VType::Dir => FileType::Directory,
+        VType::Lnk => FileType::Symlink,
+        VType::Chr => FileType::CharDevice,
+        VType::Blk => FileType::BlockDevice,
+        VType::Fifo => FileType::NamedPipe,
+        VType::Sock => FileType::Socket,
+        VType::Reg | VType::Non => FileType::RegularFile,
+    }
+}
+
+/// The attributes the kernel sees for node `node_id`.
+pub fn file_attr(a: &Attr, node_id: u64) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(node_id),
+        size: a.size,
+        blocks: a.blocks,
+        atime: a.atime.to_system_time(),
+        mtime: a.mtime.to_system_time(),
+        ctime: a.ctime.to_system_time(),
+        crtime: a.btime.to_system_time(),
+        kind: file_type(a.kind),
+        perm: a.perm,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev as u32,
+        blksize: a.blksize,
+        flags: 0,
+    }
+}
+
+/// Minimal attributes for `.` and `..` in READDIRPLUS, whose entries the
+/// kernel does not link (only their type and number reach userspace).
+pub fn dot_attr(node_id: u64) -> FileAttr {
+    let epoch = SystemTime::UNIX_EPOCH;
+    FileAttr {
+        ino: INodeNo(node_id),
+        size: 0,
+        blocks: 0,
+        atime: epoch,
+        mtime: epoch,
+        ctime: epoch,
+        crtime: epoch,
+        kind: FileType::Directory,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
+/// A time to set, from SETATTR.
+pub fn set_time(t: TimeOrNow) -> SetTime {
+    match t {
+        TimeOrNow::Now => SetTime::Now,
+        TimeOrNow::SpecificTime(t) => SetTime::At(Timespec::from(t)),
+    }
+}
+
+/// The fuser errno for a VOP error.
+pub fn errno(e: Errno) -> fuser::Errno {
+    fuser::Errno::from_i32(e.raw())
+}

@@ -1,0 +1,78 @@
+//! Open files and directories: FUSE file handle -> (vnode, fs handle).
+//!
+//! Each open keeps a use reference on its vnode until RELEASE, so the
+//! vnode layer sees open files as users (and memfs keeps an unlinked
+//! file's data exactly as long as one is open). Handle numbers are never
+//! reused, so a stale handle is `EBADF`, not someone else's file.
+
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use uvfs_vfs::{Errno, Fh, VfsResult, VnodeRef};
+
+const SHARDS: usize = 32;
+
+/// One open file or directory.
+#[derive(Clone)]
+pub struct OpenFile {
+    /// The file (a use reference).
+    pub vp: VnodeRef,
+    /// The file system's own handle.
+    pub fh: Fh,
+}
+
+/// FUSE handle -> open file.
+pub struct HandleTable {
+    shards: Box<[Mutex<HashMap<u64, OpenFile>>]>,
+    next: AtomicU64,
+}
+
+impl Default for HandleTable {
+    fn default() -> Self {
+        HandleTable {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            next: AtomicU64::new(1),
+        }
+    }
+}
+
+impl HandleTable {
+    fn shard(&self, h: u64) -> &Mutex<HashMap<u64, OpenFile>> {
+        &self.shards[(h as usize) % SHARDS]
+    }
+
+    /// Registers an open file; returns its FUSE handle.
+    pub fn insert(&self, vp: VnodeRef, fh: Fh) -> u64 {
+        let h = self.next.fetch_add(1, Ordering::Relaxed);
+        self.shard(h).lock().insert(h, OpenFile { vp, fh });
+        h
+    }
+
+    /// The open file behind handle `h`.
+    pub fn get(&self, h: u64) -> VfsResult<OpenFile> {
+        self.shard(h).lock().get(&h).cloned().ok_or(Errno::EBADF)
+    }
+
+    /// Unregisters handle `h` (RELEASE).
+    pub fn remove(&self, h: u64) -> VfsResult<OpenFile> {
+        self.shard(h).lock().remove(&h).ok_or(Errno::EBADF)
+    }
+
+    /// Open handles.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+
+    /// True if nothing is open.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops every handle (after the session ended).
+    pub fn clear(&self) {
+        for s in self.shards.iter() {
+            let all: Vec<OpenFile> = s.lock().drain().map(|(_, f)| f).collect();
+            drop(all);
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! Mounting and serving: builds the fuser session with several request
+//! loops, the control socket and the signal thread, and runs until the
+//! file system is unmounted.
+
+use crate::control::{normalize_mountpoint, ControlSocket};
+use crate::daemon::Readiness;
+use crate::server::{Inner, Server, Timeouts};
+use crate::signals::BlockedSignals;
+use fuser::{MountOption, Session, SessionACL, SessionUnmounter};
+use std::path::PathBuf;
+use std::sync::Arc;
+use uvfs_vfs::{FileSystem, VnodeLayer};
+
+/// How to serve a file system.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    /// Where to mount.
+    pub mountpoint: PathBuf,
+    /// Request loops (threads), each with its own `/dev/fuse` clone.
+    pub threads: usize,
+    /// Kernel cache lifetimes.
+    pub timeouts: Timeouts,
+    /// Shown as the mount's source in `/proc/mounts`.
+    pub fsname: String,
+    /// Serve the `uvfs stat` control socket.
+    pub control: bool,
+}
+
+/// Mounts `fs` and serves it until unmounted (by `umount`, `fusermount3
+/// -u` or a termination signal). `ready` learns whether the mount came up.
+pub fn serve(
+    fs: Arc<dyn FileSystem>,
+    layer: Arc<VnodeLayer>,
+    cfg: &ServeConfig,
+    signals: BlockedSignals,
+    ready: &mut Readiness,
+) -> std::io::Result<()> {
+    let r = start(fs, layer, cfg, signals);
+    let (session, control) = match r {
+        Ok(x) => {
+            ready.report(&Ok(()));
+            x
+        }
+        Err(e) => {
+            ready.report(&Err(std::io::Error::new(e.kind(), e.to_string())));
+            return Err(e);
+        }
+    };
+    let r = session.run();
+    drop(control);
+    r
+}
+
+type Started = (Session<Server>, Option<ControlSocket>);
+
+fn start(
+    fs: Arc<dyn FileSystem>,
+    layer: Arc<VnodeLayer>,
+    cfg: &ServeConfig,
+    signals: BlockedSignals,
+) -> std::io::Result<Started> {
+    let (mut session, control, _) = mount(fs, layer, cfg)?;
+    let mountpoint = normalize_mountpoint(&cfg.mountpoint)?;
+    let mut unmounter = session.unmount_callable();
+    signals.on_signal(&mountpoint, move || unmounter.unmount())?;
+    Ok((session, control))
+}
+
+type Mounted = (Session<Server>, Option<ControlSocket>, Arc<Inner>);
+
+fn mount(
+    fs: Arc<dyn FileSystem>,
+    layer: Arc<VnodeLayer>,
+    cfg: &ServeConfig,
+) -> std::io::Result<Mounted> {
+    let mountpoint = normalize_mountpoint(&cfg.mountpoint)?;
+    let server = Server::new(fs.clone(), layer, cfg.timeouts)
+        .map_err(|e| std::io::Error::from_raw_os_error(e.raw()))?;
+    let inner = server.inner().clone();
+    let mut config = fuser::Config::default();
+    config.mount_options = vec![
+        MountOption::FSName(cfg.fsname.clone()),
+        MountOption::Subtype(fs.fs_type().to_string()),
+        // The kernel checks permissions with the caller's full credentials.
+        MountOption::DefaultPermissions,
+        MountOption::Dev,
+        MountOption::Suid,
+        MountOption::RW,
+    ];
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    // Everyone may use the mount when root serves it (allow_other), as a
+    // system file system; otherwise only the owner.
+    config.acl = if root {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    config.n_threads = Some(cfg.threads.max(1));
+    config.clone_fd = true;
+    let mut session = Session::new(server, &mountpoint, &config)?;
+    let control = if cfg.control {
+        match ControlSocket::start(inner.clone(), &mountpoint) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                let _ = session.unmount();
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!("control socket: {e}"),
+                ));
+            }
+        }
+    } else {
+        None
+    };
+    Ok((session, control, inner))
+}
+
+/// A file system served by request loops on background threads (for
+/// tests and embedding); no signal handling, no detaching.
+pub struct BackgroundMount {
+    unmounter: SessionUnmounter,
+    thread: Option<std::thread::JoinHandle<std::io::Result<()>>>,
+    inner: Arc<Inner>,
+    mountpoint: PathBuf,
+    _control: Option<ControlSocket>,
+}
+
+impl BackgroundMount {
+    /// Mounts `fs` and serves it on background threads.
+    pub fn start(
+        fs: Arc<dyn FileSystem>,
+        layer: Arc<VnodeLayer>,
+        cfg: &ServeConfig,
+    ) -> std::io::Result<BackgroundMount> {
+        let (mut session, control, inner) = mount(fs, layer, cfg)?;
+        let unmounter = session.unmount_callable();
+        let thread = std::thread::Builder::new()
+            .name("uvfs-session".into())
+            .spawn(move || session.run())?;
+        Ok(BackgroundMount {
+            unmounter,
+            thread: Some(thread),
+            inner,
+            mountpoint: normalize_mountpoint(&cfg.mountpoint)?,
+            _control: control,
+        })
+    }
+
+    /// The statistics report (`check`: verify vnode accounting).
+    pub fn report(&self, check: bool) -> serde_json::Value {
+        crate::stats::report(&self.inner, &self.mountpoint.display().to_string(), check)
+    }
+
+    /// Unmounts and waits for the request loops to finish.
+    pub fn unmount(mut self) -> std::io::Result<()> {
+        self.unmounter.unmount()?;
+        match self.thread.take().map(|t| t.join()) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err(std::io::Error::other("session thread panicked")),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for BackgroundMount {
+    fn drop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            if self.unmounter.unmount().is_ok() {
+                let _ = t.join();
+            }
+        }
+    }
+}

@@ -1,0 +1,716 @@
+//! The fuser `Filesystem` implementation: decodes each request, resolves
+//! node ids and handles to vnodes, calls the VOP, encodes the reply.
+//!
+//! # Failure discipline
+//! Nothing a request carries can panic the server: unknown or forgotten
+//! node ids answer `ESTALE`, unknown handles `EBADF`, bad names and
+//! offsets the VOP's errno. As a last line, every handler runs under
+//! `catch_unwind`; a panic (a bug) answers `EIO` and the request loop goes
+//! on (locks here are `parking_lot`'s, which do not poison).
+
+use crate::convert::{dot_attr, errno, file_attr, file_type, set_time};
+use crate::handles::HandleTable;
+use crate::nodes::NodeTable;
+use fuser::{
+    AccessFlags, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
+    LockOwner, OpenFlags, RenameFlags as FuseRenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use uvfs_vfs::{
+    Ctx, Errno, FallocMode, FileSystem, RenameFlags, SetAttr, Timespec, VfsResult, VnodeLayer,
+    VnodeRef, XattrFlags,
+};
+
+/// Largest WRITE the server accepts (and tells the kernel).
+pub const MAX_WRITE: u32 = 1 << 20;
+
+/// Cache lifetimes the kernel is told.
+#[derive(Clone, Copy, Debug)]
+pub struct Timeouts {
+    /// How long a name -> node mapping (and a negative one) may be cached.
+    pub entry: Duration,
+    /// How long attributes may be cached.
+    pub attr: Duration,
+}
+
+/// Request counters.
+#[derive(Default, Debug)]
+pub struct RequestCounters {
+    /// Requests handled.
+    pub requests: AtomicU64,
+    /// Requests answered with an errno.
+    pub errors: AtomicU64,
+    /// Handlers that panicked (answered EIO).
+    pub panics: AtomicU64,
+    /// Requests handled, per opcode.
+    pub by_op: crate::stats::OpCounters,
+}
+
+/// Everything the request loops and the control socket share.
+pub struct Inner {
+    /// The file system served.
+    pub fs: Arc<dyn FileSystem>,
+    /// Its vnode layer.
+    pub layer: Arc<VnodeLayer>,
+    /// Kernel lookup counts as holds.
+    pub nodes: NodeTable,
+    /// Open files and directories.
+    pub handles: HandleTable,
+    /// Cache lifetimes.
+    pub timeouts: Timeouts,
+    /// Counters.
+    pub counters: RequestCounters,
+}
+
+/// The fuser file system: a thin shell around the shared state.
+pub struct Server {
+    inner: Arc<Inner>,
+}
+
+fn ctx(req: &Request) -> Ctx {
+    Ctx {
+        uid: req.uid(),
+        gid: req.gid(),
+        pid: req.pid(),
+    }
+}
+
+fn name(n: &OsStr) -> &[u8] {
+    n.as_bytes()
+}
+
+impl Server {
+    /// Serves `fs`, whose vnodes live in `layer`.
+    pub fn new(
+        fs: Arc<dyn FileSystem>,
+        layer: Arc<VnodeLayer>,
+        timeouts: Timeouts,
+    ) -> VfsResult<Server> {
+        let root = fs.root()?;
+        let nodes = NodeTable::new(&root);
+        Ok(Server {
+            inner: Arc::new(Inner {
+                fs,
+                layer,
+                nodes,
+                handles: HandleTable::default(),
+                timeouts,
+                counters: RequestCounters::default(),
+            }),
+        })
+    }
+
+    /// The shared state (for the control socket).
+    pub fn inner(&self) -> &Arc<Inner> {
+        &self.inner
+    }
+
+    /// Runs `f`, turning a panic into `EIO` and counting errors.
+    fn guard<T>(&self, what: &str, f: impl FnOnce(&Inner) -> VfsResult<T>) -> VfsResult<T> {
+        let i = &*self.inner;
+        i.counters.requests.fetch_add(1, Ordering::Relaxed);
+        i.counters.by_op.bump(what);
+        let r = match catch_unwind(AssertUnwindSafe(|| f(i))) {
+            Ok(r) => r,
+            Err(_) => {
+                i.counters.panics.fetch_add(1, Ordering::Relaxed);
+                eprintln!("uvfs: {what} handler panicked; answered EIO");
+                Err(Errno::EIO)
+            }
+        };
+        if r.is_err() {
+            i.counters.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        r
+    }
+
+    /// Answers with a node: counts the kernel's new reference first.
+    fn reply_entry(&self, reply: ReplyEntry, r: VfsResult<(VnodeRef, uvfs_vfs::Attr)>) {
+        match r {
+            Ok((vp, attr)) => {
+                let id = self.inner.nodes.remember(&vp);
+                reply.entry(
+                    &self.inner.timeouts.entry,
+                    &file_attr(&attr, id),
+                    Generation(0),
+                );
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn reply_empty(reply: ReplyEmpty, r: VfsResult<()>) {
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn reply_xattr(reply: ReplyXattr, size: u32, r: VfsResult<Vec<u8>>) {
+        match r {
+            Ok(v) if size == 0 => match u32::try_from(v.len()) {
+                Ok(n) => reply.size(n),
+                Err(_) => reply.error(fuser::Errno::E2BIG),
+            },
+            Ok(v) if v.len() > size as usize => reply.error(fuser::Errno::ERANGE),
+            Ok(v) => reply.data(&v),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+}
+
+impl Inner {
+    fn with_attr(&self, vp: VnodeRef) -> VfsResult<(VnodeRef, uvfs_vfs::Attr)> {
+        let a = self.fs.getattr(&vp)?;
+        Ok((vp, a))
+    }
+}
+
+impl Filesystem for Server {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // Each is optional: a kernel without one still works, just slower.
+        for cap in [
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
+            InitFlags::FUSE_ATOMIC_O_TRUNC,
+            InitFlags::FUSE_BIG_WRITES,
+            InitFlags::FUSE_EXPORT_SUPPORT,
+            InitFlags::FUSE_CACHE_SYMLINKS,
+        ] {
+            let _ = config.add_capabilities(cap);
+        }
+        let _ = config.set_max_write(MAX_WRITE);
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
+        let r = self.guard("lookup", |i| {
+            let dir = i.nodes.get(parent.0)?;
+            i.with_attr(i.fs.lookup(&ctx(req), &dir, name(n))?)
+        });
+        match r {
+            // A negative entry the kernel may cache for the entry timeout
+            // (node id 0 counts no reference).
+            Err(e) if e == Errno::ENOENT && !self.inner.timeouts.entry.is_zero() => {
+                let mut a = dot_attr(0);
+                a.kind = fuser::FileType::RegularFile;
+                reply.entry(&self.inner.timeouts.entry, &a, Generation(0));
+            }
+            r => self.reply_entry(reply, r),
+        }
+    }
+
+    // BATCH_FORGET: fuser's default `batch_forget` calls this once per
+    // entry (its `ForgetOne` type is private, so it cannot be overridden),
+    // which is exactly the per-node accounting wanted.
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.inner.nodes.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let r = self.guard("getattr", |i| i.fs.getattr(&i.nodes.get(ino.0)?));
+        match r {
+            Ok(a) => reply.attr(&self.inner.timeouts.attr, &file_attr(&a, ino.0)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let set = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: atime.map(set_time),
+            mtime: mtime.map(set_time),
+            ctime: ctime.map(Timespec::from),
+        };
+        let r = self.guard("setattr", |i| {
+            i.fs.setattr(&ctx(req), &i.nodes.get(ino.0)?, &set)
+        });
+        match r {
+            Ok(a) => reply.attr(&self.inner.timeouts.attr, &file_attr(&a, ino.0)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.guard("readlink", |i| i.fs.readlink(&i.nodes.get(ino.0)?)) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = self.guard("mknod", |i| {
+            let dir = i.nodes.get(parent.0)?;
+            i.with_attr(i.fs.mknod(&ctx(req), &dir, name(n), mode, u64::from(rdev))?)
+        });
+        self.reply_entry(reply, r);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = self.guard("mkdir", |i| {
+            let dir = i.nodes.get(parent.0)?;
+            i.with_attr(i.fs.mkdir(&ctx(req), &dir, name(n), mode)?)
+        });
+        self.reply_entry(reply, r);
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        let r = self.guard("unlink", |i| {
+            i.fs.unlink(&ctx(req), &i.nodes.get(parent.0)?, name(n))
+        });
+        Self::reply_empty(reply, r);
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        let r = self.guard("rmdir", |i| {
+            i.fs.rmdir(&ctx(req), &i.nodes.get(parent.0)?, name(n))
+        });
+        Self::reply_empty(reply, r);
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let r = self.guard("symlink", |i| {
+            let dir = i.nodes.get(parent.0)?;
+            i.with_attr(i.fs.symlink(
+                &ctx(req),
+                &dir,
+                name(link_name),
+                target.as_os_str().as_bytes(),
+            )?)
+        });
+        self.reply_entry(reply, r);
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: FuseRenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.guard("rename", |i| {
+            let (d, nd) = (i.nodes.get(parent.0)?, i.nodes.get(newparent.0)?);
+            i.fs.rename(
+                &ctx(req),
+                &d,
+                name(n),
+                &nd,
+                name(newname),
+                RenameFlags(flags.bits()),
+            )
+        });
+        Self::reply_empty(reply, r);
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let r = self.guard("link", |i| {
+            let (vp, dir) = (i.nodes.get(ino.0)?, i.nodes.get(newparent.0)?);
+            i.fs.link(&ctx(req), &vp, &dir, name(newname))?;
+            i.with_attr(vp)
+        });
+        self.reply_entry(reply, r);
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let r = self.guard("open", |i| {
+            let vp = i.nodes.get(ino.0)?;
+            let fh = i.fs.open(&ctx(req), &vp, flags.0)?;
+            Ok(i.handles.insert(vp, fh))
+        });
+        match r {
+            // All changes pass through this kernel, so its page cache
+            // stays valid across opens.
+            Ok(h) => reply.opened(FileHandle(h), FopenFlags::FOPEN_KEEP_CACHE),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let r = self.guard("read", |i| {
+            let of = i.handles.get(fh.0)?;
+            i.fs.read(&of.vp, of.fh, offset, size)
+        });
+        match r {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let r = self.guard("write", |i| {
+            let of = i.handles.get(fh.0)?;
+            i.fs.write(&of.vp, of.fh, offset, data)
+        });
+        match r {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.guard("flush", |i| {
+            let of = i.handles.get(fh.0)?;
+            i.fs.flush(&of.vp, of.fh)
+        });
+        Self::reply_empty(reply, r);
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.guard("release", |i| {
+            let of = i.handles.remove(fh.0)?;
+            i.fs.release(&of.vp, of.fh)
+        });
+        Self::reply_empty(reply, r);
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.guard("fsync", |i| {
+            let of = i.handles.get(fh.0)?;
+            i.fs.fsync(&of.vp, of.fh, datasync)
+        });
+        Self::reply_empty(reply, r);
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let r = self.guard("opendir", |i| {
+            let vp = i.nodes.get(ino.0)?;
+            let fh = i.fs.opendir(&ctx(req), &vp, flags.0)?;
+            Ok(i.handles.insert(vp, fh))
+        });
+        match r {
+            Ok(h) => reply.opened(FileHandle(h), FopenFlags::empty()),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let r = self.guard("readdir", |i| {
+            let of = i.handles.get(fh.0)?;
+            i.fs.readdir(&of.vp, of.fh, offset, &mut |e| {
+                let id = i.nodes.node_id(e.ino);
+                reply.add(
+                    INodeNo(id),
+                    e.offset,
+                    file_type(e.kind),
+                    OsStr::from_bytes(&e.name),
+                )
+            })
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let ttl = self.inner.timeouts.entry;
+        let r = self.guard("readdirplus", |i| {
+            let of = i.handles.get(fh.0)?;
+            i.fs.readdirplus(&ctx(req), &of.vp, of.fh, offset, &mut |e, found| {
+                let nm = OsStr::from_bytes(&e.name);
+                match found {
+                    // `.` and `..`: the kernel does not link these, so no
+                    // reference is counted.
+                    None => {
+                        let id = i.nodes.node_id(e.ino);
+                        reply.add(
+                            INodeNo(id),
+                            e.offset,
+                            nm,
+                            &ttl,
+                            &dot_attr(id),
+                            Generation(0),
+                        )
+                    }
+                    Some((vp, attr)) => {
+                        let id = i.nodes.node_id(attr.ino);
+                        let full = reply.add(
+                            INodeNo(id),
+                            e.offset,
+                            nm,
+                            &ttl,
+                            &file_attr(attr, id),
+                            Generation(0),
+                        );
+                        if !full {
+                            // Counted before the reply leaves (see nodes.rs).
+                            i.nodes.remember(vp);
+                        }
+                        full
+                    }
+                }
+            })
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            // Entries remembered before a failure part way stay counted
+            // (the node lives until unmount, never too short); memfs's
+            // readdirplus fails only before its first entry.
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.guard("releasedir", |i| {
+            let of = i.handles.remove(fh.0)?;
+            i.fs.releasedir(&of.vp, of.fh)
+        });
+        Self::reply_empty(reply, r);
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.guard("fsyncdir", |i| {
+            let of = i.handles.get(fh.0)?;
+            i.fs.fsync(&of.vp, of.fh, datasync)
+        });
+        Self::reply_empty(reply, r);
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.guard("statfs", |i| i.fs.statfs()) {
+            Ok(s) => reply.statfs(
+                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
+            ),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        n: &OsStr,
+        value: &[u8],
+        flags: i32,
+        position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.guard("setxattr", |i| {
+            if position != 0 {
+                return Err(Errno::EINVAL);
+            }
+            i.fs.setxattr(
+                &ctx(req),
+                &i.nodes.get(ino.0)?,
+                name(n),
+                value,
+                XattrFlags(flags),
+            )
+        });
+        Self::reply_empty(reply, r);
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
+        let r = self.guard("getxattr", |i| i.fs.getxattr(&i.nodes.get(ino.0)?, name(n)));
+        Self::reply_xattr(reply, size, r);
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let r = self.guard("listxattr", |i| i.fs.listxattr(&i.nodes.get(ino.0)?));
+        Self::reply_xattr(reply, size, r);
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        let r = self.guard("removexattr", |i| {
+            i.fs.removexattr(&ctx(req), &i.nodes.get(ino.0)?, name(n))
+        });
+        Self::reply_empty(reply, r);
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let r = self.guard("access", |i| {
+            i.fs.access(&ctx(req), &i.nodes.get(ino.0)?, mask.bits() as u32)
+        });
+        Self::reply_empty(reply, r);
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let r = self.guard("create", |i| {
+            let dir = i.nodes.get(parent.0)?;
+            let (vp, fh) = i.fs.create(&ctx(req), &dir, name(n), mode, flags)?;
+            let attr = i.fs.getattr(&vp)?;
+            Ok((vp, fh, attr))
+        });
+        match r {
+            Ok((vp, fh, attr)) => {
+                let i = &self.inner;
+                let id = i.nodes.remember(&vp);
+                let h = i.handles.insert(vp, fh);
+                reply.created(
+                    &i.timeouts.entry,
+                    &file_attr(&attr, id),
+                    Generation(0),
+                    FileHandle(h),
+                    FopenFlags::FOPEN_KEEP_CACHE,
+                );
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.guard("fallocate", |i| {
+            let of = i.handles.get(fh.0)?;
+            i.fs.fallocate(&of.vp, of.fh, FallocMode(mode), offset, length)
+        });
+        Self::reply_empty(reply, r);
+    }
+
+    fn destroy(&mut self) {
+        self.inner.handles.clear();
+        self.inner.nodes.clear();
+    }
+}

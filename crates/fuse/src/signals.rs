@@ -1,0 +1,79 @@
+//! Clean unmount on SIGINT, SIGTERM and SIGHUP.
+//!
+//! The signals are blocked in the first thread before any other thread
+//! exists (threads inherit the mask), and one dedicated thread takes them
+//! with `sigwait`, so no handler ever runs in a request loop. On a signal
+//! it unmounts: plainly, or lazily (`MNT_DETACH`) if the mount is busy, in
+//! which case the kernel finishes the unmount when its last user leaves.
+//! Either way the request loops then read `ENODEV` and the server exits.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// Proof that the termination signals are blocked in this thread: obtain
+/// it before creating any thread.
+pub struct BlockedSignals {
+    set: libc::sigset_t,
+}
+
+impl BlockedSignals {
+    /// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread.
+    pub fn block() -> std::io::Result<BlockedSignals> {
+        // SAFETY: sigset_t is a plain C struct for which all-zero bytes are
+        // a valid (if unspecified) value; sigemptyset initialises it next.
+        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY:
+        // - `set` is a valid, exclusively borrowed sigset_t for each call;
+        // - the signal numbers are valid constants;
+        // - pthread_sigmask only reads `set` and accepts a null old mask.
+        let rc = unsafe {
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGINT);
+            libc::sigaddset(&mut set, libc::SIGTERM);
+            libc::sigaddset(&mut set, libc::SIGHUP);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut())
+        };
+        if rc != 0 {
+            return Err(std::io::Error::from_raw_os_error(rc));
+        }
+        Ok(BlockedSignals { set })
+    }
+
+    /// Waits for a termination signal on a new thread and then calls
+    /// `unmount`; if that fails, detaches the mount lazily.
+    pub fn on_signal(
+        self,
+        mountpoint: &Path,
+        unmount: impl FnOnce() -> std::io::Result<()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let mp = CString::new(mountpoint.as_os_str().as_bytes())
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let set = self.set;
+        std::thread::Builder::new()
+            .name("uvfs-signals".into())
+            .spawn(move || {
+                let mut sig: libc::c_int = 0;
+                // SAFETY: `set` is an initialised sigset_t owned by this
+                // closure and `sig` a valid out-pointer.
+                let rc = unsafe { libc::sigwait(&set, &mut sig) };
+                if rc != 0 {
+                    return;
+                }
+                eprintln!("uvfs: signal {sig}, unmounting {}", mp.to_string_lossy());
+                if let Err(e) = unmount() {
+                    eprintln!("uvfs: unmount failed ({e}); detaching lazily");
+                    // SAFETY: `mp` is a NUL-terminated path that outlives the
+                    // call; umount2 does not retain it.
+                    let rc = unsafe { libc::umount2(mp.as_ptr(), libc::MNT_DETACH) };
+                    if rc != 0 {
+                        eprintln!(
+                            "uvfs: lazy unmount failed: {}",
+                            std::io::Error::last_os_error()
+                        );
+                    }
+                }
+            })?;
+        Ok(())
+    }
+}

@@ -1,0 +1,240 @@
+//! The statistics a running server reports through its control socket.
+//!
+//! One JSON object: `counters` maps dotted names to values, `descriptions`
+//! the same names to what they count, and `accounting` says whether every
+//! vnode of the mount is explained by a kernel reference or an open file.
+//!
+//! # Accounting
+//! A vnode of the mount is active (not free) exactly while something
+//! holds or uses it. At rest those are: the node table's one hold per
+//! node the kernel remembers, the open handles' uses (all on nodes the
+//! kernel remembers, since it keeps an open file looked up) and the name
+//! cache's holds on directories with entries. The `check` request purges
+//! the mount's name-cache entries first, so at rest
+//! `active vnodes == kernel nodes` must hold; more means a leaked
+//! reference, fewer a node whose vnode was lost.
+
+use crate::server::Inner;
+use serde_json::{json, Map, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Builds the report; `check` purges the mount's name cache first.
+pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
+    let mnt = inner.fs.mount().clone();
+    if check {
+        inner.layer.namecache().purge_mount(mnt.id());
+    }
+    let mut counters = Map::new();
+    let mut descr = Map::new();
+    let mut put = |name: &str, v: u64, d: &str| {
+        counters.insert(name.to_string(), json!(v));
+        descr.insert(name.to_string(), json!(d));
+    };
+    for (n, v, d) in inner.layer.stats().pairs() {
+        put(n, v, d);
+    }
+    let vnodes = mnt.vnode_count() as u64;
+    let free = mnt.free_count() as u64;
+    let active = vnodes.saturating_sub(free);
+    put("mount.vnodes", vnodes, "Vnodes of this mount in existence");
+    put(
+        "mount.vnodes.free",
+        free,
+        "Vnodes of this mount that are free (recyclable)",
+    );
+    put(
+        "mount.vnodes.active",
+        active,
+        "Vnodes of this mount held or in use",
+    );
+    let nodes = inner.nodes.len() as u64;
+    let handles = inner.handles.len() as u64;
+    let nc = &inner.nodes.counters;
+    put(
+        "fuse.nodes",
+        nodes,
+        "Nodes the kernel holds lookup references on (root included)",
+    );
+    put(
+        "fuse.nodes.lookups",
+        inner.nodes.total_lookups(),
+        "Sum of the kernel's lookup counts",
+    );
+    put(
+        "fuse.nodes.remembered",
+        nc.remembered.load(Ordering::Relaxed),
+        "Lookup references handed to the kernel",
+    );
+    put(
+        "fuse.nodes.forgotten",
+        nc.forgotten.load(Ordering::Relaxed),
+        "Lookup references the kernel gave back (FORGET)",
+    );
+    put(
+        "fuse.nodes.released",
+        nc.released.load(Ordering::Relaxed),
+        "Nodes dropped when their count reached zero",
+    );
+    put(
+        "fuse.nodes.forget_excess",
+        nc.forget_excess.load(Ordering::Relaxed),
+        "FORGETs for unknown nodes or beyond the count",
+    );
+    put(
+        "fuse.handles.open",
+        handles,
+        "Open file and directory handles",
+    );
+    let rc = &inner.counters;
+    put(
+        "fuse.requests",
+        rc.requests.load(Ordering::Relaxed),
+        "Requests handled (FORGET excluded)",
+    );
+    put(
+        "fuse.requests.errors",
+        rc.errors.load(Ordering::Relaxed),
+        "Requests answered with an errno",
+    );
+    put(
+        "fuse.requests.panics",
+        rc.panics.load(Ordering::Relaxed),
+        "Handlers that panicked (answered EIO)",
+    );
+    for (op, v) in rc.by_op.pairs() {
+        put(
+            &format!("fuse.requests.op.{op}"),
+            v,
+            "Requests handled with this opcode",
+        );
+    }
+    put(
+        "process.cpu_us",
+        process_cpu_us(),
+        "CPU time (user + system) of the server process, microseconds",
+    );
+    for (n, v, d) in inner.fs.fs_stats() {
+        put(n, v, d);
+    }
+    json!({
+        "mountpoint": mountpoint,
+        "fs_type": inner.fs.fs_type(),
+        "pid": std::process::id(),
+        "counters": counters,
+        "descriptions": descr,
+        "accounting": {
+            "checked": check,
+            "active_vnodes": active,
+            "kernel_nodes": nodes,
+            "open_handles": handles,
+            "ok": !check || active == nodes,
+        },
+    })
+}
+
+/// Opcodes counted one by one, most frequent first (the names
+/// `Server::guard` is given); anything else counts as `other`.
+const OPS: [&str; 31] = [
+    "lookup",
+    "getattr",
+    "readdirplus",
+    "readdir",
+    "read",
+    "write",
+    "opendir",
+    "releasedir",
+    "open",
+    "release",
+    "flush",
+    "create",
+    "mknod",
+    "mkdir",
+    "unlink",
+    "rmdir",
+    "setattr",
+    "rename",
+    "link",
+    "symlink",
+    "readlink",
+    "access",
+    "statfs",
+    "fsync",
+    "fsyncdir",
+    "fallocate",
+    "getxattr",
+    "setxattr",
+    "listxattr",
+    "removexattr",
+    "other",
+];
+
+/// Requests handled per opcode (`fuse.requests.op.<name>`), so a
+/// benchmark can tell which requests stand between a workload and the
+/// kernel. FORGET is not counted here (see `fuse.nodes.forgotten`).
+#[derive(Debug)]
+pub struct OpCounters([AtomicU64; OPS.len()]);
+
+impl Default for OpCounters {
+    fn default() -> Self {
+        OpCounters(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
+
+impl OpCounters {
+    /// Counts one request of opcode `what`.
+    #[inline]
+    pub fn bump(&self, what: &str) {
+        let i = OPS.iter().position(|o| *o == what).unwrap_or(OPS.len() - 1);
+        self.0[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `(opcode, requests)` for every opcode.
+    pub fn pairs(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        OPS.iter()
+            .zip(&self.0)
+            .map(|(o, c)| (*o, c.load(Ordering::Relaxed)))
+    }
+}
+
+/// User + system CPU time of this process in microseconds.
+fn process_cpu_us() -> u64 {
+    // SAFETY: an all-zero `rusage` is a valid value of this plain C struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid, writable `rusage`; RUSAGE_SELF is a valid
+    // `who`, so getrusage only writes `ru`.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return 0;
+    }
+    let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    us(ru.ru_utime) + us(ru.ru_stime)
+}
+
+/// The report as `name value  # description` lines for people.
+pub fn human(v: &Value) -> String {
+    let mut out = String::new();
+    let s = |k: &str| v.get(k).map(|x| x.to_string()).unwrap_or_default();
+    out.push_str(&format!(
+        "mountpoint {}  fs {}  pid {}\n",
+        s("mountpoint"),
+        s("fs_type"),
+        s("pid")
+    ));
+    let empty = Map::new();
+    let counters = v
+        .get("counters")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let descr = v
+        .get("descriptions")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let width = counters.keys().map(String::len).max().unwrap_or(0);
+    for (k, val) in counters {
+        let d = descr.get(k).and_then(Value::as_str).unwrap_or("");
+        out.push_str(&format!("{k:<width$} {:>14}  # {d}\n", val.to_string()));
+    }
+    if let Some(a) = v.get("accounting") {
+        out.push_str(&format!("accounting {a}\n"));
+    }
+    out
+}

@@ -1,0 +1,308 @@
+//! Black-box tests: mount memfs through FUSE into a temp dir, use it with
+//! std::fs and libc, unmount. Skipped (with a message) only where FUSE
+//! cannot be mounted: no usable /dev/fuse or not root.
+
+use std::ffi::CString;
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use uvfs_fuse::{BackgroundMount, ServeConfig, Timeouts};
+use uvfs_memfs::{MemFs, MemFsConfig};
+use uvfs_vnode::{Config, VnodeLayer};
+
+fn fuse_usable() -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("not root: mount(2) of FUSE needs root".into());
+    }
+    fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .map(|_| ())
+        .map_err(|e| format!("/dev/fuse unusable: {e}"))
+}
+
+struct Mnt {
+    dir: PathBuf,
+    mount: Option<BackgroundMount>,
+}
+
+impl Mnt {
+    fn new(size: Option<u64>) -> Option<Mnt> {
+        if let Err(why) = fuse_usable() {
+            eprintln!("SKIP: FUSE tests not run: {why}");
+            return None;
+        }
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "uvfs-fuse-test-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        fs::create_dir_all(&dir).unwrap();
+        let layer = VnodeLayer::new(Config::with_limit(4096));
+        let fs = MemFs::new(
+            layer.clone(),
+            MemFsConfig {
+                size_limit: size,
+                root_mode: 0o755,
+                ..Default::default()
+            },
+        );
+        let cfg = ServeConfig {
+            mountpoint: dir.clone(),
+            threads: 2,
+            timeouts: Timeouts {
+                entry: Duration::from_secs(1),
+                attr: Duration::from_secs(1),
+            },
+            fsname: "uvfs-test".into(),
+            control: false,
+        };
+        let mount = BackgroundMount::start(fs, layer, &cfg).expect("mount");
+        Some(Mnt {
+            dir,
+            mount: Some(mount),
+        })
+    }
+
+    fn p(&self, rel: &str) -> PathBuf {
+        self.dir.join(rel)
+    }
+
+    fn report(&self, check: bool) -> serde_json::Value {
+        self.mount.as_ref().unwrap().report(check)
+    }
+}
+
+impl Drop for Mnt {
+    fn drop(&mut self) {
+        if let Some(m) = self.mount.take() {
+            m.unmount().expect("unmount");
+        }
+        let _ = fs::remove_dir(&self.dir);
+    }
+}
+
+fn cstr(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).unwrap()
+}
+
+fn errno_of<T>(r: std::io::Result<T>) -> i32 {
+    r.err().and_then(|e| e.raw_os_error()).unwrap_or(0)
+}
+
+#[test]
+fn files_dirs_links() {
+    let Some(m) = Mnt::new(None) else { return };
+    fs::write(m.p("a"), b"hello world").unwrap();
+    assert_eq!(fs::read(m.p("a")).unwrap(), b"hello world");
+    fs::create_dir(m.p("d")).unwrap();
+    fs::write(m.p("d/x"), b"x").unwrap();
+    let mut names: Vec<_> = fs::read_dir(&m.dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    assert_eq!(names, vec!["a", "d"]);
+    assert_eq!(errno_of(fs::remove_dir(m.p("d"))), libc::ENOTEMPTY);
+    fs::hard_link(m.p("a"), m.p("d/a2")).unwrap();
+    assert_eq!(fs::metadata(m.p("a")).unwrap().nlink(), 2);
+    assert_eq!(
+        fs::metadata(m.p("a")).unwrap().ino(),
+        fs::metadata(m.p("d/a2")).unwrap().ino()
+    );
+    std::os::unix::fs::symlink("d/x", m.p("l")).unwrap();
+    assert_eq!(fs::read_link(m.p("l")).unwrap(), Path::new("d/x"));
+    assert_eq!(fs::read(m.p("l")).unwrap(), b"x");
+    fs::rename(m.p("d/x"), m.p("y")).unwrap();
+    assert!(fs::metadata(m.p("d/x")).is_err());
+    assert_eq!(fs::metadata(&m.dir).unwrap().nlink(), 3);
+    let long = "n".repeat(256);
+    assert_eq!(errno_of(fs::write(m.p(&long), b"")), libc::ENAMETOOLONG);
+    fs::set_permissions(m.p("a"), fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(fs::metadata(m.p("a")).unwrap().mode() & 0o7777, 0o600);
+}
+
+#[test]
+fn open_unlinked_and_truncate() {
+    let Some(m) = Mnt::new(None) else { return };
+    let mut f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(m.p("f"))
+        .unwrap();
+    f.write_all(&vec![5u8; 100_000]).unwrap();
+    fs::remove_file(m.p("f")).unwrap();
+    assert!(fs::metadata(m.p("f")).is_err());
+    f.seek(SeekFrom::Start(99_990)).unwrap();
+    let mut buf = Vec::new();
+    f.read_to_end(&mut buf).unwrap();
+    assert_eq!(buf, vec![5u8; 10]);
+    f.set_len(10).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), 10);
+    // Sparse: a write far out allocates one page.
+    let g = fs::File::create(m.p("sparse")).unwrap();
+    g.set_len(1 << 30).unwrap();
+    let md = fs::metadata(m.p("sparse")).unwrap();
+    assert_eq!((md.len(), md.blocks()), (1 << 30, 0));
+}
+
+#[test]
+fn rename_flags_and_xattrs() {
+    let Some(m) = Mnt::new(None) else { return };
+    fs::write(m.p("a"), b"A").unwrap();
+    fs::write(m.p("b"), b"B").unwrap();
+    let (a, b) = (cstr(&m.p("a")), cstr(&m.p("b")));
+    // SAFETY: valid NUL-terminated paths; AT_FDCWD with absolute paths.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    assert_eq!(
+        (rc, std::io::Error::last_os_error().raw_os_error()),
+        (-1, Some(libc::EEXIST))
+    );
+    // SAFETY: as above.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    assert_eq!(rc, 0);
+    assert_eq!(fs::read(m.p("a")).unwrap(), b"B");
+    assert_eq!(fs::read(m.p("b")).unwrap(), b"A");
+    let (name, val) = (CString::new("user.k").unwrap(), b"v1");
+    // SAFETY: valid path, name and value buffers with matching length.
+    let rc =
+        unsafe { libc::setxattr(a.as_ptr(), name.as_ptr(), val.as_ptr().cast(), val.len(), 0) };
+    assert_eq!(rc, 0);
+    let mut buf = [0u8; 16];
+    // SAFETY: valid path and name; buf is writable for its length.
+    let n = unsafe {
+        libc::getxattr(
+            a.as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    assert_eq!(&buf[..n as usize], b"v1");
+}
+
+#[test]
+fn enospc_keeps_data() {
+    let Some(m) = Mnt::new(Some(256 * 1024)) else {
+        return;
+    };
+    let mut f = fs::File::create(m.p("big")).unwrap();
+    let chunk = vec![7u8; 64 * 1024];
+    let mut written = 0;
+    let err = loop {
+        match f.write(&chunk) {
+            Ok(n) => written += n,
+            Err(e) => break e,
+        }
+        assert!(written <= 256 * 1024);
+    };
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC));
+    drop(f);
+    let data = fs::read(m.p("big")).unwrap();
+    assert_eq!(data.len(), written);
+    assert!(data.iter().all(|&c| c == 7));
+    // SAFETY: statvfs is a plain C struct; all-zero bytes are a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    let p = cstr(&m.dir);
+    // SAFETY: valid path and a writable statvfs.
+    assert_eq!(unsafe { libc::statvfs(p.as_ptr(), &mut st) }, 0);
+    assert_eq!(st.f_bfree, 0);
+    fs::remove_file(m.p("big")).unwrap();
+    fs::write(m.p("small"), b"fits again").unwrap();
+}
+
+#[test]
+fn forgets_release_every_vnode() {
+    let Some(m) = Mnt::new(None) else { return };
+    fs::create_dir(m.p("d")).unwrap();
+    for i in 0..300 {
+        fs::write(m.p(&format!("d/f{i}")), b"x").unwrap();
+    }
+    for e in fs::read_dir(m.p("d")).unwrap() {
+        fs::metadata(e.unwrap().path()).unwrap();
+    }
+    assert!(m.report(false)["counters"]["fuse.nodes"].as_u64().unwrap() > 300);
+    // Ask the kernel to drop its caches; it then FORGETs every node but
+    // the root. Wait (bounded) for the FORGETs to arrive.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let _ = fs::write("/proc/sys/vm/drop_caches", b"2");
+        let r = m.report(true);
+        if r["accounting"]["kernel_nodes"] == 1 && r["accounting"]["ok"] == true {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nodes not forgotten: {}",
+            r["accounting"]
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Everything still there after the vnodes went.
+    assert_eq!(fs::read_dir(m.p("d")).unwrap().count(), 300);
+    assert_eq!(fs::read(m.p("d/f7")).unwrap(), b"x");
+}
+
+#[test]
+fn concurrent_clients() {
+    let Some(m) = Mnt::new(None) else { return };
+    let m = Arc::new(m);
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let m = m.clone();
+            std::thread::spawn(move || {
+                for i in 0..200 {
+                    let p = m.p(&format!("t{t}-{}", i % 20));
+                    fs::write(&p, format!("{t}:{i}")).unwrap();
+                    let q = m.p(&format!("moved-{}", i % 7));
+                    let _ = fs::rename(&p, &q);
+                    let _ = fs::remove_file(m.p(&format!("moved-{}", (i + 3) % 7)));
+                    let _ = fs::read_dir(&m.dir).unwrap().count();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let r = m.report(false);
+    assert_eq!(r["counters"]["fuse.requests.panics"], 0);
+    // The kernel sends RELEASE asynchronously after close() returns: wait
+    // for the last ones to arrive (a bound on waiting, not on speed).
+    let mut open = r["counters"]["fuse.handles.open"].clone();
+    for _ in 0..500 {
+        if open == 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        open = m.report(false)["counters"]["fuse.handles.open"].clone();
+    }
+    assert_eq!(open, 0, "every open handle released");
+    fs::write(m.p("after"), b"ok").unwrap();
+}

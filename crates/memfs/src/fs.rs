@@ -1,0 +1,193 @@
+//! `MemFs`: construction, the vnode binding, and the small helpers every
+//! operation uses. The operations themselves live in `namei.rs`,
+//! `rename.rs`, `io.rs` and `attrs.rs`; `vops.rs` wires them to the
+//! `FileSystem` trait.
+
+use crate::budget::Budget;
+use crate::dir::Directory;
+use crate::inode::{Body, Inode, Meta};
+use crate::io_lock;
+use crate::pages::PAGE_SIZE;
+use crate::table::{InodeTable, ROOT_INO};
+use parking_lot::{Mutex, RwLock};
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+use uvfs_vfs::{Errno, Ino, Mount, Timespec, VType, VfsResult, VnodeLayer, VnodeRef};
+use uvfs_vnode::{FsHooks, Vnode};
+
+/// How to build a memfs.
+#[derive(Clone, Debug)]
+pub struct MemFsConfig {
+    /// Most bytes of file data (rounded down to pages); `None` = no limit.
+    pub size_limit: Option<u64>,
+    /// Permission bits of the root directory.
+    pub root_mode: u32,
+    /// Owner of the root directory.
+    pub root_uid: u32,
+    /// Group of the root directory.
+    pub root_gid: u32,
+}
+
+impl Default for MemFsConfig {
+    fn default() -> Self {
+        MemFsConfig {
+            size_limit: None,
+            root_mode: 0o755,
+            root_uid: 0,
+            root_gid: 0,
+        }
+    }
+}
+
+/// An in-memory file system mounted on a vnode layer.
+pub struct MemFs {
+    pub(crate) layer: Arc<VnodeLayer>,
+    pub(crate) mnt: Arc<Mount>,
+    pub(crate) table: InodeTable,
+    pub(crate) budget: Arc<Budget>,
+    /// Serialises cross-directory renames (Linux's `s_vfs_rename_mutex`),
+    /// which makes directory parents stable for the ancestry walk.
+    pub(crate) rename_lock: Mutex<()>,
+    /// Inodes in memory, linked or not (see `Inode::alive`).
+    pub(crate) alive: Arc<AtomicUsize>,
+}
+
+impl std::fmt::Debug for MemFs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemFs")
+            .field("mnt", &self.mnt.id())
+            .field("inodes", &self.table.len())
+            .finish()
+    }
+}
+
+/// The vnode layer's callbacks into memfs.
+struct Hooks;
+
+impl FsHooks for Hooks {
+    /// The last user of an unlinked file is gone: its data goes now, not
+    /// when the vnode is eventually recycled, so the space is free again
+    /// at once; and the vnode (with the inode it keeps alive) is recycled
+    /// as soon as the kernel forgets it too, instead of waiting in the LRU.
+    fn inactive(&self, vp: &Vnode) {
+        let Some(inode) = vp.data::<Arc<Inode>>() else {
+            return;
+        };
+        if inode.nlink() == 0 {
+            vp.recycle_when_free();
+        }
+        if let Some(f) = inode.file() {
+            if inode.nlink() == 0 && f.pages() + f.size() > 0 {
+                let _g = io_lock::lock_write(vp, 0..u64::MAX);
+                // A user that raced in after the last one left sees an
+                // empty file; it could reach an unlinked file only through
+                // a handle the kernel keeps without an open (O_PATH).
+                let _ = f.truncate(0);
+            }
+        }
+    }
+}
+
+impl MemFs {
+    /// Mounts a new, empty memfs on `layer`.
+    pub fn new(layer: Arc<VnodeLayer>, cfg: MemFsConfig) -> Arc<MemFs> {
+        let mnt = layer.mount("memfs", Arc::new(Hooks));
+        let limit = cfg.size_limit.map_or(u64::MAX, |b| b / PAGE_SIZE as u64);
+        let fs = MemFs {
+            layer,
+            mnt,
+            table: InodeTable::new(),
+            budget: Arc::new(Budget::new(limit)),
+            rename_lock: Mutex::new(()),
+            alive: Arc::new(AtomicUsize::new(0)),
+        };
+        let now = Timespec::now();
+        let root = Inode::new(
+            ROOT_INO,
+            VType::Dir,
+            Meta {
+                perm: (cfg.root_mode & 0o7777) as u16,
+                uid: cfg.root_uid,
+                gid: cfg.root_gid,
+                nlink: 2,
+                rdev: 0,
+                atime: now,
+                mtime: now,
+                ctime: now,
+                btime: now,
+                xattrs: Default::default(),
+            },
+            Body::Dir(RwLock::new(Directory::new(ROOT_INO))),
+            fs.alive.clone(),
+        );
+        fs.table.insert(Arc::new(root));
+        Arc::new(fs)
+    }
+
+    /// The vnode layer this memfs is mounted on.
+    pub fn layer(&self) -> &Arc<VnodeLayer> {
+        &self.layer
+    }
+
+    /// Linked inodes.
+    pub fn inode_count(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Inodes in memory, linked or kept alive by a vnode after unlink.
+    pub fn alive_count(&self) -> usize {
+        self.alive.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Bytes of file data allocated.
+    pub fn bytes_used(&self) -> u64 {
+        self.budget.used() * PAGE_SIZE as u64
+    }
+
+    /// The inode behind a vnode of this mount.
+    pub(crate) fn inode_of<'a>(&self, vp: &'a Vnode) -> VfsResult<&'a Arc<Inode>> {
+        if vp.mount_id() != self.mnt.id() {
+            return Err(Errno::EXDEV);
+        }
+        vp.data::<Arc<Inode>>().ok_or(Errno::ESTALE)
+    }
+
+    /// The inode and entries of a directory vnode.
+    pub(crate) fn dir_of<'a>(
+        &self,
+        vp: &'a Vnode,
+    ) -> VfsResult<(&'a Arc<Inode>, &'a RwLock<Directory>)> {
+        let inode = self.inode_of(vp)?;
+        let dir = inode.dir().ok_or(Errno::ENOTDIR)?;
+        Ok((inode, dir))
+    }
+
+    /// The (possibly new) vnode for an inode.
+    pub(crate) fn vnode(&self, inode: &Arc<Inode>) -> VfsResult<VnodeRef> {
+        let data = inode.clone();
+        let kind = inode.kind;
+        Ok(self
+            .layer
+            .get(&self.mnt, inode.ino, move || Ok((kind, Box::new(data))))?)
+    }
+
+    /// The vnode for a linked inode number.
+    pub(crate) fn vnode_by_ino(&self, ino: Ino) -> VfsResult<VnodeRef> {
+        let inode = self.table.get(ino).ok_or(Errno::ENOENT)?;
+        self.vnode(&inode)
+    }
+
+    /// The last link of `inode` is gone: drop it from the table and let
+    /// its data go as soon as no vnode user remains. If a vnode caches it,
+    /// taking and dropping a use runs `inactive` when ours was the last;
+    /// otherwise another user's release will.
+    pub(crate) fn forget_unlinked(&self, inode: &Arc<Inode>) {
+        self.table.remove(inode.ino);
+        if let Some(vp) = self.layer.lookup_cached(&self.mnt, inode.ino) {
+            if inode.kind == VType::Dir {
+                self.layer.namecache().purge_dir(&vp);
+            }
+            drop(vp);
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! The memfs inode: metadata, and the data or entries of the file.
+//!
+//! Memfs inodes are not vnodes: a vnode is a cache entry that the vnode
+//! layer may recycle at any time when unused, while the file must go on
+//! existing. The inode table owns every linked inode; a vnode's private
+//! data is one more `Arc` to it, which is what keeps an unlinked but open
+//! file alive until its last user goes.
+//!
+//! # Lock reference
+//!
+//! | field | protected by |
+//! |---|---|
+//! | `ino`, `kind` | immutable |
+//! | `meta` | its mutex (innermost: taken after any directory or data lock) |
+//! | `Body::Dir` | the directory's rwlock (see `rename.rs` for the order) |
+//! | `Body::File` | the vnode's range lock for atomicity, `FileData`'s own locks for memory safety |
+//! | `Body::Symlink` | immutable |
+
+use crate::dir::Directory;
+use crate::pages::FileData;
+use crate::xattr::Xattrs;
+use parking_lot::{Mutex, RwLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use uvfs_vfs::{Attr, Ino, Timespec, VType};
+
+/// The contents of an inode, by type.
+#[derive(Debug)]
+pub enum Body {
+    /// A regular file's pages.
+    File(FileData),
+    /// A directory's entries.
+    Dir(RwLock<Directory>),
+    /// A symlink's target.
+    Symlink(Box<[u8]>),
+    /// Devices, FIFOs and sockets: no contents here.
+    Special,
+}
+
+/// Mutable metadata, under `Inode::meta`.
+#[derive(Debug)]
+pub struct Meta {
+    /// Permission bits (`0o7777`).
+    pub perm: u16,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Links; for a directory, 2 plus its subdirectories (0 once removed).
+    pub nlink: u32,
+    /// Device number.
+    pub rdev: u64,
+    /// Access time.
+    pub atime: Timespec,
+    /// Modification time.
+    pub mtime: Timespec,
+    /// Change time.
+    pub ctime: Timespec,
+    /// Creation time.
+    pub btime: Timespec,
+    /// Extended attributes.
+    pub xattrs: Xattrs,
+}
+
+impl Meta {
+    /// Sets mtime and ctime to `now` (the contents changed).
+    pub fn touch_modified(&mut self, now: Timespec) {
+        self.mtime = now;
+        self.ctime = now;
+    }
+}
+
+/// One file of a memfs.
+#[derive(Debug)]
+pub struct Inode {
+    /// Inode number; never reused within a memfs.
+    pub ino: Ino,
+    /// File type; never changes.
+    pub kind: VType,
+    /// Metadata.
+    pub meta: Mutex<Meta>,
+    /// Contents.
+    pub body: Body,
+    /// The file system's count of inodes in memory, linked or not;
+    /// decremented when this inode is freed.
+    alive: Arc<AtomicUsize>,
+}
+
+impl Drop for Inode {
+    fn drop(&mut self) {
+        self.alive.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Inode {
+    /// A new inode with the given metadata and body.
+    pub fn new(ino: Ino, kind: VType, meta: Meta, body: Body, alive: Arc<AtomicUsize>) -> Inode {
+        alive.fetch_add(1, Ordering::Relaxed);
+        Inode {
+            alive,
+            ino,
+            kind,
+            meta: Mutex::new(meta),
+            body,
+        }
+    }
+
+    /// The directory contents, if this is a directory.
+    pub fn dir(&self) -> Option<&RwLock<Directory>> {
+        match &self.body {
+            Body::Dir(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    /// The file data, if this is a regular file.
+    pub fn file(&self) -> Option<&FileData> {
+        match &self.body {
+            Body::File(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// Current link count.
+    pub fn nlink(&self) -> u32 {
+        self.meta.lock().nlink
+    }
+
+    /// The attributes `stat(2)` shows.
+    pub fn attr(&self) -> Attr {
+        let mut subdirs = None;
+        let (size, blocks) = match &self.body {
+            Body::File(f) => (f.size(), f.pages() * 8),
+            // tmpfs reports a directory's size from its entry count.
+            Body::Dir(d) => {
+                let d = d.read();
+                subdirs = Some(d.subdirs());
+                ((d.len() as u64 + 2) * 20, 0)
+            }
+            Body::Symlink(t) => (t.len() as u64, 0),
+            Body::Special => (0, 0),
+        };
+        let m = self.meta.lock();
+        // A live directory has `.`, its name, and each subdirectory's `..`;
+        // derived from the entries rather than counted separately.
+        let nlink = match subdirs {
+            Some(n) if m.nlink > 0 => 2 + n,
+            _ => m.nlink,
+        };
+        Attr {
+            ino: self.ino,
+            kind: self.kind,
+            perm: m.perm,
+            nlink,
+            uid: m.uid,
+            gid: m.gid,
+            size,
+            blocks,
+            blksize: 4096,
+            rdev: m.rdev,
+            atime: m.atime,
+            mtime: m.mtime,
+            ctime: m.ctime,
+            btime: m.btime,
+        }
+    }
+}

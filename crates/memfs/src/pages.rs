@@ -1,0 +1,367 @@
+//! File data: a sparse map of 4 KiB pages and the file size.
+//!
+//! # Layout
+//! Pages live in a `BTreeMap` keyed by page index; a missing page is a hole
+//! and reads as zeros. Each page has its own reader/writer lock so that
+//! I/O to disjoint ranges, admitted together by the vnode's range lock,
+//! copies in parallel; the map lock is held shared while copying and
+//! exclusively only to add or drop pages.
+//!
+//! # Invariants
+//! - Every byte at or past `size` that lies in an allocated page is zero.
+//!   Shrinking zeroes the tail of the last page and drops the pages past
+//!   it, so growing (truncate up, a write past the end) never has to
+//!   clear anything and an extending write races harmlessly with a grow.
+//! - `npages == map.len()` and the budget holds exactly `npages` pages for
+//!   this file.
+//!
+//! # Lock order
+//! The caller's range lock, then the map lock, then one page lock at a
+//! time in ascending order.
+//!
+//! # Atomicity
+//! This module does not make an operation atomic against an overlapping
+//! one: the caller's range lock does (shared for reads, exclusive for
+//! writes, exclusive over `[new size, inf)` or the whole file for
+//! truncation and fallocate).
+
+use crate::budget::Budget;
+use parking_lot::{RwLock, RwLockUpgradableReadGuard, RwLockWriteGuard};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use uvfs_vfs::{Errno, VfsResult};
+
+/// Bytes per page.
+pub const PAGE_SIZE: usize = 4096;
+const PAGE: u64 = PAGE_SIZE as u64;
+
+/// Largest file size (Linux's `MAX_LFS_FILESIZE` on 64-bit).
+pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
+
+type Page = RwLock<[u8; PAGE_SIZE]>;
+
+fn new_page() -> Box<Page> {
+    Box::new(RwLock::new([0u8; PAGE_SIZE]))
+}
+
+/// The data of one regular file.
+#[derive(Debug)]
+pub struct FileData {
+    /// Allocated pages by index.
+    map: RwLock<BTreeMap<u64, Box<Page>>>,
+    /// File size in bytes. Written under the map lock (exclusive for
+    /// shrinking, shared or exclusive plus `fetch_max` for growing);
+    /// read without it.
+    size: AtomicU64,
+    /// `map.len()`, readable without the map lock (for `st_blocks`).
+    npages: AtomicU64,
+    budget: Arc<Budget>,
+}
+
+impl FileData {
+    /// An empty file charged to `budget`.
+    pub fn new(budget: Arc<Budget>) -> FileData {
+        FileData {
+            map: RwLock::new(BTreeMap::new()),
+            size: AtomicU64::new(0),
+            npages: AtomicU64::new(0),
+            budget,
+        }
+    }
+
+    /// The file size.
+    pub fn size(&self) -> u64 {
+        // Acquire pairs with the Release stores in write/truncate, so a
+        // reader that sees a size also sees the pages that back it.
+        self.size.load(Ordering::Acquire)
+    }
+
+    /// Allocated pages.
+    pub fn pages(&self) -> u64 {
+        self.npages.load(Ordering::Relaxed)
+    }
+
+    /// Reads up to `len` bytes at `offset`, stopping at end of file.
+    pub fn read(&self, offset: u64, len: usize) -> Vec<u8> {
+        let map = self.map.read();
+        let size = self.size();
+        if offset >= size {
+            return Vec::new();
+        }
+        let end = size.min(offset.saturating_add(len as u64));
+        let mut out = vec![0u8; (end - offset) as usize];
+        let mut pos = offset;
+        while pos < end {
+            let idx = pos / PAGE;
+            let in_page = (pos % PAGE) as usize;
+            let n = ((PAGE - pos % PAGE).min(end - pos)) as usize;
+            let dst = (pos - offset) as usize;
+            if let Some(page) = map.get(&idx) {
+                out[dst..dst + n].copy_from_slice(&page.read()[in_page..in_page + n]);
+            }
+            pos += n as u64;
+        }
+        out
+    }
+
+    /// Writes `data` at `offset`, allocating pages. Returns the bytes
+    /// written: all of `data`, or a prefix when the budget runs out part
+    /// way; `ENOSPC` if not even one byte fits, `EFBIG` past the largest
+    /// file size. Nothing outside the written prefix changes.
+    pub fn write(&self, offset: u64, data: &[u8]) -> VfsResult<usize> {
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= MAX_FILE_SIZE)
+            .ok_or(Errno::EFBIG)?;
+        let first = offset / PAGE;
+        let last = (end - 1) / PAGE;
+        let map = self.map.upgradable_read();
+        let missing: Vec<u64> = (first..=last).filter(|i| !map.contains_key(i)).collect();
+        let map = if missing.is_empty() {
+            RwLockUpgradableReadGuard::downgrade(map)
+        } else {
+            let granted = self.budget.try_reserve(missing.len() as u64) as usize;
+            let mut map = RwLockUpgradableReadGuard::upgrade(map);
+            for &idx in &missing[..granted] {
+                map.insert(idx, new_page());
+            }
+            self.npages.fetch_add(granted as u64, Ordering::Relaxed);
+            RwLockWriteGuard::downgrade(map)
+        };
+        // Without every page, write the prefix up to the first page the
+        // budget could not pay for.
+        let end = match (first..=last).find(|i| !map.contains_key(i)) {
+            Some(hole) => hole * PAGE,
+            None => end,
+        };
+        if end <= offset {
+            return Err(Errno::ENOSPC);
+        }
+        let mut pos = offset;
+        while pos < end {
+            let idx = pos / PAGE;
+            let in_page = (pos % PAGE) as usize;
+            let n = ((PAGE - pos % PAGE).min(end - pos)) as usize;
+            let src = (pos - offset) as usize;
+            if let Some(page) = map.get(&idx) {
+                page.write()[in_page..in_page + n].copy_from_slice(&data[src..src + n]);
+            }
+            pos += n as u64;
+        }
+        // Release: publishes the page contents with the new size.
+        self.size.fetch_max(end, Ordering::Release);
+        Ok((end - offset) as usize)
+    }
+
+    /// Sets the size, dropping and zeroing data past a smaller size.
+    pub fn truncate(&self, new_size: u64) -> VfsResult<()> {
+        if new_size > MAX_FILE_SIZE {
+            return Err(Errno::EFBIG);
+        }
+        let mut map = self.map.write();
+        let old = self.size();
+        if new_size < old || self.npages.load(Ordering::Relaxed) > 0 {
+            self.drop_from(&mut map, new_size);
+        }
+        self.size.store(new_size, Ordering::Release);
+        Ok(())
+    }
+
+    /// Zeroes `[from, inf)` inside allocated pages and frees whole pages.
+    fn drop_from(&self, map: &mut BTreeMap<u64, Box<Page>>, from: u64) {
+        let keep = from.div_ceil(PAGE);
+        if !from.is_multiple_of(PAGE) {
+            if let Some(page) = map.get(&(from / PAGE)) {
+                page.write()[(from % PAGE) as usize..].fill(0);
+            }
+        }
+        let gone = map.split_off(&keep);
+        self.forget_pages(gone.len() as u64);
+    }
+
+    fn forget_pages(&self, n: u64) {
+        self.npages.fetch_sub(n, Ordering::Relaxed);
+        self.budget.release(n);
+    }
+
+    /// Zeroes `[offset, offset+len)`, freeing the whole pages inside it;
+    /// the size does not change.
+    pub fn punch_hole(&self, offset: u64, len: u64) {
+        let end = offset.saturating_add(len);
+        if end <= offset {
+            return;
+        }
+        let mut map = self.map.write();
+        let first_whole = offset.div_ceil(PAGE);
+        let end_whole = end / PAGE; // exclusive
+                                    // Partial pages at either end are zeroed in place.
+        let zero = |from: u64, to: u64| {
+            if from >= to {
+                return;
+            }
+            if let Some(page) = map.get(&(from / PAGE)) {
+                let a = (from % PAGE) as usize;
+                let b = a + (to - from) as usize;
+                page.write()[a..b].fill(0);
+            }
+        };
+        if first_whole >= end_whole {
+            // Within one page, or spanning two partial pages.
+            let mid = (offset / PAGE + 1) * PAGE;
+            zero(offset, end.min(mid));
+            if end > mid {
+                zero(mid, end);
+            }
+        } else {
+            zero(offset, first_whole * PAGE);
+            zero(end_whole * PAGE, end);
+        }
+        if first_whole >= end_whole {
+            return;
+        }
+        let doomed: Vec<u64> = map.range(first_whole..end_whole).map(|(i, _)| *i).collect();
+        for i in &doomed {
+            map.remove(i);
+        }
+        self.forget_pages(doomed.len() as u64);
+    }
+
+    /// Allocates every page of `[offset, offset+len)` (all or nothing) and,
+    /// unless `keep_size`, grows the size to cover the range.
+    pub fn allocate(&self, offset: u64, len: u64, keep_size: bool) -> VfsResult<()> {
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= MAX_FILE_SIZE)
+            .ok_or(Errno::EFBIG)?;
+        if len == 0 {
+            return Err(Errno::EINVAL);
+        }
+        let mut map = self.map.write();
+        let (lo, hi) = (offset / PAGE, end.div_ceil(PAGE));
+        // Count before listing: a huge range must fail on the budget, not
+        // walk billions of page indices.
+        let have = map.range(lo..hi).count() as u64;
+        let want = (hi - lo) - have;
+        if !self.budget.reserve_exact(want) {
+            return Err(Errno::ENOSPC);
+        }
+        let mut added = 0;
+        for i in lo..hi {
+            if added == want {
+                break;
+            }
+            if let std::collections::btree_map::Entry::Vacant(v) = map.entry(i) {
+                v.insert(new_page());
+                added += 1;
+            }
+        }
+        self.npages.fetch_add(added, Ordering::Relaxed);
+        if !keep_size {
+            self.size.fetch_max(end, Ordering::Release);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for FileData {
+    fn drop(&mut self) {
+        self.budget.release(*self.npages.get_mut());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(limit: u64) -> (Arc<Budget>, FileData) {
+        let b = Arc::new(Budget::new(limit));
+        let f = FileData::new(b.clone());
+        (b, f)
+    }
+
+    #[test]
+    fn sparse_write_and_read() {
+        let (b, f) = file(u64::MAX);
+        assert_eq!(f.write(10_000, b"hello").unwrap(), 5);
+        assert_eq!(f.size(), 10_005);
+        assert_eq!(f.pages(), 1);
+        assert_eq!(b.used(), 1);
+        let r = f.read(9_998, 100);
+        assert_eq!(r, b"\0\0hello");
+        assert!(f.read(0, 4096).iter().all(|&c| c == 0));
+        assert!(f.read(20_000, 10).is_empty());
+    }
+
+    #[test]
+    fn truncate_zeroes_the_tail() {
+        let (b, f) = file(u64::MAX);
+        f.write(0, &[7u8; 10_000]).unwrap();
+        assert_eq!(b.used(), 3);
+        f.truncate(5).unwrap();
+        assert_eq!(b.used(), 1);
+        f.truncate(10_000).unwrap();
+        let r = f.read(0, 10_000);
+        assert_eq!(&r[..5], &[7u8; 5]);
+        assert!(r[5..].iter().all(|&c| c == 0));
+    }
+
+    #[test]
+    fn enospc_keeps_what_was_written() {
+        let (b, f) = file(2);
+        f.write(0, &[1u8; 4096]).unwrap();
+        // One page left: a three-page write is cut after its first page.
+        assert_eq!(f.write(4096, &[2u8; 3 * 4096]).unwrap(), 4096);
+        assert_eq!(f.write(8192, &[3u8; 10]), Err(Errno::ENOSPC));
+        // Rewriting allocated pages still works at the limit.
+        assert_eq!(f.write(0, &[4u8; 8192]).unwrap(), 8192);
+        assert_eq!(f.size(), 8192);
+        assert_eq!(b.used(), 2);
+        assert!(f.read(0, 8192).iter().all(|&c| c == 4));
+        drop(f);
+        assert_eq!(b.used(), 0);
+    }
+
+    #[test]
+    fn punch_and_allocate() {
+        let (b, f) = file(u64::MAX);
+        f.write(0, &[9u8; 4 * 4096]).unwrap();
+        f.punch_hole(100, 2 * 4096);
+        assert_eq!(f.size(), 4 * 4096);
+        assert_eq!(f.pages(), 3);
+        let r = f.read(0, 4 * 4096);
+        assert!(r[..100].iter().all(|&c| c == 9));
+        assert!(r[100..100 + 2 * 4096].iter().all(|&c| c == 0));
+        assert!(r[100 + 2 * 4096..].iter().all(|&c| c == 9));
+        f.allocate(0, 8 * 4096, true).unwrap();
+        assert_eq!(f.pages(), 8);
+        assert_eq!(f.size(), 4 * 4096);
+        f.allocate(0, 9 * 4096, false).unwrap();
+        assert_eq!(f.size(), 9 * 4096);
+        assert_eq!(b.used(), 9);
+        // Small punch inside one page, and one straddling two pages.
+        f.write(0, &[5u8; 8192]).unwrap();
+        f.punch_hole(10, 20);
+        f.punch_hole(4000, 200);
+        let r = f.read(0, 8192);
+        assert!(r[10..30].iter().all(|&c| c == 0));
+        assert!(r[4000..4200].iter().all(|&c| c == 0));
+        assert_eq!(r[9], 5);
+        assert_eq!(r[30], 5);
+        assert_eq!(r[4200], 5);
+    }
+
+    #[test]
+    fn huge_offsets() {
+        let (_b, f) = file(u64::MAX);
+        assert_eq!(f.write(MAX_FILE_SIZE, b"x"), Err(Errno::EFBIG));
+        assert_eq!(f.write(MAX_FILE_SIZE - 1, b"x").unwrap(), 1);
+        assert_eq!(f.size(), MAX_FILE_SIZE);
+        assert_eq!(f.read(MAX_FILE_SIZE - 1, 10), b"x");
+        f.truncate(0).unwrap();
+        assert_eq!(f.pages(), 0);
+    }
+}

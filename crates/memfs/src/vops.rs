@@ -1,0 +1,196 @@
+//! memfs as a `FileSystem`: each VOP forwards to the method that does it.
+
+use crate::fs::MemFs;
+use std::sync::Arc;
+use uvfs_vfs::{
+    Attr, Ctx, DirPlusSink, DirSink, FallocMode, Fh, FileSystem, Mount, RenameFlags, SetAttr,
+    StatFs, VfsResult, VnodeRef, XattrFlags,
+};
+
+impl FileSystem for MemFs {
+    fn fs_type(&self) -> &'static str {
+        "memfs"
+    }
+
+    fn mount(&self) -> &Arc<Mount> {
+        &self.mnt
+    }
+
+    fn root(&self) -> VfsResult<VnodeRef> {
+        self.vnode_by_ino(crate::table::ROOT_INO)
+    }
+
+    fn lookup(&self, _ctx: &Ctx, dir: &VnodeRef, name: &[u8]) -> VfsResult<VnodeRef> {
+        self.do_lookup(dir, name)
+    }
+
+    fn getattr(&self, vp: &VnodeRef) -> VfsResult<Attr> {
+        self.do_getattr(vp)
+    }
+
+    fn setattr(&self, ctx: &Ctx, vp: &VnodeRef, set: &SetAttr) -> VfsResult<Attr> {
+        self.do_setattr(ctx, vp, set)
+    }
+
+    fn readlink(&self, vp: &VnodeRef) -> VfsResult<Vec<u8>> {
+        self.do_readlink(vp)
+    }
+
+    fn mknod(
+        &self,
+        ctx: &Ctx,
+        dir: &VnodeRef,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+    ) -> VfsResult<VnodeRef> {
+        self.do_mknod(ctx, dir, name, mode, rdev)
+    }
+
+    fn mkdir(&self, ctx: &Ctx, dir: &VnodeRef, name: &[u8], mode: u32) -> VfsResult<VnodeRef> {
+        self.do_mkdir(ctx, dir, name, mode)
+    }
+
+    fn symlink(
+        &self,
+        ctx: &Ctx,
+        dir: &VnodeRef,
+        name: &[u8],
+        target: &[u8],
+    ) -> VfsResult<VnodeRef> {
+        self.do_symlink(ctx, dir, name, target)
+    }
+
+    fn link(&self, _ctx: &Ctx, vp: &VnodeRef, dir: &VnodeRef, name: &[u8]) -> VfsResult<()> {
+        self.do_link(vp, dir, name)
+    }
+
+    fn unlink(&self, _ctx: &Ctx, dir: &VnodeRef, name: &[u8]) -> VfsResult<()> {
+        self.do_unlink(dir, name)
+    }
+
+    fn rmdir(&self, _ctx: &Ctx, dir: &VnodeRef, name: &[u8]) -> VfsResult<()> {
+        self.do_rmdir(dir, name)
+    }
+
+    fn rename(
+        &self,
+        _ctx: &Ctx,
+        dir: &VnodeRef,
+        name: &[u8],
+        newdir: &VnodeRef,
+        newname: &[u8],
+        flags: RenameFlags,
+    ) -> VfsResult<()> {
+        self.do_rename(dir, name, newdir, newname, flags)
+    }
+
+    fn create(
+        &self,
+        ctx: &Ctx,
+        dir: &VnodeRef,
+        name: &[u8],
+        mode: u32,
+        flags: i32,
+    ) -> VfsResult<(VnodeRef, Fh)> {
+        self.do_create(ctx, dir, name, mode, flags)
+    }
+
+    fn open(&self, ctx: &Ctx, vp: &VnodeRef, flags: i32) -> VfsResult<Fh> {
+        self.do_open(ctx, vp, flags)
+    }
+
+    fn read(&self, vp: &VnodeRef, _fh: Fh, offset: u64, size: u32) -> VfsResult<Vec<u8>> {
+        self.do_read(vp, offset, size)
+    }
+
+    fn write(&self, vp: &VnodeRef, _fh: Fh, offset: u64, data: &[u8]) -> VfsResult<u32> {
+        self.do_write(vp, offset, data)
+    }
+
+    fn readdir(
+        &self,
+        dir: &VnodeRef,
+        _fh: Fh,
+        offset: u64,
+        sink: &mut DirSink<'_>,
+    ) -> VfsResult<()> {
+        self.do_readdir(dir, offset, sink)
+    }
+
+    fn readdirplus(
+        &self,
+        _ctx: &Ctx,
+        dir: &VnodeRef,
+        _fh: Fh,
+        offset: u64,
+        sink: &mut DirPlusSink<'_>,
+    ) -> VfsResult<()> {
+        self.do_readdirplus(dir, offset, sink)
+    }
+
+    fn getxattr(&self, vp: &VnodeRef, name: &[u8]) -> VfsResult<Vec<u8>> {
+        self.do_getxattr(vp, name)
+    }
+
+    fn setxattr(
+        &self,
+        _ctx: &Ctx,
+        vp: &VnodeRef,
+        name: &[u8],
+        value: &[u8],
+        flags: XattrFlags,
+    ) -> VfsResult<()> {
+        self.do_setxattr(vp, name, value, flags)
+    }
+
+    fn listxattr(&self, vp: &VnodeRef) -> VfsResult<Vec<u8>> {
+        self.do_listxattr(vp)
+    }
+
+    fn removexattr(&self, _ctx: &Ctx, vp: &VnodeRef, name: &[u8]) -> VfsResult<()> {
+        self.do_removexattr(vp, name)
+    }
+
+    fn statfs(&self) -> VfsResult<StatFs> {
+        self.do_statfs()
+    }
+
+    fn fallocate(
+        &self,
+        vp: &VnodeRef,
+        _fh: Fh,
+        mode: FallocMode,
+        offset: u64,
+        len: u64,
+    ) -> VfsResult<()> {
+        self.do_fallocate(vp, mode, offset, len)
+    }
+
+    fn fs_stats(&self) -> Vec<(&'static str, u64, &'static str)> {
+        vec![
+            (
+                "memfs.inodes.linked",
+                self.inode_count() as u64,
+                "inodes with at least one name",
+            ),
+            (
+                "memfs.inodes.alive",
+                self.alive_count() as u64,
+                "inodes in memory, including unlinked ones still in use",
+            ),
+            (
+                "memfs.data.bytes",
+                self.bytes_used(),
+                "bytes of file data allocated (whole pages)",
+            ),
+            (
+                "memfs.data.limit_bytes",
+                self.budget
+                    .limit()
+                    .saturating_mul(crate::pages::PAGE_SIZE as u64),
+                "the --size limit in bytes",
+            ),
+        ]
+    }
+}

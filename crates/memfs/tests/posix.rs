@@ -1,0 +1,445 @@
+//! POSIX semantics of memfs at the VOP level, without FUSE.
+
+use std::sync::Arc;
+use uvfs_memfs::{MemFs, MemFsConfig};
+use uvfs_vfs::{
+    Ctx, Errno, FallocMode, Fh, FileSystem, RenameFlags, SetAttr, SetTime, Timespec, VType,
+    VnodeRef, XattrFlags,
+};
+use uvfs_vnode::{Config, VnodeLayer};
+
+const C: Ctx = Ctx::ROOT;
+
+fn memfs(limit: Option<u64>) -> Arc<MemFs> {
+    memfs_with_layer(limit, Config::with_limit(1024))
+}
+
+fn memfs_with_layer(limit: Option<u64>, cfg: Config) -> Arc<MemFs> {
+    let layer = VnodeLayer::new(cfg);
+    MemFs::new(
+        layer,
+        MemFsConfig {
+            size_limit: limit,
+            ..Default::default()
+        },
+    )
+}
+
+fn file(fs: &MemFs, dir: &VnodeRef, name: &str) -> VnodeRef {
+    fs.create(&C, dir, name.as_bytes(), 0o644, libc::O_RDWR)
+        .unwrap()
+        .0
+}
+
+fn names(fs: &MemFs, dir: &VnodeRef) -> Vec<String> {
+    let mut out = Vec::new();
+    fs.readdir(dir, Fh(0), 0, &mut |e| {
+        out.push(String::from_utf8(e.name.clone()).unwrap());
+        false
+    })
+    .unwrap();
+    out
+}
+
+#[test]
+fn create_lookup_readdir() {
+    let fs = memfs(None);
+    let root = fs.root().unwrap();
+    let f = file(&fs, &root, "a");
+    fs.mkdir(&C, &root, b"d", 0o755).unwrap();
+    let again = fs.lookup(&C, &root, b"a").unwrap();
+    assert_eq!(f.ino(), again.ino());
+    assert_eq!(fs.lookup(&C, &root, b"nope").unwrap_err(), Errno::ENOENT);
+    // A negative entry must not hide a later create.
+    file(&fs, &root, "nope");
+    assert!(fs.lookup(&C, &root, b"nope").is_ok());
+    assert_eq!(names(&fs, &root), vec![".", "..", "a", "d", "nope"]);
+    assert_eq!(fs.getattr(&root).unwrap().nlink, 3);
+    assert_eq!(fs.mkdir(&C, &root, b"d", 0o755).unwrap_err(), Errno::EEXIST);
+    assert_eq!(
+        fs.lookup(&C, &root, &[b'x'; 256]).unwrap_err(),
+        Errno::ENAMETOOLONG
+    );
+    assert_eq!(fs.lookup(&C, &root, b"a/b").unwrap_err(), Errno::EINVAL);
+    assert_eq!(fs.lookup(&C, &f, b"x").unwrap_err(), Errno::ENOTDIR);
+    let d = fs.lookup(&C, &root, b"d").unwrap();
+    assert_eq!(fs.lookup(&C, &d, b"..").unwrap().ino(), root.ino());
+}
+
+#[test]
+fn read_write_truncate_sparse() {
+    let fs = memfs(None);
+    let root = fs.root().unwrap();
+    let f = file(&fs, &root, "f");
+    assert_eq!(fs.write(&f, Fh(0), 1 << 20, b"tail").unwrap(), 4);
+    let a = fs.getattr(&f).unwrap();
+    assert_eq!(a.size, (1 << 20) + 4);
+    assert_eq!(a.blocks, 8, "one page allocated for a sparse file");
+    assert_eq!(fs.read(&f, Fh(0), 0, 8).unwrap(), vec![0; 8]);
+    assert_eq!(fs.read(&f, Fh(0), 1 << 20, 100).unwrap(), b"tail");
+    let set = SetAttr {
+        size: Some(2),
+        ..Default::default()
+    };
+    fs.setattr(&C, &f, &set).unwrap();
+    assert_eq!(fs.getattr(&f).unwrap().blocks, 0);
+    assert_eq!(fs.read(&f, Fh(0), 0, 100).unwrap(), vec![0, 0]);
+    assert_eq!(fs.read(&root, Fh(0), 0, 1).unwrap_err(), Errno::EISDIR);
+}
+
+#[test]
+fn open_unlinked_file_lives_until_last_user() {
+    let fs = memfs(Some(64 * 4096));
+    let root = fs.root().unwrap();
+    let f = file(&fs, &root, "f");
+    fs.write(&f, Fh(0), 0, &[1u8; 10 * 4096]).unwrap();
+    fs.unlink(&C, &root, b"f").unwrap();
+    assert_eq!(fs.lookup(&C, &root, b"f").unwrap_err(), Errno::ENOENT);
+    // Still readable and writable through the open reference.
+    assert_eq!(fs.read(&f, Fh(0), 4096, 4).unwrap(), vec![1; 4]);
+    fs.write(&f, Fh(0), 0, b"x").unwrap();
+    assert_eq!(fs.getattr(&f).unwrap().nlink, 0);
+    assert_eq!(fs.bytes_used(), 10 * 4096);
+    assert_eq!(fs.alive_count(), 2);
+    drop(f);
+    // The last user went: the data is gone at once.
+    assert_eq!(fs.bytes_used(), 0);
+    // Cannot link an unlinked file back.
+    let g = file(&fs, &root, "g");
+    fs.unlink(&C, &root, b"g").unwrap();
+    assert_eq!(fs.link(&C, &g, &root, b"g2").unwrap_err(), Errno::ENOENT);
+}
+
+#[test]
+fn hard_links_and_symlinks() {
+    let fs = memfs(None);
+    let root = fs.root().unwrap();
+    let f = file(&fs, &root, "f");
+    fs.link(&C, &f, &root, b"g").unwrap();
+    assert_eq!(fs.getattr(&f).unwrap().nlink, 2);
+    fs.unlink(&C, &root, b"f").unwrap();
+    assert_eq!(fs.getattr(&f).unwrap().nlink, 1);
+    assert_eq!(fs.lookup(&C, &root, b"g").unwrap().ino(), f.ino());
+    let d = fs.mkdir(&C, &root, b"d", 0o755).unwrap();
+    assert_eq!(fs.link(&C, &d, &root, b"d2").unwrap_err(), Errno::EPERM);
+    let l = fs.symlink(&C, &root, b"l", b"some/where").unwrap();
+    assert_eq!(fs.readlink(&l).unwrap(), b"some/where");
+    let a = fs.getattr(&l).unwrap();
+    assert_eq!((a.kind, a.size, a.perm), (VType::Lnk, 10, 0o777));
+    assert_eq!(fs.symlink(&C, &root, b"e", b"").unwrap_err(), Errno::ENOENT);
+    assert_eq!(fs.readlink(&f).unwrap_err(), Errno::EINVAL);
+}
+
+#[test]
+fn mknod_types() {
+    let fs = memfs(None);
+    let root = fs.root().unwrap();
+    let c = fs
+        .mknod(&C, &root, b"c", libc::S_IFCHR | 0o600, 0x0103)
+        .unwrap();
+    let a = fs.getattr(&c).unwrap();
+    assert_eq!((a.kind, a.rdev, a.perm), (VType::Chr, 0x0103, 0o600));
+    let p = fs.mknod(&C, &root, b"p", libc::S_IFIFO | 0o644, 0).unwrap();
+    assert_eq!(fs.getattr(&p).unwrap().kind, VType::Fifo);
+    let s = fs
+        .mknod(&C, &root, b"s", libc::S_IFSOCK | 0o644, 0)
+        .unwrap();
+    assert_eq!(fs.getattr(&s).unwrap().kind, VType::Sock);
+    assert_eq!(
+        fs.mknod(&C, &root, b"d", libc::S_IFDIR | 0o755, 0)
+            .unwrap_err(),
+        Errno::EINVAL
+    );
+    // user xattrs are refused on devices, as Linux does.
+    let x = fs.setxattr(&C, &c, b"user.a", b"1", XattrFlags::default());
+    assert_eq!(x.unwrap_err(), Errno::EPERM);
+}
+
+#[test]
+fn rmdir_rules() {
+    let fs = memfs(None);
+    let root = fs.root().unwrap();
+    let d = fs.mkdir(&C, &root, b"d", 0o755).unwrap();
+    file(&fs, &d, "x");
+    assert_eq!(fs.rmdir(&C, &root, b"d").unwrap_err(), Errno::ENOTEMPTY);
+    assert_eq!(fs.unlink(&C, &root, b"d").unwrap_err(), Errno::EISDIR);
+    fs.unlink(&C, &d, b"x").unwrap();
+    fs.rmdir(&C, &root, b"d").unwrap();
+    assert_eq!(fs.getattr(&root).unwrap().nlink, 2);
+    // The removed directory takes no new entries and lists as empty.
+    assert_eq!(
+        fs.create(&C, &d, b"y", 0o644, 0).unwrap_err(),
+        Errno::ENOENT
+    );
+    assert!(names(&fs, &d).is_empty());
+    assert_eq!(fs.getattr(&d).unwrap().nlink, 0);
+}
+
+#[test]
+fn rename_replace_noreplace_exchange() {
+    let fs = memfs(None);
+    let root = fs.root().unwrap();
+    let a = file(&fs, &root, "a");
+    let b = file(&fs, &root, "b");
+    fs.write(&b, Fh(0), 0, b"bbbb").unwrap();
+    let nr = RenameFlags(RenameFlags::NOREPLACE);
+    assert_eq!(
+        fs.rename(&C, &root, b"a", &root, b"b", nr).unwrap_err(),
+        Errno::EEXIST
+    );
+    let ex = RenameFlags(RenameFlags::EXCHANGE);
+    fs.rename(&C, &root, b"a", &root, b"b", ex).unwrap();
+    assert_eq!(fs.lookup(&C, &root, b"a").unwrap().ino(), b.ino());
+    assert_eq!(fs.lookup(&C, &root, b"b").unwrap().ino(), a.ino());
+    assert_eq!(
+        fs.rename(&C, &root, b"a", &root, b"zz", ex).unwrap_err(),
+        Errno::ENOENT
+    );
+    // Plain rename replaces; the replaced file dies with its last user.
+    fs.rename(&C, &root, b"a", &root, b"b", RenameFlags::default())
+        .unwrap();
+    assert_eq!(fs.lookup(&C, &root, b"b").unwrap().ino(), b.ino());
+    assert_eq!(fs.getattr(&a).unwrap().nlink, 0);
+    assert_eq!(fs.lookup(&C, &root, b"a").unwrap_err(), Errno::ENOENT);
+    let both = RenameFlags(RenameFlags::EXCHANGE | RenameFlags::NOREPLACE);
+    assert_eq!(
+        fs.rename(&C, &root, b"b", &root, b"c", both).unwrap_err(),
+        Errno::EINVAL
+    );
+}
+
+#[test]
+fn rename_directories_across_parents() {
+    let fs = memfs(None);
+    let root = fs.root().unwrap();
+    let p = fs.mkdir(&C, &root, b"p", 0o755).unwrap();
+    let q = fs.mkdir(&C, &root, b"q", 0o755).unwrap();
+    let d = fs.mkdir(&C, &p, b"d", 0o755).unwrap();
+    let sub = fs.mkdir(&C, &d, b"sub", 0o755).unwrap();
+    // Into its own subtree: EINVAL.
+    let none = RenameFlags::default();
+    assert_eq!(
+        fs.rename(&C, &p, b"d", &sub, b"x", none).unwrap_err(),
+        Errno::EINVAL
+    );
+    assert_eq!(
+        fs.rename(&C, &p, b"d", &d, b"x", none).unwrap_err(),
+        Errno::EINVAL
+    );
+    // Over a non-empty ancestor: ENOTEMPTY.
+    assert_eq!(
+        fs.rename(&C, &d, b"sub", &root, b"p", none).unwrap_err(),
+        Errno::ENOTEMPTY
+    );
+    // Directory over file and back.
+    file(&fs, &q, "f");
+    assert_eq!(
+        fs.rename(&C, &p, b"d", &q, b"f", none).unwrap_err(),
+        Errno::ENOTDIR
+    );
+    assert_eq!(
+        fs.rename(&C, &q, b"f", &p, b"d", none).unwrap_err(),
+        Errno::EISDIR
+    );
+    fs.rename(&C, &p, b"d", &q, b"d", none).unwrap();
+    assert_eq!(fs.lookup(&C, &d, b"..").unwrap().ino(), q.ino());
+    assert_eq!(fs.getattr(&p).unwrap().nlink, 2);
+    assert_eq!(fs.getattr(&q).unwrap().nlink, 3);
+    // Over an empty directory.
+    fs.mkdir(&C, &p, b"e", 0o755).unwrap();
+    fs.rename(&C, &q, b"d", &p, b"e", none).unwrap();
+    assert_eq!(fs.lookup(&C, &p, b"e").unwrap().ino(), d.ino());
+    assert_eq!(fs.getattr(&q).unwrap().nlink, 2);
+    assert_eq!(fs.getattr(&p).unwrap().nlink, 3);
+    // Exchange a directory with a file across parents.
+    let ex = RenameFlags(RenameFlags::EXCHANGE);
+    fs.rename(&C, &p, b"e", &q, b"f", ex).unwrap();
+    assert_eq!(fs.lookup(&C, &q, b"f").unwrap().ino(), d.ino());
+    assert_eq!(fs.lookup(&C, &d, b"..").unwrap().ino(), q.ino());
+    assert_eq!(fs.getattr(&p).unwrap().nlink, 2);
+    assert_eq!(fs.getattr(&q).unwrap().nlink, 3);
+}
+
+#[test]
+fn enospc_keeps_data() {
+    let fs = memfs(Some(4 * 4096));
+    let root = fs.root().unwrap();
+    let f = file(&fs, &root, "f");
+    assert_eq!(fs.write(&f, Fh(0), 0, &[7u8; 3 * 4096]).unwrap(), 3 * 4096);
+    // One page left: a two-page write is short, the next one fails.
+    assert_eq!(
+        fs.write(&f, Fh(0), 3 * 4096, &[8u8; 2 * 4096]).unwrap(),
+        4096
+    );
+    assert_eq!(
+        fs.write(&f, Fh(0), 4 * 4096, b"z").unwrap_err(),
+        Errno::ENOSPC
+    );
+    let g = file(&fs, &root, "g");
+    assert_eq!(fs.write(&g, Fh(0), 0, b"z").unwrap_err(), Errno::ENOSPC);
+    let all = fs.read(&f, Fh(0), 0, 5 * 4096).unwrap();
+    assert_eq!(all.len(), 4 * 4096);
+    assert!(all[..3 * 4096].iter().all(|&c| c == 7));
+    assert!(all[3 * 4096..].iter().all(|&c| c == 8));
+    let st = fs.statfs().unwrap();
+    assert_eq!((st.blocks, st.bfree), (4, 0));
+    // Freeing space makes room again.
+    fs.unlink(&C, &root, b"f").unwrap();
+    drop(f);
+    assert_eq!(fs.write(&g, Fh(0), 0, b"z").unwrap(), 1);
+    let falloc = fs.fallocate(&g, Fh(0), FallocMode(0), 0, 100 * 4096);
+    assert_eq!(falloc.unwrap_err(), Errno::ENOSPC);
+    assert_eq!(fs.getattr(&g).unwrap().size, 1);
+}
+
+#[test]
+fn times_and_ownership() {
+    let fs = memfs(None);
+    let root = fs.root().unwrap();
+    let f = file(&fs, &root, "f");
+    let t = Timespec::new(-12345, 678_901_234);
+    let set = SetAttr {
+        atime: Some(SetTime::At(t)),
+        mtime: Some(SetTime::At(Timespec::new(1, 2))),
+        ..Default::default()
+    };
+    let a = fs.setattr(&C, &f, &set).unwrap();
+    assert_eq!(a.atime, t);
+    assert_eq!(a.mtime, Timespec::new(1, 2));
+    let before = a.ctime;
+    let a = fs
+        .setattr(
+            &C,
+            &f,
+            &SetAttr {
+                mode: Some(0o6755),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(a.perm, 0o6755);
+    assert!(a.ctime >= before);
+    // chown clears set-uid and (with g+x) set-gid.
+    let a = fs
+        .setattr(
+            &C,
+            &f,
+            &SetAttr {
+                uid: Some(1000),
+                gid: Some(1000),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!((a.uid, a.gid, a.perm), (1000, 1000, 0o755));
+    // Set-gid directories pass their group down.
+    let d = fs.mkdir(&Ctx::new(5, 5), &root, b"d", 0o2775).unwrap();
+    let sub = fs.mkdir(&Ctx::new(7, 7), &d, b"s", 0o755).unwrap();
+    let a = fs.getattr(&sub).unwrap();
+    assert_eq!((a.uid, a.gid, a.perm & 0o2000), (7, 5, 0o2000));
+    // Writing updates mtime.
+    let m0 = fs.getattr(&f).unwrap().mtime;
+    fs.write(&f, Fh(0), 0, b"x").unwrap();
+    assert!(fs.getattr(&f).unwrap().mtime > m0);
+}
+
+#[test]
+fn xattrs() {
+    let fs = memfs(None);
+    let root = fs.root().unwrap();
+    let f = file(&fs, &root, "f");
+    fs.setxattr(&C, &f, b"user.k", b"v", XattrFlags::default())
+        .unwrap();
+    assert_eq!(fs.getxattr(&f, b"user.k").unwrap(), b"v");
+    assert_eq!(fs.listxattr(&f).unwrap(), b"user.k\0");
+    assert_eq!(fs.getxattr(&f, b"user.none").unwrap_err(), Errno::ENODATA);
+    fs.removexattr(&C, &f, b"user.k").unwrap();
+    assert_eq!(
+        fs.removexattr(&C, &f, b"user.k").unwrap_err(),
+        Errno::ENODATA
+    );
+}
+
+#[test]
+fn data_outlives_vnode_recycling() {
+    // A tiny vnode limit forces recycling; memfs inodes must survive it.
+    let mut cfg = Config::with_limit(8);
+    cfg.reclaimer = false;
+    let fs = memfs_with_layer(None, cfg);
+    let root = fs.root().unwrap();
+    for i in 0..200 {
+        let f = file(&fs, &root, &format!("f{i}"));
+        fs.write(&f, Fh(0), 0, format!("data{i}").as_bytes())
+            .unwrap();
+    }
+    for i in 0..200 {
+        let f = fs.lookup(&C, &root, format!("f{i}").as_bytes()).unwrap();
+        assert_eq!(
+            fs.read(&f, Fh(0), 0, 100).unwrap(),
+            format!("data{i}").as_bytes()
+        );
+    }
+    assert!(fs.layer().stats().numvnodes < 200);
+}
+
+#[test]
+fn concurrent_renames_and_creates_keep_the_tree_consistent() {
+    let fs = memfs(None);
+    let root = fs.root().unwrap();
+    for d in ["a", "b", "c"] {
+        fs.mkdir(&C, &root, d.as_bytes(), 0o755).unwrap();
+    }
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let fs = fs.clone();
+            std::thread::spawn(move || {
+                let root = fs.root().unwrap();
+                let dirs: Vec<_> = ["a", "b", "c"]
+                    .iter()
+                    .map(|d| fs.lookup(&C, &root, d.as_bytes()).unwrap())
+                    .collect();
+                for i in 0..500usize {
+                    let (x, y) = (&dirs[(i + t) % 3], &dirs[(i * 7 + t) % 3]);
+                    let name = format!("n{}", i % 10);
+                    match i % 4 {
+                        0 => drop(fs.create(&C, x, name.as_bytes(), 0o644, 0)),
+                        1 => drop(fs.rename(
+                            &C,
+                            x,
+                            name.as_bytes(),
+                            y,
+                            name.as_bytes(),
+                            RenameFlags::default(),
+                        )),
+                        2 => drop(fs.mkdir(&C, y, format!("d{}", i % 5).as_bytes(), 0o755)),
+                        _ => {
+                            let _ = fs.unlink(&C, x, name.as_bytes());
+                            let _ = fs.rmdir(&C, y, format!("d{}", i % 5).as_bytes());
+                            let _ = fs.rename(&C, &root, b"a", &root, b"a", RenameFlags::default());
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    // Every listed name resolves, and link counts add up.
+    let mut subdirs = 0;
+    for d in ["a", "b", "c"] {
+        let dv = fs.lookup(&C, &root, d.as_bytes()).unwrap();
+        let mut n = 0;
+        for name in names(&fs, &dv).into_iter().skip(2) {
+            let v = fs.lookup(&C, &dv, name.as_bytes()).unwrap();
+            if v.vtype() == VType::Dir {
+                n += 1;
+                assert_eq!(fs.lookup(&C, &v, b"..").unwrap().ino(), dv.ino());
+            }
+        }
+        assert_eq!(fs.getattr(&dv).unwrap().nlink, 2 + n);
+        subdirs += n;
+    }
+    assert_eq!(fs.getattr(&root).unwrap().nlink, 5);
+    assert!(subdirs <= 15);
+}

@@ -1,0 +1,110 @@
+//! File attributes as VOPs return them (`Attr`) and change them (`SetAttr`).
+
+use crate::time::Timespec;
+use uvfs_vnode::{Ino, VType};
+
+/// What `stat(2)` shows of a file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attr {
+    /// Inode number, unique within the mount for the mount's lifetime.
+    pub ino: Ino,
+    /// File type.
+    pub kind: VType,
+    /// Permission bits, including set-uid, set-gid and sticky (`0o7777`).
+    pub perm: u16,
+    /// Hard links.
+    pub nlink: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Size in bytes (for a symlink, the target's length).
+    pub size: u64,
+    /// Allocated space in 512-byte units (sparse files have fewer).
+    pub blocks: u64,
+    /// Preferred I/O size.
+    pub blksize: u32,
+    /// Device number of a character or block device.
+    pub rdev: u64,
+    /// Last access.
+    pub atime: Timespec,
+    /// Last data modification.
+    pub mtime: Timespec,
+    /// Last status change.
+    pub ctime: Timespec,
+    /// Creation.
+    pub btime: Timespec,
+}
+
+impl Attr {
+    /// `st_mode`: type bits and permission bits.
+    pub fn mode(&self) -> u32 {
+        vtype_to_mode(self.kind) | u32::from(self.perm)
+    }
+}
+
+/// The `S_IFMT` bits of a file type (0 for `VType::Non`).
+pub fn vtype_to_mode(t: VType) -> u32 {
+    match t {
+        VType::Reg => libc::S_IFREG,
+        VType::Dir => libc::S_IFDIR,
+        VType::Lnk => libc::S_IFLNK,
+        VType::Chr => libc::S_IFCHR,
+        VType::Blk => libc::S_IFBLK,
+        VType::Fifo => libc::S_IFIFO,
+        VType::Sock => libc::S_IFSOCK,
+        VType::Non => 0,
+    }
+}
+
+/// The file type in the `S_IFMT` bits of `mode`, if they name one.
+pub fn mode_to_vtype(mode: u32) -> Option<VType> {
+    Some(match mode & libc::S_IFMT {
+        libc::S_IFREG => VType::Reg,
+        libc::S_IFDIR => VType::Dir,
+        libc::S_IFLNK => VType::Lnk,
+        libc::S_IFCHR => VType::Chr,
+        libc::S_IFBLK => VType::Blk,
+        libc::S_IFIFO => VType::Fifo,
+        libc::S_IFSOCK => VType::Sock,
+        _ => return None,
+    })
+}
+
+/// A time to set: a given instant, or the server's clock at the moment of
+/// the change (`UTIME_NOW`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum SetTime {
+    /// The clock at the time of the change.
+    Now,
+    /// This instant.
+    At(Timespec),
+}
+
+/// The changes of one `setattr`; `None` leaves a field alone.
+///
+/// Any change also sets ctime to now unless `ctime` is given.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    /// New permission bits (type bits are ignored).
+    pub mode: Option<u32>,
+    /// New owner.
+    pub uid: Option<u32>,
+    /// New group.
+    pub gid: Option<u32>,
+    /// New size (regular files only).
+    pub size: Option<u64>,
+    /// New access time.
+    pub atime: Option<SetTime>,
+    /// New modification time.
+    pub mtime: Option<SetTime>,
+    /// New change time (otherwise: now, when anything changed).
+    pub ctime: Option<Timespec>,
+}
+
+impl SetAttr {
+    /// True if nothing would change.
+    pub fn is_empty(&self) -> bool {
+        *self == SetAttr::default()
+    }
+}

@@ -1,0 +1,128 @@
+//! The one error type of every VOP: a positive POSIX errno.
+//!
+//! # Why a newtype
+//! The FUSE adapter forwards the number to the kernel as it is and the
+//! kernel hands it to the application, so the value must be a real errno
+//! and never zero. Keeping it a plain `i32` inside a newtype lets file
+//! systems write `Err(Errno::ENOENT)` while the type system keeps errnos
+//! apart from sizes, offsets and inode numbers.
+
+use std::fmt;
+
+/// A positive POSIX error number.
+#[derive(Copy, Clone, Eq, PartialEq, Hash)]
+pub struct Errno(i32);
+
+/// The result of every VOP.
+pub type VfsResult<T> = Result<T, Errno>;
+
+macro_rules! errnos {
+    ($($name:ident),* $(,)?) => {
+        impl Errno {
+            $(
+                #[doc = concat!("`", stringify!($name), "`")]
+                pub const $name: Errno = Errno(libc::$name);
+            )*
+        }
+    };
+}
+
+errnos!(
+    EPERM,
+    ENOENT,
+    EIO,
+    ENXIO,
+    E2BIG,
+    EBADF,
+    EAGAIN,
+    ENOMEM,
+    EACCES,
+    EBUSY,
+    EEXIST,
+    EXDEV,
+    ENODEV,
+    ENOTDIR,
+    EISDIR,
+    EINVAL,
+    ENFILE,
+    EMFILE,
+    EFBIG,
+    ENOSPC,
+    ESPIPE,
+    EROFS,
+    EMLINK,
+    ERANGE,
+    ENAMETOOLONG,
+    ENOSYS,
+    ENOTEMPTY,
+    ELOOP,
+    ENODATA,
+    EOVERFLOW,
+    EOPNOTSUPP,
+    ESTALE,
+    ENOTSUP,
+);
+
+impl Errno {
+    /// Wraps a raw errno; zero or negative numbers (never valid) become `EIO`.
+    pub fn new(raw: i32) -> Errno {
+        if raw > 0 {
+            Errno(raw)
+        } else {
+            Errno::EIO
+        }
+    }
+
+    /// The positive errno value.
+    pub fn raw(self) -> i32 {
+        self.0
+    }
+
+    /// The errno of an I/O error (EIO if it carries none).
+    pub fn from_io(e: &std::io::Error) -> Errno {
+        Errno::new(e.raw_os_error().unwrap_or(libc::EIO))
+    }
+}
+
+impl From<uvfs_vnode::Error> for Errno {
+    fn from(e: uvfs_vnode::Error) -> Errno {
+        Errno::new(e.errno())
+    }
+}
+
+impl From<std::io::Error> for Errno {
+    fn from(e: std::io::Error) -> Errno {
+        Errno::from_io(&e)
+    }
+}
+
+impl fmt::Debug for Errno {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Errno({} {})",
+            self.0,
+            std::io::Error::from_raw_os_error(self.0)
+        )
+    }
+}
+
+impl fmt::Display for Errno {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", std::io::Error::from_raw_os_error(self.0))
+    }
+}
+
+impl std::error::Error for Errno {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn never_zero() {
+        assert_eq!(Errno::new(0), Errno::EIO);
+        assert_eq!(Errno::new(-5), Errno::EIO);
+        assert_eq!(Errno::new(libc::ENOENT).raw(), libc::ENOENT);
+    }
+}

@@ -1,0 +1,31 @@
+//! The VFS operations layer of uvfs.
+//!
+//! A file system (memfs, passthrough) implements [`FileSystem`] over vnode
+//! references from `uvfs-vnode`; front ends (the FUSE server, tests,
+//! benchmarks) call it. This crate holds only the contract and the small
+//! types it speaks in: [`Errno`], [`Attr`], [`SetAttr`], [`DirEntry`],
+//! [`StatFs`], [`Ctx`] and the flag words, plus the name and permission
+//! checks every file system shares.
+
+mod access;
+mod attr;
+mod ctx;
+mod dirent;
+mod errno;
+mod flags;
+mod name;
+mod ops;
+mod statfs;
+mod time;
+
+pub use access::{check_access, R_OK, W_OK, X_OK};
+pub use attr::{mode_to_vtype, vtype_to_mode, Attr, SetAttr, SetTime};
+pub use ctx::Ctx;
+pub use dirent::DirEntry;
+pub use errno::{Errno, VfsResult};
+pub use flags::{FallocMode, RenameFlags, XattrFlags};
+pub use name::{check_name, check_new_name, is_dot_or_dotdot, NAME_MAX, SYMLINK_MAX};
+pub use ops::{DirPlusSink, DirSink, Fh, FileSystem};
+pub use statfs::StatFs;
+pub use time::Timespec;
+pub use uvfs_vnode::{HoldRef, Ino, Mount, MountId, VType, VnodeLayer, VnodeRef};

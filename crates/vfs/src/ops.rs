@@ -1,0 +1,240 @@
+//! The file-system operations (VOPs): what memfs and passthrough implement.
+//!
+//! # Vnode references
+//! Every operation names files by [`VnodeRef`]s obtained from the vnode
+//! layer: the caller holds a use reference for the duration of the call,
+//! so the vnode cannot be recycled underneath it, and an operation that
+//! yields a file (`lookup`, `create`, ...) returns a fresh use reference.
+//! The FUSE adapter turns the kernel's lookup counts into holds on these
+//! vnodes; other front ends can do the same.
+//!
+//! # Name cache
+//! A file system keeps the layer's name cache right itself: it enters
+//! names on `lookup` (negative entries on `ENOENT`) and removes them on
+//! `unlink`, `rmdir` and `rename`, while it holds the directory's lock so
+//! that a lookup cannot re-enter a name that a concurrent removal took out.
+//!
+//! # Permissions
+//! VOPs do not check permissions: like the Linux VFS, the caller does
+//! (the FUSE server mounts with `default_permissions`). Ownership rules
+//! that are part of an operation's result (set-gid inheritance, clearing
+//! set-uid on chown) are the file system's.
+
+use crate::access::check_access;
+use crate::attr::{Attr, SetAttr};
+use crate::ctx::Ctx;
+use crate::dirent::DirEntry;
+use crate::errno::{Errno, VfsResult};
+use crate::flags::{FallocMode, RenameFlags, XattrFlags};
+use crate::statfs::StatFs;
+use std::sync::Arc;
+use uvfs_vnode::{Mount, VType, VnodeRef};
+
+/// A file system's handle for an open file or directory; opaque to callers.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Fh(pub u64);
+
+/// Receives directory entries; returns `true` when it is full (the entry
+/// it was given was not taken and the scan stops).
+pub type DirSink<'a> = dyn FnMut(&DirEntry) -> bool + 'a;
+
+/// Receives directory entries with the entry's vnode and attributes
+/// (`None` for `.` and `..`); returns `true` when full, like [`DirSink`].
+pub type DirPlusSink<'a> = dyn FnMut(&DirEntry, Option<(&VnodeRef, &Attr)>) -> bool + 'a;
+
+/// The operations of one mounted file system.
+pub trait FileSystem: Send + Sync + 'static {
+    /// The file-system type, e.g. `"memfs"`.
+    fn fs_type(&self) -> &'static str;
+
+    /// The vnode-layer mount this file system's vnodes belong to.
+    fn mount(&self) -> &Arc<Mount>;
+
+    /// The root directory.
+    fn root(&self) -> VfsResult<VnodeRef>;
+
+    /// Finds `name` in `dir` (`.` is `dir`, `..` its parent).
+    fn lookup(&self, ctx: &Ctx, dir: &VnodeRef, name: &[u8]) -> VfsResult<VnodeRef>;
+
+    /// The file's attributes.
+    fn getattr(&self, vp: &VnodeRef) -> VfsResult<Attr>;
+
+    /// Changes attributes and returns the new ones.
+    fn setattr(&self, ctx: &Ctx, vp: &VnodeRef, set: &SetAttr) -> VfsResult<Attr>;
+
+    /// Checks `mask` (`R_OK|W_OK|X_OK`) for `ctx`; the default uses the
+    /// owner and primary group only.
+    fn access(&self, ctx: &Ctx, vp: &VnodeRef, mask: u32) -> VfsResult<()> {
+        check_access(&self.getattr(vp)?, ctx, mask)
+    }
+
+    /// A symlink's target.
+    fn readlink(&self, vp: &VnodeRef) -> VfsResult<Vec<u8>>;
+
+    /// Makes a file of the type in `mode`'s `S_IFMT` bits (regular, device,
+    /// FIFO, socket); `rdev` is the device number.
+    fn mknod(
+        &self,
+        ctx: &Ctx,
+        dir: &VnodeRef,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+    ) -> VfsResult<VnodeRef>;
+
+    /// Makes a directory.
+    fn mkdir(&self, ctx: &Ctx, dir: &VnodeRef, name: &[u8], mode: u32) -> VfsResult<VnodeRef>;
+
+    /// Makes a symbolic link to `target`.
+    fn symlink(&self, ctx: &Ctx, dir: &VnodeRef, name: &[u8], target: &[u8])
+        -> VfsResult<VnodeRef>;
+
+    /// Adds the name `name` in `dir` for `vp` (not a directory).
+    fn link(&self, ctx: &Ctx, vp: &VnodeRef, dir: &VnodeRef, name: &[u8]) -> VfsResult<()>;
+
+    /// Removes a non-directory name; the file lives on while it is in use.
+    fn unlink(&self, ctx: &Ctx, dir: &VnodeRef, name: &[u8]) -> VfsResult<()>;
+
+    /// Removes an empty directory.
+    fn rmdir(&self, ctx: &Ctx, dir: &VnodeRef, name: &[u8]) -> VfsResult<()>;
+
+    /// Renames, honouring `RENAME_NOREPLACE` and `RENAME_EXCHANGE`.
+    fn rename(
+        &self,
+        ctx: &Ctx,
+        dir: &VnodeRef,
+        name: &[u8],
+        newdir: &VnodeRef,
+        newname: &[u8],
+        flags: RenameFlags,
+    ) -> VfsResult<()>;
+
+    /// Creates (or, without `O_EXCL`, opens an existing) regular file and
+    /// opens it with the `open(2)` flags `flags`.
+    fn create(
+        &self,
+        ctx: &Ctx,
+        dir: &VnodeRef,
+        name: &[u8],
+        mode: u32,
+        flags: i32,
+    ) -> VfsResult<(VnodeRef, Fh)>;
+
+    /// Opens a file with the `open(2)` flags `flags`.
+    fn open(&self, ctx: &Ctx, vp: &VnodeRef, flags: i32) -> VfsResult<Fh>;
+
+    /// Reads up to `size` bytes at `offset`; fewer at end of file.
+    fn read(&self, vp: &VnodeRef, fh: Fh, offset: u64, size: u32) -> VfsResult<Vec<u8>>;
+
+    /// Writes `data` at `offset`; returns how many bytes were written (short
+    /// only when space runs out part way).
+    fn write(&self, vp: &VnodeRef, fh: Fh, offset: u64, data: &[u8]) -> VfsResult<u32>;
+
+    /// Called on each `close(2)` of a descriptor.
+    fn flush(&self, _vp: &VnodeRef, _fh: Fh) -> VfsResult<()> {
+        Ok(())
+    }
+
+    /// Makes data (and, unless `datasync`, metadata) durable.
+    fn fsync(&self, _vp: &VnodeRef, _fh: Fh, _datasync: bool) -> VfsResult<()> {
+        Ok(())
+    }
+
+    /// The last reference to an open file went away.
+    fn release(&self, _vp: &VnodeRef, _fh: Fh) -> VfsResult<()> {
+        Ok(())
+    }
+
+    /// Opens a directory for reading.
+    fn opendir(&self, _ctx: &Ctx, vp: &VnodeRef, _flags: i32) -> VfsResult<Fh> {
+        if vp.vtype() == VType::Dir {
+            Ok(Fh(0))
+        } else {
+            Err(Errno::ENOTDIR)
+        }
+    }
+
+    /// Lists entries after cookie `offset` (0 = from the start, `.` and
+    /// `..` included) into `sink` until it is full or the directory ends.
+    fn readdir(&self, dir: &VnodeRef, fh: Fh, offset: u64, sink: &mut DirSink<'_>)
+        -> VfsResult<()>;
+
+    /// Like `readdir`, with each entry's vnode and attributes. The default
+    /// looks every name up; file systems that can do better override it.
+    fn readdirplus(
+        &self,
+        ctx: &Ctx,
+        dir: &VnodeRef,
+        fh: Fh,
+        offset: u64,
+        sink: &mut DirPlusSink<'_>,
+    ) -> VfsResult<()> {
+        let mut entries = Vec::new();
+        self.readdir(dir, fh, offset, &mut |e| {
+            entries.push(e.clone());
+            entries.len() >= 1024
+        })?;
+        for e in &entries {
+            if crate::name::is_dot_or_dotdot(&e.name) {
+                if sink(e, None) {
+                    break;
+                }
+                continue;
+            }
+            // A name removed since the listing is skipped, as if the scan
+            // had come after the removal.
+            let Ok(vp) = self.lookup(ctx, dir, &e.name) else {
+                continue;
+            };
+            let Ok(attr) = self.getattr(&vp) else {
+                continue;
+            };
+            if sink(e, Some((&vp, &attr))) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The last reference to an open directory went away.
+    fn releasedir(&self, _vp: &VnodeRef, _fh: Fh) -> VfsResult<()> {
+        Ok(())
+    }
+
+    /// An extended attribute's value.
+    fn getxattr(&self, vp: &VnodeRef, name: &[u8]) -> VfsResult<Vec<u8>>;
+
+    /// Sets an extended attribute.
+    fn setxattr(
+        &self,
+        ctx: &Ctx,
+        vp: &VnodeRef,
+        name: &[u8],
+        value: &[u8],
+        flags: XattrFlags,
+    ) -> VfsResult<()>;
+
+    /// The names of all extended attributes, each followed by a NUL.
+    fn listxattr(&self, vp: &VnodeRef) -> VfsResult<Vec<u8>>;
+
+    /// Removes an extended attribute.
+    fn removexattr(&self, ctx: &Ctx, vp: &VnodeRef, name: &[u8]) -> VfsResult<()>;
+
+    /// File-system statistics.
+    fn statfs(&self) -> VfsResult<StatFs>;
+
+    /// Allocates, zeroes or punches `[offset, offset+len)`.
+    fn fallocate(
+        &self,
+        vp: &VnodeRef,
+        fh: Fh,
+        mode: FallocMode,
+        offset: u64,
+        len: u64,
+    ) -> VfsResult<()>;
+
+    /// File-system specific statistics as (name, value, description).
+    fn fs_stats(&self) -> Vec<(&'static str, u64, &'static str)> {
+        Vec::new()
+    }
+}
