@@ -5,6 +5,33 @@
 //! they all do the same file-system work and differ only in the cache.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// FNV-1a: directory lookups in a real file system hash a short name with
+/// a cheap hash; SipHash (std's default) would make the file system's share
+/// of each lookup several times what tmpfs or ZFS pay.
+#[derive(Default)]
+pub struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for &b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+type Map<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
 
 /// The attributes a stat returns.
 #[derive(Clone, Copy, Debug)]
@@ -21,14 +48,14 @@ pub struct Dir {
     /// Entries in readdir order.
     pub entries: Vec<(String, u64, bool)>,
     /// name -> index in `entries` (the directory's lookup structure).
-    pub index: HashMap<String, usize>,
+    pub index: Map<String, usize>,
 }
 
 /// One tree: directories with up to `fanout` entries, files at the leaves.
 pub struct Tree {
     pub root: u64,
-    pub dirs: HashMap<u64, Dir>,
-    pub attrs: HashMap<u64, Attr>,
+    pub dirs: Map<u64, Dir>,
+    pub attrs: Map<u64, Attr>,
     pub files: usize,
 }
 
@@ -39,8 +66,8 @@ impl Tree {
         let fanout = fanout.max(2);
         let mut t = Tree {
             root: base,
-            dirs: HashMap::new(),
-            attrs: HashMap::new(),
+            dirs: Map::default(),
+            attrs: Map::default(),
             files: 0,
         };
         let mut next = base + 1;
