@@ -2,13 +2,16 @@
 
 use crate::lock::RangeLock;
 use crate::range::ByteRange;
+use crate::record::Entry;
 use crate::slot::Slot;
 
 /// How a read guard holds its range.
 pub(crate) enum ReadHold<'a> {
     /// An empty range: holds nothing.
     Empty,
-    /// Counted in a reader slot (the fast path).
+    /// Published in this thread's record (the biased fast path).
+    Biased(&'static Entry),
+    /// Counted in a reader slot (the fast path when bias is off).
     Fast(&'a Slot),
     /// Granted on the queue, under this id.
     Slow(u64),
@@ -29,7 +32,12 @@ impl<'a> ReadGuard<'a> {
 
     /// True when the range was taken on the fast path (diagnostics).
     pub fn is_fast(&self) -> bool {
-        matches!(self.hold, ReadHold::Fast(_))
+        matches!(self.hold, ReadHold::Fast(_) | ReadHold::Biased(_))
+    }
+
+    /// True when the range was taken on the biased path (no atomic RMW).
+    pub fn is_biased(&self) -> bool {
+        matches!(self.hold, ReadHold::Biased(_))
     }
 }
 
@@ -38,6 +46,11 @@ impl Drop for ReadGuard<'_> {
     fn drop(&mut self) {
         match self.hold {
             ReadHold::Empty => {}
+            ReadHold::Biased(entry) => {
+                if entry.leave() {
+                    self.lock.wake_biased(entry);
+                }
+            }
             ReadHold::Fast(slot) => {
                 if slot.leave() {
                     self.lock.wake_drainers(slot);

@@ -11,9 +11,21 @@
 //!
 //! # Design
 //!
-//! Two mechanisms share the work (see `slot.rs` and `queue.rs`):
+//! Three mechanisms share the work (see `bias.rs`, `slot.rs` and
+//! `queue.rs`):
 //!
-//! * **Reader slots (fast path).** A reader whose range lies within one page
+//! * **Biased readers (fastest path).** While no writer has come lately, a
+//!   reader of at most 32 pages publishes its range in its own thread's
+//!   record (`record.rs`) with plain stores, then re-checks the lock's bias
+//!   word: no atomic read-modify-write, no store-load fence, no shared line
+//!   written. A granted writer *revokes* the bias (one store and one
+//!   `membarrier(2)` IPI round, the asymmetric fence written out in
+//!   `bias.rs`), then waits for the biased readers of overlapping ranges it
+//!   finds in the records. Re-bias is inhibited for 9x the revocation's cost
+//!   (BRAVO), so write-heavy files stay on the slot path instead of paying a
+//!   `membarrier` per write. Without `membarrier` (non-Linux, old kernels,
+//!   or `UVFS_RANGELOCK_NO_BIAS=1`) locks are never biased.
+//! * **Reader slots (fast path while bias is off).** A reader whose range lies within one page
 //!   announces itself in a cache-padded slot chosen by that page (readers of
 //!   2..=32 pages in one of a few "wide" slots). A slot holds readers of one
 //!   exact range with a count, so taking and dropping a repeated read range
@@ -40,22 +52,27 @@
 //! # Memory
 //!
 //! `size_of::<RangeLock>()` is 256 bytes on x86-64 (the slot-table pointer
-//! and the queue's mutex on separate 128-byte lines: readers load the one,
-//! writers write the other) and `new` is `const` and allocation-free; the
-//! slot table (20 slots of 128 bytes, 2.5 KiB) is allocated on the first
-//! read. So a vnode should hold it as `OnceLock<Box<RangeLock>>` (16 bytes
-//! when idle), created on the first read, write or truncate.
+//! and the bias word on one 128-byte line, the queue's mutex on another:
+//! readers load the one, writers write the other) and `new` is `const` and
+//! allocation-free; the slot table (20 slots of 128 bytes, 2.5 KiB) is
+//! allocated on the first read. Biased readers use per-thread records (4
+//! entries, 256 bytes per thread, shared by every lock and reused after the
+//! thread exits), not per-lock memory. So a vnode should hold it as
+//! `OnceLock<Box<RangeLock>>` (16 bytes when idle), created on the first
+//! read, write or truncate.
 //!
 //! # Not this scheme
 //!
 //! The lock-free sorted list of Kogan, Dice and Issa (EuroSys 2020) is
 //! patented; this crate does not use a lock-free list at all.
 
+mod bias;
 mod guard;
 mod lock;
 mod parker;
 mod queue;
 mod range;
+mod record;
 mod slot;
 mod sync;
 

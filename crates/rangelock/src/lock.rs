@@ -1,14 +1,18 @@
-//! [`RangeLock`]: the slot fast path for readers, the queue for the rest.
+//! [`RangeLock`]: the biased and slot fast paths for readers, the queue for
+//! the rest.
 //!
-//! See the crate docs for the design; this file holds the acquisition and
-//! release paths. Each has an `#[inline]` fast part and a `#[cold]` twin.
+//! See the crate docs for the design, `bias.rs` for the biased path's
+//! protocol; this file holds the acquisition and release paths. Each has an
+//! `#[inline]` fast part and a `#[cold]` twin.
 
+use crate::bias::{self, BIASED, DIRTY, ID_SHIFT};
 use crate::guard::{ReadGuard, ReadHold, WriteGuard};
 use crate::parker::{notify_all, CancelToken, Parker, Wait};
 use crate::queue::{Mode, Queue};
 use crate::range::ByteRange;
-use crate::slot::{Blocking, Slot, Slots};
-use crate::sync::{lock, AtomicPtr, Mutex, Ordering::*, Spin};
+use crate::record::{self, Entry};
+use crate::slot::{Blocking, Slot, Slots, WIDE_PAGES};
+use crate::sync::{lock, try_lock, AtomicPtr, AtomicU64, Mutex, MutexGuard, Ordering::*, Spin};
 use crossbeam_utils::CachePadded;
 use std::time::Instant;
 
@@ -28,11 +32,11 @@ use std::time::Instant;
 /// waiting* request it conflicts with. A stream of new readers therefore
 /// cannot starve a waiting writer on their range, nor writers a reader.
 ///
-/// Fast-path readers (a range within one page, or within 32 pages) do not
-/// queue; they may start while a writer *waits* for the queue, but the
-/// writer never waits for them to get its turn: once granted, it closes the
-/// slots it covers to newcomers (who then queue behind it) and waits only
-/// for the fast readers already inside. The only way to wait forever is a
+/// Fast-path readers (a range within one page, or within 32 pages; biased
+/// or in a slot) do not queue; they may start while a writer *waits* for the queue, but the
+/// writer never waits for them to get its turn: once granted, it revokes
+/// the bias and closes the slots it covers to newcomers (who then queue
+/// behind it) and waits only for the fast readers already inside. The only way to wait forever is a
 /// real cycle, e.g. a thread that holds `[0,10)` for reading and then asks
 /// for an overlapping write, or asks to read again an overlapping range
 /// while a writer waits for the first (as with `std::sync::RwLock`).
@@ -42,6 +46,15 @@ pub struct RangeLock {
     /// granted (checked under `queue`), so a granted writer sees the same
     /// value from its grant to its release.
     slots: AtomicPtr<Slots>,
+    /// The bias word (`bias.rs`): flags and the lock's unique id. Loaded
+    /// twice by every biased read, written only by revocations, re-biases
+    /// and the DIRTY -> clean CAS, so it shares the read-mostly line with
+    /// `slots`.
+    bias: AtomicU64,
+    /// No re-bias before this time (`bias::now_ns`). Written under the
+    /// queue mutex by revocations only; read without it by slot-path
+    /// readers, so they touch the mutex only when a re-bias may succeed.
+    inhibit_until: AtomicU64,
     /// On its own cache line: writers write the mutex and the queue on
     /// every lock and unlock, and readers load `slots` on every read. Sharing
     /// one line cost readers half their throughput next to one writer.
@@ -77,6 +90,8 @@ pub struct Snapshot {
     pub draining: usize,
     /// Whether the reader slot table has been allocated.
     pub slots_allocated: bool,
+    /// Whether new readers may take the biased path.
+    pub biased: bool,
 }
 
 impl RangeLock {
@@ -85,6 +100,8 @@ impl RangeLock {
     pub const fn new() -> Self {
         RangeLock {
             slots: AtomicPtr::new(std::ptr::null_mut()),
+            bias: AtomicU64::new(0),
+            inhibit_until: AtomicU64::new(0),
             queue: CachePadded::new(Mutex::new(Queue::new())),
         }
     }
@@ -93,6 +110,8 @@ impl RangeLock {
     pub fn new() -> Self {
         RangeLock {
             slots: AtomicPtr::new(std::ptr::null_mut()),
+            bias: AtomicU64::new(0),
+            inhibit_until: AtomicU64::new(0),
             queue: CachePadded::new(Mutex::new(Queue::new())),
         }
     }
@@ -184,12 +203,74 @@ impl RangeLock {
         if r.is_empty() {
             return Some(ReadGuard::new(self, ReadHold::Empty));
         }
+        // Acquire: pairs with the Release of the re-bias, which follows
+        // (under the queue mutex) the release of every earlier writer: their
+        // writes happen before our read.
+        let b = self.bias.load(Acquire);
+        if b & BIASED != 0 && fits_fast_path(&r) {
+            if let Some(e) = record::publish(b >> ID_SHIFT, &r) {
+                // `publish` ended with the light barrier: this load cannot
+                // miss a revocation whose heavy barrier missed our entry.
+                if self.bias.load(Acquire) & BIASED != 0 {
+                    return Some(ReadGuard::new(self, ReadHold::Biased(e)));
+                }
+                // Revoked meanwhile: back out (waking a writer that may have
+                // gone to sleep on our entry) and take the slot path.
+                if e.leave() {
+                    self.wake_biased(e);
+                }
+            }
+        }
         if let Some(slot) = self.slots().and_then(|s| s.for_reader(&r)) {
             if slot.try_enter(&r) {
+                if b & BIASED == 0 && record::tick(bias::REBIAS_EVERY) {
+                    self.try_rebias();
+                }
                 return Some(ReadGuard::new(self, ReadHold::Fast(slot)));
             }
         }
         self.acquire_read_slow(r, wait)
+    }
+
+    /// Slot-path reader, now and then: re-bias if the inhibit time passed
+    /// and no writer holds a range. Never waits for the mutex.
+    #[cold]
+    fn try_rebias(&self) {
+        // Relaxed: only a hint; `rebias` decides under the mutex.
+        if bias::now_ns() < self.inhibit_until.load(Relaxed) {
+            return;
+        }
+        if let Some(mut q) = try_lock(&self.queue) {
+            self.rebias(&mut q);
+        }
+    }
+
+    /// Under the queue mutex: turn the bias back on if allowed.
+    fn rebias(&self, q: &mut MutexGuard<'_, Queue>) {
+        let b = self.bias.load(Relaxed);
+        if b & BIASED != 0
+            || !bias::available()
+            || q.has_granted_writer()
+            || bias::now_ns() < self.inhibit_until.load(Relaxed)
+        {
+            return;
+        }
+        q.biased_at = bias::now_ns();
+        let id = match b >> ID_SHIFT {
+            0 => bias::new_id(),
+            id => id,
+        };
+        // Release: pairs with readers' Acquire loads of the bias word; the
+        // mutex orders every earlier writer's release before this store.
+        self.bias.store(id << ID_SHIFT | BIASED, Release);
+    }
+
+    /// Biased reader release, slow part: wake writers asleep on `entry`.
+    #[cold]
+    pub(crate) fn wake_biased(&self, entry: &Entry) {
+        let mut wake = Vec::new();
+        lock(&self.queue).take_drainers(entry.key(), &mut wake);
+        notify_all(wake);
     }
 
     #[cold]
@@ -198,15 +279,22 @@ impl RangeLock {
         if self.slots().is_none() && !q.has_granted_writer() {
             // First reader: create the table while no writer holds a range
             // (a granted writer decided under this mutex not to mark any
-            // slot), then retry the fast path.
+            // slot), turn the bias on, then retry the fast path.
             self.alloc_slots();
+            self.rebias(&mut q);
             drop(q);
+            if let Some(g) = self.try_biased(&r) {
+                return Some(g);
+            }
             if let Some(slot) = self.slots().and_then(|s| s.for_reader(&r)) {
                 if slot.try_enter(&r) {
                     return Some(ReadGuard::new(self, ReadHold::Fast(slot)));
                 }
             }
             q = lock(&self.queue);
+        }
+        if self.bias.load(Relaxed) & BIASED == 0 {
+            self.rebias(&mut q);
         }
         if let Some(id) = q.try_grant(r, Mode::Shared) {
             return Some(ReadGuard::new(self, ReadHold::Slow(id)));
@@ -219,6 +307,22 @@ impl RangeLock {
         drop(q);
         self.wait_granted(id, &parker, wait)
             .then(|| ReadGuard::new(self, ReadHold::Slow(id)))
+    }
+
+    /// The biased path alone (after the slow path turned the bias on).
+    fn try_biased(&self, r: &ByteRange) -> Option<ReadGuard<'_>> {
+        let b = self.bias.load(Acquire);
+        if b & BIASED == 0 || !fits_fast_path(r) {
+            return None;
+        }
+        let e = record::publish(b >> ID_SHIFT, r)?;
+        if self.bias.load(Acquire) & BIASED != 0 {
+            return Some(ReadGuard::new(self, ReadHold::Biased(e)));
+        }
+        if e.leave() {
+            self.wake_biased(e);
+        }
+        None
     }
 
     fn alloc_slots(&self) {
@@ -267,10 +371,11 @@ impl RangeLock {
             return Some(WriteGuard::new(self, w, None));
         }
         let mut q = lock(&self.queue);
-        let id = match q.try_grant(w, Mode::Exclusive) {
+        let (id, scan) = match q.try_grant(w, Mode::Exclusive) {
             Some(id) => {
+                let scan = self.revoke(&mut q);
                 drop(q);
-                id
+                (id, scan)
             }
             None => {
                 if let Wait::Never = wait {
@@ -282,19 +387,122 @@ impl RangeLock {
                 if !self.wait_granted(id, &parker, wait) {
                     return None;
                 }
-                id
+                // Acquire: our grant (under the mutex) happened before this;
+                // a clean word seen here was set by a post-barrier scan and
+                // cannot turn biased while we are granted. Anything else is
+                // settled under the mutex, where a concurrent revocation's
+                // heavy barrier is known to be complete.
+                let scan = self.bias.load(Acquire) & (BIASED | DIRTY) != 0
+                    && self.revoke(&mut lock(&self.queue));
+                (id, scan)
             }
         };
         // We are granted: `slots` cannot appear until we release (see the
-        // field doc), so what we see now holds for the whole tenure.
-        if let Some(slots) = self.slots() {
+        // field doc), so what we see now holds for the whole tenure. Mark
+        // first: a reader backing out of the biased path then meets the
+        // mark and queues behind us.
+        let slots = self.slots();
+        if let Some(slots) = slots {
             slots.for_writer(&w, Slot::mark);
+        }
+        if scan && !self.drain_biased(&w, wait) {
+            self.release_write(&w, id);
+            return None;
+        }
+        if let Some(slots) = slots {
             if !self.drain(slots, &w, wait) {
                 self.release_write(&w, id);
                 return None;
             }
         }
         Some(WriteGuard::new(self, w, Some(id)))
+    }
+
+    /// Granted writer, under the queue mutex: revoke the bias if it is on
+    /// (store, then heavy barrier, both before the mutex is released; see
+    /// `bias.rs`). True when biased readers may still be inside, so the
+    /// caller must scan the records.
+    fn revoke(&self, q: &mut MutexGuard<'_, Queue>) -> bool {
+        let b = self.bias.load(Acquire);
+        if b & BIASED == 0 {
+            return b & DIRTY != 0;
+        }
+        let t0 = bias::now_ns();
+        // SeqCst (with the heavy barrier after it): the writer's half of the
+        // store-buffering pattern in `bias.rs`.
+        self.bias.store(b & !BIASED | DIRTY, SeqCst);
+        bias::heavy_barrier();
+        let now = bias::now_ns();
+        let base = ((now - t0) * bias::INHIBIT_FACTOR).max(bias::INHIBIT_MIN_NS);
+        // Revoked soon after the last re-bias: the file is being written
+        // steadily, so back off (exponentially, up to a cap); a bias that
+        // lived long resets the period to BRAVO's.
+        q.inhibit_ns = if t0.saturating_sub(q.biased_at) < 4 * q.inhibit_ns.max(base) {
+            (2 * q.inhibit_ns.max(base)).min(bias::INHIBIT_MAX_NS)
+        } else {
+            base
+        };
+        self.inhibit_until.store(now + q.inhibit_ns, Relaxed);
+        true
+    }
+
+    /// Granted writer, after `revoke` said so: waits for every biased reader
+    /// of an overlapping range (all were published before the heavy barrier
+    /// or will back out). Marks the word clean when no entry names the lock.
+    /// False if the wait was abandoned.
+    fn drain_biased(&self, w: &ByteRange, wait: Wait<'_>) -> bool {
+        let b = self.bias.load(Acquire);
+        let id = b >> ID_SHIFT;
+        let mut named = false;
+        for e in record::entries() {
+            if !e.names(id) {
+                continue;
+            }
+            named = true;
+            if e.holds(id, w) && !self.drain_entry(e, id, w, wait) {
+                return false;
+            }
+        }
+        if !named && b & DIRTY != 0 {
+            // Fails if the word moved (it cannot re-bias while we are
+            // granted, but another writer may have cleaned it already).
+            let _ = self.bias.compare_exchange(b, b & !DIRTY, Relaxed, Relaxed);
+        }
+        true
+    }
+
+    /// Waits until `e` no longer holds lock `id` over a range overlapping
+    /// `w`: spins, then sleeps as a drainer of the entry (see "Waking a
+    /// sleeping writer" in `bias.rs`).
+    fn drain_entry(&self, e: &Entry, id: u64, w: &ByteRange, wait: Wait<'_>) -> bool {
+        let spin = Spin::new();
+        loop {
+            if !e.holds(id, w) {
+                return true;
+            }
+            if let Wait::Never = wait {
+                return false;
+            }
+            if !spin.snooze() {
+                continue;
+            }
+            let parker = Parker::new();
+            {
+                let mut q = lock(&self.queue);
+                q.add_drainer(e.key(), parker.clone());
+                e.add_sleeper();
+            }
+            bias::heavy_barrier();
+            let woken = !e.holds(id, w) || wait.sleep(&parker);
+            {
+                let mut q = lock(&self.queue);
+                q.remove_drainer(&parker, e.key());
+                e.remove_sleeper();
+            }
+            if !woken && e.holds(id, w) {
+                return false; // abandoned; we leave no trace
+            }
+        }
     }
 
     /// Waits for the fast readers overlapping `w` that were inside when we
@@ -387,15 +595,19 @@ impl RangeLock {
                 .collect(),
             draining: q.drainers(),
             slots_allocated: false,
+            biased: self.bias.load(Acquire) & BIASED != 0,
         };
+        drop(q);
+        let id = self.bias.load(Acquire) >> ID_SHIFT;
+        if id != 0 {
+            for e in record::entries().filter(|e| e.names(id)) {
+                add_shared(&mut snap.granted, e.range(), 1);
+            }
+        }
         if let Some(slots) = self.slots() {
             snap.slots_allocated = true;
             for (range, count) in slots.all().filter_map(Slot::holders) {
-                snap.granted.push(Holder {
-                    range,
-                    mode: Mode::Shared,
-                    count,
-                });
+                add_shared(&mut snap.granted, range, count);
             }
         }
         snap
@@ -405,6 +617,30 @@ impl RangeLock {
     pub fn is_idle(&self) -> bool {
         let s = self.snapshot();
         s.granted.is_empty() && s.waiting.is_empty() && s.draining == 0
+    }
+}
+
+/// Whether a read of `r` (non-empty) may use the biased path: the same
+/// ranges as the slot path (at most `WIDE_PAGES` pages).
+#[inline]
+fn fits_fast_path(r: &ByteRange) -> bool {
+    let (first, last) = r.pages();
+    last - first < WIDE_PAGES
+}
+
+/// Adds `count` fast readers of `range` to a snapshot, merging with fast
+/// readers of the same range already listed.
+fn add_shared(granted: &mut Vec<Holder>, range: ByteRange, count: usize) {
+    match granted
+        .iter_mut()
+        .find(|h| h.range == range && h.mode == Mode::Shared)
+    {
+        Some(h) => h.count += count,
+        None => granted.push(Holder {
+            range,
+            mode: Mode::Shared,
+            count,
+        }),
     }
 }
 

@@ -46,7 +46,8 @@ struct Waiting {
     parker: Arc<Parker>,
 }
 
-/// A writer asleep until the readers in one slot leave.
+/// A writer asleep until the readers in one slot (or one biased reader
+/// entry) leave; `slot` is the slot's or entry's key.
 struct Drainer {
     slot: usize,
     parker: Arc<Parker>,
@@ -57,6 +58,11 @@ pub(crate) struct Queue {
     waiting: VecDeque<Waiting>,
     drainers: Vec<Drainer>,
     next_id: u64,
+    /// When the bias was last turned on (`bias::now_ns`).
+    pub(crate) biased_at: u64,
+    /// The current inhibit period (ns), doubled while revocations come soon
+    /// after each re-bias (see "Inhibit" in `bias.rs`).
+    pub(crate) inhibit_ns: u64,
 }
 
 impl Queue {
@@ -66,6 +72,8 @@ impl Queue {
             waiting: VecDeque::new(),
             drainers: Vec::new(),
             next_id: 1,
+            biased_at: 0,
+            inhibit_ns: 0,
         }
     }
 

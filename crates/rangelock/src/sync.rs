@@ -22,6 +22,10 @@ mod imp {
         m.lock()
     }
 
+    pub(crate) fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+        m.try_lock()
+    }
+
     /// Bounded spinning before a thread falls back to yielding.
     pub(crate) struct Spin(crossbeam_utils::Backoff);
 
@@ -50,6 +54,10 @@ mod imp {
 
     pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
         m.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+        m.try_lock().ok()
     }
 
     /// Loom has no timed park: a timed park may always wake spuriously, so

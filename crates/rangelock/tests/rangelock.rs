@@ -267,3 +267,114 @@ fn many_threads_no_lost_wakeups() {
     }
     assert!(l.is_idle());
 }
+
+#[test]
+fn first_read_biases_and_a_writer_revokes() {
+    let l = RangeLock::new();
+    let r = l.read(0..P);
+    assert!(
+        r.is_biased(),
+        "a fresh lock's first reader turns the bias on"
+    );
+    assert!(l.snapshot().biased);
+    // A disjoint writer revokes the bias but does not wait for our read.
+    let w = l.try_write(P..2 * P).expect("disjoint");
+    assert!(!l.snapshot().biased);
+    // While it holds, readers use the slots (or the queue), never the bias.
+    let r2 = l.read(2 * P..3 * P);
+    assert!(r2.is_fast() && !r2.is_biased());
+    assert!(l.try_read(P..P + 1).is_none());
+    drop((r, w, r2));
+    assert!(l.is_idle(), "{:?}", l.snapshot());
+}
+
+#[test]
+fn bias_comes_back_after_the_inhibit_period() {
+    let l = RangeLock::new();
+    drop(l.read(0..P));
+    drop(l.write(0..P)); // revoke: re-bias inhibited for a while
+    let g = l.read(0..P);
+    assert!(!g.is_biased(), "inhibited right after a revocation");
+    drop(g);
+    thread::sleep(Duration::from_millis(20));
+    // Slot-path readers look at the clock every few hundred reads.
+    for _ in 0..1000 {
+        drop(l.read(0..P));
+    }
+    assert!(l.snapshot().biased, "re-biased once the writer went quiet");
+    assert!(l.read(0..P).is_biased());
+    assert!(l.is_idle());
+}
+
+#[test]
+fn writer_sleeps_on_a_biased_reader_and_is_woken() {
+    let l = Arc::new(RangeLock::new());
+    let r = l.read(0..P);
+    assert!(r.is_biased());
+    let l2 = l.clone();
+    let h = thread::spawn(move || {
+        let _w = l2.write(100..200);
+    });
+    // The writer revokes, finds our entry and goes to sleep on it.
+    until(|| l.snapshot().draining == 1);
+    assert!(
+        l.try_read(0..P).is_none(),
+        "slot marked by the granted writer"
+    );
+    drop(r); // must wake it
+    h.join().unwrap();
+    assert!(l.is_idle(), "{:?}", l.snapshot());
+}
+
+#[test]
+fn writer_abandons_a_wait_on_a_biased_reader() {
+    let l = Arc::new(RangeLock::new());
+    let r = l.read(0..P);
+    assert!(r.is_biased());
+    assert!(l.try_write(0..10).is_none());
+    assert!(l
+        .write_until(10..20, Instant::now() + Duration::from_millis(5))
+        .is_none());
+    let s = l.snapshot();
+    assert_eq!(
+        (s.draining, s.waiting.len(), s.granted.len()),
+        (0, 0, 1),
+        "{s:?}"
+    );
+    drop(r);
+    assert!(l.try_write(..).is_some());
+    assert!(l.is_idle());
+}
+
+#[test]
+fn biased_readers_on_exiting_threads_leave_nothing_behind() {
+    let l = Arc::new(RangeLock::new());
+    for i in 0..64u64 {
+        let l2 = l.clone();
+        thread::spawn(move || {
+            let g = l2.read(i * P..(i + 1) * P);
+            assert!(g.is_fast());
+        })
+        .join()
+        .unwrap();
+    }
+    assert!(l.is_idle(), "{:?}", l.snapshot());
+    // Nothing still names the lock: a whole-file writer gets in at once.
+    assert!(l.try_write(..).is_some());
+}
+
+#[test]
+fn a_new_lock_at_a_reused_address_is_not_confused_with_the_old_one() {
+    // A guard on lock A is dropped, A is freed, B is built in its place:
+    // B's writer must not see A's (stale-by-address) readers, and a reader
+    // still holding on another lock must not block B.
+    let other = RangeLock::new();
+    let held = other.read(0..P);
+    assert!(held.is_biased());
+    for _ in 0..8 {
+        let l = Box::new(RangeLock::new());
+        drop(l.read(0..P));
+        assert!(l.try_write(..).is_some());
+    }
+    drop(held);
+}
