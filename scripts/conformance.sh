@@ -167,5 +167,10 @@ else
     fail "dead mount could not be removed"; umount -l "$MNT"
 fi
 
+# --- 6. passthrough: pjdfstest, fsx, 200k-file walk (its own mounts) ------
+if [ -x "$ROOT/scripts/passthrough-ci.sh" ]; then
+    "$ROOT/scripts/passthrough-ci.sh" && pass "passthrough-ci.sh" || fail "passthrough-ci.sh"
+fi
+
 echo "conformance: $PASSED passed, $FAILED failed"
 [ "$FAILED" = 0 ]

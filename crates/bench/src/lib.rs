@@ -6,12 +6,16 @@ pub mod alloc;
 pub mod cache;
 pub mod cputime;
 pub mod freebsd;
+pub mod fuse_mount;
+pub mod fusestat;
 pub mod memory;
 pub mod prune;
 pub mod readseek;
+pub mod readseek_mount;
 pub mod report;
 pub mod statstorm;
 pub mod synth;
+pub mod walk;
 
 /// Flags every workload takes.
 #[derive(clap::Args, Debug, Clone, Default)]

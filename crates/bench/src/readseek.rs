@@ -46,6 +46,10 @@ pub struct ReadseekOpts {
     /// Seconds per measurement (default 0.8, or 0.2 with --quick).
     #[arg(long)]
     pub secs: Option<f64>,
+    /// Read through a FUSE mount of memfs with O_DIRECT instead (see
+    /// `readseek_mount.rs`).
+    #[arg(long)]
+    pub mount: bool,
 }
 
 /// The in-memory file: bytes that only the lock under test protects.
@@ -183,6 +187,9 @@ fn locks() -> [(&'static str, bool, Measure); 4] {
 
 /// Runs the workload and returns one row per (threads, writers, lock).
 pub fn run(opts: &ReadseekOpts) -> std::io::Result<Report> {
+    if opts.mount {
+        return crate::readseek_mount::run(opts);
+    }
     let secs = opts
         .secs
         .unwrap_or(if opts.common.quick { 0.2 } else { 0.8 });
@@ -394,6 +401,7 @@ mod tests {
             writers: 1,
             truncate_every: Some(1),
             secs: Some(0.02),
+            mount: false,
         };
         let r = run(&opts).unwrap();
         // Reader-only: 4 locks; with writers: `none` is skipped.

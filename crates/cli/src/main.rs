@@ -49,6 +49,9 @@ enum Workload {
     /// Seed 002: will-it-scale readseek3, disjoint page reads under a range
     /// lock (none, rwlock, mutex-list, uvfs); --writers, --truncate-every.
     Readseek(uvfs_bench::readseek::ReadseekOpts),
+    /// find-like parallel readdir + lstat through a real FUSE mount of
+    /// memfs, cold and warm, against tmpfs (and passthrough vs native).
+    FuseStat(uvfs_bench::fusestat::FuseStatOpts),
     /// Every workload above, results (JSON + SVG) into one directory.
     All(bench_all::AllOpts),
 }
@@ -115,12 +118,26 @@ fn main() -> ExitCode {
                 uvfs_bench::memory::summary,
                 uvfs_bench::memory::chart,
             ),
+            Workload::Readseek(o) if o.mount => finish(
+                uvfs_bench::readseek::run(&o),
+                uvfs_bench::readseek_mount::COLUMNS,
+                &o.common,
+                uvfs_bench::readseek_mount::summary,
+                uvfs_bench::readseek::chart,
+            ),
             Workload::Readseek(o) => finish(
                 uvfs_bench::readseek::run(&o),
                 uvfs_bench::readseek::COLUMNS,
                 &o.common,
                 uvfs_bench::readseek::summary,
                 uvfs_bench::readseek::chart,
+            ),
+            Workload::FuseStat(o) => finish(
+                uvfs_bench::fusestat::run(&o),
+                uvfs_bench::fusestat::COLUMNS,
+                &o.common,
+                uvfs_bench::fusestat::summary,
+                uvfs_bench::fusestat::chart,
             ),
         },
     };

@@ -52,6 +52,13 @@ pub struct MountOpts {
     /// Serve in the foreground instead of detaching.
     #[arg(short, long)]
     pub foreground: bool,
+    /// Serve this host directory (passthrough) instead of memfs.
+    #[arg(long)]
+    pub source: Option<PathBuf>,
+    /// Passthrough: most backing fds open at once (cached, in use, open
+    /// files); default three quarters of RLIMIT_NOFILE's hard limit.
+    #[arg(long)]
+    pub fd_budget: Option<usize>,
 }
 
 /// Options of `uvfs stat`.
@@ -109,11 +116,30 @@ fn timeout(secs: f64, what: &str) -> io::Result<Duration> {
 pub fn mount(o: &MountOpts) -> io::Result<()> {
     // Everything that can be refused is checked before detaching, so the
     // error reaches the terminal.
-    if o.fs != "memfs" {
+    let passthrough = o.source.is_some() || o.fs == "passthrough";
+    if o.fs != "memfs" && o.fs != "passthrough" {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("unknown --fs {:?} (memfs)", o.fs),
+            format!("unknown --fs {:?} (memfs, passthrough)", o.fs),
         ));
+    }
+    let source = match (&o.source, passthrough) {
+        (Some(s), _) => Some(std::path::absolute(s)?),
+        (None, true) => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "--fs passthrough needs --source DIR",
+            ))
+        }
+        (None, false) => None,
+    };
+    if let Some(s) = &source {
+        if !s.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("--source {} is not a directory", s.display()),
+            ));
+        }
     }
     if o.threads == 0 || o.vnodes == 0 {
         return Err(io::Error::new(
@@ -142,6 +168,24 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
     };
     let signals = BlockedSignals::block()?;
     let layer = VnodeLayer::new(Config::with_limit(o.vnodes));
+    if let Some(src) = source {
+        let fs = uvfs_passthrough::PassthroughFs::new(
+            layer.clone(),
+            &src,
+            uvfs_passthrough::PassthroughConfig {
+                fd_budget: o.fd_budget,
+                no_handles: false,
+            },
+        )?;
+        let cfg = ServeConfig {
+            mountpoint,
+            threads: o.threads,
+            timeouts,
+            fsname: src.display().to_string(),
+            control: true,
+        };
+        return serve(fs, layer, &cfg, signals, &mut ready);
+    }
     // SAFETY: getuid/getgid have no preconditions and cannot fail.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     let fs = MemFs::new(

@@ -15,6 +15,7 @@
 mod control;
 mod convert;
 mod daemon;
+mod evict;
 mod handles;
 mod mount;
 mod nodes;

@@ -99,6 +99,11 @@ fn mount(
     config.n_threads = Some(cfg.threads.max(1));
     config.clone_fd = true;
     let mut session = Session::new(server, &mountpoint, &config)?;
+    // Kernel-forget of cold nodes over the vnode limit (evict.rs); a
+    // mount without it still works, its vnode count just unbounded.
+    let _ = inner
+        .evict
+        .start(session.notifier(), Arc::downgrade(&inner));
     let control = if cfg.control {
         match ControlSocket::start(inner.clone(), &mountpoint) {
             Ok(c) => Some(c),

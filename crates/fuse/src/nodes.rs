@@ -106,13 +106,26 @@ impl NodeTable {
 
     /// Counts one more kernel reference to `vp`; returns its node id.
     pub fn remember(&self, vp: &VnodeRef) -> u64 {
+        self.remember_new(vp).0
+    }
+
+    /// Whether the kernel holds node `id`.
+    pub fn contains(&self, id: u64) -> bool {
+        self.shard(id).lock().contains_key(&id)
+    }
+
+    /// Like `remember`; also says whether the kernel had no reference
+    /// to the node before (a new node for the evictor, `evict.rs`).
+    pub fn remember_new(&self, vp: &VnodeRef) -> (u64, bool) {
         let id = self.node_id(vp.ino());
+        let new;
         let stale = {
             let mut g = self.shard(id).lock();
             let node = g.entry(id).or_insert_with(|| Node {
                 hold: vp.hold(),
                 nlookup: 0,
             });
+            new = node.nlookup == 0;
             node.nlookup += 1;
             // A forced unmount may have doomed the held vnode and the file
             // system since built a new one for the inode: hold the new one.
@@ -124,7 +137,7 @@ impl NodeTable {
         };
         drop(stale);
         self.counters.remembered.fetch_add(1, Ordering::Relaxed);
-        id
+        (id, new)
     }
 
     /// The kernel dropped `n` references to node `id`.

@@ -18,6 +18,7 @@ use fuser::{
     ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
+use std::io::Write as _;
 use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
@@ -68,6 +69,8 @@ pub struct Inner {
     pub timeouts: Timeouts,
     /// Counters.
     pub counters: RequestCounters,
+    /// Kernel-forget of cold nodes over the vnode limit.
+    pub evict: crate::evict::Evictor,
 }
 
 /// The fuser file system: a thin shell around the shared state.
@@ -104,6 +107,7 @@ impl Server {
                 handles: HandleTable::default(),
                 timeouts,
                 counters: RequestCounters::default(),
+                evict: Default::default(),
             }),
         })
     }
@@ -122,7 +126,11 @@ impl Server {
             Ok(r) => r,
             Err(_) => {
                 i.counters.panics.fetch_add(1, Ordering::Relaxed);
-                eprintln!("uvfs: {what} handler panicked; answered EIO");
+                // Not eprintln!: it panics if stderr is a closed pipe.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "uvfs: {what} handler panicked; answered EIO"
+                );
                 Err(Errno::EIO)
             }
         };
@@ -132,15 +140,27 @@ impl Server {
         r
     }
 
-    /// Answers with a node: counts the kernel's new reference first.
-    fn reply_entry(&self, reply: ReplyEntry, r: VfsResult<(VnodeRef, uvfs_vfs::Attr)>) {
+    /// Answers with a node handed out as `name` in directory node
+    /// `parent`: counts the kernel's new reference first; a node new to
+    /// the kernel becomes an eviction candidate (`evict.rs`).
+    fn reply_entry_at(
+        &self,
+        reply: ReplyEntry,
+        r: VfsResult<(VnodeRef, uvfs_vfs::Attr)>,
+        parent: u64,
+        name: &[u8],
+    ) {
         match r {
             Ok((vp, attr)) => {
-                let id = self.inner.nodes.remember(&vp);
+                let i = &self.inner;
+                let (id, new) = i.nodes.remember_new(&vp);
+                if new {
+                    i.note_new(id, parent, name);
+                }
                 reply.entry(
-                    &self.inner.timeouts.entry,
+                    &i.timeouts.entry,
                     &file_attr(&attr, id),
-                    Generation(0),
+                    Generation(i.fs.generation(&vp)),
                 );
             }
             Err(e) => reply.error(errno(e)),
@@ -168,6 +188,12 @@ impl Server {
 }
 
 impl Inner {
+    fn note_new(&self, id: u64, parent: u64, name: &[u8]) {
+        let count = self.fs.mount().vnode_count();
+        self.evict
+            .note(id, parent, name, count, self.layer.config().limit);
+    }
+
     fn with_attr(&self, vp: VnodeRef) -> VfsResult<(VnodeRef, uvfs_vfs::Attr)> {
         let a = self.fs.getattr(&vp)?;
         Ok((vp, a))
@@ -205,7 +231,7 @@ impl Filesystem for Server {
                 a.kind = fuser::FileType::RegularFile;
                 reply.entry(&self.inner.timeouts.entry, &a, Generation(0));
             }
-            r => self.reply_entry(reply, r),
+            r => self.reply_entry_at(reply, r, parent.0, name(n)),
         }
     }
 
@@ -281,7 +307,7 @@ impl Filesystem for Server {
             let dir = i.nodes.get(parent.0)?;
             i.with_attr(i.fs.mknod(&ctx(req), &dir, name(n), mode, u64::from(rdev))?)
         });
-        self.reply_entry(reply, r);
+        self.reply_entry_at(reply, r, parent.0, name(n));
     }
 
     fn mkdir(
@@ -297,7 +323,7 @@ impl Filesystem for Server {
             let dir = i.nodes.get(parent.0)?;
             i.with_attr(i.fs.mkdir(&ctx(req), &dir, name(n), mode)?)
         });
-        self.reply_entry(reply, r);
+        self.reply_entry_at(reply, r, parent.0, name(n));
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
@@ -331,7 +357,7 @@ impl Filesystem for Server {
                 target.as_os_str().as_bytes(),
             )?)
         });
-        self.reply_entry(reply, r);
+        self.reply_entry_at(reply, r, parent.0, name(link_name));
     }
 
     fn rename(
@@ -371,7 +397,7 @@ impl Filesystem for Server {
             i.fs.link(&ctx(req), &vp, &dir, name(newname))?;
             i.with_attr(vp)
         });
-        self.reply_entry(reply, r);
+        self.reply_entry_at(reply, r, newparent.0, name(newname));
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -485,7 +511,15 @@ impl Filesystem for Server {
             Ok(i.handles.insert(vp, fh))
         });
         match r {
-            Ok(h) => reply.opened(FileHandle(h), FopenFlags::empty()),
+            // Let the kernel cache the listing across opens: every change
+            // to a directory goes through the kernel (fuse_dir_changed drops
+            // the cache), and changes behind a passthrough mount's back show
+            // once the directory's attributes time out and its mtime moved.
+            // Offsets are stable, as a cached listing requires.
+            Ok(h) => reply.opened(
+                FileHandle(h),
+                FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+            ),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -551,11 +585,14 @@ impl Filesystem for Server {
                             nm,
                             &ttl,
                             &file_attr(attr, id),
-                            Generation(0),
+                            Generation(i.fs.generation(vp)),
                         );
                         if !full {
                             // Counted before the reply leaves (see nodes.rs).
-                            i.nodes.remember(vp);
+                            let (nid, new) = i.nodes.remember_new(vp);
+                            if new {
+                                i.note_new(nid, i.nodes.node_id(of.vp.ino()), &e.name);
+                            }
                         }
                         full
                     }
@@ -678,12 +715,16 @@ impl Filesystem for Server {
         match r {
             Ok((vp, fh, attr)) => {
                 let i = &self.inner;
-                let id = i.nodes.remember(&vp);
+                let (id, new) = i.nodes.remember_new(&vp);
+                if new {
+                    i.note_new(id, parent.0, name(n));
+                }
+                let generation = Generation(i.fs.generation(&vp));
                 let h = i.handles.insert(vp, fh);
                 reply.created(
                     &i.timeouts.entry,
                     &file_attr(&attr, id),
-                    Generation(0),
+                    generation,
                     FileHandle(h),
                     FopenFlags::FOPEN_KEEP_CACHE,
                 );
@@ -707,6 +748,33 @@ impl Filesystem for Server {
             i.fs.fallocate(&of.vp, of.fh, FallocMode(mode), offset, length)
         });
         Self::reply_empty(reply, r);
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        fh_in: FileHandle,
+        offset_in: u64,
+        _ino_out: INodeNo,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        flags: fuser::CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        let r = self.guard("copy_file_range", |i| {
+            let (a, b) = (i.handles.get(fh_in.0)?, i.handles.get(fh_out.0)?);
+            let flags = u32::try_from(flags.bits()).map_err(|_| Errno::EINVAL)?;
+            let n =
+                i.fs.copy_file_range(&a.vp, a.fh, offset_in, &b.vp, b.fh, offset_out, len, flags)?;
+            // A reply carries 32 bits; the kernel asks for no more anyway.
+            Ok(u32::try_from(n).unwrap_or(u32::MAX))
+        });
+        match r {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno(e)),
+        }
     }
 
     fn destroy(&mut self) {

@@ -7,6 +7,15 @@
 //! which case the kernel finishes the unmount when its last user leaves.
 //! Either way the request loops then read `ENODEV` and the server exits.
 
+/// `eprintln!` panics when stderr is a closed pipe (a parent that went
+/// away), and a panic here would leave the mount behind: write, ignore errors.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -60,14 +69,14 @@ impl BlockedSignals {
                 if rc != 0 {
                     return;
                 }
-                eprintln!("uvfs: signal {sig}, unmounting {}", mp.to_string_lossy());
+                say!("uvfs: signal {sig}, unmounting {}", mp.to_string_lossy());
                 if let Err(e) = unmount() {
-                    eprintln!("uvfs: unmount failed ({e}); detaching lazily");
+                    say!("uvfs: unmount failed ({e}); detaching lazily");
                     // SAFETY: `mp` is a NUL-terminated path that outlives the
                     // call; umount2 does not retain it.
                     let rc = unsafe { libc::umount2(mp.as_ptr(), libc::MNT_DETACH) };
                     if rc != 0 {
-                        eprintln!(
+                        say!(
                             "uvfs: lazy unmount failed: {}",
                             std::io::Error::last_os_error()
                         );

@@ -85,6 +85,27 @@ pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
         handles,
         "Open file and directory handles",
     );
+    let ec = &inner.evict.counters;
+    put(
+        "fuse.evict.queued",
+        ec.queued.load(Ordering::Relaxed),
+        "Nodes queued as candidates for kernel-forget",
+    );
+    put(
+        "fuse.evict.sent",
+        ec.sent.load(Ordering::Relaxed),
+        "Entry invalidations sent to make the kernel forget cold nodes",
+    );
+    put(
+        "fuse.evict.max_vnodes",
+        ec.max_vnodes.load(Ordering::Relaxed),
+        "Highest vnode count of the mount seen when handing a node to the kernel",
+    );
+    put(
+        "fuse.evict.passes",
+        ec.passes.load(Ordering::Relaxed),
+        "Evictor passes over the vnode high water mark",
+    );
     let rc = &inner.counters;
     put(
         "fuse.requests",
@@ -134,7 +155,7 @@ pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
 
 /// Opcodes counted one by one, most frequent first (the names
 /// `Server::guard` is given); anything else counts as `other`.
-const OPS: [&str; 31] = [
+const OPS: [&str; 32] = [
     "lookup",
     "getattr",
     "readdirplus",
@@ -165,6 +186,7 @@ const OPS: [&str; 31] = [
     "setxattr",
     "listxattr",
     "removexattr",
+    "copy_file_range",
     "other",
 ];
 
@@ -237,4 +259,43 @@ pub fn human(v: &Value) -> String {
         out.push_str(&format!("accounting {a}\n"));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn op_counters_count_by_name_and_other() {
+        let c = OpCounters::default();
+        c.bump("lookup");
+        c.bump("lookup");
+        c.bump("readdirplus");
+        c.bump("no-such-op");
+        let m: std::collections::HashMap<_, _> = c.pairs().collect();
+        assert_eq!(m["lookup"], 2);
+        assert_eq!(m["readdirplus"], 1);
+        assert_eq!(m["other"], 1);
+        assert_eq!(m["getattr"], 0);
+    }
+
+    #[test]
+    fn every_handler_has_its_own_counter() {
+        let src = include_str!("server.rs");
+        for op in src.split("guard(\"").skip(1) {
+            let op = op.split('"').next().unwrap_or("");
+            assert!(OPS.contains(&op), "add {op:?} to OPS");
+        }
+    }
+
+    #[test]
+    fn process_cpu_time_is_reported() {
+        // Burn a little CPU so the clock has ticked.
+        let mut x = 0u64;
+        for i in 0..2_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        std::hint::black_box(x);
+        assert!(process_cpu_us() > 0);
+    }
 }

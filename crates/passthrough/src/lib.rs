@@ -1,1 +1,52 @@
-//! uvfs-passthrough (being built).
+//! passthrough: a directory of the host served through the uvfs vnode
+//! layer, with a bounded number of fds and bounded memory on any tree.
+//!
+//! # The problem
+//! Userspace passthrough servers keep one fd per inode the kernel
+//! remembers (libfuse's passthrough_ll, passthrough_hp, fuse-backend-rs
+//! with O_PATH fds) and fail with `EMFILE` once the kernel remembers more
+//! files than the fd limit allows, or raise the limit and grow without
+//! bound. Here a node's fd is a cache:
+//!
+//! - every fd the server opens is counted against a budget
+//!   (`fdpool.rs`); idle cached fds are given back (CLOCK) before a
+//!   request would fail;
+//! - a node keeps its identity without an fd: its file handle, or its
+//!   parent and name where handles are unavailable (`node.rs`,
+//!   `handle.rs`), and reopens on demand, checking it found the same
+//!   (dev, ino);
+//! - node ids are the backing inode numbers (`inodes.rs`), stable with no
+//!   table, so forgetting a node costs nothing.
+//!
+//! # Safety of resolution
+//! Nothing outside the source directory is reachable: every name is one
+//! component resolved beneath a held directory fd with `openat2`
+//! (`RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`);
+//! symlinks are returned, never followed; `..` of the root is the root
+//! and any other `..` is checked to lead below the root; handles are
+//! opened only against the mount they came from (`sys.rs`, `handle.rs`).
+//!
+//! # Module map
+//! `sys` (system calls) · `fdpool` (budget, CLOCK) · `handle` ·
+//! `inodes` (node ids) · `node` (per-vnode data) · `creds` (creating as
+//! the caller) · `fs` (construction, lookup, reopen) · `namei`, `io`,
+//! `dir`, `attrs` (the operations) · `open` (open files) · `vops` (the
+//! `FileSystem` impl) · `stats`.
+
+mod attrs;
+mod creds;
+mod dir;
+pub mod fdpool;
+mod fs;
+pub mod handle;
+pub mod inodes;
+mod io;
+mod namei;
+pub mod node;
+mod open;
+mod stats;
+mod sys;
+mod vops;
+
+pub use fs::{PassthroughConfig, PassthroughFs, PtCounters};
+pub use sys::raise_nofile_limit;

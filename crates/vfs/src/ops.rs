@@ -237,4 +237,30 @@ pub trait FileSystem: Send + Sync + 'static {
     fn fs_stats(&self) -> Vec<(&'static str, u64, &'static str)> {
         Vec::new()
     }
+
+    /// The generation of `vp`'s inode number: file systems that may give
+    /// an inode number to a new file while the kernel remembers the old
+    /// one (passthrough) return a number that differs between the two.
+    /// The default, 0, suits numbers never reused within a mount.
+    fn generation(&self, _vp: &VnodeRef) -> u64 {
+        0
+    }
+
+    /// Copies `len` bytes from one open file to another; returns the bytes
+    /// copied. The default is `ENOSYS`, which makes the kernel fall back to
+    /// reading and writing.
+    #[allow(clippy::too_many_arguments)]
+    fn copy_file_range(
+        &self,
+        _vp_in: &VnodeRef,
+        _fh_in: Fh,
+        _off_in: u64,
+        _vp_out: &VnodeRef,
+        _fh_out: Fh,
+        _off_out: u64,
+        _len: u64,
+        _flags: u32,
+    ) -> VfsResult<u64> {
+        Err(Errno::ENOSYS)
+    }
 }

@@ -1,0 +1,546 @@
+//! Scratch mounts for the benchmarks that go through a real kernel mount:
+//! a `uvfs mount` server in a child process, a private tmpfs, a scratch
+//! directory, and the server's counters read through `uvfs stat --json`.
+//!
+//! # Lifetime
+//! [`ServerMount::start`] runs this very binary (`current_exe`) as
+//! `uvfs mount MNT --foreground ...` and waits until MNT shows up in
+//! `/proc/self/mountinfo`. Dropping it (normal return, `?`, or a panic
+//! unwinding) sends SIGTERM, on which the server unmounts itself; a server
+//! that has not exited after a grace period is lazily unmounted and
+//! killed. The child also gets `PR_SET_PDEATHSIG = SIGTERM`, so a benchmark
+//! killed with SIGKILL still takes its server, and so its mount, along.
+//! Every scratch path carries the benchmark's pid, so a leftover from a
+//! crashed run never collides with a new one.
+//!
+//! # Cold caches without a remount
+//! A disk file system is made cold by remounting it. memfs cannot be: its
+//! data lives in the server process, so a fresh server is an empty file
+//! system. Instead [`drop_kernel_caches`] writes 2 to
+//! `/proc/sys/vm/drop_caches`: the kernel evicts every unused dentry and
+//! inode, FORGETs every FUSE node it held, and the next walk must LOOKUP
+//! (or READDIRPLUS) everything again, while the server keeps its own
+//! caches, as after a remount of a server with persistent state. tmpfs is
+//! the exception: its dentries are its only copy of the tree, are pinned,
+//! and survive; a "cold" tmpfs walk is a warm one.
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a server gets to come up, and to go down after SIGTERM.
+const MOUNT_WAIT: Duration = Duration::from_secs(15);
+const EXIT_WAIT: Duration = Duration::from_secs(30);
+
+/// Fails with a clear message unless `/dev/fuse` can be opened.
+pub fn check_fuse() -> io::Result<()> {
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+    {
+        Ok(_) => Ok(()),
+        Err(e) => Err(io::Error::new(
+            e.kind(),
+            format!(
+                "/dev/fuse is not usable ({e}): benchmarks through a FUSE mount need the \
+                 fuse module loaded and permission to open /dev/fuse (run as root)"
+            ),
+        )),
+    }
+}
+
+/// `/tmp/uvfs-bench-<pid>-<tag>`: a scratch path private to this run.
+pub fn scratch_path(tag: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("uvfs-bench-{}-{tag}", std::process::id()))
+}
+
+fn cstr(p: &Path) -> io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes()).map_err(io::Error::other)
+}
+
+/// Undoes the octal escapes (`\040` for a space) of a mountinfo path.
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(u8::is_ascii_digit) {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Whether `/proc/self/mountinfo` text lists a mount on `path` (field 5).
+pub fn mountinfo_has(text: &str, path: &Path) -> bool {
+    let want = path.to_string_lossy();
+    text.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .any(|mp| unescape_mountinfo(mp) == want)
+}
+
+/// Whether something is mounted on `path` (absolute) right now.
+pub fn is_mounted(path: &Path) -> io::Result<bool> {
+    Ok(mountinfo_has(
+        &std::fs::read_to_string("/proc/self/mountinfo")?,
+        path,
+    ))
+}
+
+/// Unmounts `path`, lazily if it is busy; ignores "not mounted".
+fn force_unmount(path: &Path) {
+    let Ok(c) = cstr(path) else { return };
+    // SAFETY: `c` is a valid NUL-terminated path; umount2 reads only it.
+    if unsafe { libc::umount2(c.as_ptr(), 0) } != 0 {
+        // SAFETY: as above.
+        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+/// Evicts the kernel's unused dentries and inodes (all file systems):
+/// `echo 2 > /proc/sys/vm/drop_caches`. Needs root.
+pub fn drop_kernel_caches() -> io::Result<()> {
+    std::fs::write("/proc/sys/vm/drop_caches", "2\n").map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("cannot drop the kernel's caches (/proc/sys/vm/drop_caches: {e}); cold passes need root"),
+        )
+    })
+}
+
+/// A scratch directory, removed (with its contents when `recursive`) on
+/// drop. Never recursive over a mountpoint.
+pub struct ScratchDir {
+    pub path: PathBuf,
+    recursive: bool,
+}
+
+impl ScratchDir {
+    pub fn create(path: PathBuf, recursive: bool) -> io::Result<ScratchDir> {
+        std::fs::create_dir_all(&path)?;
+        Ok(ScratchDir { path, recursive })
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = if self.recursive {
+            std::fs::remove_dir_all(&self.path)
+        } else {
+            std::fs::remove_dir(&self.path)
+        };
+    }
+}
+
+/// A private tmpfs for the run; unmounted and removed on drop. Falls back
+/// to a directory under `/dev/shm` (also tmpfs) when mounting is refused.
+pub struct Tmpfs {
+    pub root: PathBuf,
+    mounted: bool,
+}
+
+impl Tmpfs {
+    pub fn start(tag: &str) -> io::Result<Tmpfs> {
+        let dir = scratch_path(tag);
+        std::fs::create_dir_all(&dir)?;
+        let (src, fstype, opts) = (c"tmpfs", c"tmpfs", c"mode=0755");
+        let target = cstr(&dir)?;
+        // SAFETY: all four pointers are valid NUL-terminated strings that
+        // outlive the call; mount(2) only reads them.
+        let r = unsafe {
+            libc::mount(
+                src.as_ptr(),
+                target.as_ptr(),
+                fstype.as_ptr(),
+                0,
+                opts.as_ptr().cast(),
+            )
+        };
+        if r == 0 {
+            return Ok(Tmpfs {
+                root: dir,
+                mounted: true,
+            });
+        }
+        let e = io::Error::last_os_error();
+        let _ = std::fs::remove_dir(&dir);
+        let shm = Path::new("/dev/shm").join(format!("uvfs-bench-{}-{tag}", std::process::id()));
+        std::fs::create_dir_all(&shm).map_err(|e2| {
+            io::Error::new(
+                e2.kind(),
+                format!("cannot mount a tmpfs ({e}) nor use /dev/shm ({e2})"),
+            )
+        })?;
+        Ok(Tmpfs {
+            root: shm,
+            mounted: false,
+        })
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        if self.mounted {
+            force_unmount(&self.root);
+            let _ = std::fs::remove_dir(&self.root);
+        } else {
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
+    }
+}
+
+/// The server counters a benchmark compares before and after a pass.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ServerSample {
+    /// `fuse.requests` (FORGET excluded).
+    pub requests: u64,
+    /// `fuse.requests.op.*`, by opcode (empty on servers without them).
+    pub by_op: BTreeMap<String, u64>,
+    /// Server CPU seconds (user + system).
+    pub cpu_secs: f64,
+    /// `fuse.nodes.forgotten`: settles once a cache drop's FORGETs are in.
+    pub forgotten: u64,
+    /// `fuse.nodes`: nodes the kernel holds now (a gauge, not a count).
+    pub nodes: u64,
+}
+
+impl ServerSample {
+    /// Reads a `uvfs stat --json` report; `cpu_secs` from `process.cpu_us`
+    /// when the server has it (else left 0 for the caller to fill).
+    pub fn from_report(v: &Value) -> Option<ServerSample> {
+        let c = v.get("counters")?.as_object()?;
+        let get = |k: &str| c.get(k).and_then(Value::as_u64);
+        let by_op = c
+            .iter()
+            .filter_map(|(k, v)| Some((k.strip_prefix("fuse.requests.op.")?, v.as_u64()?)))
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        Some(ServerSample {
+            requests: get("fuse.requests")?,
+            by_op,
+            cpu_secs: get("process.cpu_us").map_or(0.0, |us| us as f64 / 1e6),
+            forgotten: get("fuse.nodes.forgotten").unwrap_or(0),
+            nodes: get("fuse.nodes").unwrap_or(0),
+        })
+    }
+
+    /// What happened between `self` (before) and `after` (gauges as
+    /// `after` has them).
+    pub fn delta(&self, after: &ServerSample) -> ServerSample {
+        ServerSample {
+            requests: after.requests.saturating_sub(self.requests),
+            by_op: after
+                .by_op
+                .iter()
+                .map(|(k, v)| {
+                    let b = self.by_op.get(k).copied().unwrap_or(0);
+                    (k.clone(), v.saturating_sub(b))
+                })
+                .filter(|(_, v)| *v > 0)
+                .collect(),
+            cpu_secs: (after.cpu_secs - self.cpu_secs).max(0.0),
+            forgotten: after.forgotten.saturating_sub(self.forgotten),
+            nodes: after.nodes,
+        }
+    }
+}
+
+/// utime + stime (clock ticks) from the text of `/proc/PID/stat`.
+pub fn parse_proc_stat_ticks(text: &str) -> Option<u64> {
+    // The command name (field 2) is in parentheses and may hold spaces and
+    // parentheses itself; fields are counted after the last ')'.
+    let rest = &text[text.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // f[0] is field 3 (state): utime is field 14, stime field 15.
+    let utime: u64 = f.get(11)?.parse().ok()?;
+    let stime: u64 = f.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// CPU seconds used so far by process `pid` (10 ms resolution).
+pub fn process_cpu_secs(pid: u32) -> io::Result<f64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let ticks = parse_proc_stat_ticks(&text)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bad /proc/PID/stat"))?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
+    Ok(ticks as f64 / hz as f64)
+}
+
+/// Whether this `uvfs` binary's `mount` takes `--source DIR` (passthrough).
+pub fn supports_source() -> bool {
+    let Ok(exe) = std::env::current_exe() else {
+        return false;
+    };
+    Command::new(exe)
+        .args(["mount", "--help"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("--source"))
+}
+
+/// A `uvfs mount --foreground` server in a child process, mounted on a
+/// scratch directory; unmounted and reaped on drop.
+pub struct ServerMount {
+    child: Option<Child>,
+    mountpoint: PathBuf,
+    exe: PathBuf,
+    /// The server's stderr.
+    log: PathBuf,
+}
+
+impl ServerMount {
+    /// Mounts on `scratch_path(tag)` with `uvfs mount MNT --foreground
+    /// <extra>` and waits until the mount is there.
+    pub fn start(tag: &str, extra: &[String]) -> io::Result<ServerMount> {
+        check_fuse()?;
+        let exe = std::env::current_exe()?;
+        let mountpoint = scratch_path(tag);
+        std::fs::create_dir_all(&mountpoint)?;
+        // The server's stderr goes to a file, not a pipe: were this process
+        // killed, writes to a pipe would fail (EPIPE) and `eprintln!`
+        // panics, which would stop the server's own clean unmount.
+        let log = mountpoint.with_extension("log");
+        let mut cmd = Command::new(&exe);
+        cmd.arg("mount")
+            .arg(&mountpoint)
+            .arg("--foreground")
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(File::create(&log)?);
+        // SAFETY: the closure runs in the child between fork and exec and
+        // calls only prctl, which is async-signal-safe and allocates
+        // nothing.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+        let child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = std::fs::remove_file(&log);
+                return Err(e);
+            }
+        };
+        let mut m = ServerMount {
+            child: Some(child),
+            mountpoint,
+            exe,
+            log,
+        };
+        let deadline = Instant::now() + MOUNT_WAIT;
+        loop {
+            if is_mounted(&m.mountpoint)? {
+                return Ok(m);
+            }
+            if let Some(status) = m.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                return Err(io::Error::other(format!(
+                    "`uvfs mount {}` exited ({status}) before mounting: {}",
+                    m.mountpoint.display(),
+                    m.log().trim()
+                )));
+            }
+            if Instant::now() > deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "`uvfs mount {}` did not mount within {MOUNT_WAIT:?}: {}",
+                        m.mountpoint.display(),
+                        m.log().trim()
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Where the file system is mounted.
+    pub fn root(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// The server's pid.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// What the server wrote on stderr so far (its last 4 KiB).
+    pub fn log(&self) -> String {
+        let text = std::fs::read(&self.log).unwrap_or_default();
+        String::from_utf8_lossy(&text[text.len().saturating_sub(4096)..]).into_owned()
+    }
+
+    /// The server's report, from `uvfs stat MNT --json` (retried briefly:
+    /// the control socket comes up just after the mount).
+    pub fn report(&self) -> io::Result<Value> {
+        let mut last = String::new();
+        for _ in 0..50 {
+            let out = Command::new(&self.exe)
+                .arg("stat")
+                .arg(&self.mountpoint)
+                .arg("--json")
+                .stdin(Stdio::null())
+                .output()?;
+            if out.status.success() {
+                return serde_json::from_slice(&out.stdout)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e));
+            }
+            last = String::from_utf8_lossy(&out.stderr).into_owned();
+            std::thread::sleep(Duration::from_millis(40));
+        }
+        Err(io::Error::other(format!("uvfs stat: {}", last.trim())))
+    }
+
+    /// Counters now; CPU from `/proc/PID/stat` if the server lacks
+    /// `process.cpu_us`.
+    pub fn sample(&self) -> io::Result<ServerSample> {
+        let v = self.report()?;
+        let mut s = ServerSample::from_report(&v).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidData, "uvfs stat: no fuse.requests")
+        })?;
+        if v.pointer("/counters/process.cpu_us").is_none() {
+            if let Some(pid) = self.pid() {
+                s.cpu_secs = process_cpu_secs(pid)?;
+            }
+        }
+        Ok(s)
+    }
+
+    /// Waits until the server has taken in the FORGETs of a cache drop
+    /// (`fuse.nodes.forgotten` unchanged for 100 ms, at most 10 s).
+    pub fn settle(&self) -> io::Result<ServerSample> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut prev = self.sample()?;
+        loop {
+            std::thread::sleep(Duration::from_millis(100));
+            let s = self.sample()?;
+            if s.forgotten == prev.forgotten || Instant::now() > deadline {
+                return Ok(s);
+            }
+            prev = s;
+        }
+    }
+
+    /// Unmounts (the server's own clean path, SIGTERM) and reaps the
+    /// server; forces both after a grace period.
+    pub fn shutdown(&mut self) -> io::Result<()> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
+        // SAFETY: kill(2) with a pid we spawned and have not reaped (so
+        // it cannot have been reused) and a valid signal number.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = Instant::now() + EXIT_WAIT;
+        let mut status = None;
+        while Instant::now() < deadline {
+            if let Some(s) = child.try_wait()? {
+                status = Some(s);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let clean = status.is_some();
+        if !clean {
+            force_unmount(&self.mountpoint);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if is_mounted(&self.mountpoint).unwrap_or(false) {
+            force_unmount(&self.mountpoint);
+        }
+        let _ = std::fs::remove_dir(&self.mountpoint);
+        let _ = std::fs::remove_file(&self.log);
+        if clean {
+            Ok(())
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "uvfs server for {} did not exit within {EXIT_WAIT:?}; killed",
+                    self.mountpoint.display()
+                ),
+            ))
+        }
+    }
+}
+
+impl Drop for ServerMount {
+    fn drop(&mut self) {
+        if let Err(e) = self.shutdown() {
+            eprintln!("uvfs bench: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn proc_stat_cpu_ticks() {
+        // A command name with a space and a parenthesis, as allowed.
+        let t = "4242 (uvfs (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 \
+                 157 43 0 0 20 0 5 0 12345 1000000 200 18446744073709551615";
+        assert_eq!(parse_proc_stat_ticks(t), Some(200));
+        assert_eq!(parse_proc_stat_ticks("1 (short) S 1 2"), None);
+        assert_eq!(parse_proc_stat_ticks("garbage"), None);
+    }
+
+    #[test]
+    fn own_process_cpu_is_readable() {
+        assert!(process_cpu_secs(std::process::id()).unwrap() >= 0.0);
+    }
+
+    #[test]
+    fn mountinfo_lookup_unescapes() {
+        let text = "36 35 98:0 / /mnt/a\\040b rw,noatime master:1 - ext3 /dev/root rw\n\
+                    40 35 0:50 / /tmp/uvfs-bench-1-memfs rw - fuse.memfs uvfs-memfs rw\n";
+        assert!(mountinfo_has(text, Path::new("/mnt/a b")));
+        assert!(mountinfo_has(text, Path::new("/tmp/uvfs-bench-1-memfs")));
+        assert!(!mountinfo_has(text, Path::new("/tmp")));
+        assert!(is_mounted(Path::new("/")).unwrap());
+    }
+
+    #[test]
+    fn sample_from_report_and_delta() {
+        let before = ServerSample::from_report(&json!({"counters": {
+            "fuse.requests": 10, "fuse.requests.op.lookup": 4,
+            "fuse.requests.op.getattr": 6, "process.cpu_us": 1_000_000,
+            "fuse.nodes.forgotten": 3,
+        }}))
+        .unwrap();
+        let after = ServerSample::from_report(&json!({"counters": {
+            "fuse.requests": 30, "fuse.requests.op.lookup": 24,
+            "fuse.requests.op.getattr": 6, "process.cpu_us": 1_500_000,
+            "fuse.nodes.forgotten": 3,
+        }}))
+        .unwrap();
+        let d = before.delta(&after);
+        assert_eq!(d.requests, 20);
+        assert_eq!(d.by_op.len(), 1, "unchanged opcodes are left out");
+        assert_eq!(d.by_op["lookup"], 20);
+        assert!((d.cpu_secs - 0.5).abs() < 1e-9);
+        // A server without per-op counters or CPU time still samples.
+        let old = ServerSample::from_report(&json!({"counters": {"fuse.requests": 1}})).unwrap();
+        assert!(old.by_op.is_empty() && old.cpu_secs == 0.0);
+        assert!(ServerSample::from_report(&json!({"counters": {}})).is_none());
+    }
+}

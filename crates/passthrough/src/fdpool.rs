@@ -1,0 +1,313 @@
+//! The fd budget: every descriptor the server opens on the backing tree is
+//! counted here, and idle cached `O_PATH` fds are given back before any
+//! request fails for want of one.
+//!
+//! # Accounting
+//! An fd exists only as an [`Fd`], made from a [`Reservation`] taken
+//! *before* the system call that opens it. So `used` (fds open now:
+//! cached `O_PATH` fds, fds borrowed by operations in progress, open files
+//! and directories, transient fds of a lookup) never exceeds `budget`, by
+//! construction rather than by after-the-fact checks: the kernel can never
+//! answer `EMFILE` to the server as long as the budget is under
+//! `RLIMIT_NOFILE` minus the few fds the process keeps outside the pool
+//! (FUSE channels, the control socket, stdio).
+//!
+//! # Eviction (CLOCK)
+//! Nodes that cache an fd sit on one ring (`clock`), entered when their fd
+//! is installed. Every use of a cached fd sets the node's `referenced`
+//! bit; a lookup never touches the ring. When a reservation finds the
+//! budget spent, it pops nodes off the ring: a referenced node has its bit
+//! cleared and goes to the back (second chance); a node whose fd is
+//! borrowed by an operation in progress goes to the back; an idle,
+//! unreferenced node gives its fd up (closed at once) and leaves the ring.
+//! Only when a whole sweep finds nothing to take does the reservation fail
+//! (`EMFILE`): then every fd is an open file or in active use.
+//!
+//! The ring holds `Weak`s, so a node freed with its vnode leaves a dead
+//! entry behind; dead entries are dropped when met and the ring is
+//! compacted whenever it has grown to twice its live size.
+//!
+//! # Lock order
+//! `clock` before a node's `fd` mutex, which the evictor only *tries*
+//! (a node busy installing its fd is skipped, never waited for). Nothing
+//! else is locked under `clock`, and an [`Fd`]'s drop takes no lock, so
+//! closing fds (even a node's last `Arc` dropped under `clock`) is safe.
+
+use crate::node::{Evict, Node};
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use uvfs_vfs::{Errno, VfsResult};
+
+/// Most evictions one reservation tries before giving up (each frees one
+/// fd, which a concurrent reservation may take first).
+const MAX_EVICT_ROUNDS: usize = 1024;
+
+/// Smallest budget accepted: a lookup needs the directory's fd and the
+/// new one, a fallback reopen one more per ancestor it must reopen.
+pub const MIN_BUDGET: usize = 8;
+
+/// Counters of the pool (see [`FdPool::stats`]).
+#[derive(Default, Debug)]
+pub struct PoolCounters {
+    /// Fds opened through the pool.
+    pub opened: AtomicU64,
+    /// Cached fds given back by CLOCK eviction.
+    pub evictions: AtomicU64,
+    /// Nodes given a second chance by the sweep.
+    pub second_chances: AtomicU64,
+    /// Reservations refused because nothing could be evicted.
+    pub exhausted: AtomicU64,
+}
+
+/// The budget and the ring of cached fds.
+pub struct FdPool {
+    budget: usize,
+    used: AtomicUsize,
+    max_used: AtomicUsize,
+    open_files: AtomicUsize,
+    clock: Mutex<Ring>,
+    /// Counters.
+    pub counters: PoolCounters,
+}
+
+#[derive(Default)]
+struct Ring {
+    q: VecDeque<Weak<Node>>,
+    /// Length after the last compaction (compact again at twice this).
+    compacted_len: usize,
+}
+
+/// The right to open one fd; dropping it unused gives the slot back.
+pub struct Reservation {
+    pool: Arc<FdPool>,
+    open_file: bool,
+    /// Cleared once the slot belongs to an `Fd`.
+    armed: bool,
+}
+
+/// An open descriptor counted against the budget; closed on drop.
+pub struct Fd {
+    fd: OwnedFd,
+    pool: Arc<FdPool>,
+    open_file: bool,
+}
+
+impl FdPool {
+    /// A pool allowing `budget` fds at once (at least [`MIN_BUDGET`]).
+    pub fn new(budget: usize) -> Arc<FdPool> {
+        Arc::new(FdPool {
+            budget: budget.max(MIN_BUDGET),
+            used: AtomicUsize::new(0),
+            max_used: AtomicUsize::new(0),
+            open_files: AtomicUsize::new(0),
+            clock: Mutex::new(Ring::default()),
+            counters: PoolCounters::default(),
+        })
+    }
+
+    /// The default budget for a process allowed `nofile` descriptors:
+    /// three quarters of it, leaving the rest to the FUSE channels, the
+    /// control socket and whatever the process opens outside the pool.
+    pub fn default_budget(nofile: u64) -> usize {
+        let n = usize::try_from(nofile).unwrap_or(usize::MAX / 4);
+        (n / 4 * 3).max(MIN_BUDGET)
+    }
+
+    /// The budget.
+    pub fn budget(&self) -> usize {
+        self.budget
+    }
+
+    /// Fds open now.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Most fds ever open at once.
+    pub fn max_used(&self) -> usize {
+        self.max_used.load(Ordering::Relaxed)
+    }
+
+    /// Open files and directories now (a part of `used`).
+    pub fn open_files(&self) -> usize {
+        self.open_files.load(Ordering::Relaxed)
+    }
+
+    /// Nodes on the CLOCK ring (live or not yet swept).
+    pub fn ring_len(&self) -> usize {
+        self.clock.lock().q.len()
+    }
+
+    /// Reserves one fd, evicting idle cached fds if the budget is spent;
+    /// `EMFILE` if every fd is an open file or in use.
+    pub fn reserve(self: &Arc<Self>) -> VfsResult<Reservation> {
+        self.reserve_kind(false)
+    }
+
+    /// Like [`FdPool::reserve`], for an open file or directory.
+    pub fn reserve_open(self: &Arc<Self>) -> VfsResult<Reservation> {
+        self.reserve_kind(true)
+    }
+
+    fn reserve_kind(self: &Arc<Self>, open_file: bool) -> VfsResult<Reservation> {
+        let mut rounds = 0;
+        loop {
+            let cur = self.used.load(Ordering::Relaxed);
+            if cur < self.budget {
+                // Relaxed: the count is the only shared state; the fd
+                // itself is published by whoever installs it.
+                if self
+                    .used
+                    .compare_exchange_weak(cur, cur + 1, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    self.max_used.fetch_max(cur + 1, Ordering::Relaxed);
+                    if open_file {
+                        self.open_files.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return Ok(Reservation {
+                        pool: self.clone(),
+                        open_file,
+                        armed: true,
+                    });
+                }
+                continue;
+            }
+            rounds += 1;
+            if rounds > MAX_EVICT_ROUNDS || !self.evict_one() {
+                self.counters.exhausted.fetch_add(1, Ordering::Relaxed);
+                return Err(Errno::EMFILE);
+            }
+        }
+    }
+
+    fn release(&self, open_file: bool) {
+        if open_file {
+            self.open_files.fetch_sub(1, Ordering::Relaxed);
+        }
+        self.used.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Puts a node that just cached an fd on the ring.
+    pub(crate) fn enter(&self, node: &Arc<Node>) {
+        let mut r = self.clock.lock();
+        r.q.push_back(Arc::downgrade(node));
+        if r.q.len() > 2 * r.compacted_len.max(512) {
+            r.q.retain(|w| w.strong_count() > 0);
+            r.compacted_len = r.q.len();
+        }
+    }
+
+    /// One CLOCK sweep step: closes one idle cached fd. False if a whole
+    /// turn of the ring found none.
+    pub fn evict_one(&self) -> bool {
+        let mut r = self.clock.lock();
+        let mut budget = r.q.len() * 2 + 1;
+        while budget > 0 {
+            budget -= 1;
+            let Some(w) = r.q.pop_front() else {
+                return false;
+            };
+            let Some(node) = w.upgrade() else {
+                continue;
+            };
+            match node.try_evict() {
+                Evict::NoFd => {}
+                Evict::Referenced => {
+                    self.counters.second_chances.fetch_add(1, Ordering::Relaxed);
+                    r.q.push_back(w);
+                }
+                Evict::Busy => r.q.push_back(w),
+                Evict::Taken(fd) => {
+                    drop(r);
+                    drop(fd);
+                    self.counters.evictions.fetch_add(1, Ordering::Relaxed);
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// Closes every idle cached fd (tests, and `uvfs` diagnostics).
+    pub fn evict_all(&self) -> usize {
+        let mut n = 0;
+        while self.evict_one() {
+            n += 1;
+        }
+        n
+    }
+}
+
+impl Reservation {
+    /// Binds the reserved slot to a freshly opened fd.
+    pub fn into_fd(mut self, fd: OwnedFd) -> Fd {
+        self.armed = false;
+        self.pool.counters.opened.fetch_add(1, Ordering::Relaxed);
+        Fd {
+            fd,
+            pool: self.pool.clone(),
+            open_file: self.open_file,
+        }
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if self.armed {
+            self.pool.release(self.open_file);
+        }
+    }
+}
+
+impl Fd {
+    /// The raw descriptor (valid while `self` lives).
+    pub fn raw(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl Drop for Fd {
+    fn drop(&mut self) {
+        // The OwnedFd closes after this body; count it gone first so the
+        // budget errs on the side of fewer fds, never more.
+        self.pool.release(self.open_file);
+    }
+}
+
+impl std::fmt::Debug for Fd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Fd({})", self.raw())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn devnull() -> OwnedFd {
+        std::fs::File::open("/dev/null").unwrap().into()
+    }
+
+    #[test]
+    fn budget_is_never_exceeded() {
+        let pool = FdPool::new(MIN_BUDGET);
+        let fds: Vec<Fd> = (0..MIN_BUDGET)
+            .map(|_| pool.reserve().unwrap().into_fd(devnull()))
+            .collect();
+        assert_eq!(pool.used(), MIN_BUDGET);
+        // Nothing cached, so nothing to evict: refused, not exceeded.
+        assert_eq!(pool.reserve().err(), Some(Errno::EMFILE));
+        assert_eq!(pool.counters.exhausted.load(Ordering::Relaxed), 1);
+        drop(fds);
+        assert_eq!(pool.used(), 0);
+        let r = pool.reserve_open().unwrap();
+        assert_eq!(pool.open_files(), 1);
+        drop(r);
+        assert_eq!((pool.used(), pool.open_files()), (0, 0));
+        assert_eq!(pool.max_used(), MIN_BUDGET);
+    }
+}

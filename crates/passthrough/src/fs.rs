@@ -1,0 +1,445 @@
+//! `PassthroughFs`: construction, the vnode binding, and getting a node's
+//! fd (cached, or reopened through its handle or its parent).
+//!
+//! # Lookup
+//! A lookup opens the name `O_PATH | O_NOFOLLOW` beneath the directory's
+//! fd (`sys::open_beneath`), reads its (dev, ino) and handle, and asks the
+//! vnode layer for node id `inodes.node_id(dev, ino)`: single flight, so
+//! racing lookups of one file build one node. The fresh fd becomes the
+//! node's cached fd (or is offered to an existing node that has none).
+//!
+//! # A different file behind a known inode number
+//! If the vnode already exists but the lookup found a different file (the
+//! old one was removed behind the server's back and its inode number
+//! reused, perhaps for a file of another type), the node is rebound to
+//! the new file: new handle, type and generation, old fd dropped. The
+//! kernel sees the new generation (or type) and drops its stale inode.
+
+use crate::creds::AsCaller;
+use crate::fdpool::{Fd, FdPool};
+use crate::handle::{Handle, HandleOpener};
+use crate::inodes::InodeMap;
+use crate::node::{Ident, Node};
+use crate::open::OpenTable;
+use crate::sys;
+use std::ffi::CStr;
+use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use uvfs_vfs::{
+    mode_to_vtype, Attr, Ctx, Errno, Ino, Mount, Timespec, VType, VfsResult, VnodeLayer, VnodeRef,
+};
+use uvfs_vnode::{FsHooks, Vnode};
+
+/// Deepest chain of fallback reopens (parent of parent of ...).
+const MAX_REOPEN_DEPTH: usize = 4096;
+
+/// How to build a passthrough mount.
+#[derive(Clone, Debug, Default)]
+pub struct PassthroughConfig {
+    /// Most fds open at once (cached, borrowed, open files); `None`: three
+    /// quarters of `RLIMIT_NOFILE` (raised to its hard limit first).
+    pub fd_budget: Option<usize>,
+    /// Never use file handles (every node reopens through its parent).
+    pub no_handles: bool,
+}
+
+/// Counters of a passthrough mount.
+#[derive(Default, Debug)]
+pub struct PtCounters {
+    /// Node fds reopened through a file handle.
+    pub reopen_handle: AtomicU64,
+    /// Node fds reopened through the parent and name.
+    pub reopen_fallback: AtomicU64,
+    /// Reopens that found the file gone or replaced (`ESTALE`).
+    pub stale: AtomicU64,
+    /// Nodes rebound to a new file behind their inode number.
+    pub rebinds: AtomicU64,
+    /// Lookups that reached the backing file system.
+    pub lookups: AtomicU64,
+}
+
+/// A directory of the host served through the vnode layer.
+pub struct PassthroughFs {
+    pub(crate) layer: Arc<VnodeLayer>,
+    pub(crate) mnt: Arc<Mount>,
+    pub(crate) pool: Arc<FdPool>,
+    pub(crate) handles: HandleOpener,
+    pub(crate) inodes: InodeMap,
+    pub(crate) root: Arc<Node>,
+    pub(crate) opens: OpenTable,
+    /// Counters.
+    pub counters: PtCounters,
+}
+
+impl std::fmt::Debug for PassthroughFs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PassthroughFs")
+            .field("mnt", &self.mnt.id())
+            .field("root", &self.root)
+            .finish()
+    }
+}
+
+/// The vnode layer's callbacks: a recycled vnode gives its fd back.
+struct Hooks;
+
+impl FsHooks for Hooks {
+    fn reclaim(&self, vp: &Vnode) {
+        if let Some(node) = vp.data::<Arc<Node>>() {
+            node.drop_fd();
+        }
+    }
+}
+
+impl PassthroughFs {
+    /// Serves the directory `source` on `layer`.
+    ///
+    /// Sets the process umask to 0: the kernel has already applied the
+    /// caller's umask to every mode it sends.
+    pub fn new(
+        layer: Arc<VnodeLayer>,
+        source: &Path,
+        cfg: PassthroughConfig,
+    ) -> std::io::Result<Arc<PassthroughFs>> {
+        let nofile = sys::raise_nofile_limit();
+        let budget = cfg
+            .fd_budget
+            .unwrap_or_else(|| FdPool::default_budget(nofile));
+        let pool = FdPool::new(budget);
+        let path = sys::cstr(source.as_os_str().as_encoded_bytes())
+            .map_err(|e| std::io::Error::from_raw_os_error(e.raw()))?;
+        let io = |e: Errno| std::io::Error::from_raw_os_error(e.raw());
+        // The root as a real directory fd (open_by_handle_at's mount fd)
+        // and as the root node's pinned O_PATH fd.
+        let dir =
+            sys::openat(libc::AT_FDCWD, &path, libc::O_RDONLY | libc::O_DIRECTORY).map_err(io)?;
+        let root_fd =
+            sys::openat(libc::AT_FDCWD, &path, libc::O_PATH | libc::O_DIRECTORY).map_err(io)?;
+        let st = sys::statx_fd(sys::raw(&root_fd)).map_err(io)?;
+        let handles = if cfg.no_handles {
+            HandleOpener::disabled()
+        } else {
+            HandleOpener::new(dir)
+        };
+        let dev = sys::stx_dev(&st);
+        let inodes = InodeMap::new(dev);
+        let handle = Handle::of_fd(sys::raw(&root_fd))
+            .ok()
+            .filter(|h| handles.accepts(h));
+        let root = Arc::new(Node::new(
+            inodes.node_id(dev, st.stx_ino),
+            dev,
+            st.stx_ino,
+            Ident {
+                kind: VType::Dir,
+                gen: handle.as_ref().map_or(0, |h| h.generation()),
+                handle: handle.map(Arc::new),
+                parent: None,
+                name: Box::default(),
+            },
+            true,
+        ));
+        let fd = pool.reserve().map_err(io)?.into_fd(root_fd);
+        root.install(Arc::new(fd));
+        // SAFETY: umask takes a plain mode and cannot fail.
+        unsafe { libc::umask(0) };
+        let mnt = layer.mount("passthrough", Arc::new(Hooks));
+        Ok(Arc::new(PassthroughFs {
+            layer,
+            mnt,
+            pool,
+            handles,
+            inodes,
+            root,
+            opens: OpenTable::default(),
+            counters: PtCounters::default(),
+        }))
+    }
+
+    /// The vnode layer this mount lives on.
+    pub fn layer(&self) -> &Arc<VnodeLayer> {
+        &self.layer
+    }
+
+    /// The fd pool (budget, use, counters).
+    pub fn pool(&self) -> &Arc<FdPool> {
+        &self.pool
+    }
+
+    /// Whether nodes are reopened through file handles.
+    pub fn uses_handles(&self) -> bool {
+        self.handles.enabled()
+    }
+
+    /// The node behind a vnode of this mount.
+    pub(crate) fn node_of(&self, vp: &Vnode) -> VfsResult<Arc<Node>> {
+        if vp.mount_id() != self.mnt.id() {
+            return Err(Errno::EXDEV);
+        }
+        vp.data::<Arc<Node>>().cloned().ok_or(Errno::ESTALE)
+    }
+
+    /// The root's vnode.
+    pub(crate) fn root_vnode(&self) -> VfsResult<VnodeRef> {
+        let node = self.root.clone();
+        Ok(self
+            .layer
+            .get(&self.mnt, node.id, move || Ok((VType::Dir, Box::new(node))))?)
+    }
+
+    /// The node's fd: cached, or reopened (and cached).
+    pub(crate) fn fd_of(&self, node: &Arc<Node>) -> VfsResult<Arc<Fd>> {
+        match node.cached_fd() {
+            Some(fd) => Ok(fd),
+            None => self.reopen(node, 0),
+        }
+    }
+
+    #[cold]
+    fn reopen(&self, node: &Arc<Node>, depth: usize) -> VfsResult<Arc<Fd>> {
+        if depth > MAX_REOPEN_DEPTH {
+            return Err(Errno::ELOOP);
+        }
+        let ident = node.ident();
+        let fd = if let Some(h) = ident.handle.as_deref() {
+            let res = self.pool.reserve()?;
+            let fd = self.handles.open(h, libc::O_PATH).map_err(|e| {
+                if e == Errno::ESTALE || e == Errno::ENOENT {
+                    self.counters.stale.fetch_add(1, Ordering::Relaxed);
+                    Errno::ESTALE
+                } else {
+                    e
+                }
+            })?;
+            self.counters.reopen_handle.fetch_add(1, Ordering::Relaxed);
+            res.into_fd(fd)
+        } else if let Some(parent) = ident.parent.as_ref() {
+            let pfd = match parent.cached_fd() {
+                Some(fd) => fd,
+                None => self.reopen(parent, depth + 1)?,
+            };
+            let name = sys::cstr(&ident.name)?;
+            let res = self.pool.reserve()?;
+            let fd = sys::open_beneath(pfd.raw(), &name, libc::O_PATH | libc::O_NOFOLLOW, 0)
+                .map_err(|e| {
+                    if e == Errno::ENOENT {
+                        self.counters.stale.fetch_add(1, Ordering::Relaxed);
+                        Errno::ESTALE
+                    } else {
+                        e
+                    }
+                })?;
+            self.counters
+                .reopen_fallback
+                .fetch_add(1, Ordering::Relaxed);
+            res.into_fd(fd)
+        } else {
+            return Err(Errno::ESTALE);
+        };
+        // The file must still be the node's: a handle or a name may now
+        // lead to another inode (removed and replaced behind our back).
+        let st = sys::statx_fd(fd.raw())?;
+        if (sys::stx_dev(&st), st.stx_ino) != (node.dev, node.ino)
+            || mode_to_vtype(u32::from(st.stx_mode)) != Some(ident.kind)
+        {
+            self.counters.stale.fetch_add(1, Ordering::Relaxed);
+            return Err(Errno::ESTALE);
+        }
+        Ok(self.cache_fd(node, Arc::new(fd)))
+    }
+
+    /// Caches `fd` on `node` (unless it has one); returns the fd to use.
+    fn cache_fd(&self, node: &Arc<Node>, fd: Arc<Fd>) -> Arc<Fd> {
+        let (fd, enter) = node.install(fd);
+        if enter {
+            self.pool.enter(node);
+        }
+        fd
+    }
+
+    /// Looks `name` up in the directory `dir`: the vnode and its
+    /// attributes. `name` must have passed `check_name` and not be `.` or
+    /// `..`.
+    pub(crate) fn lookup_at(&self, dir: &Arc<Node>, name: &[u8]) -> VfsResult<(VnodeRef, Attr)> {
+        let cname = sys::cstr(name)?;
+        let dfd = self.fd_of(dir)?;
+        let res = self.pool.reserve()?;
+        let fd = sys::open_beneath(dfd.raw(), &cname, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+        drop(dfd);
+        self.counters.lookups.fetch_add(1, Ordering::Relaxed);
+        self.vnode_from_fd(res.into_fd(fd), Some((dir, name)))
+    }
+
+    /// The vnode for the file an fd refers to (found at `parent`/`name`).
+    pub(crate) fn vnode_from_fd(
+        &self,
+        fd: Fd,
+        at: Option<(&Arc<Node>, &[u8])>,
+    ) -> VfsResult<(VnodeRef, Attr)> {
+        let st = sys::statx_fd(fd.raw())?;
+        let kind = mode_to_vtype(u32::from(st.stx_mode)).ok_or(Errno::EIO)?;
+        let (dev, ino) = (sys::stx_dev(&st), st.stx_ino);
+        let id = self.inodes.node_id(dev, ino);
+        let handle = Handle::of_fd(fd.raw())
+            .ok()
+            .filter(|h| self.handles.accepts(h))
+            .map(Arc::new);
+        let (parent, name) = match (&handle, at) {
+            (None, Some((p, n))) => (Some(p.clone()), n.into()),
+            _ => (None, Box::default()),
+        };
+        let ident = Ident {
+            kind,
+            gen: handle.as_ref().map_or(0, |h| h.generation()),
+            handle,
+            parent,
+            name,
+        };
+        let fd = Arc::new(fd);
+        let mut fresh = None;
+        let vp = self.layer.get(&self.mnt, id, || {
+            let node = Arc::new(Node::new(id, dev, ino, ident.clone(), false));
+            fresh = Some(node.clone());
+            Ok((kind, Box::new(node)))
+        })?;
+        let node = match fresh {
+            Some(node) => node,
+            None => {
+                let node = self.node_of(&vp)?;
+                if !node.same_file(&ident) {
+                    self.counters.rebinds.fetch_add(1, Ordering::Relaxed);
+                    node.set_ident(ident, true);
+                } else if let Some((p, n)) = at {
+                    node.set_location(p, n);
+                }
+                node
+            }
+        };
+        let fd = self.cache_fd(&node, fd);
+        drop(fd);
+        Ok((vp, self.attr_of(&node, &st)))
+    }
+
+    /// `..` of `dir`: the root's is the root; any other's must lead to a
+    /// directory beneath the root, or the walk is refused (`EACCES`: the
+    /// directory was moved out of the tree behind the server's back).
+    pub(crate) fn lookup_dotdot(&self, dir: &Arc<Node>) -> VfsResult<(VnodeRef, Attr)> {
+        if (dir.dev, dir.ino) == (self.root.dev, self.root.ino) {
+            let vp = self.root_vnode()?;
+            let st = sys::statx_fd(self.fd_of(&self.root)?.raw())?;
+            return Ok((vp, self.attr_of(&self.root, &st)));
+        }
+        let dfd = self.fd_of(dir)?;
+        let res = self.pool.reserve()?;
+        let fd = res.into_fd(sys::openat(
+            dfd.raw(),
+            c"..",
+            libc::O_PATH | libc::O_DIRECTORY,
+        )?);
+        drop(dfd);
+        if !self.is_beneath_root(&fd)? {
+            return Err(Errno::EACCES);
+        }
+        self.vnode_from_fd(fd, None)
+    }
+
+    /// Whether the directory `fd` is the root or below it: walks `..` up
+    /// to the root or to the host's `/`.
+    fn is_beneath_root(&self, fd: &Fd) -> VfsResult<bool> {
+        let mut cur: Option<Fd> = None;
+        for _ in 0..MAX_REOPEN_DEPTH {
+            let raw = cur.as_ref().map_or(fd.raw(), |f| f.raw());
+            let st = sys::statx_fd(raw)?;
+            let here = (sys::stx_dev(&st), st.stx_ino);
+            if here == (self.root.dev, self.root.ino) {
+                return Ok(true);
+            }
+            let res = self.pool.reserve()?;
+            let up = res.into_fd(sys::openat(raw, c"..", libc::O_PATH | libc::O_DIRECTORY)?);
+            let ust = sys::statx_fd(up.raw())?;
+            if (sys::stx_dev(&ust), ust.stx_ino) == here {
+                return Ok(false); // the host's root: `..` of `/` is `/`
+            }
+            cur = Some(up);
+        }
+        Err(Errno::ELOOP)
+    }
+
+    /// Runs a creating operation as the caller in directory `dir`, then
+    /// looks the new name up.
+    pub(crate) fn make_at(
+        &self,
+        ctx: &Ctx,
+        dir: &VnodeRef,
+        name: &[u8],
+        op: impl FnOnce(libc::c_int, &CStr) -> VfsResult<()>,
+    ) -> VfsResult<VnodeRef> {
+        uvfs_vfs::check_new_name(name)?;
+        let dnode = self.node_of(dir)?;
+        let cname = sys::cstr(name)?;
+        let dfd = self.fd_of(&dnode)?;
+        {
+            let _as = AsCaller::switch(ctx)?;
+            op(dfd.raw(), &cname)?;
+        }
+        drop(dfd);
+        Ok(self.lookup_at(&dnode, name)?.0)
+    }
+
+    /// Attributes from a statx of the node's file.
+    pub(crate) fn attr_of(&self, node: &Node, st: &libc::statx) -> Attr {
+        let ts = |t: &libc::statx_timestamp| Timespec::new(t.tv_sec, t.tv_nsec);
+        Attr {
+            ino: node.id,
+            kind: mode_to_vtype(u32::from(st.stx_mode)).unwrap_or(VType::Reg),
+            perm: st.stx_mode & 0o7777,
+            nlink: st.stx_nlink,
+            uid: st.stx_uid,
+            gid: st.stx_gid,
+            size: st.stx_size,
+            blocks: st.stx_blocks,
+            blksize: st.stx_blksize,
+            rdev: libc::makedev(st.stx_rdev_major, st.stx_rdev_minor),
+            atime: ts(&st.stx_atime),
+            mtime: ts(&st.stx_mtime),
+            ctime: ts(&st.stx_ctime),
+            btime: if st.stx_mask & libc::STATX_BTIME != 0 {
+                ts(&st.stx_btime)
+            } else {
+                ts(&st.stx_ctime)
+            },
+        }
+    }
+
+    /// The node's current attributes. A file removed behind the server's
+    /// back (no links left, and not open through the mount) is `ESTALE`,
+    /// not a stale answer: the kernel then looks the name up again.
+    pub(crate) fn getattr_node(&self, node: &Arc<Node>) -> VfsResult<Attr> {
+        let fd = self.fd_of(node)?;
+        let st = sys::statx_fd(fd.raw())?;
+        if st.stx_nlink == 0 && node.open_count() == 0 {
+            self.counters.stale.fetch_add(1, Ordering::Relaxed);
+            return Err(Errno::ESTALE);
+        }
+        Ok(self.attr_of(node, &st))
+    }
+
+    /// Gives up the cached fd of every idle node (tests, diagnostics).
+    pub fn drop_idle_fds(&self) -> usize {
+        self.pool.evict_all()
+    }
+
+    /// The node id a backing file would get (tests).
+    pub fn node_id_of(&self, dev: u64, ino: u64) -> Ino {
+        self.inodes.node_id(dev, ino)
+    }
+
+    /// Keeps a freshly created fd as the O_PATH fd of a new node: opens
+    /// the inode behind `fd` again as `O_PATH`.
+    pub(crate) fn path_fd_of(&self, fd: &OwnedFd) -> VfsResult<Fd> {
+        let res = self.pool.reserve()?;
+        Ok(res.into_fd(sys::reopen(sys::raw(fd), libc::O_PATH)?))
+    }
+}

@@ -1,0 +1,203 @@
+//! File handles: how a vnode gets its fd back after the pool took it.
+//!
+//! `name_to_handle_at` gives a file's persistent identity on its file
+//! system (for ext4: inode number and generation); `open_by_handle_at`
+//! turns it back into an fd without any path, so a node the kernel
+//! remembers needs no fd while idle (virtiofsd's approach; it needs
+//! `CAP_DAC_READ_SEARCH`, which root has).
+//!
+//! # Which file system a handle belongs to
+//! A handle means something only to the file system that made it:
+//! `open_by_handle_at` interprets the bytes on whatever file system
+//! `mount_fd` is on, so a handle of another file system opened against the
+//! source's would name an unrelated inode, possibly outside the source
+//! directory. [`HandleOpener`] therefore records the mount id the source
+//! root's handle came with and refuses (`EXDEV`) any handle made on
+//! another mount; nodes there fall back to their parent's fd and their
+//! name (`node.rs`). Every reopened fd is also checked against the node's
+//! (dev, ino) by the caller, so even a reused handle cannot substitute
+//! another file.
+
+use crate::sys;
+use std::os::fd::{OwnedFd, RawFd};
+use uvfs_vfs::{Errno, VfsResult};
+
+/// Most bytes of a handle (`MAX_HANDLE_SZ`).
+const MAX_HANDLE: usize = 128;
+
+/// A persistent file handle and the mount it was made on.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Handle {
+    htype: i32,
+    mount_id: i32,
+    bytes: Box<[u8]>,
+}
+
+/// `struct file_handle` with room for the largest handle.
+#[repr(C)]
+struct RawHandle {
+    handle_bytes: u32,
+    handle_type: i32,
+    f_handle: [u8; MAX_HANDLE],
+}
+
+impl Handle {
+    /// The handle of the inode `fd` refers to (`O_PATH` fds included).
+    /// `EOPNOTSUPP` where the file system has no handles.
+    pub fn of_fd(fd: RawFd) -> VfsResult<Handle> {
+        let mut raw = RawHandle {
+            handle_bytes: MAX_HANDLE as u32,
+            handle_type: 0,
+            f_handle: [0; MAX_HANDLE],
+        };
+        let mut mount_id: libc::c_int = 0;
+        // SAFETY: `raw` starts with a `file_handle` header whose
+        // `handle_bytes` says how much room follows it (MAX_HANDLE bytes,
+        // which `raw` has); the path is an empty C string; `mount_id` is
+        // writable.
+        sys::cvt(unsafe {
+            libc::name_to_handle_at(
+                fd,
+                sys::EMPTY.as_ptr(),
+                (&mut raw as *mut RawHandle).cast::<libc::file_handle>(),
+                &mut mount_id,
+                libc::AT_EMPTY_PATH,
+            )
+        })?;
+        let n = (raw.handle_bytes as usize).min(MAX_HANDLE);
+        Ok(Handle {
+            htype: raw.handle_type,
+            mount_id,
+            bytes: raw.f_handle[..n].into(),
+        })
+    }
+
+    /// The mount the handle was made on.
+    pub fn mount_id(&self) -> i32 {
+        self.mount_id
+    }
+
+    /// A generation number for FUSE: stable for the life of the file
+    /// (handles are persistent) and different for a new file that reuses
+    /// the inode number, because file systems put the inode's generation
+    /// in its handle. FNV-1a over the type and bytes.
+    pub fn generation(&self) -> u64 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in self.htype.to_ne_bytes().iter().chain(self.bytes.iter()) {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        h
+    }
+
+    /// Heap bytes held (memory reports).
+    pub fn heap_bytes(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+/// Opens handles of the source's own mount, and only those.
+pub struct HandleOpener {
+    mount_fd: Option<OwnedFd>,
+    mount_id: i32,
+}
+
+impl HandleOpener {
+    /// An opener for the mount `root` is on: `root_dir` must be a real
+    /// (not `O_PATH`) fd of the source root, kept as `open_by_handle_at`'s
+    /// `mount_fd`. Handles are disabled (every node uses the fallback) if
+    /// the file system has none or opening one fails (no privilege).
+    pub fn new(root_dir: OwnedFd) -> HandleOpener {
+        let fd = sys::raw(&root_dir);
+        let Ok(h) = Handle::of_fd(fd) else {
+            return HandleOpener::disabled();
+        };
+        let mut op = HandleOpener {
+            mount_id: h.mount_id,
+            mount_fd: Some(root_dir),
+        };
+        match op.open(&h, libc::O_PATH) {
+            Ok(_) => op,
+            Err(_) => {
+                op.mount_fd = None;
+                op
+            }
+        }
+    }
+
+    /// An opener that refuses every handle (fallback everywhere).
+    pub fn disabled() -> HandleOpener {
+        HandleOpener {
+            mount_fd: None,
+            mount_id: -1,
+        }
+    }
+
+    /// Whether handles work at all.
+    pub fn enabled(&self) -> bool {
+        self.mount_fd.is_some()
+    }
+
+    /// Whether `h` may be opened here: handles on, same mount.
+    pub fn accepts(&self, h: &Handle) -> bool {
+        self.enabled() && h.mount_id == self.mount_id
+    }
+
+    /// Opens `h` with `flags` (`O_CLOEXEC` added). `EXDEV` for a handle of
+    /// another mount, `ESTALE` (from the kernel) for a deleted file.
+    pub fn open(&self, h: &Handle, flags: libc::c_int) -> VfsResult<OwnedFd> {
+        let Some(mfd) = &self.mount_fd else {
+            return Err(Errno::EOPNOTSUPP);
+        };
+        if h.mount_id != self.mount_id {
+            return Err(Errno::EXDEV);
+        }
+        let mut raw = RawHandle {
+            handle_bytes: h.bytes.len() as u32,
+            handle_type: h.htype,
+            f_handle: [0; MAX_HANDLE],
+        };
+        raw.f_handle[..h.bytes.len()].copy_from_slice(&h.bytes);
+        // SAFETY: `raw` is a `file_handle` header followed by
+        // `handle_bytes` (<= MAX_HANDLE) bytes of handle; the kernel only
+        // reads it. `mfd` is a valid fd we own.
+        let fd = unsafe {
+            libc::open_by_handle_at(
+                sys::raw(mfd),
+                (&mut raw as *mut RawHandle).cast::<libc::file_handle>(),
+                flags | libc::O_CLOEXEC,
+            )
+        };
+        let fd = sys::cvt(fd)?;
+        // SAFETY: a successful open_by_handle_at returns a new fd that
+        // nothing else owns.
+        Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn foreign_handles_are_refused() {
+        let dir = std::env::temp_dir();
+        let root: OwnedFd = std::fs::File::open(&dir).unwrap().into();
+        let op = HandleOpener::new(root);
+        if !op.enabled() {
+            return; // no handles here (not root?): nothing to check
+        }
+        // /proc is another file system (and has no handles); /dev too.
+        let other: OwnedFd = std::fs::File::open("/dev").unwrap().into();
+        if let Ok(h) = Handle::of_fd(other.as_raw_fd()) {
+            assert!(!op.accepts(&h));
+            assert_eq!(op.open(&h, libc::O_PATH).err(), Some(Errno::EXDEV));
+        }
+        let own: OwnedFd = std::fs::File::open(&dir).unwrap().into();
+        let h = Handle::of_fd(own.as_raw_fd()).unwrap();
+        assert!(op.accepts(&h));
+        assert_eq!(h.generation(), h.clone().generation());
+        assert!(op.open(&h, libc::O_PATH).is_ok());
+    }
+}

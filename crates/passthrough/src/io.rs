@@ -1,0 +1,157 @@
+//! Open, create, read, write, sync, fallocate, copy_file_range.
+//!
+//! A file is opened by reopening its node's `O_PATH` fd through
+//! `/proc/self/fd/N`, which names that exact inode: no path is resolved,
+//! so a rename racing with the open cannot substitute another file. The
+//! server opens as root (the kernel has checked the caller's access), with
+//! the caller's flags minus those that only make sense to the kernel.
+
+use crate::creds::AsCaller;
+use crate::fs::PassthroughFs;
+use crate::sys;
+use uvfs_vfs::{Ctx, Errno, FallocMode, Fh, VType, VfsResult, VnodeRef};
+
+/// Flags the server never passes on: creation is `create`'s business,
+/// `O_NOFOLLOW` would refuse the `/proc` magic link, `O_DIRECT` would make
+/// the kernel's unaligned requests fail, a controlling tty is meaningless.
+const STRIP: libc::c_int =
+    libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_NOFOLLOW | libc::O_DIRECT;
+
+/// Largest single read served.
+const MAX_READ: u32 = 16 << 20;
+
+impl PassthroughFs {
+    pub(crate) fn do_open(&self, vp: &VnodeRef, flags: i32) -> VfsResult<Fh> {
+        let node = self.node_of(vp)?;
+        match node.kind() {
+            VType::Lnk => return Err(Errno::ELOOP),
+            VType::Dir if flags & libc::O_ACCMODE != libc::O_RDONLY => return Err(Errno::EISDIR),
+            _ => {}
+        }
+        let fd = self.fd_of(&node)?;
+        let res = self.pool.reserve_open()?;
+        let f = sys::reopen(fd.raw(), flags & !STRIP)?;
+        drop(fd);
+        Ok(self.opens.insert(res.into_fd(f), node))
+    }
+
+    pub(crate) fn do_opendir(&self, vp: &VnodeRef) -> VfsResult<Fh> {
+        let node = self.node_of(vp)?;
+        if node.kind() != VType::Dir {
+            return Err(Errno::ENOTDIR);
+        }
+        let fd = self.fd_of(&node)?;
+        let res = self.pool.reserve_open()?;
+        let d = sys::openat(fd.raw(), c".", libc::O_RDONLY | libc::O_DIRECTORY)?;
+        drop(fd);
+        Ok(self.opens.insert(res.into_fd(d), node))
+    }
+
+    pub(crate) fn do_create(
+        &self,
+        ctx: &Ctx,
+        dir: &VnodeRef,
+        name: &[u8],
+        mode: u32,
+        flags: i32,
+    ) -> VfsResult<(VnodeRef, Fh)> {
+        uvfs_vfs::check_new_name(name)?;
+        let dnode = self.node_of(dir)?;
+        let cname = sys::cstr(name)?;
+        let dfd = self.fd_of(&dnode)?;
+        let res = self.pool.reserve_open()?;
+        let flags = (flags & !STRIP) | libc::O_CREAT | (flags & libc::O_EXCL);
+        let f = {
+            let _as = AsCaller::switch(ctx)?;
+            // A symlink at the name is refused (ELOOP), never followed.
+            sys::open_beneath(dfd.raw(), &cname, flags, mode & 0o7777)?
+        };
+        drop(dfd);
+        let path_fd = self.path_fd_of(&f)?;
+        let (vp, _) = self.vnode_from_fd(path_fd, Some((&dnode, name)))?;
+        let node = self.node_of(&vp)?;
+        Ok((vp, self.opens.insert(res.into_fd(f), node)))
+    }
+
+    pub(crate) fn do_read(&self, fh: Fh, offset: u64, size: u32) -> VfsResult<Vec<u8>> {
+        let of = self.opens.get(fh)?;
+        let mut buf = vec![0u8; size.min(MAX_READ) as usize];
+        let mut got = 0;
+        while got < buf.len() {
+            let n = sys::pread(of.fd.raw(), &mut buf[got..], offset + got as u64)?;
+            if n == 0 {
+                break;
+            }
+            got += n;
+        }
+        buf.truncate(got);
+        Ok(buf)
+    }
+
+    pub(crate) fn do_write(&self, fh: Fh, offset: u64, data: &[u8]) -> VfsResult<u32> {
+        let of = self.opens.get(fh)?;
+        let mut done = 0;
+        while done < data.len() {
+            match sys::pwrite(of.fd.raw(), &data[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                // Part written: report that much, as write(2) would.
+                Err(_) if done > 0 => break,
+                Err(e) => return Err(e),
+            }
+        }
+        u32::try_from(done).map_err(|_| Errno::EINVAL)
+    }
+
+    pub(crate) fn do_fsync(&self, fh: Fh, datasync: bool) -> VfsResult<()> {
+        let of = self.opens.get(fh)?;
+        // SAFETY: plain fd argument.
+        let r = unsafe {
+            if datasync {
+                libc::fdatasync(of.fd.raw())
+            } else {
+                libc::fsync(of.fd.raw())
+            }
+        };
+        sys::cvt(r).map(|_| ())
+    }
+
+    pub(crate) fn do_release(&self, fh: Fh) -> VfsResult<()> {
+        self.opens.remove(fh)
+    }
+
+    pub(crate) fn do_fallocate(
+        &self,
+        fh: Fh,
+        mode: FallocMode,
+        offset: u64,
+        len: u64,
+    ) -> VfsResult<()> {
+        let of = self.opens.get(fh)?;
+        let off = i64::try_from(offset).map_err(|_| Errno::EFBIG)?;
+        let len = i64::try_from(len).map_err(|_| Errno::EFBIG)?;
+        // SAFETY: plain integer arguments.
+        sys::cvt(unsafe { libc::fallocate64(of.fd.raw(), mode.0, off, len) }).map(|_| ())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn do_copy_file_range(
+        &self,
+        fh_in: Fh,
+        off_in: u64,
+        fh_out: Fh,
+        off_out: u64,
+        len: u64,
+        flags: u32,
+    ) -> VfsResult<u64> {
+        let (a, b) = (self.opens.get(fh_in)?, self.opens.get(fh_out)?);
+        let mut oi = i64::try_from(off_in).map_err(|_| Errno::EINVAL)?;
+        let mut oo = i64::try_from(off_out).map_err(|_| Errno::EINVAL)?;
+        // The reply carries 32 bits of length.
+        let len = usize::try_from(len.min(u64::from(u32::MAX) & !4095)).unwrap_or(0);
+        // SAFETY: the offsets are valid writable i64s; fds are open.
+        let n =
+            unsafe { libc::copy_file_range(a.fd.raw(), &mut oi, b.fd.raw(), &mut oo, len, flags) };
+        Ok(sys::cvt_long(n as i64)? as u64)
+    }
+}

@@ -1,0 +1,177 @@
+//! Name operations: lookup, the create family, link, unlink, rmdir,
+//! rename. Each resolves exactly one component relative to a held
+//! directory fd; none builds a path.
+//!
+//! # Why no server-side locking
+//! The backing file system makes each of these atomic; the server keeps
+//! no directory contents or name cache of its own (the kernel's dcache,
+//! bounded by the entry timeout, is the only one), so there is nothing of
+//! ours for a concurrent operation to see half-changed. The fallback
+//! locations of handle-less nodes are updated after a rename, best effort:
+//! a reopen that finds the wrong file answers `ESTALE`, never the wrong
+//! file.
+
+use crate::fs::PassthroughFs;
+use crate::sys;
+use std::sync::Arc;
+use uvfs_vfs::{
+    check_name, is_dot_or_dotdot, Ctx, Errno, RenameFlags, VfsResult, VnodeRef, SYMLINK_MAX,
+};
+
+impl PassthroughFs {
+    pub(crate) fn do_lookup(&self, dir: &VnodeRef, name: &[u8]) -> VfsResult<VnodeRef> {
+        check_name(name)?;
+        let dnode = self.node_of(dir)?;
+        if name == b"." {
+            return Ok(dir.clone());
+        }
+        if name == b".." {
+            return Ok(self.lookup_dotdot(&dnode)?.0);
+        }
+        Ok(self.lookup_at(&dnode, name)?.0)
+    }
+
+    pub(crate) fn do_mknod(
+        &self,
+        ctx: &Ctx,
+        dir: &VnodeRef,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+    ) -> VfsResult<VnodeRef> {
+        self.make_at(ctx, dir, name, |dfd, n| {
+            // SAFETY: `n` is NUL-terminated; mknodat only reads it.
+            sys::cvt(unsafe { libc::mknodat(dfd, n.as_ptr(), mode, rdev) }).map(|_| ())
+        })
+    }
+
+    pub(crate) fn do_mkdir(
+        &self,
+        ctx: &Ctx,
+        dir: &VnodeRef,
+        name: &[u8],
+        mode: u32,
+    ) -> VfsResult<VnodeRef> {
+        self.make_at(ctx, dir, name, |dfd, n| {
+            // SAFETY: `n` is NUL-terminated; mkdirat only reads it.
+            sys::cvt(unsafe { libc::mkdirat(dfd, n.as_ptr(), mode & 0o7777) }).map(|_| ())
+        })
+    }
+
+    pub(crate) fn do_symlink(
+        &self,
+        ctx: &Ctx,
+        dir: &VnodeRef,
+        name: &[u8],
+        target: &[u8],
+    ) -> VfsResult<VnodeRef> {
+        if target.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        if target.len() > SYMLINK_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        let t = sys::cstr(target)?;
+        self.make_at(ctx, dir, name, |dfd, n| {
+            // SAFETY: both strings are NUL-terminated; symlinkat only reads
+            // them. The target is stored, never resolved by the server.
+            sys::cvt(unsafe { libc::symlinkat(t.as_ptr(), dfd, n.as_ptr()) }).map(|_| ())
+        })
+    }
+
+    pub(crate) fn do_link(&self, vp: &VnodeRef, dir: &VnodeRef, name: &[u8]) -> VfsResult<()> {
+        uvfs_vfs::check_new_name(name)?;
+        let node = self.node_of(vp)?;
+        let dnode = self.node_of(dir)?;
+        let cname = sys::cstr(name)?;
+        let fd = self.fd_of(&node)?;
+        let dfd = self.fd_of(&dnode)?;
+        // SAFETY: strings are NUL-terminated; AT_EMPTY_PATH links the
+        // inode `fd` refers to (needs CAP_DAC_READ_SEARCH, as root has).
+        sys::cvt(unsafe {
+            libc::linkat(
+                fd.raw(),
+                sys::EMPTY.as_ptr(),
+                dfd.raw(),
+                cname.as_ptr(),
+                libc::AT_EMPTY_PATH,
+            )
+        })?;
+        Ok(())
+    }
+
+    fn remove(&self, dir: &VnodeRef, name: &[u8], flags: libc::c_int) -> VfsResult<()> {
+        check_name(name)?;
+        if is_dot_or_dotdot(name) {
+            return Err(if name == b"." {
+                Errno::EINVAL
+            } else {
+                Errno::ENOTEMPTY
+            });
+        }
+        let dnode = self.node_of(dir)?;
+        let cname = sys::cstr(name)?;
+        let dfd = self.fd_of(&dnode)?;
+        // SAFETY: `cname` is NUL-terminated; unlinkat only reads it.
+        sys::cvt(unsafe { libc::unlinkat(dfd.raw(), cname.as_ptr(), flags) })?;
+        Ok(())
+    }
+
+    pub(crate) fn do_unlink(&self, dir: &VnodeRef, name: &[u8]) -> VfsResult<()> {
+        self.remove(dir, name, 0)
+    }
+
+    pub(crate) fn do_rmdir(&self, dir: &VnodeRef, name: &[u8]) -> VfsResult<()> {
+        self.remove(dir, name, libc::AT_REMOVEDIR)
+    }
+
+    pub(crate) fn do_rename(
+        &self,
+        dir: &VnodeRef,
+        name: &[u8],
+        newdir: &VnodeRef,
+        newname: &[u8],
+        flags: RenameFlags,
+    ) -> VfsResult<()> {
+        check_name(name)?;
+        check_name(newname)?;
+        if is_dot_or_dotdot(name) || is_dot_or_dotdot(newname) {
+            return Err(Errno::EBUSY);
+        }
+        let known = RenameFlags::NOREPLACE | RenameFlags::EXCHANGE | RenameFlags::WHITEOUT;
+        if flags.0 & !known != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let (dn, ndn) = (self.node_of(dir)?, self.node_of(newdir)?);
+        let (c1, c2) = (sys::cstr(name)?, sys::cstr(newname)?);
+        let (d1, d2) = (self.fd_of(&dn)?, self.fd_of(&ndn)?);
+        // Fallback nodes follow their names; find them before the rename.
+        let fallback = !self.handles.enabled() || dn.dev != self.root.dev;
+        let moved = |fd, n: &std::ffi::CStr| {
+            sys::statx_at(fd, n, 0)
+                .ok()
+                .map(|st| self.inodes.node_id(sys::stx_dev(&st), st.stx_ino))
+        };
+        let (m1, m2) = if fallback {
+            (moved(d1.raw(), &c1), moved(d2.raw(), &c2))
+        } else {
+            (None, None)
+        };
+        // SAFETY: strings are NUL-terminated; renameat2 only reads them.
+        sys::cvt(unsafe {
+            libc::renameat2(d1.raw(), c1.as_ptr(), d2.raw(), c2.as_ptr(), flags.0)
+        })?;
+        let relocate = |id: Option<u64>, to: &Arc<crate::node::Node>, n: &[u8]| {
+            if let Some(vp) = id.and_then(|id| self.layer.lookup_cached(&self.mnt, id)) {
+                if let Ok(node) = self.node_of(&vp) {
+                    node.set_location(to, n);
+                }
+            }
+        };
+        relocate(m1, &ndn, newname);
+        if flags.exchange() {
+            relocate(m2, &dn, name);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,235 @@
+//! A passthrough vnode's private data: which backing file it is, how to
+//! reach it again, and the fd it may be caching.
+//!
+//! # Identity without an fd
+//! A node is the backing (dev, ino) it was created for, plus a way back
+//! to it: a file handle when its file system has them ([`Ident::handle`]),
+//! otherwise its parent node and its name in that parent (the fallback,
+//! kept up to date by `rename`). The fd is a cache that the pool may take
+//! whenever no operation is using it; the next operation reopens it
+//! through the handle or the parent, and checks that what it opened is
+//! still (dev, ino) (`ESTALE` otherwise: the file was removed or
+//! replaced behind the server's back).
+//!
+//! # Lock reference
+//!
+//! | field | protected by |
+//! |---|---|
+//! | `id`, `dev`, `ino`, `pinned` | immutable |
+//! | `ident` | its mutex (a leaf) |
+//! | `fd` | its mutex; the pool's evictor only `try_lock`s it, under the ring lock |
+//! | `referenced` | atomic; set on every use, cleared by the evictor |
+//! | `on_ring` | changed only under the `fd` mutex (see `install`/`try_evict`) |
+//! | `opens` | atomic count of open files and directories on the node |
+
+use crate::fdpool::Fd;
+use crate::handle::Handle;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use uvfs_vfs::{Ino, VType};
+
+/// How to reach a node's file again, and what it is. Replaced as a whole
+/// when a lookup finds a different file behind the same (dev, ino).
+#[derive(Clone, Debug)]
+pub struct Ident {
+    /// File type.
+    pub kind: VType,
+    /// Persistent handle, if usable on the source's mount.
+    pub handle: Option<Arc<Handle>>,
+    /// FUSE generation (from the handle; 0 without one).
+    pub gen: u64,
+    /// Fallback: the parent directory's node (only without a handle).
+    pub parent: Option<Arc<Node>>,
+    /// Fallback: the name in `parent`.
+    pub name: Box<[u8]>,
+}
+
+/// What the evictor found on a node.
+pub(crate) enum Evict {
+    /// No cached fd (taken already, or reclaimed): drop the ring entry.
+    NoFd,
+    /// Used since the last sweep: second chance.
+    Referenced,
+    /// Its fd is borrowed by an operation in progress, or the node is
+    /// busy: try later.
+    Busy,
+    /// Here is its fd, to close.
+    Taken(Arc<Fd>),
+}
+
+/// Per-vnode data of a passthrough mount.
+pub struct Node {
+    /// Node id (the vnode's inode number).
+    pub id: Ino,
+    /// Backing device.
+    pub dev: u64,
+    /// Backing inode number.
+    pub ino: u64,
+    /// Never give the fd back (the root: no handle or parent to reopen by).
+    pub pinned: bool,
+    ident: Mutex<Ident>,
+    fd: Mutex<Option<Arc<Fd>>>,
+    referenced: AtomicBool,
+    on_ring: AtomicBool,
+    opens: AtomicUsize,
+}
+
+impl Node {
+    /// A node for backing (dev, ino).
+    pub fn new(id: Ino, dev: u64, ino: u64, ident: Ident, pinned: bool) -> Node {
+        Node {
+            id,
+            dev,
+            ino,
+            pinned,
+            ident: Mutex::new(ident),
+            fd: Mutex::new(None),
+            referenced: AtomicBool::new(true),
+            on_ring: AtomicBool::new(false),
+            opens: AtomicUsize::new(0),
+        }
+    }
+
+    /// A snapshot of the identity.
+    pub fn ident(&self) -> Ident {
+        self.ident.lock().clone()
+    }
+
+    /// The file type now.
+    pub fn kind(&self) -> VType {
+        self.ident.lock().kind
+    }
+
+    /// The FUSE generation now.
+    pub fn generation(&self) -> u64 {
+        self.ident.lock().gen
+    }
+
+    /// Whether a lookup that found `found` found this node's file: same
+    /// type and, where both have one, same handle.
+    pub fn same_file(&self, found: &Ident) -> bool {
+        let me = self.ident.lock();
+        me.kind == found.kind
+            && match (&me.handle, &found.handle) {
+                (Some(a), Some(b)) => a == b,
+                _ => true,
+            }
+    }
+
+    /// Replaces the identity (a lookup found a different file behind this
+    /// (dev, ino), or a rename moved a fallback node). Drops the cached fd
+    /// if the file changed, since it refers to the old one.
+    pub fn set_ident(&self, ident: Ident, file_changed: bool) {
+        *self.ident.lock() = ident;
+        if file_changed {
+            let old = self.fd.lock().take();
+            drop(old);
+        }
+    }
+
+    /// Updates the fallback location after a lookup or rename found the
+    /// node at `parent`/`name` (no-op for nodes with handles).
+    pub fn set_location(&self, parent: &Arc<Node>, name: &[u8]) {
+        let mut id = self.ident.lock();
+        if id.handle.is_none() && !std::ptr::eq(&**parent, self) {
+            id.parent = Some(parent.clone());
+            id.name = name.into();
+        }
+    }
+
+    /// The cached fd, marking the node used.
+    #[inline]
+    pub fn cached_fd(&self) -> Option<Arc<Fd>> {
+        let g = self.fd.lock();
+        let fd = g.as_ref()?.clone();
+        if !self.referenced.load(Ordering::Relaxed) {
+            self.referenced.store(true, Ordering::Relaxed);
+        }
+        Some(fd)
+    }
+
+    /// Caches `fd` unless another thread cached one first; returns the fd
+    /// to use and whether the node must be entered on the pool's ring.
+    pub(crate) fn install(&self, fd: Arc<Fd>) -> (Arc<Fd>, bool) {
+        let mut g = self.fd.lock();
+        if let Some(cur) = g.as_ref() {
+            return (cur.clone(), false);
+        }
+        *g = Some(fd.clone());
+        self.referenced.store(true, Ordering::Relaxed);
+        let enter = !self.pinned && !self.on_ring.swap(true, Ordering::Relaxed);
+        (fd, enter)
+    }
+
+    /// The evictor's step (called with the ring locked).
+    pub(crate) fn try_evict(&self) -> Evict {
+        let Some(mut g) = self.fd.try_lock() else {
+            return Evict::Busy;
+        };
+        let Some(fd) = g.as_ref() else {
+            self.on_ring.store(false, Ordering::Relaxed);
+            return Evict::NoFd;
+        };
+        if self.referenced.swap(false, Ordering::Relaxed) {
+            return Evict::Referenced;
+        }
+        // Only our Arc: no operation is using the fd. A fallback node with
+        // open files keeps it: it may have no other way back to an
+        // unlinked file.
+        if Arc::strong_count(fd) > 1
+            || (self.opens.load(Ordering::Relaxed) > 0 && self.ident.lock().handle.is_none())
+        {
+            return Evict::Busy;
+        }
+        self.on_ring.store(false, Ordering::Relaxed);
+        match g.take() {
+            Some(fd) => Evict::Taken(fd),
+            None => Evict::NoFd,
+        }
+    }
+
+    /// Drops the cached fd (vnode reclaim). The pinned root keeps its.
+    pub fn drop_fd(&self) {
+        if self.pinned {
+            return;
+        }
+        let old = self.fd.lock().take();
+        drop(old);
+    }
+
+    /// Whether an fd is cached now.
+    pub fn has_fd(&self) -> bool {
+        self.fd.lock().is_some()
+    }
+
+    /// Counts an open file or directory on the node.
+    pub fn opened(&self) {
+        self.opens.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An open file or directory of the node was released.
+    pub fn closed(&self) {
+        // Never below zero, even if release were called twice.
+        let _ = self
+            .opens
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
+    /// Open files and directories on the node now.
+    pub fn open_count(&self) -> usize {
+        self.opens.load(Ordering::Relaxed)
+    }
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("id", &self.id)
+            .field("dev", &self.dev)
+            .field("ino", &self.ino)
+            .field("kind", &self.kind())
+            .field("has_fd", &self.has_fd())
+            .finish()
+    }
+}

@@ -1,0 +1,97 @@
+//! The passthrough counters as `(name, value, description)`, for `uvfs
+//! stat` (through `FileSystem::fs_stats`).
+
+use crate::fs::PassthroughFs;
+use std::sync::atomic::Ordering;
+
+impl PassthroughFs {
+    /// Every counter, in a fixed order.
+    pub fn stats(&self) -> Vec<(&'static str, u64, &'static str)> {
+        let p = &self.pool;
+        let pc = &p.counters;
+        let c = &self.counters;
+        let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        vec![
+            (
+                "passthrough.fds.budget",
+                p.budget() as u64,
+                "Most backing fds open at once",
+            ),
+            (
+                "passthrough.fds.used",
+                p.used() as u64,
+                "Backing fds open now (cached, borrowed, open files)",
+            ),
+            (
+                "passthrough.fds.max_used",
+                p.max_used() as u64,
+                "Most backing fds ever open at once",
+            ),
+            (
+                "passthrough.fds.open_files",
+                p.open_files() as u64,
+                "Open files and directories now",
+            ),
+            (
+                "passthrough.fds.opened",
+                ld(&pc.opened),
+                "Backing fds opened",
+            ),
+            (
+                "passthrough.fds.evictions",
+                ld(&pc.evictions),
+                "Idle cached fds given back to the budget",
+            ),
+            (
+                "passthrough.fds.second_chances",
+                ld(&pc.second_chances),
+                "Cached fds spared once because recently used",
+            ),
+            (
+                "passthrough.fds.exhausted",
+                ld(&pc.exhausted),
+                "Requests refused with EMFILE (nothing evictable)",
+            ),
+            (
+                "passthrough.reopen.handle",
+                ld(&c.reopen_handle),
+                "Node fds reopened by file handle",
+            ),
+            (
+                "passthrough.reopen.fallback",
+                ld(&c.reopen_fallback),
+                "Node fds reopened by parent and name",
+            ),
+            (
+                "passthrough.stale",
+                ld(&c.stale),
+                "Files found removed or replaced behind the server's back",
+            ),
+            (
+                "passthrough.rebinds",
+                ld(&c.rebinds),
+                "Nodes rebound to a new file reusing their inode number",
+            ),
+            (
+                "passthrough.lookups",
+                ld(&c.lookups),
+                "Lookups that reached the backing file system",
+            ),
+            (
+                "passthrough.handles",
+                u64::from(self.uses_handles()),
+                "1 if nodes reopen by file handle",
+            ),
+            (
+                "passthrough.inodes.foreign",
+                self.inodes.foreign_count() as u64,
+                "Files of other devices numbered",
+            ),
+            (
+                "passthrough.open.handles",
+                self.opens.len() as u64,
+                "Open file handles",
+            ),
+        ]
+    }
+}

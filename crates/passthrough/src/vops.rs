@@ -1,0 +1,208 @@
+//! passthrough as a `FileSystem`: each VOP forwards to the method that
+//! does it (`namei.rs`, `io.rs`, `dir.rs`, `attrs.rs`).
+
+use crate::fs::PassthroughFs;
+use std::sync::Arc;
+use uvfs_vfs::{
+    Attr, Ctx, DirPlusSink, DirSink, FallocMode, Fh, FileSystem, Mount, RenameFlags, SetAttr,
+    StatFs, VfsResult, VnodeRef, XattrFlags,
+};
+
+impl FileSystem for PassthroughFs {
+    fn fs_type(&self) -> &'static str {
+        "passthrough"
+    }
+
+    fn mount(&self) -> &Arc<Mount> {
+        &self.mnt
+    }
+
+    fn root(&self) -> VfsResult<VnodeRef> {
+        self.root_vnode()
+    }
+
+    fn lookup(&self, _ctx: &Ctx, dir: &VnodeRef, name: &[u8]) -> VfsResult<VnodeRef> {
+        self.do_lookup(dir, name)
+    }
+
+    fn getattr(&self, vp: &VnodeRef) -> VfsResult<Attr> {
+        self.do_getattr(vp)
+    }
+
+    fn setattr(&self, _ctx: &Ctx, vp: &VnodeRef, set: &SetAttr) -> VfsResult<Attr> {
+        self.do_setattr(vp, set)
+    }
+
+    fn readlink(&self, vp: &VnodeRef) -> VfsResult<Vec<u8>> {
+        self.do_readlink(vp)
+    }
+
+    fn mknod(
+        &self,
+        ctx: &Ctx,
+        dir: &VnodeRef,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+    ) -> VfsResult<VnodeRef> {
+        self.do_mknod(ctx, dir, name, mode, rdev)
+    }
+
+    fn mkdir(&self, ctx: &Ctx, dir: &VnodeRef, name: &[u8], mode: u32) -> VfsResult<VnodeRef> {
+        self.do_mkdir(ctx, dir, name, mode)
+    }
+
+    fn symlink(
+        &self,
+        ctx: &Ctx,
+        dir: &VnodeRef,
+        name: &[u8],
+        target: &[u8],
+    ) -> VfsResult<VnodeRef> {
+        self.do_symlink(ctx, dir, name, target)
+    }
+
+    fn link(&self, _ctx: &Ctx, vp: &VnodeRef, dir: &VnodeRef, name: &[u8]) -> VfsResult<()> {
+        self.do_link(vp, dir, name)
+    }
+
+    fn unlink(&self, _ctx: &Ctx, dir: &VnodeRef, name: &[u8]) -> VfsResult<()> {
+        self.do_unlink(dir, name)
+    }
+
+    fn rmdir(&self, _ctx: &Ctx, dir: &VnodeRef, name: &[u8]) -> VfsResult<()> {
+        self.do_rmdir(dir, name)
+    }
+
+    fn rename(
+        &self,
+        _ctx: &Ctx,
+        dir: &VnodeRef,
+        name: &[u8],
+        newdir: &VnodeRef,
+        newname: &[u8],
+        flags: RenameFlags,
+    ) -> VfsResult<()> {
+        self.do_rename(dir, name, newdir, newname, flags)
+    }
+
+    fn create(
+        &self,
+        ctx: &Ctx,
+        dir: &VnodeRef,
+        name: &[u8],
+        mode: u32,
+        flags: i32,
+    ) -> VfsResult<(VnodeRef, Fh)> {
+        self.do_create(ctx, dir, name, mode, flags)
+    }
+
+    fn open(&self, _ctx: &Ctx, vp: &VnodeRef, flags: i32) -> VfsResult<Fh> {
+        self.do_open(vp, flags)
+    }
+
+    fn read(&self, _vp: &VnodeRef, fh: Fh, offset: u64, size: u32) -> VfsResult<Vec<u8>> {
+        self.do_read(fh, offset, size)
+    }
+
+    fn write(&self, _vp: &VnodeRef, fh: Fh, offset: u64, data: &[u8]) -> VfsResult<u32> {
+        self.do_write(fh, offset, data)
+    }
+
+    fn fsync(&self, _vp: &VnodeRef, fh: Fh, datasync: bool) -> VfsResult<()> {
+        self.do_fsync(fh, datasync)
+    }
+
+    fn release(&self, _vp: &VnodeRef, fh: Fh) -> VfsResult<()> {
+        self.do_release(fh)
+    }
+
+    fn opendir(&self, _ctx: &Ctx, vp: &VnodeRef, _flags: i32) -> VfsResult<Fh> {
+        self.do_opendir(vp)
+    }
+
+    fn readdir(
+        &self,
+        dir: &VnodeRef,
+        fh: Fh,
+        offset: u64,
+        sink: &mut DirSink<'_>,
+    ) -> VfsResult<()> {
+        self.do_readdir(dir, fh, offset, sink)
+    }
+
+    fn readdirplus(
+        &self,
+        _ctx: &Ctx,
+        dir: &VnodeRef,
+        fh: Fh,
+        offset: u64,
+        sink: &mut DirPlusSink<'_>,
+    ) -> VfsResult<()> {
+        self.do_readdirplus(dir, fh, offset, sink)
+    }
+
+    fn releasedir(&self, _vp: &VnodeRef, fh: Fh) -> VfsResult<()> {
+        self.do_release(fh)
+    }
+
+    fn getxattr(&self, vp: &VnodeRef, name: &[u8]) -> VfsResult<Vec<u8>> {
+        self.do_getxattr(vp, name)
+    }
+
+    fn setxattr(
+        &self,
+        _ctx: &Ctx,
+        vp: &VnodeRef,
+        name: &[u8],
+        value: &[u8],
+        flags: XattrFlags,
+    ) -> VfsResult<()> {
+        self.do_setxattr(vp, name, value, flags)
+    }
+
+    fn listxattr(&self, vp: &VnodeRef) -> VfsResult<Vec<u8>> {
+        self.do_listxattr(vp)
+    }
+
+    fn removexattr(&self, _ctx: &Ctx, vp: &VnodeRef, name: &[u8]) -> VfsResult<()> {
+        self.do_removexattr(vp, name)
+    }
+
+    fn statfs(&self) -> VfsResult<StatFs> {
+        self.do_statfs()
+    }
+
+    fn fallocate(
+        &self,
+        _vp: &VnodeRef,
+        fh: Fh,
+        mode: FallocMode,
+        offset: u64,
+        len: u64,
+    ) -> VfsResult<()> {
+        self.do_fallocate(fh, mode, offset, len)
+    }
+
+    fn fs_stats(&self) -> Vec<(&'static str, u64, &'static str)> {
+        self.stats()
+    }
+
+    fn generation(&self, vp: &VnodeRef) -> u64 {
+        self.node_of(vp).map_or(0, |n| n.generation())
+    }
+
+    fn copy_file_range(
+        &self,
+        _vp_in: &VnodeRef,
+        fh_in: Fh,
+        off_in: u64,
+        _vp_out: &VnodeRef,
+        fh_out: Fh,
+        off_out: u64,
+        len: u64,
+        flags: u32,
+    ) -> VfsResult<u64> {
+        self.do_copy_file_range(fh_in, off_in, fh_out, off_out, len, flags)
+    }
+}

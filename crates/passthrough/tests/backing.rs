@@ -1,0 +1,162 @@
+//! The backing tree changing behind the server's back, backing errors,
+//! and the fd budget under thousands of files.
+
+mod common;
+
+use common::{env, env_with, ROOT};
+use uvfs_passthrough::PassthroughConfig;
+use uvfs_vfs::{Ctx, Errno, FileSystem, VType};
+
+#[test]
+fn file_removed_behind_our_back() {
+    let e = env("gone");
+    std::fs::write(e.src.path().join("f"), b"x").unwrap();
+    let f = e.lookup(&e.root, "f").unwrap();
+    std::fs::remove_file(e.src.path().join("f")).unwrap();
+    // With its fd cached: no links and not open through us -> ESTALE.
+    assert_eq!(e.fs.getattr(&f).err(), Some(Errno::ESTALE));
+    // Without it: the handle no longer opens -> ESTALE.
+    e.fs.drop_idle_fds();
+    assert_eq!(e.fs.getattr(&f).err(), Some(Errno::ESTALE));
+    assert_eq!(
+        e.fs.open(&ROOT, &f, libc::O_RDONLY).err(),
+        Some(Errno::ESTALE)
+    );
+    assert_eq!(e.lookup(&e.root, "f").err(), Some(Errno::ENOENT));
+}
+
+#[test]
+fn open_unlinked_file_keeps_working() {
+    let e = env("unlinked");
+    let (f, fh) =
+        e.fs.create(&ROOT, &e.root, b"f", 0o644, libc::O_RDWR)
+            .unwrap();
+    e.fs.unlink(&ROOT, &e.root, b"f").unwrap();
+    e.fs.drop_idle_fds();
+    assert_eq!(e.fs.write(&f, fh, 0, b"abc").unwrap(), 3);
+    let a = e.fs.getattr(&f).unwrap();
+    assert_eq!((a.nlink, a.size), (0, 3));
+    e.fs.release(&f, fh).unwrap();
+}
+
+#[test]
+fn directory_replaced_by_a_file() {
+    let e = env("replaced");
+    std::fs::create_dir(e.src.path().join("d")).unwrap();
+    std::fs::write(e.src.path().join("d/x"), b"").unwrap();
+    let d = e.lookup(&e.root, "d").unwrap();
+    assert!(e.lookup(&d, "x").is_ok());
+    std::fs::remove_dir_all(e.src.path().join("d")).unwrap();
+    std::fs::write(e.src.path().join("d"), b"now a file").unwrap();
+    // The old directory: gone (cached fd of a removed directory), then
+    // stale once its fd was given back.
+    assert_eq!(e.lookup(&d, "x").err(), Some(Errno::ENOENT));
+    e.fs.drop_idle_fds();
+    assert_eq!(e.lookup(&d, "x").err(), Some(Errno::ESTALE));
+    // The new name is a file, whatever inode number it got.
+    let f = e.lookup(&e.root, "d").unwrap();
+    assert_eq!(e.fs.getattr(&f).unwrap().kind, VType::Reg);
+    assert_eq!(e.lookup(&f, "x").err(), Some(Errno::ENOTDIR));
+    assert_eq!(e.read_all(&f), b"now a file");
+}
+
+#[test]
+fn backing_permission_errors_pass_through() {
+    let e = env("eacces");
+    let d = e.fs.mkdir(&ROOT, &e.root, b"ro", 0o755).unwrap();
+    // A user without write permission on the backing directory (the
+    // kernel's cached attributes may say otherwise) gets EACCES.
+    let user = Ctx::new(4321, 4321);
+    assert_eq!(
+        e.fs.create(&user, &d, b"f", 0o644, libc::O_WRONLY).err(),
+        Some(Errno::EACCES)
+    );
+    assert_eq!(
+        e.fs.mkdir(&user, &d, b"s", 0o755).err(),
+        Some(Errno::EACCES)
+    );
+    assert_eq!(e.lookup(&d, "f").err(), Some(Errno::ENOENT));
+}
+
+#[test]
+fn fd_budget_is_never_exceeded_with_thousands_of_files() {
+    const BUDGET: usize = 16;
+    let e = env_with(
+        "budget",
+        1 << 16,
+        PassthroughConfig {
+            fd_budget: Some(BUDGET),
+            no_handles: false,
+        },
+    );
+    for d in 0..10 {
+        let dir = e.src.path().join(format!("d{d}"));
+        std::fs::create_dir(&dir).unwrap();
+        for f in 0..300 {
+            std::fs::write(dir.join(format!("f{f}")), format!("{d}/{f}")).unwrap();
+        }
+    }
+    // Keep every vnode (as the kernel would, with lookup references).
+    let mut held = Vec::new();
+    for d in 0..10 {
+        let dir = e.lookup(&e.root, &format!("d{d}")).unwrap();
+        for f in 0..300 {
+            let vp = e.lookup(&dir, &format!("f{f}")).unwrap();
+            held.push(vp.hold());
+        }
+        held.push(dir.hold());
+    }
+    assert!(e.fs.pool().max_used() <= BUDGET);
+    // Every node is still usable without an fd of its own.
+    for (i, h) in held.iter().enumerate().step_by(97) {
+        let vp = h.get().unwrap();
+        let a = e.fs.getattr(&vp).unwrap();
+        if a.kind == VType::Reg {
+            assert_eq!(e.read_all(&vp).len() as u64, a.size, "node {i}");
+        }
+    }
+    // Open files count against the budget; reopening still works around
+    // them until only open files are left, then EMFILE (never a crash).
+    let vp = held[0].get().unwrap();
+    let mut fhs = Vec::new();
+    let err = loop {
+        match e.fs.open(&ROOT, &vp, libc::O_RDONLY) {
+            Ok(fh) => fhs.push(fh),
+            Err(err) => break err,
+        }
+    };
+    assert_eq!(err, Errno::EMFILE);
+    assert!(fhs.len() >= BUDGET - 2);
+    for fh in fhs {
+        e.fs.release(&vp, fh).unwrap();
+    }
+    assert!(e.fs.getattr(&held[500].get().unwrap()).is_ok());
+    assert!(e.fs.pool().max_used() <= BUDGET);
+    assert_eq!(e.fs.pool().open_files(), 0);
+}
+
+#[test]
+fn fallback_without_handles_follows_renames() {
+    let e = env_with(
+        "nohandles",
+        4096,
+        PassthroughConfig {
+            fd_budget: Some(8),
+            no_handles: true,
+        },
+    );
+    let a = e.fs.mkdir(&ROOT, &e.root, b"a", 0o755).unwrap();
+    let b = e.fs.mkdir(&ROOT, &a, b"b", 0o755).unwrap();
+    let (f, fh) = e.fs.create(&ROOT, &b, b"f", 0o644, libc::O_WRONLY).unwrap();
+    e.fs.write(&f, fh, 0, b"deep").unwrap();
+    e.fs.release(&f, fh).unwrap();
+    e.fs.rename(&ROOT, &e.root, b"a", &e.root, b"z", Default::default())
+        .unwrap();
+    e.fs.drop_idle_fds();
+    assert_eq!(e.read_all(&f), b"deep");
+    assert_eq!(e.fs.generation(&f), 0);
+    // Removed behind our back: the fallback finds nothing -> ESTALE.
+    std::fs::remove_file(e.src.path().join("z/b/f")).unwrap();
+    e.fs.drop_idle_fds();
+    assert_eq!(e.fs.getattr(&f).err(), Some(Errno::ESTALE));
+}

@@ -1,0 +1,96 @@
+//! Shared setup for the passthrough tests: a source directory under the
+//! system temp dir, a vnode layer, a mount.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use uvfs_passthrough::{PassthroughConfig, PassthroughFs};
+use uvfs_vfs::{Ctx, FileSystem, VnodeRef};
+use uvfs_vnode::{Config, VnodeLayer};
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A fresh directory, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!(
+            "uvfs-pt-{tag}-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub struct Env {
+    pub fs: Arc<PassthroughFs>,
+    pub root: VnodeRef,
+    pub src: TempDir,
+    /// A sibling of the source: what escapes would reach.
+    pub outside: TempDir,
+}
+
+pub fn env_with(tag: &str, vnodes: usize, cfg: PassthroughConfig) -> Env {
+    let src = TempDir::new(tag);
+    let outside = TempDir::new(&format!("{tag}-outside"));
+    std::fs::write(outside.path().join("secret"), b"outside").unwrap();
+    let layer = VnodeLayer::new(Config::with_limit(vnodes));
+    let fs = PassthroughFs::new(layer, src.path(), cfg).unwrap();
+    let root = fs.root().unwrap();
+    Env {
+        fs,
+        root,
+        src,
+        outside,
+    }
+}
+
+pub fn env(tag: &str) -> Env {
+    env_with(tag, 4096, PassthroughConfig::default())
+}
+
+pub const ROOT: Ctx = Ctx::ROOT;
+
+impl Env {
+    pub fn lookup(&self, dir: &VnodeRef, name: &str) -> uvfs_vfs::VfsResult<VnodeRef> {
+        self.fs.lookup(&ROOT, dir, name.as_bytes())
+    }
+
+    /// Reads a whole (small) file through the VOPs.
+    pub fn read_all(&self, vp: &VnodeRef) -> Vec<u8> {
+        let fh = self.fs.open(&ROOT, vp, libc::O_RDONLY).unwrap();
+        let d = self.fs.read(vp, fh, 0, 1 << 20).unwrap();
+        self.fs.release(vp, fh).unwrap();
+        d
+    }
+
+    pub fn names(&self, dir: &VnodeRef) -> Vec<String> {
+        let fh = self.fs.opendir(&ROOT, dir, 0).unwrap();
+        let mut v = Vec::new();
+        self.fs
+            .readdir(dir, fh, 0, &mut |e| {
+                v.push(String::from_utf8_lossy(&e.name).into_owned());
+                false
+            })
+            .unwrap();
+        self.fs.releasedir(dir, fh).unwrap();
+        v.sort();
+        v
+    }
+}

@@ -1,0 +1,214 @@
+//! VOP-level behaviour of passthrough on a temp directory.
+
+mod common;
+
+use common::{env, env_with, ROOT};
+use std::os::unix::fs::MetadataExt;
+use uvfs_passthrough::PassthroughConfig;
+use uvfs_vfs::{Ctx, Errno, FallocMode, FileSystem, RenameFlags, SetAttr, VType, XattrFlags};
+
+#[test]
+fn create_write_read_and_stat_match_the_backing_file() {
+    let e = env("rw");
+    let (f, fh) =
+        e.fs.create(&ROOT, &e.root, b"f", 0o640, libc::O_RDWR)
+            .unwrap();
+    assert_eq!(e.fs.write(&f, fh, 0, b"hello world").unwrap(), 11);
+    assert_eq!(e.fs.read(&f, fh, 6, 100).unwrap(), b"world");
+    e.fs.fsync(&f, fh, false).unwrap();
+    e.fs.release(&f, fh).unwrap();
+    let md = std::fs::metadata(e.src.path().join("f")).unwrap();
+    let a = e.fs.getattr(&f).unwrap();
+    assert_eq!(
+        (a.ino, a.size, a.perm, a.kind),
+        (md.ino(), 11, 0o640, VType::Reg)
+    );
+    assert_eq!(
+        std::fs::read(e.src.path().join("f")).unwrap(),
+        b"hello world"
+    );
+    // The same file looked up again is the same vnode, same generation.
+    let again = e.lookup(&e.root, "f").unwrap();
+    assert!(uvfs_vfs::VnodeRef::ptr_eq(&f, &again));
+    assert_ne!(e.fs.generation(&f), 0, "handles give generations");
+}
+
+#[test]
+fn namespace_operations() {
+    let e = env("ns");
+    let d = e.fs.mkdir(&ROOT, &e.root, b"d", 0o755).unwrap();
+    let s = e.fs.symlink(&ROOT, &d, b"s", b"../target").unwrap();
+    assert_eq!(e.fs.readlink(&s).unwrap(), b"../target");
+    let n =
+        e.fs.mknod(&ROOT, &d, b"fifo", libc::S_IFIFO | 0o600, 0)
+            .unwrap();
+    assert_eq!(e.fs.getattr(&n).unwrap().kind, VType::Fifo);
+    let (f, fh) = e.fs.create(&ROOT, &d, b"f", 0o644, libc::O_WRONLY).unwrap();
+    e.fs.release(&f, fh).unwrap();
+    e.fs.link(&ROOT, &f, &e.root, b"hard").unwrap();
+    assert_eq!(e.fs.getattr(&f).unwrap().nlink, 2);
+    e.fs.rename(&ROOT, &d, b"f", &e.root, b"g", RenameFlags::default())
+        .unwrap();
+    assert_eq!(
+        e.fs.rename(
+            &ROOT,
+            &e.root,
+            b"g",
+            &e.root,
+            b"hard",
+            RenameFlags(RenameFlags::NOREPLACE)
+        ),
+        Err(Errno::EEXIST)
+    );
+    e.fs.rename(
+        &ROOT,
+        &e.root,
+        b"g",
+        &d,
+        b"s",
+        RenameFlags(RenameFlags::EXCHANGE),
+    )
+    .unwrap();
+    assert_eq!(e.lookup(&e.root, "g").unwrap().vtype(), VType::Lnk);
+    assert_eq!(e.names(&e.root), [".", "..", "d", "g", "hard"]);
+    assert_eq!(e.names(&d), [".", "..", "fifo", "s"]);
+    e.fs.unlink(&ROOT, &e.root, b"hard").unwrap();
+    e.fs.unlink(&ROOT, &d, b"s").unwrap();
+    e.fs.unlink(&ROOT, &d, b"fifo").unwrap();
+    assert_eq!(e.fs.rmdir(&ROOT, &e.root, b"nope"), Err(Errno::ENOENT));
+    e.fs.rmdir(&ROOT, &e.root, b"d").unwrap();
+    assert_eq!(e.lookup(&e.root, "d").err(), Some(Errno::ENOENT));
+    // Bad names get an errno, never reach the backing file system.
+    assert_eq!(e.lookup(&e.root, "a/b").err(), Some(Errno::EINVAL));
+    assert_eq!(
+        e.fs.lookup(&ROOT, &e.root, b"a\0b").err(),
+        Some(Errno::EINVAL)
+    );
+    assert_eq!(
+        e.fs.mkdir(&ROOT, &e.root, b"..", 0o755).err(),
+        Some(Errno::EEXIST)
+    );
+}
+
+#[test]
+fn setattr_xattr_fallocate_statfs() {
+    let e = env("attr");
+    let (f, fh) =
+        e.fs.create(&ROOT, &e.root, b"f", 0o644, libc::O_RDWR)
+            .unwrap();
+    let a =
+        e.fs.setattr(
+            &ROOT,
+            &f,
+            &SetAttr {
+                mode: Some(0o4711),
+                uid: Some(1234),
+                gid: Some(5678),
+                size: Some(10_000),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!((a.perm, a.uid, a.gid, a.size), (0o4711, 1234, 5678, 10_000));
+    e.fs.setxattr(&ROOT, &f, b"user.k", b"v", XattrFlags::default())
+        .unwrap();
+    assert_eq!(e.fs.getxattr(&f, b"user.k").unwrap(), b"v");
+    assert!(e.fs.listxattr(&f).unwrap().starts_with(b"user.k\0"));
+    assert_eq!(
+        e.fs.setxattr(&ROOT, &f, b"user.k", b"w", XattrFlags(XattrFlags::CREATE)),
+        Err(Errno::EEXIST)
+    );
+    e.fs.removexattr(&ROOT, &f, b"user.k").unwrap();
+    assert_eq!(e.fs.getxattr(&f, b"user.k"), Err(Errno::ENODATA));
+    e.fs.fallocate(&f, fh, FallocMode(FallocMode::KEEP_SIZE), 0, 1 << 20)
+        .unwrap();
+    assert_eq!(e.fs.getattr(&f).unwrap().size, 10_000);
+    let n =
+        e.fs.copy_file_range(&f, fh, 0, &f, fh, 20_000, 100, 0)
+            .unwrap();
+    assert_eq!(n, 100);
+    e.fs.release(&f, fh).unwrap();
+    assert!(e.fs.statfs().unwrap().blocks > 0);
+}
+
+#[test]
+fn creates_belong_to_the_caller() {
+    let e = env("owner");
+    let ctx = Ctx::new(4321, 8765);
+    let d = e.fs.mkdir(&ROOT, &e.root, b"open", 0o777).unwrap();
+    let (f, fh) = e.fs.create(&ctx, &d, b"f", 0o600, libc::O_WRONLY).unwrap();
+    e.fs.release(&f, fh).unwrap();
+    let sub = e.fs.mkdir(&ctx, &d, b"sub", 0o700).unwrap();
+    for vp in [&f, &sub] {
+        let a = e.fs.getattr(vp).unwrap();
+        assert_eq!((a.uid, a.gid), (4321, 8765));
+    }
+    // The thread is back to the server's credentials afterwards.
+    let mine = e.fs.mkdir(&ROOT, &e.root, b"mine", 0o755).unwrap();
+    assert_eq!(e.fs.getattr(&mine).unwrap().uid, 0);
+}
+
+#[test]
+fn inode_numbers_are_backing_numbers_and_stable_across_reclaim() {
+    // A tiny vnode limit recycles vnodes all the time.
+    let e = env_with("stable", 16, PassthroughConfig::default());
+    for i in 0..64 {
+        std::fs::write(e.src.path().join(format!("f{i}")), b"x").unwrap();
+    }
+    for round in 0..2 {
+        for i in 0..64 {
+            let name = format!("f{i}");
+            let vp = e.lookup(&e.root, &name).unwrap();
+            let ino = std::fs::metadata(e.src.path().join(&name)).unwrap().ino();
+            assert_eq!(e.fs.getattr(&vp).unwrap().ino, ino, "round {round}");
+        }
+    }
+}
+
+#[test]
+fn readdirplus_resumes_at_every_cookie() {
+    let e = env("rdp");
+    for i in 0..300 {
+        std::fs::write(e.src.path().join(format!("n{i:03}")), b"").unwrap();
+    }
+    let fh = e.fs.opendir(&ROOT, &e.root, 0).unwrap();
+    let mut seen = Vec::new();
+    let mut off = 0;
+    loop {
+        let mut batch = Vec::new();
+        e.fs.readdirplus(&ROOT, &e.root, fh, off, &mut |ent, found| {
+            if batch.len() == 7 {
+                return true;
+            }
+            if let Some((_, a)) = found {
+                assert_eq!(a.ino, ent.ino);
+            }
+            batch.push((ent.name.clone(), ent.offset));
+            false
+        })
+        .unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        off = batch.last().unwrap().1;
+        seen.extend(batch.into_iter().map(|b| b.0));
+    }
+    e.fs.releasedir(&e.root, fh).unwrap();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 302, "every entry once, . and .. included");
+}
+
+#[test]
+fn stale_handles_are_errors_not_panics() {
+    let e = env("stalefh");
+    assert_eq!(
+        e.fs.read(&e.root, uvfs_vfs::Fh(999), 0, 1),
+        Err(Errno::EBADF)
+    );
+    assert_eq!(e.fs.release(&e.root, uvfs_vfs::Fh(999)), Err(Errno::EBADF));
+    assert_eq!(
+        e.fs.open(&ROOT, &e.root, libc::O_WRONLY),
+        Err(Errno::EISDIR)
+    );
+}

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Passthrough conformance and scale run: `uvfs mount --source SRC MNT`.
+#
+#   scripts/passthrough-ci.sh
+#   PT_FILES=20000 FSX_NUMOPS=20000 scripts/passthrough-ci.sh   # quicker
+#
+# Builds the release binary and runs, each on its own passthrough mount:
+#   1. pjdfstest (scripts/pjdfstest.sh) over a source directory on ext4
+#      (/var/tmp): 0 failures required, as on native ext4;
+#   2. fsx (scripts/fsx.sh, FSX_SEEDS x FSX_NUMOPS) over a source directory
+#      on tmpfs (/dev/shm) -- fsx's msyncs become real fsyncs through a
+#      passthrough, which on a disk-backed source cost minutes per seed;
+#   3. the scale walk: a PT_FILES-file tree created under /var/tmp, walked
+#      with find + stat through a mount with vnode limit PT_VNODES (below
+#      the tree size) under the process's fd limit. Required: every file
+#      seen, no EMFILE, the fd pool never above its budget, the server's
+#      /proc/PID/fd count never above the budget plus the fds it holds
+#      outside the pool (sampled), and the mount's vnode count kept under
+#      its limit (peak from the server's statistics).
+# Prints measured numbers; exits 1 if anything failed. Needs root,
+# /dev/fuse, pjdfstest and fsx (scripts/install-deps.sh).
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+export PATH="$HOME/.cargo/bin:$PATH"
+PT_FILES=${PT_FILES:-200000}
+PT_VNODES=${PT_VNODES:-50000}
+export FSX_SEEDS=${FSX_SEEDS:-"1 2 3"}
+export FSX_NUMOPS=${FSX_NUMOPS:-100000}
+PASSED=0
+FAILED=0
+pass() { echo "PASS: $*"; PASSED=$((PASSED + 1)); }
+fail() { echo "FAIL: $*"; FAILED=$((FAILED + 1)); }
+
+if [ "$(id -u)" != 0 ] || [ ! -c /dev/fuse ]; then
+    echo "passthrough-ci.sh needs root and /dev/fuse"; exit 1
+fi
+cargo build --release -p uvfs-cli || exit 1
+UVFS="$CARGO_TARGET_DIR/release/uvfs"
+
+WORK=$(mktemp -d /var/tmp/uvfs-pt-ci.XXXXXX)
+SHM=$(mktemp -d /dev/shm/uvfs-pt-ci.XXXXXX)
+MNT=$(mktemp -d /tmp/uvfs-pt-mnt.XXXXXX)
+cleanup() {
+    umount "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null
+    rmdir "$MNT" 2>/dev/null
+    rm -rf "$WORK" "$SHM"
+}
+trap cleanup EXIT
+
+counter() { # counter NAME: a counter of the running server's statistics
+    "$UVFS" stat --json "$MNT" | python3 -c \
+        "import json,sys; print(json.load(sys.stdin)['counters'].get('$1', -1))"
+}
+server_pid() {
+    "$UVFS" stat --json "$MNT" | python3 -c "import json,sys; print(json.load(sys.stdin)['pid'])"
+}
+mount_pt() { # mount_pt SRC [ARGS...]
+    local src=$1; shift
+    "$UVFS" mount --source "$src" "$@" "$MNT" || { fail "mount --source $src"; return 1; }
+}
+
+# --- 1. pjdfstest on an ext4 source -------------------------------------
+mkdir -p "$WORK/pjd"
+if mount_pt "$WORK/pjd"; then
+    if "$ROOT/scripts/pjdfstest.sh" "$MNT" > "$WORK/pjd.out" 2>&1; then
+        pass "pjdfstest: $(grep '^pjdfstest:' "$WORK/pjd.out")"
+    else
+        grep -E '^  (FAIL|XPASS)' "$WORK/pjd.out"
+        fail "pjdfstest: $(grep '^pjdfstest:' "$WORK/pjd.out" || tail -3 "$WORK/pjd.out")"
+    fi
+    umount "$MNT"
+fi
+
+# --- 2. fsx on a tmpfs source --------------------------------------------
+if mount_pt "$SHM"; then
+    if "$ROOT/scripts/fsx.sh" "$MNT"; then
+        pass "fsx: seeds [$FSX_SEEDS] x $FSX_NUMOPS ops"
+    else
+        fail "fsx"
+    fi
+    umount "$MNT"
+fi
+
+# --- 3. the scale walk ---------------------------------------------------
+TREE="$WORK/tree"
+echo "creating $PT_FILES files under $TREE"
+python3 - "$TREE" "$PT_FILES" <<'EOF'
+import os, sys
+base, n = sys.argv[1], int(sys.argv[2])
+per = 1000
+for d in range((n + per - 1) // per):
+    p = f"{base}/d{d:04}"
+    os.makedirs(p)
+    for f in range(min(per, n - d * per)):
+        os.close(os.open(f"{p}/f{f:04}", os.O_CREAT | os.O_WRONLY, 0o644))
+EOF
+if mount_pt "$TREE" --vnodes "$PT_VNODES"; then
+    PID=$(server_pid)
+    BUDGET=$(counter passthrough.fds.budget)
+    BASE=$(( $(ls /proc/"$PID"/fd | wc -l) - $(counter passthrough.fds.used) ))
+    ( max=0
+      while [ -d /proc/"$PID" ] && [ ! -e "$WORK/walk.done" ]; do
+          n=$(ls /proc/"$PID"/fd 2>/dev/null | wc -l)
+          [ "$n" -gt "$max" ] && max=$n && echo "$max" > "$WORK/fdmax"
+          sleep 0.2
+      done ) &
+    SAMPLER=$!
+    t0=$SECONDS
+    find "$MNT" -type f -exec stat -c '%i' {} + > "$WORK/walk.ino" 2> "$WORK/walk.err"
+    dt=$((SECONDS - t0))
+    touch "$WORK/walk.done"
+    wait "$SAMPLER"
+    SEEN=$(wc -l < "$WORK/walk.ino")
+    UNIQUE=$(sort -u "$WORK/walk.ino" | wc -l)
+    EMFILE=$(grep -c 'Too many open files' "$WORK/walk.err")
+    ERRS=$(wc -l < "$WORK/walk.err")
+    POOLMAX=$(counter passthrough.fds.max_used)
+    EXHAUSTED=$(counter passthrough.fds.exhausted)
+    FDMAX=$(cat "$WORK/fdmax" 2>/dev/null || echo 0)
+    VMAX=$(counter fuse.evict.max_vnodes)
+    VNOW=$(counter mount.vnodes)
+    SENT=$(counter fuse.evict.sent)
+    echo "walk: $SEEN files stat'ed ($UNIQUE distinct inode numbers) in ${dt}s; errors $ERRS (EMFILE $EMFILE)"
+    echo "fds: budget $BUDGET, pool max $POOLMAX, refused $EXHAUSTED; /proc/$PID/fd max $FDMAX (sampled; $BASE outside the pool)"
+    echo "vnodes: limit $PT_VNODES, peak $VMAX, now $VNOW; $SENT kernel-forget requests sent"
+    [ "$SEEN" = "$PT_FILES" ] && [ "$UNIQUE" = "$PT_FILES" ] && [ "$ERRS" = 0 ] \
+        && pass "walk: all $PT_FILES files seen, no errors" \
+        || fail "walk: $SEEN/$PT_FILES files seen, $ERRS errors (EMFILE $EMFILE)"
+    [ "$POOLMAX" -le "$BUDGET" ] && [ "$EXHAUSTED" = 0 ] && [ "$FDMAX" -le $((BUDGET + BASE)) ] \
+        && pass "fds: pool max $POOLMAX <= budget $BUDGET, /proc max $FDMAX <= $((BUDGET + BASE))" \
+        || fail "fds: pool max $POOLMAX, budget $BUDGET, refused $EXHAUSTED, /proc max $FDMAX"
+    [ "$PT_FILES" -le "$PT_VNODES" ] || { [ "$VMAX" -le "$PT_VNODES" ] && [ "$VNOW" -le "$PT_VNODES" ]; } \
+        && pass "vnodes: peak $VMAX <= limit $PT_VNODES" \
+        || fail "vnodes: peak $VMAX, now $VNOW, limit $PT_VNODES"
+    umount "$MNT"
+fi
+
+echo "passthrough-ci: $PASSED passed, $FAILED failed"
+[ "$FAILED" = 0 ]
