@@ -13,7 +13,7 @@
 //! [`StatCounter`] is the simpler kind for statistics nobody decides on:
 //! cells only, summed when read.
 
-use crate::sync::{AtomicIsize, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{AtomicIsize, AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
 
 /// Cells per counter. More cells than cores keeps threads that share a core
@@ -32,12 +32,24 @@ thread_local! {
     static SLOT: usize = NEXT_SLOT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
 
+#[cfg(loom)]
+loom::lazy_static! {
+    /// Per model iteration: threads get distinct slots, so models exercise
+    /// cross-shard races (home shards, distinct counter cells).
+    static ref NEXT_LOOM_SLOT: loom::sync::atomic::AtomicUsize = loom::sync::atomic::AtomicUsize::new(0);
+}
+
+#[cfg(loom)]
+loom::thread_local! {
+    static LOOM_SLOT: usize = NEXT_LOOM_SLOT.fetch_add(1, Ordering::Relaxed);
+}
+
 /// The calling thread's cell index in `0..CELLS`.
 #[inline]
 pub(crate) fn thread_slot() -> usize {
     #[cfg(loom)]
     {
-        0
+        LOOM_SLOT.with(|s| *s) % CELLS
     }
     #[cfg(not(loom))]
     {
@@ -133,15 +145,34 @@ impl StatCounter {
     }
 }
 
-/// A round-robin cursor shared by threads that only want to spread out.
+/// A round-robin cursor private to each thread: spreading choices without
+/// a shared counter that every chooser would write.
 #[derive(Default)]
-pub(crate) struct Rotor(AtomicUsize);
+pub(crate) struct Rotor;
+
+#[cfg(not(loom))]
+thread_local! {
+    static TICK: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
 
 impl Rotor {
-    /// The next position modulo `n` (n > 0).
+    /// The calling thread's next position modulo `n` (n > 0), starting
+    /// from its counter cell so threads begin apart.
     #[inline]
     pub(crate) fn next(&self, n: usize) -> usize {
-        self.0.fetch_add(1, Ordering::Relaxed) % n
+        #[cfg(not(loom))]
+        {
+            TICK.with(|t| {
+                let v = t.get().wrapping_add(1);
+                t.set(v);
+                v.wrapping_add(thread_slot()) % n
+            })
+        }
+        #[cfg(loom)]
+        {
+            let _ = n;
+            0
+        }
     }
 }
 

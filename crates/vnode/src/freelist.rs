@@ -9,35 +9,68 @@
 //! a vnode leaves its list the moment it gains a reference, so a prune pops
 //! exactly the vnodes it can free, in least-recently-freed order.
 //!
-//! Each mount's list is split into shards by inode number (runs of
-//! neighbouring numbers per shard, as the vnode table does), each with its
-//! own lock, so threads freeing and reusing different vnodes rarely meet. Within
-//! a shard order is exact LRU (by the time the vnode became free); across
-//! shards reclaim goes round-robin, which over uniformly hashed shards
-//! approximates global LRU.
+//! Each mount's list is split into shards, each with its own lock. A
+//! vnode goes onto the *home shard of the thread that frees it* (Linux
+//! keeps per-node LRUs for the same reason): a thread's own releases and
+//! its own direct recycling then stay on lines in its own core's cache,
+//! and threads working apart never share a shard lock. Within a shard
+//! order is exact LRU (by the time the vnode became free); prune and the
+//! background reclaimer merge the shards' heads by age ([`FreeList::claim`]),
+//! so they recycle in global LRU order.
 //!
 //! # The race this protects against
 //!
-//! A thread that makes a vnode free (drops the last reference) and a thread
-//! that makes it busy again (takes a reference) run concurrently; each
-//! updates the reference word first and fixes list membership second, under
-//! the shard lock, deciding from a fresh read of the word. Whoever locks
-//! last sees the final word, so the list ends up agreeing with the counts:
-//! a busy vnode is never left on a list, a free vnode never left off one.
-//! The recycler claims a vnode by CAS 0 -> DOOMED under the same lock; a
-//! reference taken after that CAS fails (the vnode is doomed) and the taker
-//! builds a fresh vnode instead.
+//! A thread R that makes a vnode free (drops the last reference) and a
+//! thread X that makes it busy again (takes a reference) run concurrently;
+//! each updates the reference word first and fixes list membership second.
+//! They may lock different shards (R its home shard, X the shard the vnode
+//! is on), so neither lock orders them; instead each side writes, then
+//! reads what the other wrote, all `SeqCst` (Dekker):
 //!
-//! The list is an index-linked arena (no unsafe): `Vnode::slot` holds the
-//! node index, read and written only under this shard's lock.
+//! * R: `refs` to 0; under its shard lock, if `refs` still reads 0, push
+//!   and store `slot`; after unlocking, read `refs` again, and if a
+//!   reference appeared, take the vnode back off (`on_unfree`).
+//! * X: `refs` from 0 (`fetch_add`); read `slot`; if listed, lock that
+//!   shard and take it off while `refs` is non-zero.
+//!
+//! Each side puts a `SeqCst` fence between its write and its read (a
+//! locked RMW already is one on x86; the fences make the argument hold in
+//! the language's model, and in loom's). In the single total order of
+//! those fences either R's second
+//! read of `refs` comes after X's increment (R takes it off) or X's read of
+//! `slot` comes after R's store (X takes it off): a busy vnode is never
+//! left on a list, and removal is idempotent under the shard lock. A free
+//! vnode is never left off one: the last free transition's owner pushes.
+//! The recycler claims a vnode by CAS 0 -> DOOMED under its shard's lock; a
+//! reference taken after that CAS fails (the vnode is doomed) and the taker
+//! builds a fresh vnode instead; a vnode that gained a reference first is
+//! dropped from the list and counted as a race.
+//!
+//! The list is an index-linked arena (no unsafe). `Vnode::slot` holds the
+//! shard and node index in one word (so a reader never pairs one shard's
+//! number with another's index), written only under that shard's lock.
 
 use crate::refs::COUNTS;
-use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
+use crate::sync::{fence, Arc, AtomicU64, Mutex, Ordering};
 use crate::vnode::Vnode;
 use crossbeam_utils::CachePadded;
 
 /// `Vnode::slot` value of a vnode on no list.
 pub(crate) const NO_SLOT: u32 = u32::MAX;
+/// `Vnode::slot` = shard << SHARD_SHIFT | node index.
+const SHARD_SHIFT: u32 = 27;
+const INDEX_MASK: u32 = (1 << SHARD_SHIFT) - 1;
+/// Most shards per mount (the slot word's shard field).
+pub(crate) const MAX_SHARDS: usize = 1 << (32 - SHARD_SHIFT - 1);
+
+fn encode(shard: usize, idx: u32) -> u32 {
+    debug_assert!(idx <= INDEX_MASK && shard < MAX_SHARDS);
+    (shard as u32) << SHARD_SHIFT | idx
+}
+
+fn decode(w: u32) -> (usize, u32) {
+    ((w >> SHARD_SHIFT) as usize, w & INDEX_MASK)
+}
 
 struct Node {
     prev: u32,
@@ -184,7 +217,7 @@ pub(crate) struct FreeList {
 
 impl FreeList {
     pub(crate) fn new(shards: usize) -> Self {
-        let n = shards.max(1).next_power_of_two();
+        let n = shards.clamp(1, MAX_SHARDS).next_power_of_two();
         FreeList {
             shards: (0..n)
                 .map(|_| {
@@ -197,40 +230,101 @@ impl FreeList {
         }
     }
 
+    /// The calling thread's home shard.
     #[inline]
-    fn shard_of(&self, vp: &Vnode) -> &ShardCell {
-        &self.shards[crate::table::shard_index(vp.mount_id(), vp.ino(), self.shards.len())]
+    fn home(&self) -> usize {
+        crate::counter::thread_slot() % self.shards.len()
     }
 
-    /// After a free transition: put `vp` at the tail if it is (still) free.
-    /// Returns whether it was added.
-    pub(crate) fn on_free(&self, vp: &Arc<Vnode>) -> bool {
-        let mut s = self.shard_of(vp).lock();
-        // Relaxed is enough for `slot` (only touched under this lock); the
-        // word is re-read here, after our lock, which is the whole point.
-        if vp.refs.load() == 0 && vp.slot.load(Ordering::Relaxed) == NO_SLOT {
-            let idx = s.push_tail(vp.clone());
-            vp.slot.store(idx, Ordering::Relaxed);
-            return true;
-        }
-        false
-    }
-
-    /// After an unfree transition: take `vp` off if it is (still) busy.
-    /// Returns whether it was removed. The removed `Arc` is dropped after
-    /// the lock is released.
-    pub(crate) fn on_unfree(&self, vp: &Vnode) -> bool {
-        let removed = {
-            let mut s = self.shard_of(vp).lock();
-            let idx = vp.slot.load(Ordering::Relaxed);
-            if idx != NO_SLOT && vp.refs.load() & COUNTS != 0 {
-                vp.slot.store(NO_SLOT, Ordering::Relaxed);
-                Some(s.unlink(idx))
+    /// After a free transition: put `vp` at the tail of this thread's home
+    /// shard if it is (still) free and on no list. Returns the change in
+    /// the number of listed vnodes this call caused (+1, or 0).
+    pub(crate) fn on_free(&self, vp: &Arc<Vnode>) -> isize {
+        let home = self.home();
+        let pushed = {
+            let mut s = self.shards[home].lock();
+            if vp.refs.load() == 0 && vp.slot.load(Ordering::SeqCst) == NO_SLOT {
+                let idx = s.push_tail(vp.clone());
+                if idx > INDEX_MASK {
+                    // An arena of 2^27 free vnodes in one shard: leave this
+                    // one unlisted (it is recycled when the mount goes)
+                    // rather than corrupt the slot word.
+                    let node = s.tail.expect("just pushed");
+                    drop(s.unlink(node));
+                    false
+                } else {
+                    // SeqCst: the Dekker store (module docs).
+                    vp.slot.store(encode(home, idx), Ordering::SeqCst);
+                    true
+                }
             } else {
-                None
+                false
             }
         };
-        removed.is_some()
+        if !pushed {
+            return 0;
+        }
+        // The Dekker load: a reference that appeared since our check may
+        // have read `slot` before our store; then it is ours to undo. The
+        // fence orders our `slot` store before this load (pairs with the
+        // fence in `on_unfree`).
+        fence(Ordering::SeqCst);
+        if vp.refs.load() & COUNTS != 0 && self.on_unfree(vp) {
+            return 0;
+        }
+        1
+    }
+
+    /// After an unfree transition: take `vp` off its list if it is (still)
+    /// busy. Returns whether this call removed it. The removed `Arc` is
+    /// dropped after the lock is released.
+    pub(crate) fn on_unfree(&self, vp: &Vnode) -> bool {
+        // Orders our increment of `refs` before the `slot` load (pairs with
+        // the fence in `on_free`).
+        fence(Ordering::SeqCst);
+        loop {
+            // SeqCst: the Dekker load after our increment of `refs`.
+            let w = vp.slot.load(Ordering::SeqCst);
+            if w == NO_SLOT {
+                return false;
+            }
+            let (shard, _) = decode(w);
+            let removed = {
+                let mut s = self.shards[shard].lock();
+                // Under this shard's lock `slot` is exact for this shard: it
+                // is ours to unlink only if it still names this shard.
+                let w2 = vp.slot.load(Ordering::SeqCst);
+                if w2 == NO_SLOT {
+                    return false;
+                }
+                let (shard2, idx) = decode(w2);
+                if shard2 != shard {
+                    None // moved meanwhile: look again
+                } else if vp.refs.load() & COUNTS != 0 {
+                    vp.slot.store(NO_SLOT, Ordering::SeqCst);
+                    Some(Some(s.unlink(idx)))
+                } else {
+                    Some(None) // free again: it belongs on the list
+                }
+            };
+            match removed {
+                None => continue,
+                Some(r) => return r.is_some(),
+            }
+        }
+    }
+
+    /// Claims up to `max` vnodes for an allocating thread: from its own
+    /// home shard (the vnodes it freed itself, least recently first, still
+    /// warm in its core's cache), falling back to the exact merge of all
+    /// shards when that is empty. Exact global LRU on this path would send
+    /// every allocating thread to the same oldest shard and pull another
+    /// core's vnodes into this one.
+    pub(crate) fn claim_near(&self, max: usize, out: &mut Vec<Arc<Vnode>>, rep: &mut ClaimReport) {
+        let got = self.claim_from(self.home(), max, u64::MAX, out, rep);
+        if got < max {
+            self.claim(max - got, out, rep);
+        }
     }
 
     /// Claims up to `max` vnodes, oldest first across all shards (each
@@ -255,28 +349,41 @@ impl FreeList {
             if best == usize::MAX {
                 return;
             }
-            let mut s = self.shards[best].lock();
-            let mut popped = 0;
-            while want > 0 {
-                let Some(head) = s.head else { break };
-                // Past the first, only while older than every other head.
-                if popped > 0 && s.nodes[head as usize].stamp > second_t {
-                    break;
-                }
-                let vp = s.unlink(head);
-                vp.slot.store(NO_SLOT, Ordering::Relaxed);
-                popped += 1;
-                rep.attempts += 1;
-                if vp.refs.try_doom_free() {
-                    out.push(vp);
-                    want -= 1;
-                } else {
-                    // It gained a reference after its last free transition;
-                    // the taker's `on_unfree` will find it already off.
-                    rep.raced += 1;
-                }
+            want -= self.claim_from(best, want, second_t, out, rep);
+        }
+    }
+
+    /// Pops up to `max` heads of shard `i` (past the first, only while not
+    /// younger than `until`), dooming each; returns how many were claimed.
+    fn claim_from(
+        &self,
+        i: usize,
+        max: usize,
+        until: u64,
+        out: &mut Vec<Arc<Vnode>>,
+        rep: &mut ClaimReport,
+    ) -> usize {
+        let mut s = self.shards[i].lock();
+        let (mut popped, mut got) = (0, 0);
+        while got < max {
+            let Some(head) = s.head else { break };
+            if popped > 0 && s.nodes[head as usize].stamp > until {
+                break;
+            }
+            let vp = s.unlink(head);
+            vp.slot.store(NO_SLOT, Ordering::SeqCst);
+            popped += 1;
+            rep.attempts += 1;
+            if vp.refs.try_doom_free() {
+                out.push(vp);
+                got += 1;
+            } else {
+                // It gained a reference after its last free transition;
+                // the taker's `on_unfree` will find it already off.
+                rep.raced += 1;
             }
         }
+        got
     }
 
     /// How many vnodes are on the lists (exact; locks every shard).

@@ -273,7 +273,7 @@ impl VnodeLayer {
     /// Counts a new vnode when well under the limit (no recycling needed).
     #[inline]
     fn account_one(&self, mnt: &Mount) {
-        mnt.live.fetch_add(1, Ordering::Relaxed);
+        mnt.live.add(1);
         self.shared.ev.allocations.inc();
         self.shared.numvnodes.add(1);
     }
@@ -281,7 +281,7 @@ impl VnodeLayer {
     /// Counts a new vnode near or over the limit: recycles or rings the
     /// reclaimer as needed.
     fn alloc_account(&self, mnt: &Arc<Mount>) {
-        mnt.live.fetch_add(1, Ordering::Relaxed);
+        mnt.live.add(1);
         let s = &self.shared;
         s.ev.allocations.inc();
         let n = s.numvnodes.add(1);
@@ -293,7 +293,7 @@ impl VnodeLayer {
     }
 
     fn unaccount(&self, mnt: &Mount) {
-        mnt.live.fetch_sub(1, Ordering::Relaxed);
+        mnt.live.add(-1);
         self.shared.numvnodes.add(-1);
     }
 
@@ -307,7 +307,7 @@ impl VnodeLayer {
     fn alloc_hard(&self, mnt: &Arc<Mount>, over: usize) {
         let s = &self.shared;
         let want = over.clamp(1, DIRECT_BATCH);
-        let mut got = self.reclaim_mount(mnt, want, None);
+        let mut got = self.reclaim_mount_near(mnt, want);
         if got < want {
             got += self.reclaim_global(want - got);
         }
@@ -327,19 +327,35 @@ impl VnodeLayer {
         let mut claimed = Vec::new();
         let mut local = ClaimReport::default();
         mnt.free.claim(n, &mut claimed, &mut local);
+        let got = self.finish_claim(claimed, local);
+        if let Some(r) = rep {
+            r.attempts += local.attempts;
+            r.raced += local.raced;
+        }
+        got
+    }
+
+    /// An allocating thread's direct recycle from its own mount: two-choice
+    /// LRU (see `FreeList::claim_near`), so concurrent allocators spread
+    /// over the shards instead of all taking the oldest one's lock.
+    fn reclaim_mount_near(&self, mnt: &Mount, n: usize) -> usize {
+        let mut claimed = Vec::new();
+        let mut rep = ClaimReport::default();
+        mnt.free.claim_near(n, &mut claimed, &mut rep);
+        self.finish_claim(claimed, rep)
+    }
+
+    /// Books a claim's counters and tears the claimed vnodes down.
+    fn finish_claim(&self, claimed: Vec<Arc<Vnode>>, rep: ClaimReport) -> usize {
         let s = &self.shared;
-        if local.attempts > 0 {
-            s.freevnodes.add(-(local.attempts as isize));
-            s.ev.claim_attempts.add(local.attempts);
-            s.ev.skip_raced.add(local.raced);
+        if rep.attempts > 0 {
+            s.freevnodes.add(-(rep.attempts as isize));
+            s.ev.claim_attempts.add(rep.attempts);
+            s.ev.skip_raced.add(rep.raced);
         }
         let got = claimed.len();
         for vp in claimed {
             self.teardown(vp);
-        }
-        if let Some(r) = rep {
-            r.attempts += local.attempts;
-            r.raced += local.raced;
         }
         got
     }
@@ -399,7 +415,7 @@ impl VnodeLayer {
         // Names hold directories: forget them first so those become free.
         self.nc.purge_mount(mnt.id());
         while self.reclaim_mount(mnt, usize::MAX, None) > 0 {}
-        let busy = mnt.live.load(Ordering::Acquire);
+        let busy = mnt.vnode_count();
         if busy > 0 && !force {
             mnt.gone.store(false, Ordering::SeqCst);
             return Err(Error::Busy { busy });

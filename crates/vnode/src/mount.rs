@@ -1,9 +1,10 @@
 //! Mounts: a file system's hooks, its free lists, its vnode count.
 
+use crate::counter::DistCounter;
 use crate::freelist::FreeList;
 use crate::ids::MountId;
 use crate::shared::Shared;
-use crate::sync::{Arc, AtomicBool, AtomicUsize, Ordering};
+use crate::sync::{Arc, AtomicBool, Ordering};
 use crate::vnode::Vnode;
 
 /// What the vnode layer calls into a file system for. Both hooks default
@@ -29,8 +30,9 @@ pub struct Mount {
     pub(crate) hooks: Arc<dyn FsHooks>,
     pub(crate) free: FreeList,
     /// Vnodes of this mount that exist (constructing, live, or doomed but
-    /// not yet torn down).
-    pub(crate) live: AtomicUsize,
+    /// not yet torn down). Distributed: every allocation and recycle
+    /// updates it, so one shared word would bounce between cores.
+    pub(crate) live: DistCounter,
     /// Set by unmount: no new vnodes may be created.
     pub(crate) gone: AtomicBool,
     pub(crate) shared: Arc<Shared>,
@@ -51,7 +53,8 @@ impl Mount {
             fs_type: fs_type.to_string(),
             hooks,
             free: FreeList::new(shared.cfg.freelist_shards),
-            live: AtomicUsize::new(0),
+            // Only ever read exactly (summed), so cells need never fold.
+            live: DistCounter::new(1 << 40),
             gone: AtomicBool::new(false),
             shared,
             layer,
@@ -68,7 +71,7 @@ impl Mount {
 
     /// How many vnodes of this mount exist right now.
     pub fn vnode_count(&self) -> usize {
-        self.live.load(Ordering::Relaxed)
+        self.live.exact().max(0) as usize
     }
 
     /// How many vnodes of this mount are free (recyclable) right now.

@@ -24,10 +24,10 @@
 //! # The free transition
 //!
 //! Whoever moves the counts from 0 to non-zero ("unfree") or from non-zero
-//! to 0 ("free") must afterwards fix the vnode's free-list membership under
-//! that list's lock, re-reading this word there. The last such transition in
-//! the word's modification order belongs to a thread that locks after it, so
-//! the list always ends up agreeing with the word (see `freelist.rs`).
+//! to 0 ("free") must afterwards fix the vnode's free-list membership,
+//! re-reading this word; the two sides meet in a `SeqCst` Dekker handshake
+//! on this word and `Vnode::slot`, so the list always ends up agreeing with
+//! the word (see `freelist.rs`).
 
 use crate::sync::{AtomicU64, Ordering};
 
@@ -65,9 +65,10 @@ impl Refs {
 
     #[inline]
     pub(crate) fn load(&self) -> u64 {
-        // Acquire: a caller that sees "free" or "doomed" also sees what the
-        // thread that made it so did before.
-        self.0.load(Ordering::Acquire)
+        // SeqCst: one of the free-list Dekker loads (`freelist.rs`); it is
+        // also Acquire: a caller that sees "free" or "doomed" sees what the
+        // thread that made it so did before. (A plain load on x86.)
+        self.0.load(Ordering::SeqCst)
     }
 
     /// Takes one reference of the given kind (`USE_ONE` or `HOLD_ONE`).
@@ -78,9 +79,10 @@ impl Refs {
     /// succeeded before it, or a forced unmount has already torn it down).
     #[inline]
     pub(crate) fn acquire(&self, one: u64) -> Acquired {
-        // Acquire pairs with the Release of the previous owner's drop, so
-        // the new user sees everything the last one wrote.
-        let prev = self.0.fetch_add(one, Ordering::Acquire);
+        // SeqCst: the increment half of the free-list Dekker pair
+        // (`freelist.rs`); it is also Acquire, pairing with the previous
+        // owner's Release drop. (x86's `lock xadd` is already a full fence.)
+        let prev = self.0.fetch_add(one, Ordering::SeqCst);
         if prev & DOOMED != 0 {
             self.0.fetch_sub(one, Ordering::Relaxed);
             return Acquired::Doomed;
@@ -112,8 +114,9 @@ impl Refs {
     #[inline]
     pub(crate) fn release(&self, one: u64) -> u64 {
         // Release: publishes this user's writes to whoever frees or reuses
-        // the vnode next (their Acquire/AcqRel pairs with it).
-        let prev = self.0.fetch_sub(one, Ordering::Release);
+        // the vnode next (their Acquire/AcqRel pairs with it). SeqCst so the
+        // free transition takes part in the free-list total order too.
+        let prev = self.0.fetch_sub(one, Ordering::SeqCst);
         let mask = if one == USE_ONE { USE_MASK } else { HOLD_MASK };
         assert!(
             prev & mask != 0,

@@ -6,13 +6,17 @@
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{
-    AtomicBool, AtomicI32, AtomicIsize, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
+    AtomicBool, AtomicI32, AtomicIsize, AtomicU32, AtomicU64, AtomicU8,
 };
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{
-    AtomicBool, AtomicI32, AtomicIsize, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
+    AtomicBool, AtomicI32, AtomicIsize, AtomicU32, AtomicU64, AtomicU8,
 };
 
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::fence;
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::fence;
 pub(crate) use std::sync::atomic::Ordering;
 pub(crate) use std::sync::Arc;
 

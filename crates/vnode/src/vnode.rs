@@ -6,7 +6,7 @@
 //! |-------------|-----------------------------------------------------------|
 //! | `ino`, `mount` | immutable                                              |
 //! | `refs`      | atomics; free transitions re-checked under the free-list shard lock (`refs.rs`) |
-//! | `slot`      | the mount's free-list shard lock for this inode           |
+//! | `slot`      | written under the lock of the free-list shard it names; read `SeqCst` (see `freelist.rs`) |
 //! | `state`, `vtype`, `init_err` | written once by the constructing thread, published by `state` (Release) |
 //! | `data`      | set once at construction (`OnceLock`), then immutable      |
 //! | `rangelock` | created on first use (`OnceLock`); internally synchronised |
@@ -192,7 +192,7 @@ impl Vnode {
                 return;
             }
         }
-        if self.mount.free.on_free(self) {
+        if self.mount.free.on_free(self) > 0 {
             let shared = &self.mount.shared;
             shared.freevnodes.add(1);
             shared.note_free(self);

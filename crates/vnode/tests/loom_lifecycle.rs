@@ -131,3 +131,33 @@ fn namecache_hit_versus_recycle() {
         }
     });
 }
+
+/// The last release (free transition, pushing onto the releaser's home
+/// shard) racing a lookup's unfree transition from another thread with
+/// another home shard: no lock orders them, the SeqCst handshake must. A
+/// busy vnode is never left listed; a free one is never left unlisted.
+#[test]
+fn free_versus_unfree_across_home_shards() {
+    loom::model(|| {
+        let cfg = Config {
+            freelist_shards: 2,
+            ..tiny()
+        };
+        let layer = VnodeLayer::new(cfg);
+        let m = layer.mount("t", Arc::new(Check));
+        let v = layer.get(&m, 1, init(1)).unwrap();
+        let (l2, m2) = (layer.clone(), m.clone());
+        let t = thread::spawn(move || l2.lookup_cached(&m2, 1));
+        drop(v);
+        let got = t.join().unwrap();
+        match got {
+            Some(v2) => {
+                assert_eq!(m.free_count(), 0, "a busy vnode was left on a free list");
+                drop(v2);
+                assert_eq!(m.free_count(), 1, "a free vnode was left off its list");
+            }
+            None => unreachable!("the vnode is cached and never doomed here"),
+        }
+        assert_eq!(layer.stats().freevnodes, 1);
+    });
+}
