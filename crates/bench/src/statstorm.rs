@@ -135,29 +135,44 @@ pub fn run(o: &StatstormOpts) -> std::io::Result<Report> {
     }
     let mut report = Report::new("statstorm");
     let mut prog = Progress::new(o.threads.len() * 2 * o.impls.len() * repeats);
-    for &t in &o.threads {
-        let t = t.max(1);
-        let per = files / t;
-        let trees: Arc<Vec<Tree>> = Arc::new(
-            (0..t)
+    // Every configuration once per repeat, repeats outermost: slow drift
+    // in a shared machine's speed then hits every configuration alike, and
+    // the medians compare like with like (thread counts included).
+    let forests: Vec<(usize, Arc<Vec<Tree>>)> = o
+        .threads
+        .iter()
+        .map(|&t| {
+            let t = t.max(1);
+            let per = files / t;
+            let trees = (0..t)
                 .map(|i| Tree::build((i as u64 + 1) << 40, per, o.fanout))
-                .collect(),
-        );
-        for (kind, limit) in [("large", large), ("small", small)] {
-            let mut samples: Vec<Vec<(f64, u64, u64)>> = vec![Vec::new(); o.impls.len()];
-            // Alternate implementations within each repeat so drift in the
-            // machine's load hits them alike.
-            for _ in 0..repeats {
+                .collect();
+            (t, Arc::new(trees))
+        })
+        .collect();
+    let kinds = [("large", large), ("small", small)];
+    // samples[(thread index, kind index, impl index)]
+    let mut samples: Vec<Vec<(f64, u64, u64)>> =
+        vec![Vec::new(); forests.len() * kinds.len() * o.impls.len()];
+    let at = |ti: usize, ki: usize, k: usize| (ti * kinds.len() + ki) * o.impls.len() + k;
+    for _ in 0..repeats {
+        for (ti, (t, trees)) in forests.iter().enumerate() {
+            for (ki, (kind, limit)) in kinds.iter().enumerate() {
                 for (k, name) in o.impls.iter().enumerate() {
                     prog.step(&format!("statstorm {name} T={t} limit={kind}"));
-                    let f = make(name, limit).expect("checked above");
-                    samples[k].push(f(&trees, t));
+                    let f = make(name, *limit).expect("checked above");
+                    samples[at(ti, ki, k)].push(f(trees, *t));
                 }
             }
+        }
+    }
+    for (ti, (t, _)) in forests.iter().enumerate() {
+        for (ki, (kind, limit)) in kinds.iter().enumerate() {
             for (k, name) in o.impls.iter().enumerate() {
-                let secs = median(&samples[k].iter().map(|s| s.0).collect::<Vec<_>>());
-                let stats = samples[k][0].1;
-                let recycled = median(&samples[k].iter().map(|s| s.2 as f64).collect::<Vec<_>>());
+                let s = &samples[at(ti, ki, k)];
+                let secs = median(&s.iter().map(|x| x.0).collect::<Vec<_>>());
+                let stats = s[0].1;
+                let recycled = median(&s.iter().map(|x| x.2 as f64).collect::<Vec<_>>());
                 report.rows.push(row!(
                     "impl" => name, "threads" => t, "limit" => limit, "limit_kind" => kind,
                     "files" => stats, "secs" => secs, "ops_per_sec" => stats as f64 / secs,
