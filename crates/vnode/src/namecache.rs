@@ -220,7 +220,7 @@ impl NameCache {
                 .collect(),
             limit,
             entries: DistCounter::new((limit / (8 * crate::counter::CELLS)).clamp(1, 64)),
-            rotor: Rotor::default(),
+            rotor: Rotor,
             build: MixBuild::default(),
             shared,
         }
