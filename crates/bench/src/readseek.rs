@@ -53,9 +53,16 @@ pub struct ReadseekOpts {
 }
 
 /// The in-memory file: bytes that only the lock under test protects.
+/// One page of file data, page-aligned as the page cache's pages are: a
+/// byte-aligned buffer would put the last line of one worker's page and the
+/// first line of the next in one cache line, and every write would then
+/// evict a reader's line (false sharing readseek3 does not have).
+#[repr(C, align(4096))]
+struct Page([UnsafeCell<u8>; PAGE as usize]);
+
 struct MemFile<L> {
     lock: L,
-    bytes: Box<[UnsafeCell<u8>]>,
+    pages: Box<[Page]>,
     len: AtomicU64,
 }
 
@@ -69,13 +76,24 @@ impl<L: BenchLock> MemFile<L> {
     fn new(size: u64) -> Self {
         MemFile {
             lock: L::new(),
-            bytes: (0..size).map(|i| UnsafeCell::new(i as u8)).collect(),
+            pages: (0..size.div_ceil(PAGE))
+                .map(|p| {
+                    Page(std::array::from_fn(|i| {
+                        UnsafeCell::new((p * PAGE + i as u64) as u8)
+                    }))
+                })
+                .collect(),
             len: AtomicU64::new(size),
         }
     }
 
     fn base(&self) -> *mut u8 {
-        UnsafeCell::raw_get(self.bytes.as_ptr())
+        // `Page` is repr(C) over bytes: the pages are one contiguous run.
+        UnsafeCell::raw_get(self.pages.as_ptr().cast::<UnsafeCell<u8>>())
+    }
+
+    fn size(&self) -> usize {
+        self.pages.len() * PAGE as usize
     }
 
     /// pread(off, buf) under a shared range lock.
@@ -83,7 +101,7 @@ impl<L: BenchLock> MemFile<L> {
     fn read(&self, off: u64, buf: &mut [u8; PAGE as usize]) -> usize {
         let _g = self.lock.read(ByteRange::at(off, PAGE));
         let n = self.len.load(Relaxed).saturating_sub(off).min(PAGE) as usize;
-        // SAFETY: `off + n <= len <= bytes.len()`; we hold `[off, off+4096)`
+        // SAFETY: `off + n <= len <= size()`; we hold `[off, off+4096)`
         // shared, so no writer touches these bytes; `buf` is our own.
         unsafe {
             std::ptr::copy_nonoverlapping(self.base().add(off as usize), buf.as_mut_ptr(), n)
@@ -104,8 +122,8 @@ impl<L: BenchLock> MemFile<L> {
         let _g = self.lock.write(ByteRange::ALL);
         self.len.store(0, Relaxed);
         // SAFETY: the whole file is ours exclusively.
-        unsafe { std::ptr::write_bytes(self.base(), 0, self.bytes.len()) };
-        self.len.store(self.bytes.len() as u64, Relaxed);
+        unsafe { std::ptr::write_bytes(self.base(), 0, self.size()) };
+        self.len.store(self.size() as u64, Relaxed);
     }
 }
 
