@@ -153,11 +153,15 @@ if [ $ok = 1 ]; then pass "vnode accounting: every active vnode is a kernel node
 
 # --- 5. signals -----------------------------------------------------------
 umount "$MNT" && pass "umount of the main mount" || fail "umount"
+pid=""
 "$UVFS" mount "$MNT" && pid=$("$UVFS" stat --json "$MNT" | python3 -c 'import json,sys; print(json.load(sys.stdin)["pid"])')
+[ -n "$pid" ] || fail "remount for the signal tests"
 kill -TERM "$pid"
 for _ in $(seq 1 50); do grep -q " $MNT " /proc/mounts || break; sleep 0.1; done
 if grep -q " $MNT " /proc/mounts; then fail "SIGTERM left the mount"; umount -l "$MNT"; else pass "SIGTERM unmounts cleanly"; fi
+pid=""
 "$UVFS" mount "$MNT" && pid=$("$UVFS" stat --json "$MNT" | python3 -c 'import json,sys; print(json.load(sys.stdin)["pid"])')
+[ -n "$pid" ] || fail "remount for the SIGKILL test"
 kill -KILL "$pid"
 sleep 0.5
 err=$(ls "$MNT" 2>&1 >/dev/null)

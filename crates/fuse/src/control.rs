@@ -54,11 +54,7 @@ impl ControlSocket {
     pub fn start(inner: Arc<Inner>, mountpoint: &Path) -> std::io::Result<ControlSocket> {
         std::fs::create_dir_all(CONTROL_DIR)?;
         let path = socket_path(mountpoint)?;
-        // A socket left by a killed server: nobody answers, so replace it.
-        if path.exists() && UnixStream::connect(&path).is_err() {
-            let _ = std::fs::remove_file(&path);
-        }
-        let listener = UnixListener::bind(&path)?;
+        let listener = bind_replacing(&path)?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
         let mp = normalize_mountpoint(mountpoint)?.display().to_string();
         std::thread::Builder::new()
@@ -70,6 +66,29 @@ impl ControlSocket {
                 }
             })?;
         Ok(ControlSocket { path })
+    }
+}
+
+/// Binds `path`, replacing a socket nobody answers on (left by a killed
+/// server). A socket that still answers belongs to a server of the same
+/// mountpoint that was just unmounted and is on its way out (the kernel
+/// unmounts before the server sees ENODEV and exits): wait for it to go,
+/// for up to five seconds, instead of failing the new mount.
+fn bind_replacing(path: &Path) -> std::io::Result<UnixListener> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        if path.exists() && UnixStream::connect(path).is_err() {
+            let _ = std::fs::remove_file(path);
+        }
+        match UnixListener::bind(path) {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AddrInUse
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            r => return r,
+        }
     }
 }
 
