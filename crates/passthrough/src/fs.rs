@@ -206,7 +206,11 @@ impl PassthroughFs {
         let fd = if let Some(h) = ident.handle.as_deref() {
             let res = self.pool.reserve()?;
             let fd = self.handles.open(h, libc::O_PATH).map_err(|e| {
-                if e == Errno::ESTALE || e == Errno::ENOENT {
+                // ENOMEM too: when the kernel decodes the handle but finds
+                // no acceptable dentry for it (an inode unlinked and being
+                // evicted), `do_handle_to_path` turns the NULL dentry into
+                // -ENOMEM. The file is gone all the same.
+                if e == Errno::ESTALE || e == Errno::ENOENT || e == Errno::ENOMEM {
                     self.counters.stale.fetch_add(1, Ordering::Relaxed);
                     Errno::ESTALE
                 } else {
