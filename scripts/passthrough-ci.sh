@@ -72,7 +72,7 @@ if mount_pt "$WORK/pjd"; then
     "$ROOT/scripts/pjdfstest.sh" "$MNT" > "$WORK/pjd.out" 2>&1
     rc=$?
     summary=$(grep '^pjdfstest:' "$WORK/pjd.out" || tail -3 "$WORK/pjd.out")
-    unexpected=$(grep -E '^  (FAIL|XPASS)' "$WORK/pjd.out" | awk '{print $2}' | tr -d ':' | while read -r t; do
+    unexpected=$(grep -E '^  (FAIL|XPASS)' "$WORK/pjd.out" | awk '{print $2}' | sed 's/:$//' | while read -r t; do
         case " $KNOWN_OPEN " in *" $t "*) ;; *) echo "$t" ;; esac
     done)
     grep -E '^  (FAIL|XPASS)' "$WORK/pjd.out"
