@@ -18,7 +18,7 @@ use parking_lot::RwLock;
 use std::sync::Arc;
 use uvfs_vfs::{
     check_name, check_new_name, mode_to_vtype, Ctx, DirEntry, DirPlusSink, DirSink, Errno, Fh,
-    Timespec, VType, VfsResult, VnodeRef, SYMLINK_MAX,
+    Timespec, VType, VfsResult, VnodeRef,
 };
 use uvfs_vnode::NcLookup;
 
@@ -215,15 +215,7 @@ impl MemFs {
         name: &[u8],
         target: &[u8],
     ) -> VfsResult<VnodeRef> {
-        if target.is_empty() {
-            return Err(Errno::ENOENT);
-        }
-        if target.len() > SYMLINK_MAX {
-            return Err(Errno::ENAMETOOLONG);
-        }
-        if target.contains(&0) {
-            return Err(Errno::EINVAL);
-        }
+        uvfs_vfs::check_symlink_target(target)?;
         self.make_new(
             ctx,
             dir,

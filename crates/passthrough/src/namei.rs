@@ -14,9 +14,7 @@
 use crate::fs::PassthroughFs;
 use crate::sys;
 use std::sync::Arc;
-use uvfs_vfs::{
-    check_name, is_dot_or_dotdot, Ctx, Errno, RenameFlags, VfsResult, VnodeRef, SYMLINK_MAX,
-};
+use uvfs_vfs::{check_name, is_dot_or_dotdot, Ctx, Errno, RenameFlags, VfsResult, VnodeRef};
 
 impl PassthroughFs {
     pub(crate) fn do_lookup(&self, dir: &VnodeRef, name: &[u8]) -> VfsResult<VnodeRef> {
@@ -65,12 +63,7 @@ impl PassthroughFs {
         name: &[u8],
         target: &[u8],
     ) -> VfsResult<VnodeRef> {
-        if target.is_empty() {
-            return Err(Errno::ENOENT);
-        }
-        if target.len() > SYMLINK_MAX {
-            return Err(Errno::ENAMETOOLONG);
-        }
+        uvfs_vfs::check_symlink_target(target)?;
         let t = sys::cstr(target)?;
         self.make_at(ctx, dir, name, |dfd, n| {
             // SAFETY: both strings are NUL-terminated; symlinkat only reads

@@ -24,7 +24,9 @@ pub use ctx::Ctx;
 pub use dirent::DirEntry;
 pub use errno::{Errno, VfsResult};
 pub use flags::{FallocMode, RenameFlags, XattrFlags};
-pub use name::{check_name, check_new_name, is_dot_or_dotdot, NAME_MAX, SYMLINK_MAX};
+pub use name::{
+    check_name, check_new_name, check_symlink_target, is_dot_or_dotdot, NAME_MAX, SYMLINK_MAX,
+};
 pub use ops::{DirPlusSink, DirSink, Fh, FileSystem};
 pub use statfs::StatFs;
 pub use time::Timespec;

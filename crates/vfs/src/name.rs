@@ -25,6 +25,22 @@ pub fn check_name(name: &[u8]) -> VfsResult<()> {
     Ok(())
 }
 
+/// Accepts a symlink target: non-empty (`ENOENT`, as symlink(2) answers
+/// for ""), at most `SYMLINK_MAX` bytes (`ENAMETOOLONG`), without NUL
+/// (`EINVAL`).
+pub fn check_symlink_target(target: &[u8]) -> VfsResult<()> {
+    if target.is_empty() {
+        return Err(Errno::ENOENT);
+    }
+    if target.len() > SYMLINK_MAX {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    if target.contains(&0) {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
 /// True for `.` and `..`.
 pub fn is_dot_or_dotdot(name: &[u8]) -> bool {
     name == b"." || name == b".."
@@ -43,6 +59,18 @@ pub fn check_new_name(name: &[u8]) -> VfsResult<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn symlink_targets() {
+        assert_eq!(check_symlink_target(b""), Err(Errno::ENOENT));
+        assert_eq!(
+            check_symlink_target(&[b'a'; SYMLINK_MAX + 1]),
+            Err(Errno::ENAMETOOLONG)
+        );
+        assert_eq!(check_symlink_target(b"a\0b"), Err(Errno::EINVAL));
+        assert_eq!(check_symlink_target(&[b'a'; SYMLINK_MAX]), Ok(()));
+        assert_eq!(check_symlink_target(b"../x"), Ok(()));
+    }
 
     #[test]
     fn names() {
