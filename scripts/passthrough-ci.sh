@@ -64,23 +64,12 @@ mount_pt() { # mount_pt SRC [ARGS...]
 # --- 1. pjdfstest on an ext4 source -------------------------------------
 mkdir -p "$WORK/pjd"
 if mount_pt "$WORK/pjd"; then
-    # KNOWN_OPEN: failures of an open, reported bug (issue 5's notes), shown
-    # in every run but not gating it; anything else that fails, fails CI.
-    # open::etxtbsy: an exec'd file on the passthrough mount is sometimes
-    # still writable (root cause not found yet; memfs and ext4 pass).
-    KNOWN_OPEN=${PJDFSTEST_KNOWN_OPEN:-"open::etxtbsy"}
     "$ROOT/scripts/pjdfstest.sh" "$MNT" > "$WORK/pjd.out" 2>&1
     rc=$?
     summary=$(grep '^pjdfstest:' "$WORK/pjd.out" || tail -3 "$WORK/pjd.out")
-    unexpected=$(grep -E '^  (FAIL|XPASS)' "$WORK/pjd.out" | awk '{print $2}' | sed 's/:$//' | while read -r t; do
-        case " $KNOWN_OPEN " in *" $t "*) ;; *) echo "$t" ;; esac
-    done)
     grep -E '^  (FAIL|XPASS)' "$WORK/pjd.out"
     if [ "$rc" -eq 0 ]; then
         pass "pjdfstest: $summary"
-    elif [ -z "$unexpected" ] && grep -q '^pjdfstest:' "$WORK/pjd.out"; then
-        echo "KNOWN OPEN BUG (not gating, see issue 5): $(grep -E '^  FAIL' "$WORK/pjd.out" | awk '{print $2}' | tr '\n' ' ')"
-        pass "pjdfstest: $summary (failures all known-open: $KNOWN_OPEN)"
     else
         fail "pjdfstest: $summary"
     fi

@@ -59,6 +59,11 @@ pub struct MountOpts {
     /// files); default three quarters of RLIMIT_NOFILE's hard limit.
     #[arg(long)]
     pub fd_budget: Option<usize>,
+    /// Have the kernel send OPENDIR/RELEASEDIR for every directory open
+    /// (by default it opens directories alone and keeps their listings,
+    /// saving two round trips per directory walked).
+    #[arg(long)]
+    pub opendir: bool,
 }
 
 /// Options of `uvfs stat`.
@@ -183,6 +188,7 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
             timeouts,
             fsname: src.display().to_string(),
             control: true,
+            server_opendir: o.opendir,
         };
         return serve(fs, layer, &cfg, signals, &mut ready);
     }
@@ -203,6 +209,7 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
         timeouts,
         fsname: "uvfs-memfs".into(),
         control: true,
+        server_opendir: o.opendir,
     };
     serve(fs, layer, &cfg, signals, &mut ready)
 }

@@ -24,6 +24,10 @@ pub struct ServeConfig {
     pub fsname: String,
     /// Serve the `uvfs stat` control socket.
     pub control: bool,
+    /// Have the kernel open directories through the server (OPENDIR and
+    /// RELEASEDIR on every open) instead of alone: two more round trips
+    /// per directory walked, for file systems that need to see opens.
+    pub server_opendir: bool,
 }
 
 /// Mounts `fs` and serves it until unmounted (by `umount`, `fusermount3
@@ -74,7 +78,7 @@ fn mount(
     cfg: &ServeConfig,
 ) -> std::io::Result<Mounted> {
     let mountpoint = normalize_mountpoint(&cfg.mountpoint)?;
-    let server = Server::new(fs.clone(), layer, cfg.timeouts)
+    let server = Server::new(fs.clone(), layer, cfg.timeouts, cfg.server_opendir)
         .map_err(|e| std::io::Error::from_raw_os_error(e.raw()))?;
     let inner = server.inner().clone();
     let mut config = fuser::Config::default();

@@ -71,6 +71,9 @@ pub struct Inner {
     pub counters: RequestCounters,
     /// Kernel-forget of cold nodes over the vnode limit.
     pub evict: crate::evict::Evictor,
+    /// Directories are to be opened through us (OPENDIR/RELEASEDIR per
+    /// open) even where the kernel could open them alone.
+    pub server_opendir: bool,
     /// The kernel agreed to open directories without asking us
     /// (FUSE_NO_OPENDIR_SUPPORT): OPENDIR is answered ENOSYS once, and
     /// READDIR then arrives with handle 0.
@@ -122,11 +125,14 @@ fn name(n: &OsStr) -> &[u8] {
 }
 
 impl Server {
-    /// Serves `fs`, whose vnodes live in `layer`.
+    /// Serves `fs`, whose vnodes live in `layer`. With `server_opendir`
+    /// the kernel sends OPENDIR/RELEASEDIR for every directory open;
+    /// otherwise it opens directories alone where it can.
     pub fn new(
         fs: Arc<dyn FileSystem>,
         layer: Arc<VnodeLayer>,
         timeouts: Timeouts,
+        server_opendir: bool,
     ) -> VfsResult<Server> {
         let root = fs.root()?;
         let nodes = NodeTable::new(&root);
@@ -139,6 +145,7 @@ impl Server {
                 timeouts,
                 counters: RequestCounters::default(),
                 evict: Default::default(),
+                server_opendir,
                 no_opendir: Default::default(),
             }),
         })
@@ -235,26 +242,33 @@ impl Inner {
 impl Filesystem for Server {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Each is optional: a kernel without one still works, just slower.
+        //
+        // Not FUSE_ATOMIC_O_TRUNC, although it saves a SETATTR per
+        // `open(O_TRUNC)`: with it the kernel sends O_TRUNC inside OPEN and,
+        // once OPEN succeeds, zeroes its i_size and drops the page cache,
+        // all before `handle_truncate` checks for ETXTBSY. An
+        // `open(O_RDONLY | O_TRUNC)` of a program being exec'd then pulls
+        // the pages from under the exec (it dies with SIGSEGV), and if it
+        // dies before that check the open succeeds: pjdfstest's
+        // open::etxtbsy failed about one run in ten. Without the flag the
+        // kernel checks write access first and truncates with SETATTR.
         for cap in [
             InitFlags::FUSE_PARALLEL_DIROPS,
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_READDIRPLUS_AUTO,
-            InitFlags::FUSE_ATOMIC_O_TRUNC,
             InitFlags::FUSE_BIG_WRITES,
             InitFlags::FUSE_EXPORT_SUPPORT,
             InitFlags::FUSE_CACHE_SYMLINKS,
         ] {
             let _ = config.add_capabilities(cap);
         }
-        // Directories opened by the kernel alone (UVFS_NO_OPENDIR=1): a warm
-        // `find` then costs no round trip per directory (the kernel keeps
-        // the listing, with FOPEN_CACHE_DIR | FOPEN_KEEP_CACHE as its
-        // default for no-opendir): measured 1.16x tmpfs's warm stat rate
-        // instead of 0.76x. Off by default: with it, pjdfstest's
-        // open::etxtbsy fails about half the time on this kernel (6.18), an
-        // exec'd file then accepting a write-open; cause not yet found.
-        let wanted = std::env::var_os("UVFS_NO_OPENDIR").is_some_and(|v| v == "1");
-        if wanted
+        // Directories opened by the kernel alone (FUSE_NO_OPENDIR_SUPPORT,
+        // the default): a warm `find` then costs no OPENDIR + RELEASEDIR
+        // round trip per directory (the kernel keeps the listing, with
+        // FOPEN_CACHE_DIR | FOPEN_KEEP_CACHE as its default for
+        // no-opendir, the same flags `opendir` below answers): measured
+        // 1.16x tmpfs's warm stat rate instead of 0.76x.
+        if !self.inner.server_opendir
             && config
                 .add_capabilities(InitFlags::FUSE_NO_OPENDIR_SUPPORT)
                 .is_ok()

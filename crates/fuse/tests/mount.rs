@@ -64,6 +64,7 @@ impl Mnt {
             },
             fsname: "uvfs-test".into(),
             control: false,
+            server_opendir: false,
         };
         let mount = BackgroundMount::start(fs, layer, &cfg).expect("mount");
         Some(Mnt {
@@ -305,4 +306,48 @@ fn concurrent_clients() {
     }
     assert_eq!(open, 0, "every open handle released");
     fs::write(m.p("after"), b"ok").unwrap();
+}
+
+/// A program being run keeps its text: write-opens and
+/// `open(O_RDONLY | O_TRUNC)` fail with ETXTBSY and change nothing, even
+/// in the instant after `spawn` returns, while the exec is still loading
+/// pages. (With FUSE_ATOMIC_O_TRUNC the kernel dropped the page cache for
+/// a truncating OPEN before checking ETXTBSY: the exec died with SIGSEGV
+/// and, when it died first, the open succeeded.)
+#[test]
+fn running_program_is_text_busy() {
+    let Some(m) = Mnt::new(None) else { return };
+    let len = fs::metadata("/bin/sleep").unwrap().len();
+    for round in 0..30 {
+        // A fresh copy each round, as pjdfstest does: its last page is
+        // not in the page cache, so the exec still reads from the server
+        // after `spawn` returns, which is the window the bug needs.
+        let prog = m.p(&format!("prog{round}"));
+        fs::copy("/bin/sleep", &prog).unwrap();
+        fs::set_permissions(&prog, fs::Permissions::from_mode(0o755)).unwrap();
+        let path = cstr(&prog);
+        let mut child = std::process::Command::new(&prog).arg("10").spawn().unwrap();
+        for flags in [libc::O_WRONLY, libc::O_RDWR, libc::O_RDONLY | libc::O_TRUNC] {
+            // SAFETY: `path` is a valid NUL-terminated string.
+            let fd = unsafe { libc::open(path.as_ptr(), flags) };
+            let err = std::io::Error::last_os_error().raw_os_error();
+            if fd >= 0 {
+                // SAFETY: `fd` was just opened by us.
+                unsafe { libc::close(fd) };
+            }
+            assert!(
+                fd < 0 && err == Some(libc::ETXTBSY),
+                "round {round}: open({flags:#o}) of a running program: fd {fd}, errno {err:?}"
+            );
+        }
+        let status = child.try_wait().unwrap();
+        assert!(
+            status.is_none(),
+            "round {round}: the running program died: {status:?}"
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(fs::metadata(&prog).unwrap().len(), len, "round {round}");
+        assert_eq!(fs::read(&prog).unwrap(), fs::read("/bin/sleep").unwrap());
+    }
 }
