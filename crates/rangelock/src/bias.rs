@@ -1,36 +1,41 @@
 //! Reader bias: read locks with no atomic read-modify-write at all.
 //!
-//! A lock whose readers are not disturbed by writers is *biased*: a reader
-//! then publishes its range in its own thread's record (`record.rs`) with
-//! plain stores and re-checks the lock's bias word, a line that only
-//! revoking writers ever write. No shared line is written and no RMW or
+//! A zone of a lock whose readers are not disturbed by writers is
+//! *biased*: a reader then publishes its range in its own thread's record
+//! (`record.rs`) with plain stores and re-checks its zone's bias word, a
+//! line that only writers that can meet its range ever write. A zone is
+//! the set of reads that would use one reader slot (`slot.rs`); a writer
+//! covers exactly the zones it would mark, so bias is revoked where a
+//! writer is and kept everywhere else. No shared line is written and no RMW or
 //! store-load fence is executed; dropping the guard is one store and one
 //! load on the reader's own line. This is the BRAVO idea (Dice & Kogan,
 //! 2019) applied to ranges; it is not the lock-free list of Kogan, Dice and
 //! Issa (there is no list of ranges at all).
 //!
-//! # The bias word
+//! # The zone bias word
 //!
 //! | bits   | name   | meaning                                                |
 //! |--------|--------|--------------------------------------------------------|
-//! | 0      | BIASED | readers may take the biased path                       |
+//! | 0      | BIASED | the zone's readers may take the biased path            |
 //! | 1      | DIRTY  | revoked, but biased readers may still be inside        |
-//! | 2..64  | ID     | the lock's unique id (0 until the lock is first biased) |
 //!
-//! Neither flag ("clean"): no biased reader of this lock exists and none can
-//! enter; writers skip the scan. Transitions:
+//! Entries name the lock by its unique id (`RangeLock::id`, set once when
+//! a zone is first biased). Neither flag ("clean"): no biased reader of the
+//! zone exists and none can enter; writers covering it skip the scan.
+//! Transitions:
 //!
 //! * clean/DIRTY -> BIASED (*re-bias*): under the queue mutex, only while no
-//!   writer is granted and the inhibit time has passed.
-//! * BIASED -> DIRTY (*revoke*): under the queue mutex, by a granted writer,
-//!   followed by the heavy barrier *before* the mutex is released: whoever
-//!   later sees DIRTY under the mutex (or after being granted, which the
-//!   mutex orders) knows the barrier is complete.
-//! * DIRTY -> clean: CAS by a writer whose post-barrier scan found no entry
-//!   naming the lock (fails harmlessly if a re-bias came in between).
+//!   granted writer covers the zone and the inhibit time has passed.
+//! * BIASED -> DIRTY (*revoke*): under the queue mutex, by a granted writer
+//!   covering the zone, followed by the heavy barrier *before* the mutex is
+//!   released: whoever later sees DIRTY under the mutex (or after being
+//!   granted, which the mutex orders) knows the barrier is complete.
+//! * DIRTY -> clean: CAS by a granted writer covering the zone whose
+//!   post-barrier scan found no entry of the lock in the zone.
 //!
 //! A granted writer holds its range from its grant to its release, and no
-//! re-bias happens meanwhile, so bias stays off for its whole tenure.
+//! zone it covers is re-biased meanwhile, so bias stays off there for its
+//! whole tenure.
 //!
 //! # Why a reader and a revoking writer cannot miss each other
 //!
@@ -90,7 +95,6 @@ use crate::sync::Ordering::*;
 
 pub(crate) const BIASED: u64 = 1;
 pub(crate) const DIRTY: u64 = 2;
-pub(crate) const ID_SHIFT: u32 = 2;
 
 /// Re-bias is inhibited for this many times the cost of a revocation.
 pub(crate) const INHIBIT_FACTOR: u64 = 9;
@@ -108,13 +112,13 @@ pub(crate) const REBIAS_EVERY: u32 = 256;
 #[cfg(loom)]
 pub(crate) const REBIAS_EVERY: u32 = 1;
 
-/// A fresh, never reused lock id (fits the ID bits).
+/// A fresh, never reused, non-zero lock id.
 pub(crate) fn new_id() -> u64 {
     // A plain std atomic even under loom: only uniqueness matters, no
     // ordering is derived from it.
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    assert!(id < 1 << (64 - ID_SHIFT), "lock ids exhausted");
+    assert!(id != u64::MAX, "lock ids exhausted");
     id
 }
 

@@ -14,14 +14,16 @@
 //! Three mechanisms share the work (see `bias.rs`, `slot.rs` and
 //! `queue.rs`):
 //!
-//! * **Biased readers (fastest path).** While no writer has come lately, a
-//!   reader of at most 32 pages publishes its range in its own thread's
-//!   record (`record.rs`) with plain stores, then re-checks the lock's bias
-//!   word: no atomic read-modify-write, no store-load fence, no shared line
-//!   written. A granted writer *revokes* the bias (one store and one
-//!   `membarrier(2)` IPI round, the asymmetric fence written out in
-//!   `bias.rs`), then waits for the biased readers of overlapping ranges it
-//!   finds in the records. Re-bias is inhibited for 9x the revocation's cost
+//! * **Biased readers (fastest path).** While no writer has come lately
+//!   near its pages, a reader of at most 32 pages publishes its range in its
+//!   own thread's record (`record.rs`) with plain stores, then re-checks the
+//!   bias of its *zone* (the reader slot it would use): no atomic
+//!   read-modify-write, no store-load fence, no shared line written. A
+//!   granted writer *revokes* the bias of the zones its range can meet and
+//!   no others (one store each and one `membarrier(2)` IPI round, the
+//!   asymmetric fence written out in `bias.rs`), then waits for the biased
+//!   readers of overlapping ranges it finds in the records; readers of other
+//!   pages stay biased and never load a line it writes. Re-bias is inhibited for 9x the revocation's cost
 //!   (BRAVO), so write-heavy files stay on the slot path instead of paying a
 //!   `membarrier` per write. Without `membarrier` (non-Linux, old kernels,
 //!   or `UVFS_RANGELOCK_NO_BIAS=1`) locks are never biased.
@@ -52,7 +54,7 @@
 //! # Memory
 //!
 //! `size_of::<RangeLock>()` is 256 bytes on x86-64 (the slot-table pointer
-//! and the bias word on one 128-byte line, the queue's mutex on another:
+//! and the lock id on one 128-byte line, the queue's mutex on another:
 //! readers load the one, writers write the other) and `new` is `const` and
 //! allocation-free; the slot table (20 slots of 128 bytes, 2.5 KiB) is
 //! allocated on the first read. Biased readers use per-thread records (4

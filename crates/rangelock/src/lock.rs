@@ -5,13 +5,13 @@
 //! protocol; this file holds the acquisition and release paths. Each has an
 //! `#[inline]` fast part and a `#[cold]` twin.
 
-use crate::bias::{self, BIASED, DIRTY, ID_SHIFT};
+use crate::bias::{self, BIASED, DIRTY};
 use crate::guard::{ReadGuard, ReadHold, WriteGuard};
 use crate::parker::{notify_all, CancelToken, Parker, Wait};
 use crate::queue::{Mode, Queue};
 use crate::range::ByteRange;
 use crate::record::{self, Entry};
-use crate::slot::{Blocking, Slot, Slots, WIDE_PAGES};
+use crate::slot::{Blocking, Revoke, Slot, Slots};
 use crate::sync::{lock, try_lock, AtomicPtr, AtomicU64, Mutex, MutexGuard, Ordering::*, Spin};
 use crossbeam_utils::CachePadded;
 use std::time::Instant;
@@ -46,11 +46,11 @@ pub struct RangeLock {
     /// granted (checked under `queue`), so a granted writer sees the same
     /// value from its grant to its release.
     slots: AtomicPtr<Slots>,
-    /// The bias word (`bias.rs`): flags and the lock's unique id. Loaded
-    /// twice by every biased read, written only by revocations, re-biases
-    /// and the DIRTY -> clean CAS, so it shares the read-mostly line with
-    /// `slots`.
-    bias: AtomicU64,
+    /// The lock's unique id, which biased readers' record entries name
+    /// (`bias.rs`): 0 until a zone is first biased, then fixed. Read-only
+    /// after that, so it shares the read-mostly line with `slots`. The
+    /// bias flags themselves live in the slots, one per zone.
+    id: AtomicU64,
     /// No re-bias before this time (`bias::now_ns`). Written under the
     /// queue mutex by revocations only; read without it by slot-path
     /// readers, so they touch the mutex only when a re-bias may succeed.
@@ -90,7 +90,7 @@ pub struct Snapshot {
     pub draining: usize,
     /// Whether the reader slot table has been allocated.
     pub slots_allocated: bool,
-    /// Whether new readers may take the biased path.
+    /// Whether new readers may take the biased path in some zone.
     pub biased: bool,
 }
 
@@ -100,7 +100,7 @@ impl RangeLock {
     pub const fn new() -> Self {
         RangeLock {
             slots: AtomicPtr::new(std::ptr::null_mut()),
-            bias: AtomicU64::new(0),
+            id: AtomicU64::new(0),
             inhibit_until: AtomicU64::new(0),
             queue: CachePadded::new(Mutex::new(Queue::new())),
         }
@@ -110,7 +110,7 @@ impl RangeLock {
     pub fn new() -> Self {
         RangeLock {
             slots: AtomicPtr::new(std::ptr::null_mut()),
-            bias: AtomicU64::new(0),
+            id: AtomicU64::new(0),
             inhibit_until: AtomicU64::new(0),
             queue: CachePadded::new(Mutex::new(Queue::new())),
         }
@@ -203,66 +203,77 @@ impl RangeLock {
         if r.is_empty() {
             return Some(ReadGuard::new(self, ReadHold::Empty));
         }
-        // Acquire: pairs with the Release of the re-bias, which follows
-        // (under the queue mutex) the release of every earlier writer: their
-        // writes happen before our read.
-        let b = self.bias.load(Acquire);
-        if b & BIASED != 0 && fits_fast_path(&r) {
-            if let Some(e) = record::publish(b >> ID_SHIFT, &r) {
-                // `publish` ended with the light barrier: this load cannot
-                // miss a revocation whose heavy barrier missed our entry.
-                if self.bias.load(Acquire) & BIASED != 0 {
-                    return Some(ReadGuard::new(self, ReadHold::Biased(e)));
-                }
-                // Revoked meanwhile: back out (waking a writer that may have
-                // gone to sleep on our entry) and take the slot path.
-                if e.leave() {
-                    self.wake_biased(e);
+        if let Some(zone) = self.slots().and_then(|s| s.for_reader(&r)) {
+            let z = zone.zone();
+            if z & BIASED != 0 {
+                if let Some(g) = self.enter_biased(zone, &r) {
+                    return Some(g);
                 }
             }
-        }
-        if let Some(slot) = self.slots().and_then(|s| s.for_reader(&r)) {
-            if slot.try_enter(&r) {
-                if b & BIASED == 0 && record::tick(bias::REBIAS_EVERY) {
-                    self.try_rebias();
+            if zone.try_enter(&r) {
+                if z & BIASED == 0 && record::tick(bias::REBIAS_EVERY) {
+                    self.try_rebias(zone);
                 }
-                return Some(ReadGuard::new(self, ReadHold::Fast(slot)));
+                return Some(ReadGuard::new(self, ReadHold::Fast(zone)));
             }
         }
         self.acquire_read_slow(r, wait)
     }
 
-    /// Slot-path reader, now and then: re-bias if the inhibit time passed
-    /// and no writer holds a range. Never waits for the mutex.
+    /// The biased path in `zone`, which was seen biased: publish, then
+    /// re-check. None if the zone was revoked meanwhile (or the record is
+    /// full).
+    #[inline]
+    fn enter_biased(&self, zone: &Slot, r: &ByteRange) -> Option<ReadGuard<'_>> {
+        // Relaxed: the id was stored before the zone's Release re-bias,
+        // which our Acquire load of the zone saw.
+        let e = record::publish(self.id.load(Relaxed), r)?;
+        // `publish` ended with the light barrier: this load cannot miss a
+        // revocation whose heavy barrier missed our entry.
+        if zone.zone() & BIASED != 0 {
+            return Some(ReadGuard::new(self, ReadHold::Biased(e)));
+        }
+        // Revoked meanwhile: back out (waking a writer that may have gone
+        // to sleep on our entry); the caller takes the slot path.
+        if e.leave() {
+            self.wake_biased(e);
+        }
+        None
+    }
+
+    /// Slot-path reader, now and then: re-bias its zone if the inhibit
+    /// time passed and no writer holds a range there. Never waits for the
+    /// mutex.
     #[cold]
-    fn try_rebias(&self) {
+    fn try_rebias(&self, zone: &Slot) {
         // Relaxed: only a hint; `rebias` decides under the mutex.
         if bias::now_ns() < self.inhibit_until.load(Relaxed) {
             return;
         }
         if let Some(mut q) = try_lock(&self.queue) {
-            self.rebias(&mut q);
+            self.rebias(&mut q, zone);
         }
     }
 
-    /// Under the queue mutex: turn the bias back on if allowed.
-    fn rebias(&self, q: &mut MutexGuard<'_, Queue>) {
-        let b = self.bias.load(Relaxed);
-        if b & BIASED != 0
+    /// Under the queue mutex: turn `zone`'s bias back on if allowed: not
+    /// while a granted writer covers it (it revoked the zone and relies on
+    /// it staying off for its whole tenure).
+    fn rebias(&self, q: &mut MutexGuard<'_, Queue>, zone: &Slot) {
+        let Some(slots) = self.slots() else { return };
+        if zone.zone() & BIASED != 0
             || !bias::available()
-            || q.has_granted_writer()
             || bias::now_ns() < self.inhibit_until.load(Relaxed)
+            || q.granted()
+                .any(|(w, m)| m == Mode::Exclusive && slots.covers(&w, zone))
         {
             return;
         }
         q.biased_at = bias::now_ns();
-        let id = match b >> ID_SHIFT {
-            0 => bias::new_id(),
-            id => id,
-        };
-        // Release: pairs with readers' Acquire loads of the bias word; the
-        // mutex orders every earlier writer's release before this store.
-        self.bias.store(id << ID_SHIFT | BIASED, Release);
+        if self.id.load(Relaxed) == 0 {
+            // Relaxed: published by the zone's Release store below.
+            self.id.store(bias::new_id(), Relaxed);
+        }
+        zone.rebias_zone();
     }
 
     /// Biased reader release, slow part: wake writers asleep on `entry`.
@@ -279,22 +290,26 @@ impl RangeLock {
         if self.slots().is_none() && !q.has_granted_writer() {
             // First reader: create the table while no writer holds a range
             // (a granted writer decided under this mutex not to mark any
-            // slot), turn the bias on, then retry the fast path.
+            // slot), bias every zone, then retry the fast path.
             self.alloc_slots();
-            self.rebias(&mut q);
-            drop(q);
-            if let Some(g) = self.try_biased(&r) {
-                return Some(g);
+            if let Some(slots) = self.slots() {
+                slots.all().for_each(|zone| self.rebias(&mut q, zone));
             }
-            if let Some(slot) = self.slots().and_then(|s| s.for_reader(&r)) {
-                if slot.try_enter(&r) {
-                    return Some(ReadGuard::new(self, ReadHold::Fast(slot)));
+            drop(q);
+            if let Some(zone) = self.slots().and_then(|s| s.for_reader(&r)) {
+                if zone.zone() & BIASED != 0 {
+                    if let Some(g) = self.enter_biased(zone, &r) {
+                        return Some(g);
+                    }
+                }
+                if zone.try_enter(&r) {
+                    return Some(ReadGuard::new(self, ReadHold::Fast(zone)));
                 }
             }
             q = lock(&self.queue);
         }
-        if self.bias.load(Relaxed) & BIASED == 0 {
-            self.rebias(&mut q);
+        if let Some(zone) = self.slots().and_then(|s| s.for_reader(&r)) {
+            self.rebias(&mut q, zone);
         }
         if let Some(id) = q.try_grant(r, Mode::Shared) {
             return Some(ReadGuard::new(self, ReadHold::Slow(id)));
@@ -307,22 +322,6 @@ impl RangeLock {
         drop(q);
         self.wait_granted(id, &parker, wait)
             .then(|| ReadGuard::new(self, ReadHold::Slow(id)))
-    }
-
-    /// The biased path alone (after the slow path turned the bias on).
-    fn try_biased(&self, r: &ByteRange) -> Option<ReadGuard<'_>> {
-        let b = self.bias.load(Acquire);
-        if b & BIASED == 0 || !fits_fast_path(r) {
-            return None;
-        }
-        let e = record::publish(b >> ID_SHIFT, r)?;
-        if self.bias.load(Acquire) & BIASED != 0 {
-            return Some(ReadGuard::new(self, ReadHold::Biased(e)));
-        }
-        if e.leave() {
-            self.wake_biased(e);
-        }
-        None
     }
 
     fn alloc_slots(&self) {
@@ -373,7 +372,7 @@ impl RangeLock {
         let mut q = lock(&self.queue);
         let (id, scan) = match q.try_grant(w, Mode::Exclusive) {
             Some(id) => {
-                let scan = self.revoke(&mut q);
+                let scan = self.revoke(&mut q, &w);
                 drop(q);
                 (id, scan)
             }
@@ -387,13 +386,13 @@ impl RangeLock {
                 if !self.wait_granted(id, &parker, wait) {
                     return None;
                 }
-                // Acquire: our grant (under the mutex) happened before this;
-                // a clean word seen here was set by a post-barrier scan and
-                // cannot turn biased while we are granted. Anything else is
-                // settled under the mutex, where a concurrent revocation's
-                // heavy barrier is known to be complete.
-                let scan = self.bias.load(Acquire) & (BIASED | DIRTY) != 0
-                    && self.revoke(&mut lock(&self.queue));
+                // Acquire (in `zone`): our grant (under the mutex) happened
+                // before this; a clean zone seen here was cleaned after a
+                // completed heavy barrier and cannot turn biased while we
+                // are granted. Anything else is settled under the mutex,
+                // where a concurrent revocation's heavy barrier is known to
+                // be complete.
+                let scan = self.zones_touched(&w) && self.revoke(&mut lock(&self.queue), &w);
                 (id, scan)
             }
         };
@@ -418,19 +417,35 @@ impl RangeLock {
         Some(WriteGuard::new(self, w, Some(id)))
     }
 
-    /// Granted writer, under the queue mutex: revoke the bias if it is on
-    /// (store, then heavy barrier, both before the mutex is released; see
-    /// `bias.rs`). True when biased readers may still be inside, so the
-    /// caller must scan the records.
-    fn revoke(&self, q: &mut MutexGuard<'_, Queue>) -> bool {
-        let b = self.bias.load(Acquire);
-        if b & BIASED == 0 {
-            return b & DIRTY != 0;
+    /// Whether any zone `w` covers is biased or dirty (a scan may be due).
+    fn zones_touched(&self, w: &ByteRange) -> bool {
+        let mut touched = false;
+        if let Some(slots) = self.slots() {
+            slots.for_writer(w, |zone| touched |= zone.zone() & (BIASED | DIRTY) != 0);
         }
+        touched
+    }
+
+    /// Granted writer, under the queue mutex: revoke the bias of every zone
+    /// `w` covers that has it on (stores, then one heavy barrier, both
+    /// before the mutex is released; see `bias.rs`). Zones `w` cannot meet
+    /// keep their bias: their readers never see this writer. True when
+    /// biased readers may still be inside a covered zone, so the caller
+    /// must scan the records.
+    fn revoke(&self, q: &mut MutexGuard<'_, Queue>, w: &ByteRange) -> bool {
+        let Some(slots) = self.slots() else {
+            return false; // no zone, so no biased reader, exists yet
+        };
         let t0 = bias::now_ns();
-        // SeqCst (with the heavy barrier after it): the writer's half of the
-        // store-buffering pattern in `bias.rs`.
-        self.bias.store(b & !BIASED | DIRTY, SeqCst);
+        let (mut revoked, mut dirty) = (false, false);
+        slots.for_writer(w, |zone| match zone.revoke_zone() {
+            Revoke::Revoked => revoked = true,
+            Revoke::Dirty => dirty = true,
+            Revoke::Clean => {}
+        });
+        if !revoked {
+            return dirty;
+        }
         bias::heavy_barrier();
         let now = bias::now_ns();
         let base = ((now - t0) * bias::INHIBIT_FACTOR).max(bias::INHIBIT_MIN_NS);
@@ -448,26 +463,34 @@ impl RangeLock {
 
     /// Granted writer, after `revoke` said so: waits for every biased reader
     /// of an overlapping range (all were published before the heavy barrier
-    /// or will back out). Marks the word clean when no entry names the lock.
-    /// False if the wait was abandoned.
+    /// or will back out). Then cleans each covered zone no entry is in, so
+    /// the next writer there skips the scan. False if the wait was
+    /// abandoned.
     fn drain_biased(&self, w: &ByteRange, wait: Wait<'_>) -> bool {
-        let b = self.bias.load(Acquire);
-        let id = b >> ID_SHIFT;
-        let mut named = false;
+        let (Some(slots), id) = (self.slots(), self.id.load(Relaxed)) else {
+            return true;
+        };
+        // Zones some entry of this lock is in. An entry's range is stable
+        // if it was published before the barrier; a torn one belongs to a
+        // reader that is backing out, so misfiling it is harmless.
+        let mut occupied: Vec<usize> = Vec::new();
         for e in record::entries() {
             if !e.names(id) {
                 continue;
             }
-            named = true;
+            let r = e.range();
+            if let Some(zone) = (!r.is_empty()).then(|| slots.for_reader(&r)).flatten() {
+                occupied.push(zone.key());
+            }
             if e.holds(id, w) && !self.drain_entry(e, id, w, wait) {
                 return false;
             }
         }
-        if !named && b & DIRTY != 0 {
-            // Fails if the word moved (it cannot re-bias while we are
-            // granted, but another writer may have cleaned it already).
-            let _ = self.bias.compare_exchange(b, b & !DIRTY, Relaxed, Relaxed);
-        }
+        slots.for_writer(w, |zone| {
+            if !occupied.contains(&zone.key()) {
+                zone.clean_zone();
+            }
+        });
         true
     }
 
@@ -595,10 +618,12 @@ impl RangeLock {
                 .collect(),
             draining: q.drainers(),
             slots_allocated: false,
-            biased: self.bias.load(Acquire) & BIASED != 0,
+            biased: self
+                .slots()
+                .is_some_and(|s| s.all().any(|z| z.zone() & BIASED != 0)),
         };
         drop(q);
-        let id = self.bias.load(Acquire) >> ID_SHIFT;
+        let id = self.id.load(Acquire);
         if id != 0 {
             for e in record::entries().filter(|e| e.names(id)) {
                 add_shared(&mut snap.granted, e.range(), 1);
@@ -618,14 +643,6 @@ impl RangeLock {
         let s = self.snapshot();
         s.granted.is_empty() && s.waiting.is_empty() && s.draining == 0
     }
-}
-
-/// Whether a read of `r` (non-empty) may use the biased path: the same
-/// ranges as the slot path (at most `WIDE_PAGES` pages).
-#[inline]
-fn fits_fast_path(r: &ByteRange) -> bool {
-    let (first, last) = r.pages();
-    last - first < WIDE_PAGES
 }
 
 /// Adds `count` fast readers of `range` to a snapshot, merging with fast

@@ -27,7 +27,18 @@
 //! While a slot is marked its count can only fall, so a writer waits at
 //! most for the readers that were already inside: new readers cannot
 //! starve it.
+//!
+//! # Bias zones
+//!
+//! Each slot also carries the *bias* of its zone (`bias.rs`): the readers
+//! that would use this slot take the biased path while it is on. Bias is
+//! per zone, not per lock, so that a writer revokes only the zones its
+//! range can meet (`Slots::for_writer`, the same set it marks): readers of
+//! other pages stay biased and never see a line the writer writes. The
+//! zone word shares the slot's line, which only this zone's readers and
+//! writers touch.
 
+use crate::bias::{BIASED, DIRTY};
 use crate::range::ByteRange;
 use crate::sync::{AtomicU64, Ordering::*};
 use crossbeam_utils::CachePadded;
@@ -80,11 +91,28 @@ const BUSY: u64 = 1 << 36;
 const DRAIN: u64 = 1 << 37;
 const ONE_GEN: u64 = 1 << 38;
 
-/// One reader slot: its state word and the range its readers hold.
+/// One reader slot: its state word and the range its readers hold, and
+/// the bias of its zone.
 pub(crate) struct Slot {
     state: AtomicU64,
     start: AtomicU64,
     end: AtomicU64,
+    /// The zone's bias flags (`bias::BIASED`, `bias::DIRTY`; see
+    /// `bias.rs`). Loaded by every biased read of the zone; written only
+    /// under the lock's mutex (re-bias, revoke) and by the DIRTY -> clean
+    /// CAS of a granted writer covering the zone.
+    bias: AtomicU64,
+}
+
+/// What a revoking writer did to one zone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Revoke {
+    /// The zone was biased; now DIRTY (the caller owes a heavy barrier).
+    Revoked,
+    /// Already revoked, but biased readers may still be inside: scan.
+    Dirty,
+    /// No biased reader of the zone can exist.
+    Clean,
 }
 
 /// What a writer finds in a slot it has marked.
@@ -105,7 +133,46 @@ impl Slot {
             // An empty range: matches no real request until first claimed.
             start: AtomicU64::new(0),
             end: AtomicU64::new(0),
+            bias: AtomicU64::new(0),
         }
+    }
+
+    /// The zone's bias flags.
+    #[inline]
+    pub(crate) fn zone(&self) -> u64 {
+        // Acquire: pairs with the Release of the re-bias, which the queue
+        // mutex orders after every earlier writer of the zone released.
+        self.bias.load(Acquire)
+    }
+
+    /// Under the lock's mutex, with no granted writer covering the zone:
+    /// biased readers may enter.
+    pub(crate) fn rebias_zone(&self) {
+        // Release: pairs with readers' Acquire in `zone`; publishes the
+        // lock id stored before it.
+        self.bias.store(BIASED, Release);
+    }
+
+    /// Under the lock's mutex, by a granted writer covering the zone.
+    pub(crate) fn revoke_zone(&self) -> Revoke {
+        let z = self.bias.load(Acquire);
+        if z & BIASED != 0 {
+            // SeqCst (with the heavy barrier after it): the writer's half
+            // of the store-buffering pattern in `bias.rs`.
+            self.bias.store(DIRTY, SeqCst);
+            Revoke::Revoked
+        } else if z & DIRTY != 0 {
+            Revoke::Dirty
+        } else {
+            Revoke::Clean
+        }
+    }
+
+    /// A granted writer covering the zone found no biased reader of it
+    /// after a completed heavy barrier: later writers need not scan. The
+    /// zone cannot be re-biased while that writer is granted.
+    pub(crate) fn clean_zone(&self) {
+        let _ = self.bias.compare_exchange(DIRTY, 0, Relaxed, Relaxed);
     }
 
     /// Reader fast path: enters the slot holding `r` for reading, or says
@@ -295,6 +362,13 @@ impl Slots {
         } else {
             (lo..=hi).for_each(|b| f(&self.wide[(b % WIDE as u64) as usize]));
         }
+    }
+
+    /// Whether `zone` is among the slots `for_writer(w)` visits.
+    pub(crate) fn covers(&self, w: &ByteRange, zone: &Slot) -> bool {
+        let mut hit = false;
+        self.for_writer(w, |s| hit |= s.key() == zone.key());
+        hit
     }
 
     pub(crate) fn all(&self) -> impl Iterator<Item = &Slot> {

@@ -269,7 +269,7 @@ fn many_threads_no_lost_wakeups() {
 }
 
 #[test]
-fn first_read_biases_and_a_writer_revokes() {
+fn first_read_biases_and_a_writer_revokes_only_its_zones() {
     let l = RangeLock::new();
     let r = l.read(0..P);
     assert!(
@@ -277,15 +277,25 @@ fn first_read_biases_and_a_writer_revokes() {
         "a fresh lock's first reader turns the bias on"
     );
     assert!(l.snapshot().biased);
-    // A disjoint writer revokes the bias but does not wait for our read.
+    // A disjoint writer revokes the zones its range can meet, not ours,
+    // and does not wait for our read.
     let w = l.try_write(P..2 * P).expect("disjoint");
-    assert!(!l.snapshot().biased);
-    // While it holds, readers use the slots (or the queue), never the bias.
+    // Readers of other pages stay biased: they never see this writer.
     let r2 = l.read(2 * P..3 * P);
-    assert!(r2.is_fast() && !r2.is_biased());
+    assert!(
+        r2.is_biased(),
+        "a zone the writer cannot meet keeps its bias"
+    );
+    // Its own zone is closed: the same page conflicts, and a disjoint page
+    // of the same zone (16 narrow zones) goes neither biased nor fast.
     assert!(l.try_read(P..P + 1).is_none());
-    drop((r, w, r2));
+    let r3 = l.read(17 * P..18 * P);
+    assert!(!r3.is_biased() && !r3.is_fast());
+    drop((r, w, r2, r3));
     assert!(l.is_idle(), "{:?}", l.snapshot());
+    // The revoked zone stays off for the inhibit period.
+    let r4 = l.read(P..2 * P);
+    assert!(!r4.is_biased() && r4.is_fast());
 }
 
 #[test]
