@@ -9,9 +9,14 @@
 #   Debian:  fuse3 libfuse3-dev libacl1-dev stress-ng pkg-config
 #   rustup:  rustfmt, clippy (stable)
 #   cargo:   pjdfstest 0.2.x, fsx 0.3.x   (cargo install --locked)
+#   peers:   scripts/build-peers.sh (the FUSE servers `uvfs bench fuse-stat`
+#            compares with; well under a second once built). Never fails
+#            this script: the benchmark builds a missing peer itself, and
+#            reports one that cannot be built.
 #
 # Env:
 #   UVFS_SKIP_CARGO_TOOLS=1   don't install pjdfstest/fsx
+#   UVFS_SKIP_PEERS=1         don't build the benchmark peers
 #   PJDFSTEST_VERSION, FSX_VERSION   version requirements (default ^0.2, ^0.3)
 
 _uvfs_install_deps() {
@@ -80,6 +85,17 @@ _uvfs_install_deps() {
             echo "install-deps: fsx installed in $((SECONDS - t0))s"
         fi
         echo "install-deps: pjdfstest=$(command -v pjdfstest) fsx=$(command -v fsx)"
+    fi
+
+    # ---- benchmark peers -------------------------------------------------
+    if [ "${UVFS_SKIP_PEERS:-0}" != 1 ]; then
+        local peers_script t1=$SECONDS
+        peers_script="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/build-peers.sh"
+        if [ -f "$peers_script" ] && bash "$peers_script"; then
+            echo "install-deps: benchmark peers ready in $((SECONDS - t1))s"
+        else
+            echo "install-deps: WARNING: benchmark peers not built (uvfs bench fuse-stat reports them as failed); continuing" >&2
+        fi
     fi
 
     echo "install-deps: done in $((SECONDS - start))s"

@@ -10,7 +10,9 @@
 //! `walk.rs`: 200,000 files by default, `--files`, 20,000 with `--quick`),
 //! one subtree per walker of the widest run. When this binary's `mount`
 //! takes `--source DIR`, a passthrough mount of a native tree (under
-//! `--native-dir`) and that native tree itself are compared too.
+//! `--native-dir`) and that native tree itself are compared too, and so are
+//! the peers (`peers.rs`: libfuse's `passthrough_ll` and fuse-backend-rs's
+//! passthrough) serving that same native tree, with the same timeouts.
 //!
 //! # Passes
 //! For each repeat and thread count, every file system in turn: a cold
@@ -18,9 +20,22 @@
 //! be remounted to go cold: its data lives in the server; see
 //! `fuse_mount.rs`), then a warm pass. For uvfs mounts the server's
 //! counters are read before and after each pass (`uvfs stat --json`):
-//! requests per stat, by opcode, and server CPU per request.
+//! requests per stat, by opcode, and server CPU per request. For every
+//! server process (uvfs or peer) a thread polls `/proc/PID` during the walk
+//! (`procstat.rs`): peak open fds and peak RSS.
+//!
+//! # Failures are results
+//! The peers keep one fd per inode the kernel holds, so under this
+//! machine's fd limit they run out (EMFILE) part way through a large tree.
+//! A walk that fails, or sees fewer entries than the tree has, becomes a
+//! row with `ok: false`, how many entries it got through (`seen`) and the
+//! error; so does a peer that cannot be built or started. The benchmark
+//! goes on. A pass that runs past [`PASS_LIMIT`] (a hung server) has its
+//! server killed, which fails the walk.
 
 use crate::fuse_mount::{self, ScratchDir, ServerMount, ServerSample, Tmpfs};
+use crate::peers::{PeerKind, PeerMount, PeerOptions};
+use crate::procstat::{self, Peaks, Sampler};
 use crate::report::{median, BarGroup, Progress, Report, Row};
 use crate::walk::{self, TreeShape};
 use crate::{row, CommonOpts};
@@ -28,12 +43,21 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 const MEMFS: &str = "uvfs-memfs";
 const TMPFS: &str = "tmpfs";
 const PASSTHROUGH: &str = "uvfs-passthrough";
 const NATIVE: &str = "native";
+const LIBFUSE: &str = PeerKind::LibfusePassthroughLl.name();
+const FBR: &str = PeerKind::FuseBackendRs.name();
+/// The peers, as `--fs` names them.
+const PEERS: [&str; 2] = [LIBFUSE, FBR];
+
+/// Longest a pass may take before its server is taken for hung and killed
+/// (a 200,000-file cold walk takes seconds).
+pub const PASS_LIMIT: Duration = Duration::from_secs(300);
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct FuseStatOpts {
@@ -49,13 +73,15 @@ pub struct FuseStatOpts {
     #[arg(long, default_value_t = 100)]
     pub per_dir: usize,
     /// File systems to walk (default: uvfs-memfs,tmpfs, plus
-    /// uvfs-passthrough,native when `uvfs mount --source` exists).
+    /// native,uvfs-passthrough,libfuse-passthrough_ll,fuse-backend-rs when
+    /// `uvfs mount --source` exists).
     #[arg(long, value_delimiter = ',')]
     pub fs: Option<Vec<String>>,
     /// Entry and attribute timeouts of the uvfs mounts, in seconds.
     #[arg(long, default_value_t = 60.0)]
     pub timeout: f64,
-    /// Request loops of the uvfs servers (default: `uvfs mount`'s).
+    /// Request loops of the uvfs servers and fuse-backend-rs, libfuse's
+    /// max_threads (default: each server's own).
     #[arg(long)]
     pub server_threads: Option<usize>,
     /// Where the native tree (the passthrough source) is built.
@@ -68,9 +94,34 @@ struct Target {
     name: &'static str,
     root: PathBuf,
     server: Option<ServerMount>,
+    peer: Option<PeerMount>,
+    /// Why it could not be set up (a peer that failed to build or start):
+    /// its rows say so instead of measuring.
+    setup_error: Option<String>,
+    /// The server's soft fd limit.
+    fd_limit: Option<u64>,
+    /// uvfs passthrough's fd pool budget (`passthrough.fds.budget`): the
+    /// process holds a few more (stdio, /dev/fuse clones, its socket).
+    fd_budget: Option<u64>,
     _tmpfs: Option<Tmpfs>,
     _dir: Option<ScratchDir>,
     build_secs: f64,
+}
+
+impl Target {
+    /// The pid of the process serving it, if one does.
+    fn pid(&self) -> Option<u32> {
+        match (&self.server, &self.peer) {
+            (Some(s), _) => s.pid(),
+            (_, Some(p)) => Some(p.pid()),
+            _ => None,
+        }
+    }
+
+    /// Whether a server process stands behind it (or was meant to).
+    fn served(&self) -> bool {
+        self.name.starts_with("uvfs") || PEERS.contains(&self.name)
+    }
 }
 
 /// Targets torn down in reverse order (a passthrough mount before the
@@ -86,14 +137,20 @@ impl Drop for Targets {
 }
 
 /// What one pass measured.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 struct PassSample {
+    /// Until every walker stopped (finished or failed).
     secs: f64,
+    /// Entries the walkers statted.
     entries: u64,
+    /// Why the walk failed (an error, or fewer entries than the tree has).
+    error: Option<String>,
     server: Option<ServerSample>,
     /// Nodes the kernel held when the walk began (`fuse.nodes`: about 1,
     /// the root, when a cold pass is cold).
     nodes_at_start: Option<u64>,
+    /// The server process's peaks during the walk.
+    peaks: Option<Peaks>,
 }
 
 fn server_args(o: &FuseStatOpts, shape: &TreeShape, source: Option<&Path>) -> Vec<String> {
@@ -123,7 +180,7 @@ fn bad(msg: String) -> io::Error {
 
 /// The file systems to run, checked, in setup order.
 fn choose_fs(o: &FuseStatOpts, passthrough: bool) -> io::Result<Vec<&'static str>> {
-    let all = [MEMFS, TMPFS, NATIVE, PASSTHROUGH];
+    let all = [MEMFS, TMPFS, NATIVE, PASSTHROUGH, LIBFUSE, FBR];
     let wanted: Vec<String> = match &o.fs {
         Some(v) => v.clone(),
         None if passthrough => all.iter().map(|s| s.to_string()).collect(),
@@ -139,8 +196,11 @@ fn choose_fs(o: &FuseStatOpts, passthrough: bool) -> io::Result<Vec<&'static str
             "uvfs-passthrough needs `uvfs mount --source DIR`, which this build lacks".into(),
         ));
     }
-    // The passthrough mount serves the native tree, so it needs it built.
-    let native = wanted.iter().any(|w| w == NATIVE || w == PASSTHROUGH);
+    // The passthrough mount and the peers serve the native tree, so they
+    // need it built.
+    let native = wanted
+        .iter()
+        .any(|w| w == NATIVE || w == PASSTHROUGH || PEERS.contains(&w.as_str()));
     Ok(all
         .into_iter()
         .filter(|a| (*a == NATIVE && native) || wanted.iter().any(|w| w == a))
@@ -157,6 +217,10 @@ fn build_target(
         name,
         root: PathBuf::new(),
         server: None,
+        peer: None,
+        setup_error: None,
+        fd_limit: None,
+        fd_budget: None,
         _tmpfs: None,
         _dir: None,
         build_secs: 0.0,
@@ -165,6 +229,7 @@ fn build_target(
         MEMFS => {
             let m = ServerMount::start("memfs", &server_args(o, shape, None))?;
             t.root = m.root().to_path_buf();
+            t.fd_limit = m.pid().and_then(|p| procstat::fd_limit(p).ok().flatten());
             t.server = Some(m);
         }
         TMPFS => {
@@ -184,8 +249,32 @@ fn build_target(
             let src = native_root.ok_or_else(|| bad("passthrough without a native tree".into()))?;
             let m = ServerMount::start("passthrough", &server_args(o, shape, Some(src)))?;
             t.root = m.root().to_path_buf();
+            t.fd_limit = m.pid().and_then(|p| procstat::fd_limit(p).ok().flatten());
+            t.fd_budget = m
+                .report()
+                .ok()
+                .and_then(|v| v.pointer("/counters/passthrough.fds.budget")?.as_u64());
             t.server = Some(m);
             // The tree is the native one, already built.
+            return Ok(t);
+        }
+        LIBFUSE | FBR => {
+            let src = native_root.ok_or_else(|| bad(format!("{name} without a native tree")))?;
+            let kind = PeerKind::from_name(name).expect("a peer's name");
+            let opts = PeerOptions {
+                timeout_secs: o.timeout,
+                threads: o.server_threads,
+            };
+            // A peer that cannot be had is a result (rows with the reason),
+            // not the end of the run.
+            match PeerMount::start_with(kind, src, kind.binary(), &opts) {
+                Ok(p) => {
+                    t.root = p.root().to_path_buf();
+                    t.fd_limit = procstat::fd_limit(p.pid()).ok().flatten();
+                    t.peer = Some(p);
+                }
+                Err(e) => t.setup_error = Some(e.to_string()),
+            }
             return Ok(t);
         }
         _ => unreachable!("checked by choose_fs"),
@@ -196,8 +285,19 @@ fn build_target(
     Ok(t)
 }
 
-/// One walk of every subtree by `threads` walkers; returns (secs, entries).
-fn walk_all(root: &Path, shape: &TreeShape, threads: usize) -> io::Result<(f64, u64)> {
+/// What a walk of every subtree by `threads` walkers came to.
+#[derive(Debug)]
+struct WalkOutcome {
+    /// Until the last walker stopped.
+    secs: f64,
+    /// Entries statted, by all walkers together.
+    seen: u64,
+    /// The first error a walker met (each stops at its first).
+    error: Option<io::Error>,
+}
+
+/// One walk of every subtree by `threads` walkers.
+fn walk_all(root: &Path, shape: &TreeShape, threads: usize) -> WalkOutcome {
     let barrier = std::sync::Barrier::new(threads + 1);
     std::thread::scope(|sc| {
         let hs: Vec<_> = (0..threads)
@@ -205,31 +305,78 @@ fn walk_all(root: &Path, shape: &TreeShape, threads: usize) -> io::Result<(f64, 
                 let barrier = &barrier;
                 sc.spawn(move || {
                     barrier.wait();
-                    shape
-                        .subtrees_of(w, threads)
-                        .into_iter()
-                        .map(|s| walk::walk(&root.join(format!("t{s}"))))
-                        .sum::<io::Result<u64>>()
+                    let mut n = 0;
+                    for s in shape.subtrees_of(w, threads) {
+                        if let Err(e) = walk::walk_counting(&root.join(format!("t{s}")), &mut n) {
+                            return (n, Some(e));
+                        }
+                    }
+                    (n, None)
                 })
             })
             .collect();
         barrier.wait();
         let start = Instant::now();
-        let mut total = 0;
-        let mut err = None;
+        let mut out = WalkOutcome {
+            secs: 0.0,
+            seen: 0,
+            error: None,
+        };
         for h in hs {
-            match h.join() {
-                Ok(Ok(n)) => total += n,
-                Ok(Err(e)) => err = Some(e),
-                Err(_) => err = Some(io::Error::other("walker panicked")),
+            let (n, e) = h
+                .join()
+                .unwrap_or_else(|_| (0, Some(io::Error::other("walker panicked"))));
+            out.seen += n;
+            if out.error.is_none() {
+                out.error = e;
             }
         }
-        let secs = start.elapsed().as_secs_f64();
-        match err {
-            Some(e) => Err(e),
-            None => Ok((secs, total)),
-        }
+        out.secs = start.elapsed().as_secs_f64();
+        out
     })
+}
+
+/// Runs `f`; if it has not returned within `limit`, kills `pid` (so a walk
+/// blocked on a hung server fails instead of hanging the benchmark).
+/// Returns `f`'s result and whether the server was killed.
+fn with_watchdog<R>(pid: Option<u32>, limit: Duration, f: impl FnOnce() -> R) -> (R, bool) {
+    let Some(pid) = pid else {
+        return (f(), false);
+    };
+    let (done, wait) = mpsc::channel::<()>();
+    std::thread::scope(|sc| {
+        let dog = sc.spawn(move || {
+            if let Err(mpsc::RecvTimeoutError::Timeout) = wait.recv_timeout(limit) {
+                // SAFETY: kill(2) with a valid signal and the pid of a child
+                // of ours that is not reaped before the pass ends (its
+                // ServerMount or PeerMount is borrowed by the pass), so the
+                // pid cannot have been reused.
+                unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+                return true;
+            }
+            false
+        });
+        let r = f();
+        drop(done);
+        (r, dog.join().unwrap_or(false))
+    })
+}
+
+/// After a cache drop the kernel FORGETs the nodes a peer held and the peer
+/// closes their fds, asynchronously: waits until its fd count has not
+/// changed for 100 ms (at most 10 s), so a cold pass starts with those fds
+/// given back (what `ServerMount::settle` does for uvfs with its counters).
+fn settle_fds(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut prev = procstat::fd_count(pid).ok();
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = procstat::fd_count(pid).ok();
+        if now == prev {
+            return;
+        }
+        prev = now;
+    }
 }
 
 /// One pass over one target: (cold: drop caches first), walk, counters.
@@ -242,24 +389,43 @@ fn pass(t: &Target, shape: &TreeShape, threads: usize, cold: bool) -> io::Result
         Some(s) => Some(s.sample()?),
         None => None,
     };
-    let nodes_at_start = before.as_ref().map(|b| b.nodes);
-    let (secs, entries) = walk_all(&t.root, shape, threads)?;
-    if entries != shape.entries() {
-        return Err(io::Error::other(format!(
-            "{}: the walk saw {entries} entries, the tree has {}",
-            t.name,
-            shape.entries()
-        )));
+    if let (Some(p), true) = (&t.peer, cold) {
+        settle_fds(p.pid());
     }
+    let nodes_at_start = before.as_ref().map(|b| b.nodes);
+    let sampler = t
+        .pid()
+        .map(|pid| Sampler::start(pid, procstat::DEFAULT_PERIOD));
+    let (w, killed) = with_watchdog(t.pid(), PASS_LIMIT, || walk_all(&t.root, shape, threads));
+    let peaks = sampler.map(Sampler::stop);
+    let mut error = w.error.map(|e| e.to_string());
+    if killed {
+        error = Some(format!(
+            "the pass took over {PASS_LIMIT:?}: server killed ({})",
+            error.as_deref().unwrap_or("the walk then ended")
+        ));
+    }
+    if error.is_none() && w.seen != shape.entries() {
+        error = Some(format!(
+            "the walk saw {} entries, the tree has {}",
+            w.seen,
+            shape.entries()
+        ));
+    }
+    // A failed pass may have left the server dead: its counters are then
+    // optional, not a reason to stop.
     let server = match (&t.server, before) {
-        (Some(s), Some(b)) => Some(b.delta(&s.sample()?)),
+        (Some(s), Some(b)) if error.is_none() => Some(b.delta(&s.sample()?)),
+        (Some(s), Some(b)) => s.sample().ok().map(|a| b.delta(&a)),
         _ => None,
     };
     Ok(PassSample {
-        secs,
-        entries,
+        secs: w.secs,
+        entries: w.seen,
+        error,
         server,
         nodes_at_start,
+        peaks,
     })
 }
 
@@ -303,27 +469,103 @@ fn server_fields(samples: &[PassSample]) -> Option<Row> {
     ))
 }
 
-/// `vs_tmpfs` on every row (same pass and threads) and `vs_native` on the
-/// passthrough rows.
+/// `vs_tmpfs` on every completed row (same pass and threads) and
+/// `vs_native` on the rows of servers of the native tree (passthrough and
+/// peers).
 fn add_ratios(report: &mut Report) {
     let rows = report.rows.clone();
     let get = |fs: &str, pass: &Value, t: &Value| {
         rows.iter()
             .find(|r| r["fs"] == fs && &r["pass"] == pass && &r["threads"] == t)
-            .and_then(|r| r["stats_per_sec"].as_f64())
+            .and_then(|r| num(r, "stats_per_sec"))
     };
     for r in &mut report.rows {
-        let v = r["stats_per_sec"].as_f64().unwrap_or(0.0);
+        // A failed row has no rate to compare.
+        let Some(v) = num(r, "stats_per_sec") else {
+            continue;
+        };
         let (p, t) = (r["pass"].clone(), r["threads"].clone());
         if let Some(b) = get(TMPFS, &p, &t) {
             r.insert("vs_tmpfs".into(), json!(v / b));
         }
-        if r["fs"] == PASSTHROUGH {
+        let fs = r["fs"].as_str().unwrap_or("");
+        if fs == PASSTHROUGH || PEERS.contains(&fs) {
             if let Some(b) = get(NATIVE, &p, &t) {
                 r.insert("vs_native".into(), json!(v / b));
             }
         }
     }
+}
+
+/// What a row describes, besides its passes.
+struct RowKey<'a> {
+    fs: &'a str,
+    threads: usize,
+    cold: bool,
+    files: usize,
+    /// Entries in the tree: what a complete walk stats.
+    entries: u64,
+    repeats: usize,
+    build_secs: f64,
+    /// Served by a process, whose fds and RSS are measured (else null).
+    served: bool,
+    fd_limit: Option<u64>,
+    fd_budget: Option<u64>,
+}
+
+/// One row: medians over the repeats when every pass completed; else a
+/// failed row (`ok: false`) with how far the failed passes got (`seen`,
+/// their median), the first error, and no rate. `setup_error`: the target
+/// never ran (a peer that could not be built or started).
+fn make_row(k: &RowKey, setup_error: Option<&str>, ss: &[PassSample]) -> Row {
+    let mut r = row!(
+        "fs" => k.fs,
+        "pass" => if k.cold { "cold" } else { "warm" },
+        "threads" => k.threads,
+        "files" => k.files,
+        "entries" => k.entries,
+        "repeats" => k.repeats,
+        "build_secs" => k.build_secs,
+    );
+    let failed: Vec<&PassSample> = ss.iter().filter(|s| s.error.is_some()).collect();
+    let ok = setup_error.is_none() && !ss.is_empty() && failed.is_empty();
+    let secs_of = |v: &[&PassSample]| {
+        (!v.is_empty()).then(|| median(&v.iter().map(|s| s.secs).collect::<Vec<_>>()))
+    };
+    let (seen, secs, error) = if let Some(e) = setup_error {
+        (0, None, Some(e.to_string()))
+    } else if ok {
+        (k.entries, secs_of(&ss.iter().collect::<Vec<_>>()), None)
+    } else {
+        let seen = median(&failed.iter().map(|s| s.entries as f64).collect::<Vec<_>>());
+        let error = failed.iter().find_map(|s| s.error.clone());
+        (seen.round() as u64, secs_of(&failed), error)
+    };
+    let peaks = ss
+        .iter()
+        .filter_map(|s| s.peaks)
+        .filter(|p| p.samples > 0)
+        .reduce(|mut a, b| {
+            a.merge(b);
+            a
+        });
+    let served = |f: fn(&Peaks) -> u64| k.served.then(|| peaks.as_ref().map(f)).flatten();
+    r.extend(row!(
+        "ok" => ok,
+        "seen" => seen,
+        "secs" => secs,
+        "stats_per_sec" => if ok { secs.map(|s| k.entries as f64 / s) } else { None },
+        "max_fds" => served(|p| p.max_fds),
+        "rss_bytes" => served(|p| p.max_rss_bytes),
+        "rss_hwm_bytes" => served(|p| p.hwm_bytes),
+        "fd_limit" => if k.served { k.fd_limit } else { None },
+        "fd_budget" => k.fd_budget,
+        "error" => error,
+    ));
+    if !ok && setup_error.is_none() {
+        r.insert("failed_repeats".into(), json!(failed.len()));
+    }
+    r
 }
 
 /// Runs the workload: one row per (file system, threads, pass).
@@ -348,7 +590,10 @@ pub fn run(o: &FuseStatOpts) -> io::Result<Report> {
     };
     let passthrough = fuse_mount::supports_source();
     let names = choose_fs(o, passthrough)?;
-    if names.iter().any(|n| n.starts_with("uvfs")) {
+    if names
+        .iter()
+        .any(|n| n.starts_with("uvfs") || PEERS.contains(n))
+    {
         fuse_mount::check_fuse()?;
     }
     // Fail early (before building trees) if cold passes are impossible.
@@ -357,7 +602,11 @@ pub fn run(o: &FuseStatOpts) -> io::Result<Report> {
     let mut prog = Progress::new(names.len() + repeats * threads.len() * names.len() * 2);
     let mut targets = Targets(Vec::new());
     for &name in &names {
-        prog.step(&format!("fuse-stat: {name}: building {files} files"));
+        prog.step(&if PEERS.contains(&name) {
+            format!("fuse-stat: {name}: building (if needed) and mounting")
+        } else {
+            format!("fuse-stat: {name}: building {files} files")
+        });
         let native_root = targets
             .0
             .iter()
@@ -380,6 +629,9 @@ pub fn run(o: &FuseStatOpts) -> io::Result<Report> {
                         if cold { "cold" } else { "warm" },
                         rep + 1
                     ));
+                    if target.setup_error.is_some() {
+                        continue;
+                    }
                     let s = pass(target, &shape, t, cold)?;
                     samples.entry((k, t, cold)).or_default().push(s);
                 }
@@ -392,26 +644,31 @@ pub fn run(o: &FuseStatOpts) -> io::Result<Report> {
     for &t in &threads {
         for cold in [true, false] {
             for (k, target) in targets.0.iter().enumerate() {
-                let Some(ss) = samples.get(&(k, t, cold)) else {
+                let ss = samples.get(&(k, t, cold)).map_or(&[][..], Vec::as_slice);
+                if ss.is_empty() && target.setup_error.is_none() {
                     continue;
+                }
+                let key = RowKey {
+                    fs: target.name,
+                    threads: t,
+                    cold,
+                    files,
+                    entries: shape.entries(),
+                    repeats,
+                    build_secs: target.build_secs,
+                    served: target.served(),
+                    fd_limit: target.fd_limit,
+                    fd_budget: target.fd_budget,
                 };
-                let secs = median(&ss.iter().map(|s| s.secs).collect::<Vec<_>>());
-                let entries = ss[0].entries;
-                let mut r = row!(
-                    "fs" => target.name,
-                    "pass" => if cold { "cold" } else { "warm" },
-                    "threads" => t,
-                    "files" => files,
-                    "entries" => entries,
-                    "secs" => secs,
-                    "stats_per_sec" => entries as f64 / secs,
-                    "repeats" => repeats,
-                    "build_secs" => target.build_secs,
-                );
-                if target.server.is_some() {
+                let mut r = make_row(&key, target.setup_error.as_deref(), ss);
+                if target.served() {
                     r.insert("entry_timeout".into(), json!(o.timeout));
                     r.insert("attr_timeout".into(), json!(o.timeout));
-                    if let Some(f) = server_fields(ss) {
+                }
+                if target.server.is_some() {
+                    let done: Vec<PassSample> =
+                        ss.iter().filter(|s| s.error.is_none()).cloned().collect();
+                    if let Some(f) = server_fields(&done) {
                         r.extend(f);
                     }
                 }
@@ -420,10 +677,16 @@ pub fn run(o: &FuseStatOpts) -> io::Result<Report> {
         }
     }
     add_ratios(&mut report);
-    // Tear down now, so a failure to unmount is reported with the run.
+    // Tear down now, so a failure to unmount is reported with the run (a
+    // uvfs server's fails the run; a peer's is printed).
     for mut t in targets.0.drain(..).rev() {
         if let Some(s) = t.server.as_mut() {
             s.shutdown()?;
+        }
+        if let Some(p) = t.peer.as_mut() {
+            if let Err(e) = p.shutdown() {
+                eprintln!("uvfs bench fuse-stat: {e}");
+            }
         }
     }
     Ok(report)
@@ -435,10 +698,14 @@ pub const COLUMNS: &[&str] = &[
     "pass",
     "threads",
     "entries",
+    "ok",
+    "seen",
     "secs",
     "stats_per_sec",
     "vs_tmpfs",
     "vs_native",
+    "max_fds",
+    "rss_bytes",
     "requests_per_stat",
     "cpu_us_per_request",
     "cpu_us_per_stat",
@@ -468,8 +735,13 @@ pub fn summary(r: &Report) -> Vec<String> {
     let mut out = Vec::new();
     let verdict = |x: f64, min: f64| if x >= min { "met" } else { "NOT met" };
     if let Some(x) = r.rows.iter().find_map(|x| num(x, "entry_timeout")) {
+        let peers = if r.rows.iter().any(is_peer) {
+            " (peers: the same timeouts)"
+        } else {
+            ""
+        };
         out.push(format!(
-            "uvfs mounts: --entry-timeout {x} --attr-timeout {x} (kernel may cache names and attributes {x} s)"
+            "uvfs mounts: --entry-timeout {x} --attr-timeout {x}{peers} (kernel may cache names and attributes {x} s)"
         ));
     }
     let rows = |fs: &str, pass: &str| -> Vec<&Row> {
@@ -506,14 +778,20 @@ pub fn summary(r: &Report) -> Vec<String> {
             ));
         }
     }
+    for x in rows(PASSTHROUGH, "cold") {
+        out.push(vs_best_peer(r, x));
+    }
     for x in rows(PASSTHROUGH, "warm") {
         if let Some(v) = num(x, "vs_native") {
             out.push(format!(
-                "warm T={}: uvfs-passthrough/native = {v:.2}x",
+                "uvfs-passthrough warm vs native: {v:.2}x (target >= 0.9: {}) [T={}]",
+                verdict(v, 0.9),
                 x["threads"]
             ));
         }
     }
+    out.extend(failures(r));
+    out.extend(server_peaks(r));
     if !rows(TMPFS, "cold").is_empty() {
         out.push(
             "note: cold = after `echo 2 > /proc/sys/vm/drop_caches` (memfs cannot be remounted \
@@ -524,10 +802,127 @@ pub fn summary(r: &Report) -> Vec<String> {
     out
 }
 
-/// Bar chart: stats/s per (threads, pass), one bar per file system.
+fn is_peer(x: &Row) -> bool {
+    x["fs"].as_str().is_some_and(|f| PEERS.contains(&f))
+}
+
+/// `1234567` as `1,234,567`.
+fn thousands(n: u64) -> String {
+    let d = n.to_string();
+    let groups: Vec<&str> = d
+        .as_bytes()
+        .rchunks(3)
+        .rev()
+        .map(|g| std::str::from_utf8(g).unwrap_or("?"))
+        .collect();
+    groups.join(",")
+}
+
+/// The issue's headline: uvfs-passthrough's cold rate against the fastest
+/// peer that walked the whole tree at the same thread count (a peer that
+/// ran out of fds part way has no rate to compare).
+fn vs_best_peer(r: &Report, ours: &Row) -> String {
+    let head = "uvfs-passthrough cold vs best completing peer:";
+    let t = &ours["threads"];
+    let best = r
+        .rows
+        .iter()
+        .filter(|x| is_peer(x) && x["pass"] == "cold" && &x["threads"] == t)
+        .filter_map(|x| Some((x["fs"].as_str()?, num(x, "stats_per_sec")?)))
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    let peers_ran = r.rows.iter().any(is_peer);
+    match (num(ours, "stats_per_sec"), best) {
+        (None, _) => format!("{head} - (uvfs-passthrough did not complete the walk) [T={t}]"),
+        (Some(_), None) if !peers_ran => format!("{head} - (no peer run; --fs) [T={t}]"),
+        (Some(_), None) => format!("{head} - (no peer completed the walk) [T={t}]"),
+        (Some(v), Some((name, b))) => format!(
+            "{head} {:.2}x (target >= 1.2: {}) [T={t}: {:.0} vs {name} {:.0} stats/s]",
+            v / b,
+            if v / b >= 1.2 { "met" } else { "NOT met" },
+            v,
+            b
+        ),
+    }
+}
+
+/// A line per failed row: how far the walk got and why; a peer that never
+/// ran is one line, not one per pass.
+fn failures(r: &Report) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let get = |x: &'_ Row, k: &str| x.get(k).cloned().unwrap_or(Value::Null);
+    for x in r
+        .rows
+        .iter()
+        .filter(|x| x.get("ok") == Some(&Value::Bool(false)))
+    {
+        let fs = x["fs"].as_str().unwrap_or("?");
+        let error = get(x, "error");
+        let error = error.as_str().unwrap_or("?");
+        if x.get("failed_repeats").is_none() {
+            let line = format!("{fs}: not run: {error}");
+            if !out.contains(&line) {
+                out.push(line);
+            }
+            continue;
+        }
+        let fds = match (num(x, "max_fds"), num(x, "fd_limit")) {
+            (Some(m), Some(l)) => format!(", server peak {} fds (limit {})", m, l),
+            (Some(m), None) => format!(", server peak {m} fds"),
+            _ => String::new(),
+        };
+        out.push(format!(
+            "{fs} {} T={}: FAILED after {} of {} entries{fds}: {error}",
+            x["pass"].as_str().unwrap_or("?"),
+            x["threads"],
+            thousands(get(x, "seen").as_u64().unwrap_or(0)),
+            thousands(get(x, "entries").as_u64().unwrap_or(0)),
+        ));
+    }
+    out
+}
+
+/// Per server: the most fds it held and its peak RSS over every pass.
+fn server_peaks(r: &Report) -> Vec<String> {
+    let mut names: Vec<&str> = Vec::new();
+    for x in &r.rows {
+        if let Some(f) = x["fs"]
+            .as_str()
+            .filter(|_| x.get("max_fds").is_some_and(|v| !v.is_null()))
+        {
+            if !names.contains(&f) {
+                names.push(f);
+            }
+        }
+    }
+    names
+        .into_iter()
+        .map(|fs| {
+            let rows: Vec<&Row> = r.rows.iter().filter(|x| x["fs"] == fs).collect();
+            let max = |k: &str| {
+                rows.iter()
+                    .filter_map(|x| x.get(k).and_then(Value::as_u64))
+                    .max()
+            };
+            let limit = match (max("fd_limit"), max("fd_budget")) {
+                (Some(l), Some(b)) => format!(" (limit {l}; fd pool budget {b})"),
+                (Some(l), None) => format!(" (limit {l})"),
+                (None, Some(b)) => format!(" (fd pool budget {b})"),
+                (None, None) => String::new(),
+            };
+            format!(
+                "{fs}: server peak {} fds{limit}, peak RSS {:.1} MiB",
+                max("max_fds").unwrap_or(0),
+                max("rss_bytes").unwrap_or(0) as f64 / (1024.0 * 1024.0)
+            )
+        })
+        .collect()
+}
+
+/// Bar chart: stats/s per (threads, pass), one bar per file system (rows
+/// that failed have no rate and no bar; the table and summary show them).
 pub fn chart(r: &Report) -> (String, String, Vec<BarGroup>) {
     let mut groups: Vec<BarGroup> = Vec::new();
-    for x in &r.rows {
+    for x in r.rows.iter().filter(|x| num(x, "stats_per_sec").is_some()) {
         let label = format!("T={} {}", x["threads"], x["pass"].as_str().unwrap_or(""));
         let bar = (
             x["fs"].as_str().unwrap_or("?").to_string(),
@@ -568,7 +963,7 @@ mod tests {
                 forgotten: 0,
                 nodes: 0,
             }),
-            nodes_at_start: None,
+            ..PassSample::default()
         }
     }
 
@@ -591,8 +986,7 @@ mod tests {
         assert!(server_fields(&[PassSample {
             secs: 1.0,
             entries: 1,
-            server: None,
-            nodes_at_start: None,
+            ..PassSample::default()
         }])
         .is_none());
     }
@@ -652,12 +1046,212 @@ mod tests {
         assert_eq!(choose_fs(&o, false).unwrap(), vec![MEMFS, TMPFS]);
         assert_eq!(
             choose_fs(&o, true).unwrap(),
-            vec![MEMFS, TMPFS, NATIVE, PASSTHROUGH]
+            vec![MEMFS, TMPFS, NATIVE, PASSTHROUGH, LIBFUSE, FBR]
         );
         o.fs = Some(vec![PASSTHROUGH.into()]);
         assert!(choose_fs(&o, false).is_err());
         assert_eq!(choose_fs(&o, true).unwrap(), vec![NATIVE, PASSTHROUGH]);
+        // A peer alone brings the native tree it serves, and needs no
+        // `uvfs mount --source`.
+        o.fs = Some(vec![FBR.into()]);
+        assert_eq!(choose_fs(&o, false).unwrap(), vec![NATIVE, FBR]);
+        o.fs = Some(vec![LIBFUSE.into(), PASSTHROUGH.into()]);
+        assert_eq!(
+            choose_fs(&o, true).unwrap(),
+            vec![NATIVE, PASSTHROUGH, LIBFUSE]
+        );
         o.fs = Some(vec!["ext9".into()]);
         assert!(choose_fs(&o, true).is_err());
+    }
+
+    fn key(fs: &str, served: bool) -> RowKey<'_> {
+        RowKey {
+            fs,
+            threads: 2,
+            cold: true,
+            files: 20_000,
+            entries: 20_210,
+            repeats: 3,
+            build_secs: 0.5,
+            served,
+            fd_limit: served.then_some(20_000),
+            fd_budget: (fs == PASSTHROUGH).then_some(15_000),
+        }
+    }
+
+    fn walked(secs: f64, entries: u64, error: Option<&str>, fds: u64) -> PassSample {
+        let mut peaks = Peaks::default();
+        peaks.add(procstat::ProcUsage {
+            fds,
+            rss_bytes: fds * 1000,
+            hwm_bytes: fds * 2000,
+        });
+        PassSample {
+            secs,
+            entries,
+            error: error.map(String::from),
+            peaks: Some(peaks),
+            ..PassSample::default()
+        }
+    }
+
+    #[test]
+    fn completed_row_has_rate_and_peaks() {
+        let ss = [
+            walked(2.0, 20_210, None, 100),
+            walked(1.0, 20_210, None, 300),
+            walked(3.0, 20_210, None, 200),
+        ];
+        let r = make_row(&key(PASSTHROUGH, true), None, &ss);
+        assert_eq!(r["ok"], true);
+        assert_eq!(r["seen"], 20_210);
+        assert_eq!(r["secs"].as_f64(), Some(2.0));
+        assert_eq!(r["stats_per_sec"].as_f64(), Some(10_105.0));
+        assert_eq!(r["max_fds"], 300, "the peak over every repeat");
+        assert_eq!(r["rss_bytes"], 300_000);
+        assert_eq!(r["rss_hwm_bytes"], 600_000);
+        assert_eq!(r["fd_limit"], 20_000);
+        assert!(r["error"].is_null());
+        assert!(r.get("failed_repeats").is_none());
+        // Not served by a process: no fds, no RSS (null, not absent).
+        let native = make_row(&key(NATIVE, false), None, &[walked(1.0, 20_210, None, 9)]);
+        assert!(native["max_fds"].is_null() && native["rss_bytes"].is_null());
+        assert!(native["fd_limit"].is_null());
+        assert_eq!(native["ok"], true);
+    }
+
+    #[test]
+    fn failed_walks_make_a_failed_row() {
+        let emfile = "walk /tmp/x/t0: Too many open files (os error 24)";
+        let ss = [
+            walked(0.5, 19_800, Some(emfile), 19_990),
+            walked(1.0, 20_210, None, 10),
+            walked(0.7, 19_850, Some(emfile), 20_000),
+        ];
+        let r = make_row(&key(LIBFUSE, true), None, &ss);
+        assert_eq!(r["ok"], false);
+        assert_eq!(r["seen"], 19_825, "median of the failed repeats");
+        assert_eq!(r["secs"].as_f64(), Some(0.6));
+        assert!(r["stats_per_sec"].is_null(), "a failed walk has no rate");
+        assert_eq!(r["error"], emfile);
+        assert_eq!(r["failed_repeats"], 2);
+        assert_eq!(r["max_fds"], 20_000);
+        // Fewer entries without an error is a failure too (see `pass`), and
+        // a peer that never started is a row with the reason.
+        let r = make_row(&key(FBR, true), Some("build failed: no cargo"), &[]);
+        assert_eq!(r["ok"], false);
+        assert_eq!(r["seen"], 0);
+        assert!(r["secs"].is_null() && r["stats_per_sec"].is_null());
+        assert!(r["max_fds"].is_null());
+        assert_eq!(r["error"], "build failed: no cargo");
+        assert!(r.get("failed_repeats").is_none());
+    }
+
+    #[test]
+    fn peers_in_ratios_and_summary() {
+        let mut r = Report::new("fuse-stat");
+        let emfile = "Too many open files (os error 24)";
+        let rows = [
+            make_row(&key(NATIVE, false), None, &[walked(1.0, 20_210, None, 0)]),
+            make_row(
+                &key(PASSTHROUGH, true),
+                None,
+                &[walked(2.0, 20_210, None, 15_000)],
+            ),
+            make_row(
+                &key(LIBFUSE, true),
+                None,
+                &[walked(0.5, 19_800, Some(emfile), 20_000)],
+            ),
+            make_row(&key(FBR, true), None, &[walked(3.0, 20_210, None, 20_100)]),
+        ];
+        r.rows.extend(rows);
+        let mut warm = |fs: &'static str, secs: f64| {
+            let mut k = key(fs, fs != NATIVE);
+            k.cold = false;
+            r.rows
+                .push(make_row(&k, None, &[walked(secs, 20_210, None, 7)]));
+        };
+        warm(NATIVE, 1.0);
+        warm(PASSTHROUGH, 1.25);
+        add_ratios(&mut r);
+        assert_eq!(r.rows[1]["vs_native"].as_f64(), Some(0.5));
+        assert!(
+            r.rows[2].get("vs_native").is_none(),
+            "failed rows get no ratio"
+        );
+        assert!((r.rows[3]["vs_native"].as_f64().unwrap() - 1.0 / 3.0).abs() < 1e-9);
+        let s = summary(&r).join("\n");
+        assert!(
+            s.contains("uvfs-passthrough cold vs best completing peer: 1.50x (target >= 1.2: met) [T=2: 10105 vs fuse-backend-rs 6737 stats/s]"),
+            "{s}"
+        );
+        assert!(
+            s.contains("uvfs-passthrough warm vs native: 0.80x (target >= 0.9: NOT met) [T=2]"),
+            "{s}"
+        );
+        assert!(
+            s.contains("libfuse-passthrough_ll cold T=2: FAILED after 19,800 of 20,210 entries, server peak 20000 fds (limit 20000): Too many open files"),
+            "{s}"
+        );
+        assert!(
+            s.contains(
+                "uvfs-passthrough: server peak 15000 fds (limit 20000; fd pool budget 15000)"
+            ),
+            "{s}"
+        );
+        // When no peer completes there is nothing to hold uvfs against.
+        r.rows.retain(|x| x["fs"] != FBR);
+        let s = summary(&r).join("\n");
+        assert!(
+            s.contains("uvfs-passthrough cold vs best completing peer: - (no peer completed the walk) [T=2]"),
+            "{s}"
+        );
+        // A peer that never ran is one line, however many rows it has.
+        r.rows
+            .push(make_row(&key(FBR, true), Some("no cargo"), &[]));
+        r.rows
+            .push(make_row(&key(FBR, true), Some("no cargo"), &[]));
+        let s = summary(&r);
+        assert_eq!(
+            s.iter()
+                .filter(|l| *l == "fuse-backend-rs: not run: no cargo")
+                .count(),
+            1
+        );
+        // Failed rows have no bar.
+        let (_, _, g) = chart(&r);
+        assert!(g
+            .iter()
+            .all(|g| g.bars.iter().all(|b| b.0 != LIBFUSE && b.0 != FBR)));
+    }
+
+    #[test]
+    fn thousands_separators() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(19_800), "19,800");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+    }
+
+    #[test]
+    fn watchdog_kills_only_past_the_limit() {
+        // No server: nothing to watch.
+        assert_eq!(with_watchdog(None, Duration::ZERO, || 7), (7, false));
+        // A child that outlives the limit is killed; one in time is not.
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let (r, killed) = with_watchdog(Some(child.id()), Duration::from_millis(50), || {
+            child.wait().unwrap()
+        });
+        assert!(killed);
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&r),
+            Some(libc::SIGKILL)
+        );
+        let ((), killed) = with_watchdog(Some(std::process::id()), Duration::from_secs(60), || ());
+        assert!(!killed);
     }
 }

@@ -186,8 +186,10 @@ impl Drop for Dir {
     }
 }
 
-/// Stats every entry below the directory `fd` (which this takes over).
-fn walk_fd(fd: libc::c_int) -> io::Result<u64> {
+/// Stats every entry below the directory `fd` (which this takes over),
+/// counting them in `n` as it goes, so a failed walk still tells how far it
+/// got.
+fn walk_fd(fd: libc::c_int, n: &mut u64) -> io::Result<()> {
     // SAFETY: `fd` is an open directory descriptor that we own; on success
     // the stream owns it, on failure we still do.
     let Some(dir) = NonNull::new(unsafe { libc::fdopendir(fd) }).map(Dir) else {
@@ -198,7 +200,6 @@ fn walk_fd(fd: libc::c_int) -> io::Result<u64> {
     };
     // SAFETY: `dir` is a live stream.
     let dfd = unsafe { libc::dirfd(dir.0.as_ptr()) };
-    let mut n = 0;
     loop {
         // SAFETY: errno is thread-local; readdir sets it only on error, so
         // it must be cleared to tell the end from a failure.
@@ -208,7 +209,7 @@ fn walk_fd(fd: libc::c_int) -> io::Result<u64> {
         if ent.is_null() {
             let e = io::Error::last_os_error();
             return match e.raw_os_error() {
-                Some(0) | None => Ok(n),
+                Some(0) | None => Ok(()),
                 _ => Err(e),
             };
         }
@@ -226,7 +227,7 @@ fn walk_fd(fd: libc::c_int) -> io::Result<u64> {
             return Err(io::Error::last_os_error());
         }
         std::hint::black_box(&st);
-        n += 1;
+        *n += 1;
         if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
             let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
             // SAFETY: as for fstatat; openat returns a new fd we own.
@@ -234,13 +235,20 @@ fn walk_fd(fd: libc::c_int) -> io::Result<u64> {
             if sub < 0 {
                 return Err(io::Error::last_os_error());
             }
-            n += walk_fd(sub)?;
+            walk_fd(sub, n)?;
         }
     }
 }
 
 /// Stats every entry below `path` (not `path` itself); returns how many.
 pub fn walk(path: &Path) -> io::Result<u64> {
+    let mut n = 0;
+    walk_counting(path, &mut n).map(|()| n)
+}
+
+/// [`walk`], adding each entry statted to `n` as it goes: after an error
+/// (EMFILE from a server out of fds, say) `n` tells how far the walk got.
+pub fn walk_counting(path: &Path, n: &mut u64) -> io::Result<()> {
     let c = cstr(path)?;
     // SAFETY: `c` is a valid NUL-terminated path.
     let fd = unsafe {
@@ -252,7 +260,7 @@ pub fn walk(path: &Path) -> io::Result<u64> {
     if fd < 0 {
         return Err(with_path(io::Error::last_os_error(), "open", path));
     }
-    walk_fd(fd).map_err(|e| with_path(e, "walk", path))
+    walk_fd(fd, n).map_err(|e| with_path(e, "walk", path))
 }
 
 #[cfg(test)]
@@ -341,6 +349,14 @@ mod tests {
         let n: u64 = (0..2)
             .map(|t| walk(&root.join(format!("t{t}"))).unwrap())
             .sum();
+        // The counting walk counts what the plain one returns, and a walk
+        // that fails counts only what it statted (here nothing).
+        let mut seen = 0;
+        let e = walk_counting(&root.join("t9"), &mut seen).unwrap_err();
+        assert_eq!((e.kind(), seen), (io::ErrorKind::NotFound, 0));
+        let mut seen = 0;
+        walk_counting(&root.join("t1"), &mut seen).unwrap();
+        assert_eq!(seen, s.entries_in(1));
         std::fs::remove_dir_all(&root).unwrap();
         assert_eq!(n, s.entries());
     }

@@ -52,6 +52,9 @@ enum Workload {
     /// find-like parallel readdir + lstat through a real FUSE mount of
     /// memfs, cold and warm, against tmpfs (and passthrough vs native).
     FuseStat(uvfs_bench::fusestat::FuseStatOpts),
+    /// Sequential write and read of one large file through the passthrough
+    /// mount, against native, the peers, and memfs.
+    Seqio(uvfs_bench::seqio::SeqioOpts),
     /// Every workload above, results (JSON + SVG) into one directory.
     All(bench_all::AllOpts),
 }
@@ -139,6 +142,19 @@ fn main() -> ExitCode {
                 uvfs_bench::fusestat::summary,
                 uvfs_bench::fusestat::chart,
             ),
+            // A failed pass (I/O error, wrong content) fails the command,
+            // after the table shows it.
+            Workload::Seqio(o) => uvfs_bench::seqio::run(&o).and_then(|r| {
+                let failed = uvfs_bench::seqio::check(&r);
+                finish(
+                    Ok(r),
+                    uvfs_bench::seqio::COLUMNS,
+                    &o.common,
+                    uvfs_bench::seqio::summary,
+                    uvfs_bench::seqio::chart,
+                )
+                .and(failed)
+            }),
         },
     };
     match result {
