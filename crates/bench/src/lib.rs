@@ -9,6 +9,7 @@ pub mod freebsd;
 pub mod fuse_mount;
 pub mod fusestat;
 pub mod memory;
+pub mod nocache;
 pub mod peers;
 pub mod procstat;
 pub mod prune;

@@ -24,8 +24,9 @@ pub struct StatstormOpts {
     /// The small vnode limit (default: files / 50).
     #[arg(long)]
     pub limit: Option<usize>,
-    /// Implementations to run.
-    #[arg(long, value_delimiter = ',', default_values_t = vec!["uvfs".to_string(), "freebsd".to_string(), "freebsd-pre".to_string()])]
+    /// Implementations to run (`none`: no cache at all, the reference for
+    /// what the walk itself costs and how far it scales here).
+    #[arg(long, value_delimiter = ',', default_values_t = vec!["uvfs".to_string(), "freebsd".to_string(), "freebsd-pre".to_string(), "none".to_string()])]
     pub impls: Vec<String>,
     /// Entries per directory.
     #[arg(long, default_value_t = 64)]
@@ -110,6 +111,9 @@ fn make(name: &str, limit: usize) -> Option<Runner> {
         "freebsd-pre" => Some(Box::new(move |t, n| {
             run_once(Arc::new(crate::freebsd::Replica::new(limit, true)), t, n)
         })),
+        "none" => Some(Box::new(move |t, n| {
+            run_once(Arc::new(crate::nocache::NoCache), t, n)
+        })),
         _ => None,
     }
 }
@@ -129,7 +133,7 @@ pub fn run(o: &StatstormOpts) -> std::io::Result<Report> {
         if make(i, 1).is_none() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
-                format!("unknown implementation {i:?} (uvfs, freebsd, freebsd-pre)"),
+                format!("unknown implementation {i:?} (uvfs, freebsd, freebsd-pre, none)"),
             ));
         }
     }
@@ -223,8 +227,12 @@ pub fn summary(r: &Report) -> Vec<String> {
     for kind in ["large", "small"] {
         if let (Some(a), Some(b)) = (get("uvfs", 1, kind), get("uvfs", 2, kind)) {
             out.push(format!(
-                "uvfs 2-thread / 1-thread throughput, {kind} limit: {:.2}x (target >= 1.8)",
-                b / a
+                "uvfs 2-thread / 1-thread throughput, {kind} limit: {:.2}x (target >= 1.8){}",
+                b / a,
+                match (get("none", 1, kind), get("none", 2, kind)) {
+                    (Some(x), Some(y)) => format!("; with no cache at all: {:.2}x", y / x),
+                    _ => String::new(),
+                }
             ));
         }
     }

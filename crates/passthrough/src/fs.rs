@@ -266,14 +266,25 @@ impl PassthroughFs {
     /// Looks `name` up in the directory `dir`: the vnode and its
     /// attributes. `name` must have passed `check_name` and not be `.` or
     /// `..`.
+    ///
+    /// No fd is opened for the entry: its identity is a statx and a file
+    /// handle taken by name in the directory (two syscalls), and an fd is
+    /// opened only when an operation needs one (`fd_of`). A `find` over a
+    /// tree of any size then costs no fd per entry, and half the syscalls
+    /// of open + handle + statx + (later) close. The name is one checked
+    /// component resolved in `dir` without following a trailing symlink, so
+    /// it cannot leave `dir`. If the entry is swapped between the two
+    /// calls, the handle names another file than the statx: the first
+    /// reopen through it fails its (dev, ino) check (`fd_of`) and answers
+    /// ESTALE, never the other file.
     pub(crate) fn lookup_at(&self, dir: &Arc<Node>, name: &[u8]) -> VfsResult<(VnodeRef, Attr)> {
         let cname = sys::cstr(name)?;
         let dfd = self.fd_of(dir)?;
-        let res = self.pool.reserve()?;
-        let fd = sys::open_beneath(dfd.raw(), &cname, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+        let st = sys::statx_at(dfd.raw(), &cname, 0)?;
+        let handle = Handle::of_name(dfd.raw(), &cname);
         drop(dfd);
         self.counters.lookups.fetch_add(1, Ordering::Relaxed);
-        self.vnode_from_fd(res.into_fd(fd), Some((dir, name)))
+        self.vnode_from(st, handle, Some((dir, name)), None)
     }
 
     /// The vnode for the file an fd refers to (found at `parent`/`name`).
@@ -283,10 +294,23 @@ impl PassthroughFs {
         at: Option<(&Arc<Node>, &[u8])>,
     ) -> VfsResult<(VnodeRef, Attr)> {
         let st = sys::statx_fd(fd.raw())?;
+        let handle = Handle::of_fd(fd.raw());
+        self.vnode_from(st, handle, at, Some(fd))
+    }
+
+    /// The vnode for the file `st` describes, known by `handle` (if the
+    /// file system has handles) or by `at`, with `fd` cached if given.
+    fn vnode_from(
+        &self,
+        st: libc::statx,
+        handle: VfsResult<Handle>,
+        at: Option<(&Arc<Node>, &[u8])>,
+        fd: Option<Fd>,
+    ) -> VfsResult<(VnodeRef, Attr)> {
         let kind = mode_to_vtype(u32::from(st.stx_mode)).ok_or(Errno::EIO)?;
         let (dev, ino) = (sys::stx_dev(&st), st.stx_ino);
         let id = self.inodes.node_id(dev, ino);
-        let handle = Handle::of_fd(fd.raw())
+        let handle = handle
             .ok()
             .filter(|h| self.handles.accepts(h))
             .map(Arc::new);
@@ -301,7 +325,6 @@ impl PassthroughFs {
             parent,
             name,
         };
-        let fd = Arc::new(fd);
         let mut fresh = None;
         let vp = self.layer.get(&self.mnt, id, || {
             let node = Arc::new(Node::new(id, dev, ino, ident.clone(), false));
@@ -321,8 +344,9 @@ impl PassthroughFs {
                 node
             }
         };
-        let fd = self.cache_fd(&node, fd);
-        drop(fd);
+        if let Some(fd) = fd {
+            drop(self.cache_fd(&node, Arc::new(fd)));
+        }
         Ok((vp, self.attr_of(&node, &st)))
     }
 

@@ -45,6 +45,16 @@ impl Handle {
     /// The handle of the inode `fd` refers to (`O_PATH` fds included).
     /// `EOPNOTSUPP` where the file system has no handles.
     pub fn of_fd(fd: RawFd) -> VfsResult<Handle> {
+        Self::at(fd, sys::EMPTY, libc::AT_EMPTY_PATH)
+    }
+
+    /// The handle of `name` in the directory `dirfd` (a trailing symlink
+    /// is not followed: the handle is the link's own).
+    pub fn of_name(dirfd: RawFd, name: &std::ffi::CStr) -> VfsResult<Handle> {
+        Self::at(dirfd, name, 0)
+    }
+
+    fn at(fd: RawFd, name: &std::ffi::CStr, flags: libc::c_int) -> VfsResult<Handle> {
         let mut raw = RawHandle {
             handle_bytes: MAX_HANDLE as u32,
             handle_type: 0,
@@ -53,15 +63,15 @@ impl Handle {
         let mut mount_id: libc::c_int = 0;
         // SAFETY: `raw` starts with a `file_handle` header whose
         // `handle_bytes` says how much room follows it (MAX_HANDLE bytes,
-        // which `raw` has); the path is an empty C string; `mount_id` is
-        // writable.
+        // which `raw` has); `name` is a NUL-terminated C string; `mount_id`
+        // is writable.
         sys::cvt(unsafe {
             libc::name_to_handle_at(
                 fd,
-                sys::EMPTY.as_ptr(),
+                name.as_ptr(),
                 (&mut raw as *mut RawHandle).cast::<libc::file_handle>(),
                 &mut mount_id,
-                libc::AT_EMPTY_PATH,
+                flags,
             )
         })?;
         let n = (raw.handle_bytes as usize).min(MAX_HANDLE);
