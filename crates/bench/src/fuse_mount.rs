@@ -441,43 +441,62 @@ impl ServerMount {
     /// Unmounts (the server's own clean path, SIGTERM) and reaps the
     /// server; forces both after a grace period.
     pub fn shutdown(&mut self) -> io::Result<()> {
-        let Some(mut child) = self.child.take() else {
-            return Ok(());
-        };
-        // SAFETY: kill(2) with a pid we spawned and have not reaped (so
-        // it cannot have been reused) and a valid signal number.
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-        let deadline = Instant::now() + EXIT_WAIT;
-        let mut status = None;
-        while Instant::now() < deadline {
-            if let Some(s) = child.try_wait()? {
-                status = Some(s);
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        match self.child.take() {
+            Some(mut child) => stop_server(
+                &mut child,
+                &self.mountpoint,
+                &self.log,
+                EXIT_WAIT,
+                "uvfs server",
+            ),
+            None => Ok(()),
         }
-        let clean = status.is_some();
-        if !clean {
-            force_unmount(&self.mountpoint);
-            let _ = child.kill();
-            let _ = child.wait();
+    }
+}
+
+/// Stops a FUSE server we spawned on `mountpoint`: SIGTERM (every server
+/// here unmounts on it), then, past `grace`, a forced unmount and SIGKILL;
+/// reaps it, makes sure nothing stays mounted, and removes the mountpoint
+/// and `log`. An error says the server had to be killed.
+pub fn stop_server(
+    child: &mut std::process::Child,
+    mountpoint: &Path,
+    log: &Path,
+    grace: Duration,
+    what: &str,
+) -> io::Result<()> {
+    // SAFETY: kill(2) with a pid we spawned and have not reaped (so it
+    // cannot have been reused) and a valid signal number.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let deadline = Instant::now() + grace;
+    let mut exited = false;
+    while Instant::now() < deadline {
+        if child.try_wait()?.is_some() {
+            exited = true;
+            break;
         }
-        if is_mounted(&self.mountpoint).unwrap_or(false) {
-            force_unmount(&self.mountpoint);
-        }
-        let _ = std::fs::remove_dir(&self.mountpoint);
-        let _ = std::fs::remove_file(&self.log);
-        if clean {
-            Ok(())
-        } else {
-            Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!(
-                    "uvfs server for {} did not exit within {EXIT_WAIT:?}; killed",
-                    self.mountpoint.display()
-                ),
-            ))
-        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if !exited {
+        force_unmount(mountpoint);
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    if is_mounted(mountpoint).unwrap_or(false) {
+        force_unmount(mountpoint);
+    }
+    let _ = std::fs::remove_dir(mountpoint);
+    let _ = std::fs::remove_file(log);
+    if exited {
+        Ok(())
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "{what} on {} did not exit within {grace:?} of SIGTERM; killed",
+                mountpoint.display()
+            ),
+        ))
     }
 }
 

@@ -24,10 +24,8 @@
 //! mountpoint.
 
 use crate::fuse_mount::{self, scratch_path};
-use std::ffi::CString;
 use std::fs::File;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -210,18 +208,6 @@ pub fn ensure_built(kind: PeerKind) -> io::Result<PathBuf> {
     Ok(bin)
 }
 
-/// Unmounts `path`, lazily if it is busy; errors (not mounted) ignored.
-fn unmount(path: &Path) {
-    let Ok(c) = CString::new(path.as_os_str().as_bytes()) else {
-        return;
-    };
-    // SAFETY: `c` is a valid NUL-terminated path; umount2 only reads it.
-    if unsafe { libc::umount2(c.as_ptr(), 0) } != 0 {
-        // SAFETY: as above.
-        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-    }
-}
-
 /// A peer server in a child process, mounted over a source directory on a
 /// scratch mountpoint; unmounted, killed if need be, and reaped on drop.
 pub struct PeerMount {
@@ -336,42 +322,15 @@ impl PeerMount {
     /// Unmounts and reaps the peer (see the module notes); an error says it
     /// had to be killed. Idempotent; drop calls it.
     pub fn shutdown(&mut self) -> io::Result<()> {
-        let Some(mut child) = self.child.take() else {
-            return Ok(());
-        };
-        // SAFETY: kill(2) with the pid of a child we have not reaped (so
-        // it cannot have been reused) and a valid signal number.
-        unsafe { libc::kill(self.pid as libc::pid_t, libc::SIGTERM) };
-        let deadline = Instant::now() + EXIT_WAIT;
-        let mut exited = false;
-        while Instant::now() < deadline {
-            if child.try_wait()?.is_some() {
-                exited = true;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        if !exited {
-            unmount(&self.mountpoint);
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        if fuse_mount::is_mounted(&self.mountpoint).unwrap_or(false) {
-            unmount(&self.mountpoint);
-        }
-        let _ = std::fs::remove_dir(&self.mountpoint);
-        let _ = std::fs::remove_file(&self.log);
-        if exited {
-            Ok(())
-        } else {
-            Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!(
-                    "{} on {} did not exit within {EXIT_WAIT:?} of SIGTERM; killed",
-                    self.kind.name(),
-                    self.mountpoint.display()
-                ),
-            ))
+        match self.child.take() {
+            Some(mut child) => fuse_mount::stop_server(
+                &mut child,
+                &self.mountpoint,
+                &self.log,
+                EXIT_WAIT,
+                self.kind.name(),
+            ),
+            None => Ok(()),
         }
     }
 }
