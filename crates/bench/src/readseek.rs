@@ -229,7 +229,7 @@ fn locks() -> [(&'static str, bool, Measure); 4] {
 /// (`none`) only without a truncator. With writers alone it is race-free
 /// (disjoint pages) and measures what the writer costs readers with no
 /// lock at all: on 2 cores, mostly its share of the CPUs.
-fn usable(excludes: bool, _writers: usize, truncate: Option<u64>) -> bool {
+fn usable(excludes: bool, truncate: Option<u64>) -> bool {
     excludes || truncate.is_none()
 }
 
@@ -254,8 +254,8 @@ pub fn run(opts: &ReadseekOpts) -> std::io::Result<Report> {
         .map(|_| {
             configs
                 .iter()
-                .map(|(w, t)| {
-                    let n = locks().iter().filter(|l| usable(l.1, *w, *t)).count();
+                .map(|(_, t)| {
+                    let n = locks().iter().filter(|l| usable(l.1, *t)).count();
                     n * repeats
                 })
                 .sum::<usize>()
@@ -267,7 +267,7 @@ pub fn run(opts: &ReadseekOpts) -> std::io::Result<Report> {
         for &(writers, truncate) in &configs {
             let active: Vec<_> = locks()
                 .into_iter()
-                .filter(|l| usable(l.1, writers, truncate))
+                .filter(|l| usable(l.1, truncate))
                 .collect();
             let mut samples = vec![(Vec::new(), Vec::new()); active.len()];
             for rep in 0..repeats {

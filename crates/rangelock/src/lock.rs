@@ -203,21 +203,30 @@ impl RangeLock {
         if r.is_empty() {
             return Some(ReadGuard::new(self, ReadHold::Empty));
         }
-        if let Some(zone) = self.slots().and_then(|s| s.for_reader(&r)) {
-            let z = zone.zone();
-            if z & BIASED != 0 {
-                if let Some(g) = self.enter_biased(zone, &r) {
-                    return Some(g);
-                }
-            }
-            if zone.try_enter(&r) {
-                if z & BIASED == 0 && record::tick(bias::REBIAS_EVERY) {
-                    self.try_rebias(zone);
-                }
-                return Some(ReadGuard::new(self, ReadHold::Fast(zone)));
+        match self.try_fast_read(&r) {
+            Some(g) => Some(g),
+            None => self.acquire_read_slow(r, wait),
+        }
+    }
+
+    /// The fast paths in `r`'s zone: biased if the zone is, else its slot
+    /// (considering a re-bias now and then). None: take the queue.
+    #[inline]
+    fn try_fast_read(&self, r: &ByteRange) -> Option<ReadGuard<'_>> {
+        let zone = self.slots()?.for_reader(r)?;
+        let z = zone.zone();
+        if z & BIASED != 0 {
+            if let Some(g) = self.enter_biased(zone, r) {
+                return Some(g);
             }
         }
-        self.acquire_read_slow(r, wait)
+        if !zone.try_enter(r) {
+            return None;
+        }
+        if z & BIASED == 0 && record::tick(bias::REBIAS_EVERY) {
+            self.try_rebias(zone);
+        }
+        Some(ReadGuard::new(self, ReadHold::Fast(zone)))
     }
 
     /// The biased path in `zone`, which was seen biased: publish, then
@@ -296,15 +305,8 @@ impl RangeLock {
                 slots.all().for_each(|zone| self.rebias(&mut q, zone));
             }
             drop(q);
-            if let Some(zone) = self.slots().and_then(|s| s.for_reader(&r)) {
-                if zone.zone() & BIASED != 0 {
-                    if let Some(g) = self.enter_biased(zone, &r) {
-                        return Some(g);
-                    }
-                }
-                if zone.try_enter(&r) {
-                    return Some(ReadGuard::new(self, ReadHold::Fast(zone)));
-                }
+            if let Some(g) = self.try_fast_read(&r) {
+                return Some(g);
             }
             q = lock(&self.queue);
         }
