@@ -8,7 +8,7 @@
 //!   place where FUSE's LOOKUP/FORGET protocol becomes vnode holds.
 //! - `handles.rs`: open files as vnode use references.
 //! - `mount.rs`: mounting with several request loops (`n_threads`,
-//!   `clone_fd`), `signals.rs` clean unmount on SIGINT/SIGTERM,
+//!   `clone_fd`), `kmount.rs` mount(2) and unmounting only our own mount, `signals.rs` clean unmount on SIGINT/SIGTERM,
 //!   `daemon.rs` detaching.
 //! - `control.rs` and `stats.rs`: the control socket behind `uvfs stat`.
 
@@ -17,6 +17,7 @@ mod convert;
 mod daemon;
 mod evict;
 mod handles;
+mod kmount;
 mod mount;
 mod nodes;
 mod server;

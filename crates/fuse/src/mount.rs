@@ -4,9 +4,10 @@
 
 use crate::control::{normalize_mountpoint, ControlSocket};
 use crate::daemon::Readiness;
+use crate::kmount::{self, Unmounter};
 use crate::server::{Inner, Server, Timeouts};
 use crate::signals::BlockedSignals;
-use fuser::{MountOption, Session, SessionACL, SessionUnmounter};
+use fuser::{MountOption, Session, SessionACL};
 use std::path::PathBuf;
 use std::sync::Arc;
 use uvfs_vfs::{FileSystem, VnodeLayer};
@@ -63,14 +64,18 @@ fn start(
     cfg: &ServeConfig,
     signals: BlockedSignals,
 ) -> std::io::Result<Started> {
-    let (mut session, control, _) = mount(fs, layer, cfg)?;
+    let (session, unmounter, control, _) = mount(fs, layer, cfg)?;
     let mountpoint = normalize_mountpoint(&cfg.mountpoint)?;
-    let mut unmounter = session.unmount_callable();
-    signals.on_signal(&mountpoint, move || unmounter.unmount())?;
+    signals.on_signal(&mountpoint, unmounter)?;
     Ok((session, control))
 }
 
-type Mounted = (Session<Server>, Option<ControlSocket>, Arc<Inner>);
+type Mounted = (
+    Session<Server>,
+    Unmounter,
+    Option<ControlSocket>,
+    Arc<Inner>,
+);
 
 fn mount(
     fs: Arc<dyn FileSystem>,
@@ -102,7 +107,27 @@ fn mount(
     };
     config.n_threads = Some(cfg.threads.max(1));
     config.clone_fd = true;
-    let mut session = Session::new(server, &mountpoint, &config)?;
+    // As root, mount(2) ourselves so that fuser never unmounts by path
+    // (kmount.rs says why); otherwise fuser mounts through fusermount3.
+    let (session, mut unmounter) =
+        match kmount::mount(&mountpoint, &cfg.fsname, config.acl == SessionACL::All)? {
+            kmount::Mounted::Yes(fd, km) => {
+                let km = Arc::new(km);
+                let session =
+                    Session::from_fd(server, fd, config.acl, config).inspect_err(|_| {
+                        let _ = km.unmount().or_else(|_| km.detach());
+                    })?;
+                (session, Unmounter::Kernel(km))
+            }
+            kmount::Mounted::NotPermitted => {
+                let mut session = Session::new(server, &mountpoint, &config)?;
+                let u = session.unmount_callable();
+                (
+                    session,
+                    Unmounter::Fuser(u, kmount::mountpoint_cstring(&mountpoint)?),
+                )
+            }
+        };
     // Kernel-forget of cold nodes over the vnode limit (evict.rs); a
     // mount without it still works, its vnode count just unbounded.
     let _ = inner
@@ -112,7 +137,8 @@ fn mount(
         match ControlSocket::start(inner.clone(), &mountpoint) {
             Ok(c) => Some(c),
             Err(e) => {
-                let _ = session.unmount();
+                let _ = unmounter.unmount().or_else(|_| unmounter.detach());
+                drop(session);
                 return Err(std::io::Error::new(
                     e.kind(),
                     format!("control socket: {e}"),
@@ -122,13 +148,13 @@ fn mount(
     } else {
         None
     };
-    Ok((session, control, inner))
+    Ok((session, unmounter, control, inner))
 }
 
 /// A file system served by request loops on background threads (for
 /// tests and embedding); no signal handling, no detaching.
 pub struct BackgroundMount {
-    unmounter: SessionUnmounter,
+    unmounter: Unmounter,
     thread: Option<std::thread::JoinHandle<std::io::Result<()>>>,
     inner: Arc<Inner>,
     mountpoint: PathBuf,
@@ -142,8 +168,7 @@ impl BackgroundMount {
         layer: Arc<VnodeLayer>,
         cfg: &ServeConfig,
     ) -> std::io::Result<BackgroundMount> {
-        let (mut session, control, inner) = mount(fs, layer, cfg)?;
-        let unmounter = session.unmount_callable();
+        let (session, unmounter, control, inner) = mount(fs, layer, cfg)?;
         let thread = std::thread::Builder::new()
             .name("uvfs-session".into())
             .spawn(move || session.run())?;

@@ -16,8 +16,7 @@ macro_rules! say {
     }};
 }
 
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
+use crate::kmount::Unmounter;
 use std::path::Path;
 
 /// Proof that the termination signals are blocked in this thread: obtain
@@ -49,15 +48,10 @@ impl BlockedSignals {
         Ok(BlockedSignals { set })
     }
 
-    /// Waits for a termination signal on a new thread and then calls
-    /// `unmount`; if that fails, detaches the mount lazily.
-    pub fn on_signal(
-        self,
-        mountpoint: &Path,
-        unmount: impl FnOnce() -> std::io::Result<()> + Send + 'static,
-    ) -> std::io::Result<()> {
-        let mp = CString::new(mountpoint.as_os_str().as_bytes())
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    /// Waits for a termination signal on a new thread and then unmounts;
+    /// if the mount is busy, detaches it lazily.
+    pub fn on_signal(self, mountpoint: &Path, mut unmounter: Unmounter) -> std::io::Result<()> {
+        let mp = mountpoint.display().to_string();
         let set = self.set;
         std::thread::Builder::new()
             .name("uvfs-signals".into())
@@ -69,17 +63,11 @@ impl BlockedSignals {
                 if rc != 0 {
                     return;
                 }
-                say!("uvfs: signal {sig}, unmounting {}", mp.to_string_lossy());
-                if let Err(e) = unmount() {
+                say!("uvfs: signal {sig}, unmounting {mp}");
+                if let Err(e) = unmounter.unmount() {
                     say!("uvfs: unmount failed ({e}); detaching lazily");
-                    // SAFETY: `mp` is a NUL-terminated path that outlives the
-                    // call; umount2 does not retain it.
-                    let rc = unsafe { libc::umount2(mp.as_ptr(), libc::MNT_DETACH) };
-                    if rc != 0 {
-                        say!(
-                            "uvfs: lazy unmount failed: {}",
-                            std::io::Error::last_os_error()
-                        );
+                    if let Err(e) = unmounter.detach() {
+                        say!("uvfs: lazy unmount failed: {e}");
                     }
                 }
             })?;

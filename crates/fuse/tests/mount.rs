@@ -28,6 +28,31 @@ fn fuse_usable() -> Result<(), String> {
         .map_err(|e| format!("/dev/fuse unusable: {e}"))
 }
 
+/// Serves a fresh memfs on `dir` (an existing directory).
+fn serve_memfs(dir: &Path, size: Option<u64>) -> BackgroundMount {
+    let layer = VnodeLayer::new(Config::with_limit(4096));
+    let fs = MemFs::new(
+        layer.clone(),
+        MemFsConfig {
+            size_limit: size,
+            root_mode: 0o755,
+            ..Default::default()
+        },
+    );
+    let cfg = ServeConfig {
+        mountpoint: dir.to_path_buf(),
+        threads: 2,
+        timeouts: Timeouts {
+            entry: Duration::from_secs(1),
+            attr: Duration::from_secs(1),
+        },
+        fsname: "uvfs-test".into(),
+        control: false,
+        server_opendir: false,
+    };
+    BackgroundMount::start(fs, layer, &cfg).expect("mount")
+}
+
 struct Mnt {
     dir: PathBuf,
     mount: Option<BackgroundMount>,
@@ -46,27 +71,7 @@ impl Mnt {
             N.fetch_add(1, Ordering::Relaxed)
         ));
         fs::create_dir_all(&dir).unwrap();
-        let layer = VnodeLayer::new(Config::with_limit(4096));
-        let fs = MemFs::new(
-            layer.clone(),
-            MemFsConfig {
-                size_limit: size,
-                root_mode: 0o755,
-                ..Default::default()
-            },
-        );
-        let cfg = ServeConfig {
-            mountpoint: dir.clone(),
-            threads: 2,
-            timeouts: Timeouts {
-                entry: Duration::from_secs(1),
-                attr: Duration::from_secs(1),
-            },
-            fsname: "uvfs-test".into(),
-            control: false,
-            server_opendir: false,
-        };
-        let mount = BackgroundMount::start(fs, layer, &cfg).expect("mount");
+        let mount = serve_memfs(&dir, size);
         Some(Mnt {
             dir,
             mount: Some(mount),
@@ -350,4 +355,32 @@ fn running_program_is_text_busy() {
         assert_eq!(fs::metadata(&prog).unwrap().len(), len, "round {round}");
         assert_eq!(fs::read(&prog).unwrap(), fs::read("/bin/sleep").unwrap());
     }
+}
+
+/// `umount MNT; uvfs mount MNT` while the first server is still on its
+/// way out: the old server must not unmount the new mount when its
+/// session ends or when asked to unmount (fuser 0.18 did both, by path;
+/// seen in CI as a remount whose server vanished). The old mount is
+/// detached while a file is open, so it ends only when the test closes
+/// that file, after the new mount is up.
+#[test]
+fn ended_server_leaves_a_new_mount_alone() {
+    let Some(mut m) = Mnt::new(None) else { return };
+    let old = m.mount.take().unwrap();
+    let held = fs::File::create(m.p("old")).unwrap();
+    // SAFETY: the path is a valid NUL-terminated string.
+    assert_eq!(
+        unsafe { libc::umount2(cstr(&m.dir).as_ptr(), libc::MNT_DETACH) },
+        0
+    );
+    let new = serve_memfs(&m.dir, None);
+    fs::write(m.p("new"), b"new").unwrap();
+    // Closing the last file of the detached mount destroys it: the old
+    // server's request loops end, then it is asked to unmount.
+    drop(held);
+    old.unmount()
+        .expect("unmount of an already unmounted server");
+    assert_eq!(fs::read(m.p("new")).unwrap(), b"new");
+    assert!(!m.p("old").exists());
+    m.mount = Some(new);
 }

@@ -1,0 +1,188 @@
+//! Mounting with mount(2) ourselves, and unmounting only our own mount.
+//!
+//! # Why not fuser's mount
+//! fuser 0.18 unmounts by path when its session ends, guarded by a poll of
+//! `/dev/fuse` whose test is inverted (POLLERR, "connection dead", is
+//! taken as "still mounted"; fixed upstream after 0.18.0, cberner/fuser
+//! PR 703). So after `umount MNT`, a server slow to exit unmounted
+//! whatever was mounted on MNT by then: `umount MNT; uvfs mount MNT`
+//! lost the new mount about one time in two under load (seen in CI).
+//!
+//! Here, as root, uvfs mounts with mount(2) and hands fuser only the
+//! device fd (`Session::from_fd`), so fuser never unmounts anything.
+//! Unmounting happens only on request (signal, embedding API) and only
+//! while our own connection is alive, as libfuse's `fuse_kern_unmount`
+//! does. Without the privilege for mount(2) the caller falls back to
+//! fuser's fusermount3 path.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// A FUSE mount this process made, identified by its connection.
+pub struct KernelMount {
+    /// A duplicate of the session's `/dev/fuse` descriptor: it shares the
+    /// connection, so polling it tells whether the mount still exists.
+    dev: OwnedFd,
+    mountpoint: CString,
+}
+
+/// What `mount` refused for lack of privilege: the caller should use
+/// fusermount3 instead.
+pub enum Mounted {
+    /// Mounted: the fd for the session, and the mount to unmount later.
+    Yes(OwnedFd, KernelMount),
+    /// mount(2) answered EPERM.
+    NotPermitted,
+}
+
+fn cstring(b: &[u8]) -> std::io::Result<CString> {
+    CString::new(b).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
+}
+
+/// Mounts a FUSE file system on `mountpoint` with mount(2): device and
+/// setuid files honoured, read-write, permissions checked by the kernel,
+/// and usable by every user when `allow_other`.
+pub fn mount(mountpoint: &Path, fsname: &str, allow_other: bool) -> std::io::Result<Mounted> {
+    let mp = mountpoint_cstring(mountpoint)?;
+    let source = cstring(fsname.as_bytes())?;
+    // SAFETY: an all-zero `stat` is a valid value for stat(2) to fill.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `mp` is NUL-terminated and `st` a valid out-pointer.
+    if unsafe { libc::stat(mp.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the path is a NUL-terminated literal; open has no other
+    // preconditions.
+    let raw = unsafe { libc::open(c"/dev/fuse".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    if raw < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a fresh descriptor that nothing else owns.
+    let dev = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: getuid/getgid have no preconditions and cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let mut opts = format!(
+        "fd={},rootmode={:o},user_id={uid},group_id={gid},default_permissions",
+        dev.as_raw_fd(),
+        st.st_mode
+    );
+    if allow_other {
+        opts.push_str(",allow_other");
+    }
+    let opts = cstring(opts.as_bytes())?;
+    // SAFETY: every pointer is a NUL-terminated string that outlives the
+    // call; the kernel copies them.
+    let rc = unsafe {
+        libc::mount(
+            source.as_ptr(),
+            mp.as_ptr(),
+            c"fuse".as_ptr(),
+            0,
+            opts.as_ptr().cast(),
+        )
+    };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EPERM) {
+            return Ok(Mounted::NotPermitted);
+        }
+        return Err(std::io::Error::new(
+            e.kind(),
+            format!("mount({}): {e}", mountpoint.display()),
+        ));
+    }
+    let probe = dev.try_clone()?;
+    Ok(Mounted::Yes(
+        dev,
+        KernelMount {
+            dev: probe,
+            mountpoint: mp,
+        },
+    ))
+}
+
+impl KernelMount {
+    /// Whether our connection is still up: `/dev/fuse` polls POLLERR once
+    /// the file system was unmounted or its connection aborted.
+    pub fn alive(&self) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.dev.as_raw_fd(),
+            events: 0,
+            revents: 0,
+        };
+        loop {
+            // SAFETY: `p` is one valid pollfd; timeout 0 never blocks.
+            let rc = unsafe { libc::poll(&mut p, 1, 0) };
+            if rc < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return !(rc == 1 && p.revents & libc::POLLERR != 0);
+        }
+    }
+
+    /// Unmounts, unless the connection is already gone (someone else
+    /// unmounted it, and MNT may now hold another file system). A mount
+    /// still in use fails with EBUSY; see `detach`.
+    pub fn unmount(&self) -> std::io::Result<()> {
+        self.umount2(0)
+    }
+
+    /// Detaches the mount lazily: the kernel finishes the unmount when its
+    /// last user leaves.
+    pub fn detach(&self) -> std::io::Result<()> {
+        self.umount2(libc::MNT_DETACH)
+    }
+
+    fn umount2(&self, flags: libc::c_int) -> std::io::Result<()> {
+        if !self.alive() {
+            return Ok(());
+        }
+        // SAFETY: `mountpoint` is a NUL-terminated path that outlives the
+        // call; umount2 does not retain it.
+        if unsafe { libc::umount2(self.mountpoint.as_ptr(), flags) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+/// Unmounts this server's file system, however it was mounted.
+pub enum Unmounter {
+    /// Mounted by us with mount(2): guarded by the connection's liveness.
+    Kernel(std::sync::Arc<KernelMount>),
+    /// Mounted by fuser through fusermount3 (no privilege for mount(2)):
+    /// fuser's own unmount, and a lazy unmount by path as the fallback.
+    Fuser(fuser::SessionUnmounter, CString),
+}
+
+impl Unmounter {
+    /// Unmounts; fails with EBUSY while the mount is in use.
+    pub fn unmount(&mut self) -> std::io::Result<()> {
+        match self {
+            Unmounter::Kernel(k) => k.unmount(),
+            Unmounter::Fuser(u, _) => u.unmount(),
+        }
+    }
+
+    /// Detaches lazily (after `unmount` failed because the mount is busy).
+    pub fn detach(&mut self) -> std::io::Result<()> {
+        match self {
+            Unmounter::Kernel(k) => k.detach(),
+            Unmounter::Fuser(_, mp) => {
+                // SAFETY: `mp` is a NUL-terminated path that outlives the
+                // call; umount2 does not retain it.
+                if unsafe { libc::umount2(mp.as_ptr(), libc::MNT_DETACH) } != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The mountpoint as a C string, for unmounting by path.
+pub fn mountpoint_cstring(p: &Path) -> std::io::Result<CString> {
+    cstring(p.as_os_str().as_bytes())
+}
