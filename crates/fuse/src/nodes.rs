@@ -22,24 +22,22 @@
 //! Inode numbers are unique per mount for the mount's life, so the
 //! generation is always 0.
 //!
-//! # Locking
-//! Sharded by node id; a shard lock is a leaf, and holds are dropped after
-//! it is released (dropping a hold may free a vnode).
+//! # Where the counts live
+//! In the vnodes themselves (`VnodeRef::ext_acquire`/`ext_release`: the
+//! count's 0 <-> nonzero edges take and drop the hold), and a node id is
+//! resolved through the vnode layer's own table. A separate map from node
+//! id to hold cost ~50 bytes per remembered node (a hash table's entry
+//! and its power-of-two slack), a tenth of a passthrough node's memory.
+//! No lock of our own: the vnode layer's table shard lock is the only
+//! one taken, and holds are dropped outside it.
 
-use parking_lot::Mutex;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use uvfs_vfs::{Errno, HoldRef, Ino, VfsResult, VnodeRef};
+use uvfs_vnode::{Mount, VnodeLayer};
 
 /// FUSE's root node id.
 pub const ROOT_ID: u64 = 1;
-const SHARDS: usize = 64;
-
-struct Node {
-    hold: HoldRef,
-    nlookup: u64,
-}
 
 /// Counters of the node table.
 #[derive(Default, Debug)]
@@ -55,37 +53,39 @@ pub struct NodeCounters {
     pub forget_excess: AtomicU64,
 }
 
-/// node id -> (hold, nlookup).
+/// node id -> vnode, with the kernel's lookup counts kept on the vnodes.
 pub struct NodeTable {
-    shards: Box<[Mutex<HashMap<u64, Node>>]>,
+    layer: Arc<VnodeLayer>,
+    mount: Arc<Mount>,
+    /// The root, pinned for the table's life whatever the kernel counts.
+    root: HoldRef,
     root_ino: Ino,
+    /// Nodes whose count is nonzero (the root always among them).
+    nodes: AtomicUsize,
+    /// Sum of the counts.
+    lookups: AtomicU64,
     /// Counters.
     pub counters: Arc<NodeCounters>,
 }
 
 impl NodeTable {
-    /// A table whose root node is `root`, pinned for the table's life.
-    pub fn new(root: &VnodeRef) -> NodeTable {
-        let t = NodeTable {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+    /// A table for the vnodes of `mount` whose root node is `root`.
+    pub fn new(layer: Arc<VnodeLayer>, mount: Arc<Mount>, root: &VnodeRef) -> NodeTable {
+        // The kernel starts with one reference to the root.
+        root.ext_acquire(1);
+        NodeTable {
+            layer,
+            mount,
+            root: root.hold(),
             root_ino: root.ino(),
+            nodes: AtomicUsize::new(1),
+            lookups: AtomicU64::new(1),
             counters: Arc::new(NodeCounters::default()),
-        };
-        t.shard(ROOT_ID).lock().insert(
-            ROOT_ID,
-            Node {
-                hold: root.hold(),
-                nlookup: 1,
-            },
-        );
-        t
+        }
     }
 
-    fn shard(&self, id: u64) -> &Mutex<HashMap<u64, Node>> {
-        &self.shards[(id as usize) % SHARDS]
-    }
-
-    /// The node id of inode `ino`.
+    /// The node id of inode `ino` (and, the map being a swap, the inode
+    /// of node id `ino`).
     pub fn node_id(&self, ino: Ino) -> u64 {
         if ino == self.root_ino {
             ROOT_ID
@@ -99,9 +99,17 @@ impl NodeTable {
     /// A use reference to the vnode of node `id`: `ESTALE` if the kernel
     /// names a node it was never given or has forgotten.
     pub fn get(&self, id: u64) -> VfsResult<VnodeRef> {
-        let g = self.shard(id).lock();
-        let node = g.get(&id).ok_or(Errno::ESTALE)?;
-        node.hold.get().ok_or(Errno::ESTALE)
+        if id == ROOT_ID {
+            return self.root.get().ok_or(Errno::ESTALE);
+        }
+        let vp = self
+            .layer
+            .lookup_cached(&self.mount, self.node_id(id))
+            .ok_or(Errno::ESTALE)?;
+        if vp.ext_count() == 0 {
+            return Err(Errno::ESTALE);
+        }
+        Ok(vp)
     }
 
     /// Counts one more kernel reference to `vp`; returns its node id.
@@ -111,67 +119,61 @@ impl NodeTable {
 
     /// Whether the kernel holds node `id`.
     pub fn contains(&self, id: u64) -> bool {
-        self.shard(id).lock().contains_key(&id)
+        self.get(id).is_ok()
     }
 
     /// Like `remember`; also says whether the kernel had no reference
     /// to the node before (a new node for the evictor, `evict.rs`).
     pub fn remember_new(&self, vp: &VnodeRef) -> (u64, bool) {
         let id = self.node_id(vp.ino());
-        let new;
-        let stale = {
-            let mut g = self.shard(id).lock();
-            let node = g.entry(id).or_insert_with(|| Node {
-                hold: vp.hold(),
-                nlookup: 0,
-            });
-            new = node.nlookup == 0;
-            node.nlookup += 1;
-            // A forced unmount may have doomed the held vnode and the file
-            // system since built a new one for the inode: hold the new one.
-            if !std::ptr::eq(node.hold.vnode(), &**vp) {
-                Some(std::mem::replace(&mut node.hold, vp.hold()))
-            } else {
-                None
-            }
-        };
-        drop(stale);
+        let new = vp.ext_acquire(1);
+        if new {
+            self.nodes.fetch_add(1, Ordering::Relaxed);
+        }
+        self.lookups.fetch_add(1, Ordering::Relaxed);
         self.counters.remembered.fetch_add(1, Ordering::Relaxed);
         (id, new)
     }
 
     /// The kernel dropped `n` references to node `id`.
     pub fn forget(&self, id: u64, n: u64) {
-        let gone = {
-            let mut g = self.shard(id).lock();
-            let Some(node) = g.get_mut(&id) else {
-                self.counters.forget_excess.fetch_add(1, Ordering::Relaxed);
-                return;
-            };
-            if n > node.nlookup {
-                self.counters.forget_excess.fetch_add(1, Ordering::Relaxed);
-            }
-            node.nlookup = node.nlookup.saturating_sub(n);
-            self.counters.forgotten.fetch_add(n, Ordering::Relaxed);
-            if id == ROOT_ID {
-                // The root is pinned; the kernel's count on it is not ours.
-                node.nlookup = node.nlookup.max(1);
-                None
-            } else if node.nlookup == 0 {
-                g.remove(&id)
-            } else {
-                None
-            }
+        self.counters.forgotten.fetch_add(n, Ordering::Relaxed);
+        let vp = if id == ROOT_ID {
+            self.root.get()
+        } else {
+            self.layer.lookup_cached(&self.mount, self.node_id(id))
         };
-        if let Some(node) = gone {
-            drop(node.hold);
-            self.counters.released.fetch_add(1, Ordering::Relaxed);
+        let Some(vp) = vp else {
+            self.counters.forget_excess.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let before = if id == ROOT_ID {
+            // The root is pinned: its count never drops below one (only
+            // FORGETs lower it, and the kernel sends one at a time).
+            let before = vp.ext_count();
+            let take = n.min(before.saturating_sub(1));
+            if take > 0 {
+                vp.ext_release(take);
+            }
+            self.lookups.fetch_sub(take, Ordering::Relaxed);
+            before
+        } else {
+            let before = vp.ext_release(n);
+            self.lookups.fetch_sub(n.min(before), Ordering::Relaxed);
+            if before > 0 && before <= n {
+                self.nodes.fetch_sub(1, Ordering::Relaxed);
+                self.counters.released.fetch_add(1, Ordering::Relaxed);
+            }
+            before
+        };
+        if n > before {
+            self.counters.forget_excess.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// Nodes the kernel holds (including the root).
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().len()).sum()
+        self.nodes.load(Ordering::Relaxed)
     }
 
     /// Always false: the root is never forgotten.
@@ -181,18 +183,15 @@ impl NodeTable {
 
     /// Sum of all lookup counts.
     pub fn total_lookups(&self) -> u64 {
-        self.shards
-            .iter()
-            .map(|s| s.lock().values().map(|n| n.nlookup).sum::<u64>())
-            .sum()
+        self.lookups.load(Ordering::Relaxed)
     }
 
-    /// Drops every node (after the session ended).
+    /// Drops every node's count and hold (after the session ended: no
+    /// FORGET will come). The root stays pinned until the table goes.
     pub fn clear(&self) {
-        for s in self.shards.iter() {
-            let nodes: Vec<Node> = s.lock().drain().map(|(_, n)| n).collect();
-            drop(nodes);
-        }
+        self.layer.ext_release_mount(&self.mount);
+        self.nodes.store(0, Ordering::Relaxed);
+        self.lookups.store(0, Ordering::Relaxed);
     }
 }
 
@@ -208,7 +207,7 @@ mod tests {
         let layer = VnodeLayer::new(Config::with_limit(64));
         let fs = MemFs::new(layer.clone(), MemFsConfig::default());
         let root = fs.root().unwrap();
-        let t = NodeTable::new(&root);
+        let t = NodeTable::new(layer.clone(), fs.mount().clone(), &root);
         let f = fs.create(&Ctx::ROOT, &root, b"f", 0o644, 0).unwrap().0;
         let id = t.remember(&f);
         assert_eq!(t.remember(&f), id);

@@ -135,7 +135,7 @@ impl Server {
         server_opendir: bool,
     ) -> VfsResult<Server> {
         let root = fs.root()?;
-        let nodes = NodeTable::new(&root);
+        let nodes = NodeTable::new(layer.clone(), fs.mount().clone(), &root);
         Ok(Server {
             inner: Arc::new(Inner {
                 fs,

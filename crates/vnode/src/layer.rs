@@ -253,14 +253,16 @@ impl VnodeLayer {
                 wait_constructed(&r);
                 match r.construction() {
                     LIVE => Ok(r),
-                    _ => Err(Error::Errno(r.init_err.load(Ordering::Relaxed))),
+                    _ => Err(Error::Errno(i32::from(r.init_err.load(Ordering::Relaxed)))),
                 }
             }
         }
     }
 
     fn fail_construction(&self, vp: &Arc<Vnode>, errno: i32) {
-        vp.init_err.store(errno, Ordering::Relaxed);
+        // Errnos are small; anything else is reported as EIO.
+        let e = i16::try_from(errno).unwrap_or(libc_eio());
+        vp.init_err.store(e, Ordering::Relaxed);
         vp.refs.force_doom();
         self.table.remove_if(vp);
         if vp.publish(FAILED) {
@@ -402,6 +404,21 @@ impl VnodeLayer {
             attempts: rep.attempts,
             recycled,
         }
+    }
+
+    /// Drops every external reference on the mount's vnodes (a FUSE
+    /// session ended: no FORGET will come for them); returns how many
+    /// vnodes had some. A concurrent `ext_release` loses its CAS to the
+    /// swap, so each count's hold is dropped once.
+    pub fn ext_release_mount(&self, mnt: &Mount) -> usize {
+        let mut n = 0;
+        for vp in self.table.of_mount(mnt.id()) {
+            if vp.ext.swap(0, Ordering::AcqRel) > 0 {
+                vp.release(crate::refs::HOLD_ONE);
+                n += 1;
+            }
+        }
+        n
     }
 
     /// Unmounts: recycles every vnode of the mount and forgets its names.
@@ -552,4 +569,9 @@ fn wait_constructed(vp: &Vnode) {
 #[cfg(not(loom))]
 fn state_key(vp: &Vnode) -> usize {
     &vp.state as *const _ as usize
+}
+
+/// EIO without a libc dependency (its value is 5 on every Unix).
+const fn libc_eio() -> i16 {
+    5
 }

@@ -61,8 +61,11 @@ impl Hash for NcKey {
 /// The cache's links kept on a vnode.
 #[derive(Default)]
 pub(crate) struct NcLinks {
-    /// Entries whose target is this vnode: usually one (more with hard links).
-    dst: Vec<NcKey>,
+    /// Entries whose target is this vnode: usually one (more with hard
+    /// links). A boxed slice, not a Vec: 8 bytes less on every vnode,
+    /// which keeps `Vnode` in a smaller allocation class; entries come
+    /// and go rarely enough to pay a reallocation each.
+    dst: Box<[NcKey]>,
     /// Entries whose directory is this vnode: a set, because a directory
     /// can have many and each removal must not scan them all. Only
     /// directories with entries pay for it: boxed, so every other vnode
@@ -91,12 +94,17 @@ impl NcLinks {
         removed
     }
 
+    fn add_dst(&mut self, k: NcKey) {
+        let mut v = std::mem::take(&mut self.dst).into_vec();
+        v.push(k);
+        self.dst = v.into_boxed_slice();
+    }
+
     fn remove_dst(&mut self, k: &NcKey) {
         if let Some(i) = self.dst.iter().position(|x| x == k) {
-            self.dst.swap_remove(i);
-            if self.dst.is_empty() {
-                self.dst = Vec::new();
-            }
+            let mut v = std::mem::take(&mut self.dst).into_vec();
+            v.swap_remove(i);
+            self.dst = v.into_boxed_slice();
         }
     }
 }
@@ -332,7 +340,7 @@ impl NameCache {
                         t.nc.lock().remove_dst(&key);
                     }
                     if let Some(t) = &e.get().target {
-                        t.nc.lock().dst.push(key);
+                        t.nc.lock().add_dst(key);
                     }
                     deferred.drop.push(old);
                 }
@@ -347,7 +355,7 @@ impl NameCache {
                         l.add_src(key.clone());
                     }
                     if let Some(t) = &new.target {
-                        t.nc.lock().dst.push(key.clone());
+                        t.nc.lock().add_dst(key.clone());
                     }
                     v.insert_hashed_nocheck(h, key, new);
                     self.shared.ev.nc_enters.inc();
@@ -418,7 +426,7 @@ impl NameCache {
 
     /// Forgets every entry naming `vp`, and every entry under it.
     pub fn purge_vnode(&self, vp: &Vnode) {
-        let dst = vp.nc.lock().dst.clone();
+        let dst = vp.nc.lock().dst.to_vec();
         let n = dst.len();
         self.remove_keys(dst, |e| {
             e.target.as_deref().is_some_and(|t| std::ptr::eq(t, vp))

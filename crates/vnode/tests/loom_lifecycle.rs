@@ -161,3 +161,42 @@ fn free_versus_unfree_across_home_shards() {
         assert_eq!(layer.stats().freevnodes, 1);
     });
 }
+
+/// The external count (the FUSE kernel's lookup count) going 1 -> 0 on one
+/// thread (a FORGET) while another takes it 0 -> 1 (a LOOKUP reply) and a
+/// prune runs: whatever the order, the vnode is held exactly while the
+/// count is nonzero, is never reclaimed while counted, and ends free and
+/// listed once both are done and the count is zero again.
+#[test]
+fn ext_count_edges_versus_prune() {
+    loom::model(|| {
+        let layer = VnodeLayer::new(tiny());
+        let m = layer.mount("t", Arc::new(Check));
+        let v = layer.get(&m, 1, init(1)).unwrap();
+        assert!(v.ext_acquire(1));
+        drop(v); // held by the count alone
+        let (l2, m2) = (layer.clone(), m.clone());
+        let forget = thread::spawn(move || {
+            let v = l2
+                .lookup_cached(&m2, 1)
+                .expect("a counted vnode stays cached");
+            assert!(v.ext_release(1) >= 1, "the count was nonzero");
+        });
+        let (l3, m3) = (layer.clone(), m.clone());
+        let lookup = thread::spawn(move || {
+            let v = l3.get(&m3, 1, init(1)).unwrap();
+            let new = v.ext_acquire(1);
+            (new, v)
+        });
+        let _ = layer.prune(&m, 1);
+        forget.join().unwrap();
+        let (_, v) = lookup.join().unwrap();
+        assert_eq!(v.ext_count(), 1);
+        assert_eq!(v.hold_count(), 1, "one hold for a nonzero count");
+        assert_eq!(v.ext_release(1), 1);
+        assert_eq!(v.hold_count(), 0);
+        drop(v);
+        assert_eq!(m.free_count(), layer.table_len());
+        assert_eq!(layer.stats().freevnodes as usize, m.free_count());
+    });
+}
