@@ -51,9 +51,21 @@ pub fn serve(
             return Err(e);
         }
     };
-    let r = session.run();
+    let r = run(session);
     drop(control);
     r
+}
+
+/// Serves until the file system goes. The request loops end with ENODEV
+/// when it is unmounted, which fuser takes as success, and with
+/// ECONNABORTED when the kernel aborted the connection while tearing the
+/// mount down (seen when a lazily detached mount loses its last open
+/// file): also a normal end for a server, not an error to report.
+fn run(session: Session<Server>) -> std::io::Result<()> {
+    match session.run() {
+        Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => Ok(()),
+        r => r,
+    }
 }
 
 type Started = (Session<Server>, Option<ControlSocket>);
@@ -171,7 +183,7 @@ impl BackgroundMount {
         let (session, unmounter, control, inner) = mount(fs, layer, cfg)?;
         let thread = std::thread::Builder::new()
             .name("uvfs-session".into())
-            .spawn(move || session.run())?;
+            .spawn(move || run(session))?;
         Ok(BackgroundMount {
             unmounter,
             thread: Some(thread),

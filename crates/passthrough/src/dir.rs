@@ -9,19 +9,32 @@
 //! the read happen under the open directory's lock.
 //!
 //! # READDIRPLUS
-//! Each entry is looked up as it is listed and handed to the sink with its
-//! vnode, and the listing stops at the first entry the sink refuses, so no
-//! lookup is wasted on entries that do not fit. A name that vanished
-//! between listing and lookup is skipped, as if the scan had come after.
+//! Entries are looked up in chunks of [`CHUNK`]: the chunk's syscalls
+//! (statx and file handle by name, `fs::probe`) run in parallel on the
+//! rayon pool, then its entries become vnodes and go to the sink in
+//! order, and the listing stops at the first entry the sink refuses. A
+//! `find` waits for each READDIRPLUS, so with one walker the server's
+//! lookups would otherwise use one core of two; most of a cold walk's
+//! server time is those syscalls. The probes of entries after the one
+//! refused (at most a chunk's worth) are wasted, which bounds the chunk.
+//! A name that vanished between listing and lookup is skipped, as if the
+//! scan had come after.
 
-use crate::fs::PassthroughFs;
+use crate::fs::{probe, PassthroughFs, Probe};
 use crate::node::Node;
 use crate::open::OpenFile;
 use crate::sys;
+use rayon::prelude::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use uvfs_vfs::{DirEntry, DirPlusSink, DirSink, Errno, Fh, VType, VfsResult, VnodeRef};
 
 const BUF: usize = 32 << 10;
+/// READDIRPLUS entries probed at once (see the module doc).
+const CHUNK: usize = 64;
+/// Fewer probes than this run on the calling thread alone: handing work
+/// to the pool costs a wakeup, worth it only for a few lookups' time.
+const PAR_MIN: usize = 8;
 
 fn dtype(t: u8) -> Option<VType> {
     Some(match t {
@@ -34,6 +47,22 @@ fn dtype(t: u8) -> Option<VType> {
         libc::DT_SOCK => VType::Sock,
         _ => return None,
     })
+}
+
+/// Counts a READDIRPLUS in progress for as long as it lives.
+struct Active<'a>(&'a AtomicUsize);
+
+impl<'a> Active<'a> {
+    fn enter(n: &'a AtomicUsize) -> Active<'a> {
+        n.fetch_add(1, Ordering::Relaxed);
+        Active(n)
+    }
+}
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl PassthroughFs {
@@ -111,23 +140,74 @@ impl PassthroughFs {
         if !Arc::ptr_eq(&of.node, &dnode) {
             return Err(Errno::EBADF);
         }
+        let _active = Active::enter(&self.plus_active);
         let mut given = 0usize;
+        let mut chunk: Vec<DirEntry> = Vec::with_capacity(CHUNK);
+        let mut full = false;
         self.scan(&of, offset, &mut |e| {
-            if uvfs_vfs::is_dot_or_dotdot(&e.name) {
-                given += 1;
-                return Ok(sink(&e, None));
+            chunk.push(e);
+            if chunk.len() == CHUNK {
+                full = self.plus_chunk(&dnode, &mut chunk, sink, &mut given)?;
             }
-            match self.lookup_at(&dnode, &e.name) {
-                Ok((vp, attr)) => {
-                    given += 1;
-                    Ok(sink(&e, Some((&vp, &attr))))
+            Ok(full)
+        })?;
+        if !full && !chunk.is_empty() {
+            self.plus_chunk(&dnode, &mut chunk, sink, &mut given)?;
+        }
+        Ok(())
+    }
+
+    /// Looks up a chunk of listed entries (probes in parallel) and hands
+    /// them to `sink` in order; empties `chunk`. Returns whether the sink
+    /// is full.
+    fn plus_chunk(
+        &self,
+        dnode: &Arc<Node>,
+        chunk: &mut Vec<DirEntry>,
+        sink: &mut DirPlusSink<'_>,
+        given: &mut usize,
+    ) -> VfsResult<bool> {
+        let probes: Vec<Option<VfsResult<Probe>>> = {
+            let dfd = self.fd_of(dnode)?;
+            let raw = dfd.raw();
+            let one =
+                |e: &DirEntry| (!uvfs_vfs::is_dot_or_dotdot(&e.name)).then(|| probe(raw, &e.name));
+            // Alone: the walker waits for us, a core is idle. Not alone:
+            // the other requests' threads have the cores, and handing work
+            // to the pool only adds wakeups (measured: 0.88x at 2 walkers).
+            let alone = self.plus_active.load(Ordering::Relaxed) == 1;
+            if alone && chunk.len() >= PAR_MIN {
+                chunk
+                    .par_iter()
+                    .with_min_len(PAR_MIN / 2)
+                    .map(one)
+                    .collect()
+            } else {
+                chunk.iter().map(one).collect()
+            }
+        };
+        for (e, p) in chunk.drain(..).zip(probes) {
+            let Some(p) = p else {
+                *given += 1;
+                if sink(&e, None) {
+                    return Ok(true);
                 }
-                Err(Errno::ENOENT) => Ok(false),
+                continue;
+            };
+            match self.lookup_probed(dnode, &e.name, p) {
+                Ok((vp, attr)) => {
+                    *given += 1;
+                    if sink(&e, Some((&vp, &attr))) {
+                        return Ok(true);
+                    }
+                }
+                Err(Errno::ENOENT) => {}
                 // Entries already handed over are counted by the caller:
                 // end this batch short; the kernel asks again from there.
-                Err(_) if given > 0 => Ok(true),
-                Err(err) => Err(err),
+                Err(_) if *given > 0 => return Ok(true),
+                Err(err) => return Err(err),
             }
-        })
+        }
+        Ok(false)
     }
 }

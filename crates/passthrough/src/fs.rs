@@ -69,6 +69,9 @@ pub struct PassthroughFs {
     pub(crate) inodes: InodeMap,
     pub(crate) root: Arc<Node>,
     pub(crate) opens: OpenTable,
+    /// READDIRPLUS requests in progress (`dir.rs` probes in parallel only
+    /// when it is alone: with several, the cores are busy already).
+    pub(crate) plus_active: std::sync::atomic::AtomicUsize,
     /// Counters.
     pub counters: PtCounters,
 }
@@ -154,6 +157,7 @@ impl PassthroughFs {
             inodes,
             root,
             opens: OpenTable::default(),
+            plus_active: Default::default(),
             counters: PtCounters::default(),
         }))
     }
@@ -278,11 +282,22 @@ impl PassthroughFs {
     /// reopen through it fails its (dev, ino) check (`fd_of`) and answers
     /// ESTALE, never the other file.
     pub(crate) fn lookup_at(&self, dir: &Arc<Node>, name: &[u8]) -> VfsResult<(VnodeRef, Attr)> {
-        let cname = sys::cstr(name)?;
         let dfd = self.fd_of(dir)?;
-        let st = sys::statx_at(dfd.raw(), &cname, 0)?;
-        let handle = Handle::of_name(dfd.raw(), &cname);
+        let probe = probe(dfd.raw(), name);
         drop(dfd);
+        self.lookup_probed(dir, name, probe)
+    }
+
+    /// The second half of `lookup_at`: the vnode for what `probe` found
+    /// at `dir`/`name` (the probe may have run on another thread, ahead
+    /// of time: `dir.rs`'s READDIRPLUS).
+    pub(crate) fn lookup_probed(
+        &self,
+        dir: &Arc<Node>,
+        name: &[u8],
+        probe: VfsResult<Probe>,
+    ) -> VfsResult<(VnodeRef, Attr)> {
+        let (st, handle) = probe?;
         self.counters.lookups.fetch_add(1, Ordering::Relaxed);
         self.vnode_from(st, handle, Some((dir, name)), None)
     }
@@ -470,4 +485,17 @@ impl PassthroughFs {
         let res = self.pool.reserve()?;
         Ok(res.into_fd(sys::reopen(sys::raw(fd), libc::O_PATH)?))
     }
+}
+
+/// What a lookup learns from the backing file system: the entry's statx
+/// and its file handle (or why it has none).
+pub(crate) type Probe = (libc::statx, VfsResult<Handle>);
+
+/// The syscalls of a lookup of `name` in the directory `dfd`: a statx and
+/// a file handle, both by name, neither following a trailing symlink. No
+/// shared state: safe to run for many names at once.
+pub(crate) fn probe(dfd: std::os::fd::RawFd, name: &[u8]) -> VfsResult<Probe> {
+    let cname = sys::cstr(name)?;
+    let st = sys::statx_at(dfd, &cname, 0)?;
+    Ok((st, Handle::of_name(dfd, &cname)))
 }
