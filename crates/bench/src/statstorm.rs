@@ -5,6 +5,7 @@
 //! limit of about 1/50 of the files, for uvfs and the FreeBSD replicas.
 
 use crate::cache::{Cache, Nc, Uvfs};
+use crate::cputime::process_cpu;
 use crate::report::{median, BarGroup, Progress, Report};
 use crate::synth::{SynthNode, Tree};
 use crate::{row, CommonOpts};
@@ -66,8 +67,20 @@ fn walk<C: Cache>(c: &C, m: &C::Mount, tree: &Tree, dir: &C::Ref, dir_ino: u64) 
     n
 }
 
-/// Runs T walkers over T trees on a fresh cache; returns (seconds, stats, recycles).
-fn run_once<C: Cache>(c: Arc<C>, trees: &Arc<Vec<Tree>>, threads: usize) -> (f64, u64, u64) {
+/// What one run of T walkers measured.
+#[derive(Clone, Copy, Debug)]
+struct Sample {
+    secs: f64,
+    stats: u64,
+    recycles: u64,
+    /// CPU time of the whole process during the walk (walkers and the
+    /// background reclaimer): with T=1 the reclaimer runs on the other
+    /// core, so wall time alone hides how much CPU a stat costs.
+    cpu_secs: f64,
+}
+
+/// Runs T walkers over T trees on a fresh cache.
+fn run_once<C: Cache>(c: Arc<C>, trees: &Arc<Vec<Tree>>, threads: usize) -> Sample {
     let m = c.mount("synth", None);
     let barrier = Arc::new(Barrier::new(threads + 1));
     let hs: Vec<_> = (0..threads)
@@ -87,18 +100,25 @@ fn run_once<C: Cache>(c: Arc<C>, trees: &Arc<Vec<Tree>>, threads: usize) -> (f64
         .collect();
     barrier.wait();
     let start = Instant::now();
+    let cpu0 = process_cpu();
     let stats: u64 = hs.into_iter().map(|h| h.join().expect("walker")).sum();
     let secs = start.elapsed().as_secs_f64();
+    let cpu_secs = (process_cpu().saturating_sub(cpu0)).as_secs_f64();
     let recycles = c
         .counters()
         .iter()
         .find(|(k, _)| k == "vfs.vnode.stats.recycles")
         .map_or(0, |(_, v)| *v);
-    (secs, stats, recycles)
+    Sample {
+        secs,
+        stats,
+        recycles,
+        cpu_secs,
+    }
 }
 
-/// Runs one configuration: (trees, threads) -> (seconds, stats, recycles).
-type Runner = Box<dyn FnOnce(&Arc<Vec<Tree>>, usize) -> (f64, u64, u64)>;
+/// Runs one configuration on (trees, threads).
+type Runner = Box<dyn FnOnce(&Arc<Vec<Tree>>, usize) -> Sample>;
 
 fn make(name: &str, limit: usize) -> Option<Runner> {
     match name {
@@ -156,7 +176,7 @@ pub fn run(o: &StatstormOpts) -> std::io::Result<Report> {
         .collect();
     let kinds = [("large", large), ("small", small)];
     // samples[(thread index, kind index, impl index)]
-    let mut samples: Vec<Vec<(f64, u64, u64)>> =
+    let mut samples: Vec<Vec<Sample>> =
         vec![Vec::new(); forests.len() * kinds.len() * o.impls.len()];
     let at = |ti: usize, ki: usize, k: usize| (ti * kinds.len() + ki) * o.impls.len() + k;
     for _ in 0..repeats {
@@ -174,13 +194,15 @@ pub fn run(o: &StatstormOpts) -> std::io::Result<Report> {
         for (ki, (kind, limit)) in kinds.iter().enumerate() {
             for (k, name) in o.impls.iter().enumerate() {
                 let s = &samples[at(ti, ki, k)];
-                let secs = median(&s.iter().map(|x| x.0).collect::<Vec<_>>());
-                let stats = s[0].1;
-                let recycled = median(&s.iter().map(|x| x.2 as f64).collect::<Vec<_>>());
+                let secs = median(&s.iter().map(|x| x.secs).collect::<Vec<_>>());
+                let stats = s[0].stats;
+                let recycled = median(&s.iter().map(|x| x.recycles as f64).collect::<Vec<_>>());
+                let cpu = median(&s.iter().map(|x| x.cpu_secs).collect::<Vec<_>>());
                 report.rows.push(row!(
                     "impl" => name, "threads" => t, "limit" => limit, "limit_kind" => kind,
                     "files" => stats, "secs" => secs, "ops_per_sec" => stats as f64 / secs,
-                    "recycled" => recycled, "repeats" => repeats,
+                    "recycled" => recycled, "cpu_ns_per_op" => (cpu * 1e9 / stats.max(1) as f64).round(),
+                    "cores_busy" => (cpu / secs * 100.0).round() / 100.0, "repeats" => repeats,
                 ));
             }
         }
@@ -224,11 +246,21 @@ pub fn summary(r: &Report) -> Vec<String> {
             ));
         }
     }
+    let cpu = |t: usize, kind: &str| -> Option<f64> {
+        r.rows
+            .iter()
+            .find(|x| x["impl"] == "uvfs" && x["threads"] == t && x["limit_kind"] == kind)
+            .and_then(|x| x["cpu_ns_per_op"].as_f64())
+    };
     for kind in ["large", "small"] {
         if let (Some(a), Some(b)) = (get("uvfs", 1, kind), get("uvfs", 2, kind)) {
             out.push(format!(
-                "uvfs 2-thread / 1-thread throughput, {kind} limit: {:.2}x (target >= 1.8){}",
+                "uvfs 2-thread / 1-thread throughput, {kind} limit: {:.2}x (target >= 1.8){}{}",
                 b / a,
+                match (cpu(1, kind), cpu(2, kind)) {
+                    (Some(x), Some(y)) => format!("; CPU per stat {x:.0} / {y:.0} ns"),
+                    _ => String::new(),
+                },
                 match (get("none", 1, kind), get("none", 2, kind)) {
                     (Some(x), Some(y)) => format!("; with no cache at all: {:.2}x", y / x),
                     _ => String::new(),

@@ -94,6 +94,8 @@ fn main() -> ExitCode {
                     "secs",
                     "ops_per_sec",
                     "recycled",
+                    "cpu_ns_per_op",
+                    "cores_busy",
                 ],
                 &o.common,
                 uvfs_bench::statstorm::summary,

@@ -1,7 +1,11 @@
-//! The background reclaimer (FreeBSD's `vnlru` thread): keeps the vnode
-//! count under the low watermark so allocations rarely recycle on their own
-//! path. It sleeps on a doorbell rung by real events (an allocation past the
-//! high watermark, a vnode freed while over the limit), never a fixed timer.
+//! The background reclaimer (FreeBSD's `vnlru` thread): works off the
+//! backlog allocation leaves when it finds nothing free and overcommits,
+//! bringing the vnode count back under the low watermark as releases make
+//! vnodes free. It sleeps on a doorbell rung by real events (an
+//! overcommitted allocation; a vnode freed while that backlog stands),
+//! never a fixed timer. At the limit with free vnodes, allocations recycle
+//! one for one on their own path, which costs less than recycling here
+//! (see "Who recycles" in the layer's docs).
 
 use crate::layer::VnodeLayer;
 use crate::sync::{Arc, AtomicBool, Ordering};
@@ -52,6 +56,7 @@ fn run(layer: Weak<VnodeLayer>, stop: Arc<AtomicBool>) {
         }
         let shared = l.shared().clone();
         let low = shared.cfg.low_water() as isize;
+        shared.backlog.store(false, Ordering::SeqCst);
         while !stopped() {
             let over = shared.numvnodes.approx() - low;
             if over <= 0 {
@@ -60,7 +65,12 @@ fn run(layer: Weak<VnodeLayer>, stop: Arc<AtomicBool>) {
             let n = l.reclaim_global(over.min(BATCH as isize) as usize);
             shared.ev.reclaimer_recycles.add(n as u64);
             if n == 0 {
-                break; // nothing free: wait for a release to ring us
+                // Nothing free: wait for a release to ring us, which it
+                // does only while the backlog is marked.
+                if shared.numvnodes.approx() > shared.cfg.limit as isize {
+                    shared.backlog.store(true, Ordering::SeqCst);
+                }
+                break;
             }
         }
         // Never sleep holding the layer alive.

@@ -77,6 +77,12 @@ pub(crate) struct Shared {
     pub freevnodes: DistCounter,
     pub ev: Events,
     pub bell: Doorbell,
+    /// Set when an allocation found nothing to recycle and went over the
+    /// limit; cleared by the reclaimer when it starts a pass (and set again
+    /// if that pass runs out of free vnodes while still over). Releases
+    /// ring the bell only while it is set: a count over the limit by the
+    /// counters' slop alone is the allocators' to recycle, one for one.
+    pub backlog: AtomicBool,
 }
 
 impl Shared {
@@ -88,15 +94,17 @@ impl Shared {
             freevnodes: DistCounter::new(slop),
             ev: Events::default(),
             bell: Doorbell::default(),
+            backlog: AtomicBool::new(false),
         }
     }
 
-    /// Called when a vnode became free: if we are over the limit (because
-    /// earlier allocations found nothing to recycle), that vnode is what the
-    /// reclaimer has been waiting for.
+    /// Called when a vnode became free: if earlier allocations found
+    /// nothing to recycle and left the count over the limit, that vnode is
+    /// what the reclaimer has been waiting for.
     #[inline]
     pub(crate) fn note_free(&self, _vp: &Vnode) {
-        if self.numvnodes.approx() > self.cfg.limit as isize
+        if self.backlog.load(Ordering::Relaxed)
+            && self.numvnodes.approx() > self.cfg.limit as isize
             && self.cfg.reclaimer
             && self.bell.ring()
         {

@@ -240,6 +240,29 @@ fn background_reclaimer_brings_count_down_and_stops_on_drop() {
 }
 
 #[test]
+fn at_the_limit_allocations_recycle_one_for_one_and_the_reclaimer_sleeps() {
+    // With free vnodes to take, the allocating thread recycles its own
+    // (cheaper than the reclaimer doing it from another core); the
+    // reclaimer is for backlogs only, and there is none here.
+    let limit = 256;
+    let layer = VnodeLayer::new(Config::with_limit(limit));
+    let slop = layer.config().count_slop();
+    let m = layer.mount("t", Arc::new(Recorder::default()));
+    for i in 0..20_000 {
+        drop(layer.get(&m, i, file(i)).unwrap());
+    }
+    let st = layer.stats();
+    assert!(st.numvnodes as usize <= limit + slop, "{}", st.numvnodes);
+    assert!(st.direct_recycles >= 20_000 - (limit + slop) as u64);
+    assert_eq!(st.alloc_overcommits, 0);
+    assert_eq!(
+        st.reclaimer_recycles, 0,
+        "reclaimer worked without a backlog"
+    );
+    assert_eq!(st.reclaimer_kicks, 0);
+}
+
+#[test]
 fn prune_frees_only_the_named_mount_at_cost_proportional_to_n() {
     let layer = VnodeLayer::new(cfg(100_000));
     let zrec = Arc::new(Recorder::default());
