@@ -49,12 +49,19 @@ impl Reclaimer {
 
 fn run(layer: Weak<VnodeLayer>, stop: Arc<AtomicBool>) {
     let stopped = || stop.load(Ordering::Acquire);
+    let Some(shared) = layer.upgrade().map(|l| l.shared().clone()) else {
+        return;
+    };
     loop {
+        // Sleep first: a pass runs only when rung (a backlog), never
+        // because the thread happened to start while the count was high.
+        // Never sleep holding the layer alive.
+        shared.bell.wait(&stopped);
         let Some(l) = layer.upgrade() else { return };
         if stopped() {
             return;
         }
-        let shared = l.shared().clone();
+        shared.ev.reclaimer_wakeups.inc();
         let low = shared.cfg.low_water() as isize;
         shared.backlog.store(false, Ordering::SeqCst);
         while !stopped() {
@@ -73,9 +80,5 @@ fn run(layer: Weak<VnodeLayer>, stop: Arc<AtomicBool>) {
                 break;
             }
         }
-        // Never sleep holding the layer alive.
-        drop(l);
-        shared.bell.wait(&stopped);
-        shared.ev.reclaimer_wakeups.inc();
     }
 }
