@@ -151,6 +151,12 @@ struct PassSample {
     nodes_at_start: Option<u64>,
     /// The server process's peaks during the walk.
     peaks: Option<Peaks>,
+    /// CPU time of the server process during the walk (from /proc, so the
+    /// same for uvfs and the peers).
+    server_cpu_secs: Option<f64>,
+    /// CPU time of the walkers (this process: their system calls include
+    /// the kernel's side of FUSE, or the native file system's work).
+    walker_cpu_secs: f64,
 }
 
 fn server_args(o: &FuseStatOpts, shape: &TreeShape, source: Option<&Path>) -> Vec<String> {
@@ -396,7 +402,16 @@ fn pass(t: &Target, shape: &TreeShape, threads: usize, cold: bool) -> io::Result
     let sampler = t
         .pid()
         .map(|pid| Sampler::start(pid, procstat::DEFAULT_PERIOD));
+    let server_cpu = || {
+        t.pid()
+            .and_then(|p| fuse_mount::process_cpu_secs_fine(p).ok())
+    };
+    let (scpu0, wcpu0) = (server_cpu(), crate::cputime::process_cpu());
     let (w, killed) = with_watchdog(t.pid(), PASS_LIMIT, || walk_all(&t.root, shape, threads));
+    let walker_cpu_secs = crate::cputime::process_cpu()
+        .saturating_sub(wcpu0)
+        .as_secs_f64();
+    let server_cpu_secs = scpu0.zip(server_cpu()).map(|(a, b)| (b - a).max(0.0));
     let peaks = sampler.map(Sampler::stop);
     let mut error = w.error.map(|e| e.to_string());
     if killed {
@@ -426,6 +441,8 @@ fn pass(t: &Target, shape: &TreeShape, threads: usize, cold: bool) -> io::Result
         server,
         nodes_at_start,
         peaks,
+        server_cpu_secs,
+        walker_cpu_secs,
     })
 }
 
@@ -550,6 +567,15 @@ fn make_row(k: &RowKey, setup_error: Option<&str>, ss: &[PassSample]) -> Row {
             a
         });
     let served = |f: fn(&Peaks) -> u64| k.served.then(|| peaks.as_ref().map(f)).flatten();
+    // Per stat, medians over the passes that completed.
+    let per_stat = |f: fn(&PassSample) -> Option<f64>| {
+        let v: Vec<f64> = ss
+            .iter()
+            .filter(|s| s.error.is_none() && s.entries > 0)
+            .filter_map(|s| Some(f(s)? * 1e6 / s.entries as f64))
+            .collect();
+        (!v.is_empty()).then(|| (median(&v) * 100.0).round() / 100.0)
+    };
     r.extend(row!(
         "ok" => ok,
         "seen" => seen,
@@ -560,6 +586,8 @@ fn make_row(k: &RowKey, setup_error: Option<&str>, ss: &[PassSample]) -> Row {
         "rss_hwm_bytes" => served(|p| p.hwm_bytes),
         "fd_limit" => if k.served { k.fd_limit } else { None },
         "fd_budget" => k.fd_budget,
+        "server_cpu_us_per_stat" => per_stat(|s| s.server_cpu_secs),
+        "walker_cpu_us_per_stat" => per_stat(|s| Some(s.walker_cpu_secs)),
         "error" => error,
     ));
     if !ok && setup_error.is_none() {
@@ -709,6 +737,8 @@ pub const COLUMNS: &[&str] = &[
     "requests_per_stat",
     "cpu_us_per_request",
     "cpu_us_per_stat",
+    "server_cpu_us_per_stat",
+    "walker_cpu_us_per_stat",
     "nodes_at_start",
 ];
 

@@ -69,9 +69,9 @@ pub struct PassthroughFs {
     pub(crate) inodes: InodeMap,
     pub(crate) root: Arc<Node>,
     pub(crate) opens: OpenTable,
-    /// READDIRPLUS requests in progress (`dir.rs` probes in parallel only
-    /// when it is alone: with several, the cores are busy already).
-    pub(crate) plus_active: std::sync::atomic::AtomicUsize,
+    /// READDIRPLUS requests in progress and their overlaps (`dir.rs`
+    /// probes in parallel only when one has been alone for a while).
+    pub(crate) plus_load: crate::dir::PlusLoad,
     /// Counters.
     pub counters: PtCounters,
 }
@@ -157,7 +157,7 @@ impl PassthroughFs {
             inodes,
             root,
             opens: OpenTable::default(),
-            plus_active: Default::default(),
+            plus_load: Default::default(),
             counters: PtCounters::default(),
         }))
     }
