@@ -3,9 +3,10 @@
 /// How a [`crate::VnodeLayer`] is sized.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// The vnode limit (FreeBSD's `desiredvnodes`). A soft limit: the count
-    /// settles at or under `limit + count_slop()`, and exceeds it only while
-    /// every vnode is in use or held (allocation never fails).
+    /// The vnode limit (FreeBSD's `desiredvnodes`). The count stays at or
+    /// under it (recycling starts `count_slop()` below it, see
+    /// `recycle_at`), and exceeds it only while every vnode is in use or
+    /// held (allocation never fails).
     pub limit: usize,
     /// Name-cache entries at most (positive and negative).
     pub namecache_limit: usize,
@@ -55,21 +56,26 @@ impl Config {
         (self.limit / (8 * crate::counter::CELLS)).clamp(1, 64)
     }
 
-    /// How far over `limit` the vnode count can read while at the limit:
-    /// the counters' fold slop.
+    /// How far the vnode count's cheap reading can trail the truth: the
+    /// counters' fold slop.
     pub fn count_slop(&self) -> usize {
         self.cell_slop() * crate::counter::CELLS
     }
 
-    /// Below this (as the distributed count reads) an allocation takes the
-    /// fast path: no accounting against the limit, one table lock.
-    pub(crate) fn high_water(&self) -> usize {
-        self.limit - self.limit / 64
+    /// Where allocations start recycling, as the distributed count reads:
+    /// the limit less the counters' slop. The reading trails the true count
+    /// by less than the slop (other threads' unfolded deltas), so recycling
+    /// from here keeps the true count at or under the limit. Below it, an
+    /// allocation takes the fast path (no accounting against the limit).
+    /// Half the limit at least, for tiny limits whose slop is most of them.
+    pub(crate) fn recycle_at(&self) -> usize {
+        self.limit - self.count_slop().min(self.limit / 2)
     }
 
     /// The reclaimer, working off a backlog, frees vnodes until the count is
     /// under this, leaving allocations some room before they recycle again.
     pub(crate) fn low_water(&self) -> usize {
-        self.limit - self.limit / 32
+        let r = self.recycle_at();
+        r - r / 32
     }
 }

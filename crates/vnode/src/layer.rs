@@ -21,7 +21,7 @@
 //! the CPU per vnode of a direct recycle (the vnode, its name-cache entry
 //! and its memory come back from another core's cache, and every free is
 //! a cross-thread free in the allocator), so one walker kept 1.7 cores
-//! busy for 0-20% less wall time, and two walkers ran 25% slower. The
+//! busy for 0-25% less wall time, and two walkers ran 25% slower. The
 //! direct path takes the vnode this thread freed least recently, from its
 //! own free-list shard, still warm in its own cache. The reclaimer works
 //! off backlogs: allocations that found nothing free and overcommitted.
@@ -155,7 +155,7 @@ impl VnodeLayer {
                 return self.finish(found);
             }
             let s = &self.shared;
-            if s.numvnodes.approx() < s.cfg.high_water() as isize {
+            if s.numvnodes.approx() < s.cfg.recycle_at() as isize {
                 self.account_one(mnt);
                 let fresh = Arc::new(Vnode::new_constructing(mnt.clone(), ino));
                 m.insert(key, fresh.clone());
@@ -303,8 +303,9 @@ impl VnodeLayer {
         let s = &self.shared;
         s.ev.allocations.inc();
         let n = s.numvnodes.add(1);
-        if n > s.cfg.limit as isize {
-            self.alloc_hard(mnt, (n - s.cfg.limit as isize) as usize);
+        let at = s.cfg.recycle_at() as isize;
+        if n > at {
+            self.alloc_hard(mnt, (n - at) as usize);
         }
     }
 

@@ -74,7 +74,7 @@ fn run(layer: Weak<VnodeLayer>, stop: Arc<AtomicBool>) {
             if n == 0 {
                 // Nothing free: wait for a release to ring us, which it
                 // does only while the backlog is marked.
-                if shared.numvnodes.approx() > shared.cfg.limit as isize {
+                if shared.numvnodes.approx() > shared.cfg.recycle_at() as isize {
                     shared.backlog.store(true, Ordering::SeqCst);
                 }
                 break;

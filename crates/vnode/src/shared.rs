@@ -104,7 +104,7 @@ impl Shared {
     #[inline]
     pub(crate) fn note_free(&self, _vp: &Vnode) {
         if self.backlog.load(Ordering::Relaxed)
-            && self.numvnodes.approx() > self.cfg.limit as isize
+            && self.numvnodes.approx() > self.cfg.recycle_at() as isize
             && self.cfg.reclaimer
             && self.bell.ring()
         {

@@ -129,23 +129,19 @@ fn panicking_init_fails_waiters_instead_of_hanging() {
 }
 
 #[test]
-fn count_settles_under_limit_plus_slop_and_recycles_lru_first() {
+fn count_stays_under_limit_and_recycles_lru_first() {
     let limit = 64;
     let c = cfg(limit);
-    let slop = c.count_slop();
     let layer = VnodeLayer::new(c);
     let rec = Arc::new(Recorder::default());
     let m = layer.mount("t", rec.clone());
     for ino in 0..1000u64 {
         drop(layer.get(&m, ino, file(ino)).unwrap());
         let n = layer.stats().numvnodes as usize;
-        assert!(
-            n <= limit + slop,
-            "count {n} over limit {limit} + slop {slop}"
-        );
+        assert!(n <= limit, "count {n} over limit {limit}");
     }
     let reclaimed = rec.reclaimed.lock().unwrap().clone();
-    assert!(reclaimed.len() >= 1000 - limit - slop);
+    assert!(reclaimed.len() >= 1000 - limit);
     // LRU: the first vnodes released are the first recycled (per shard
     // order, round-robin across shards: the first ones must be early).
     assert!(
@@ -194,7 +190,6 @@ fn used_and_held_vnodes_are_never_recycled() {
 fn overcommit_when_nothing_is_free_then_settle() {
     let limit = 16;
     let c = cfg(limit);
-    let slop = c.count_slop();
     let layer = VnodeLayer::new(c);
     let m = layer.mount("t", Arc::new(Recorder::default()));
     let refs: Vec<_> = (0..100)
@@ -207,7 +202,7 @@ fn overcommit_when_nothing_is_free_then_settle() {
     for i in 1000..1100 {
         drop(layer.get(&m, i, file(i)).unwrap());
     }
-    assert!(layer.stats().numvnodes as usize <= limit + slop);
+    assert!(layer.stats().numvnodes as usize <= limit);
 }
 
 #[test]
@@ -246,14 +241,13 @@ fn at_the_limit_allocations_recycle_one_for_one_and_the_reclaimer_sleeps() {
     // reclaimer is for backlogs only, and there is none here.
     let limit = 256;
     let layer = VnodeLayer::new(Config::with_limit(limit));
-    let slop = layer.config().count_slop();
     let m = layer.mount("t", Arc::new(Recorder::default()));
     for i in 0..20_000 {
         drop(layer.get(&m, i, file(i)).unwrap());
     }
     let st = layer.stats();
-    assert!(st.numvnodes as usize <= limit + slop, "{}", st.numvnodes);
-    assert!(st.direct_recycles >= 20_000 - (limit + slop) as u64);
+    assert!(st.numvnodes as usize <= limit, "{}", st.numvnodes);
+    assert!(st.direct_recycles >= 20_000 - limit as u64);
     assert_eq!(st.alloc_overcommits, 0);
     assert_eq!(
         st.reclaimer_recycles, 0,
@@ -453,7 +447,6 @@ fn rmdir_purge_and_recycled_dir_entries() {
 fn stress_tiny_limit_lookups_prunes_and_namecache() {
     let limit = 32;
     let c = Config::with_limit(limit);
-    let slop = c.count_slop();
     let layer = VnodeLayer::new(c);
     let rec = Arc::new(Recorder::default());
     let m = layer.mount("t", rec.clone());
@@ -527,10 +520,10 @@ fn stress_tiny_limit_lookups_prunes_and_namecache() {
     assert_eq!(st.freevnodes as usize, m.free_count() + other.free_count());
     // Quiesced: the reclaimer brings the count to the limit once free.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while layer.stats().numvnodes as usize > limit + slop && std::time::Instant::now() < deadline {
+    while layer.stats().numvnodes as usize > limit && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
-    assert!(layer.stats().numvnodes as usize <= limit + slop);
+    assert!(layer.stats().numvnodes as usize <= limit);
     layer.unmount(&other, false).unwrap();
     layer.namecache().purge_mount(m.id());
     layer.unmount(&m, false).unwrap();
