@@ -77,6 +77,10 @@ struct Sample {
     /// background reclaimer): with T=1 the reclaimer runs on the other
     /// core, so wall time alone hides how much CPU a stat costs.
     cpu_secs: f64,
+    /// When the first walker finished: with T walkers of equal trees, a
+    /// first finish well before the last means the cores were not shared
+    /// evenly (a core idles while the last walker finishes).
+    first_done_secs: f64,
 }
 
 /// Runs T walkers over T trees on a fresh cache.
@@ -94,15 +98,21 @@ fn run_once<C: Cache>(c: Arc<C>, trees: &Arc<Vec<Tree>>, threads: usize) -> Samp
                     })
                 });
                 barrier.wait();
-                walk(&*c, &m, tree, &root, tree.root)
+                let n = walk(&*c, &m, tree, &root, tree.root);
+                (n, Instant::now())
             })
         })
         .collect();
     barrier.wait();
     let start = Instant::now();
     let cpu0 = process_cpu();
-    let stats: u64 = hs.into_iter().map(|h| h.join().expect("walker")).sum();
+    let done: Vec<(u64, Instant)> = hs.into_iter().map(|h| h.join().expect("walker")).collect();
     let secs = start.elapsed().as_secs_f64();
+    let stats = done.iter().map(|d| d.0).sum();
+    let first_done_secs = done
+        .iter()
+        .map(|d| d.1.duration_since(start).as_secs_f64())
+        .fold(f64::INFINITY, f64::min);
     let cpu_secs = (process_cpu().saturating_sub(cpu0)).as_secs_f64();
     let recycles = c
         .counters()
@@ -114,6 +124,7 @@ fn run_once<C: Cache>(c: Arc<C>, trees: &Arc<Vec<Tree>>, threads: usize) -> Samp
         stats,
         recycles,
         cpu_secs,
+        first_done_secs,
     }
 }
 
@@ -198,11 +209,13 @@ pub fn run(o: &StatstormOpts) -> std::io::Result<Report> {
                 let stats = s[0].stats;
                 let recycled = median(&s.iter().map(|x| x.recycles as f64).collect::<Vec<_>>());
                 let cpu = median(&s.iter().map(|x| x.cpu_secs).collect::<Vec<_>>());
+                let first = median(&s.iter().map(|x| x.first_done_secs).collect::<Vec<_>>());
                 report.rows.push(row!(
                     "impl" => name, "threads" => t, "limit" => limit, "limit_kind" => kind,
                     "files" => stats, "secs" => secs, "ops_per_sec" => stats as f64 / secs,
                     "recycled" => recycled, "cpu_ns_per_op" => (cpu * 1e9 / stats.max(1) as f64).round(),
-                    "cores_busy" => (cpu / secs * 100.0).round() / 100.0, "repeats" => repeats,
+                    "cores_busy" => (cpu / secs * 100.0).round() / 100.0,
+                    "first_done_secs" => first, "repeats" => repeats,
                 ));
             }
         }

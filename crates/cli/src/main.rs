@@ -96,6 +96,7 @@ fn main() -> ExitCode {
                     "recycled",
                     "cpu_ns_per_op",
                     "cores_busy",
+                    "first_done_secs",
                 ],
                 &o.common,
                 uvfs_bench::statstorm::summary,
