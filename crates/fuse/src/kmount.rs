@@ -126,7 +126,22 @@ impl KernelMount {
     /// unmounted it, and MNT may now hold another file system). A mount
     /// still in use fails with EBUSY; see `detach`.
     pub fn unmount(&self) -> std::io::Result<()> {
-        self.umount2(0)
+        // EBUSY can be transient: a path walk that is crossing the
+        // mountpoint right now (say, another process stat'ing its parent
+        // directory's entries) holds a reference on the mount for a moment
+        // (seen once in CI, a test's unmount right after its last close).
+        // A mount kept busy by open files or a working directory still
+        // fails, after these retries.
+        let mut tries = 0;
+        loop {
+            match self.umount2(0) {
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) && tries < UMOUNT_BUSY_RETRIES => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                r => return r,
+            }
+        }
     }
 
     /// Detaches the mount lazily: the kernel finishes the unmount when its
@@ -147,6 +162,9 @@ impl KernelMount {
         Ok(())
     }
 }
+
+/// Retries of an unmount that found the mount busy (10 ms apart).
+const UMOUNT_BUSY_RETRIES: u32 = 20;
 
 /// Unmounts this server's file system, however it was mounted.
 pub enum Unmounter {
