@@ -205,11 +205,12 @@ pub fn run(o: &StatstormOpts) -> std::io::Result<Report> {
         for (ki, (kind, limit)) in kinds.iter().enumerate() {
             for (k, name) in o.impls.iter().enumerate() {
                 let s = &samples[at(ti, ki, k)];
-                let secs = median(&s.iter().map(|x| x.secs).collect::<Vec<_>>());
+                let med = |f: fn(&Sample) -> f64| median(&s.iter().map(f).collect::<Vec<_>>());
+                let secs = med(|x| x.secs);
                 let stats = s[0].stats;
-                let recycled = median(&s.iter().map(|x| x.recycles as f64).collect::<Vec<_>>());
-                let cpu = median(&s.iter().map(|x| x.cpu_secs).collect::<Vec<_>>());
-                let first = median(&s.iter().map(|x| x.first_done_secs).collect::<Vec<_>>());
+                let recycled = med(|x| x.recycles as f64);
+                let cpu = med(|x| x.cpu_secs);
+                let first = med(|x| x.first_done_secs);
                 report.rows.push(row!(
                     "impl" => name, "threads" => t, "limit" => limit, "limit_kind" => kind,
                     "files" => stats, "secs" => secs, "ops_per_sec" => stats as f64 / secs,
@@ -226,12 +227,14 @@ pub fn run(o: &StatstormOpts) -> std::io::Result<Report> {
 
 /// Target ratios from a statstorm report, as printable lines.
 pub fn summary(r: &Report) -> Vec<String> {
-    let get = |imp: &str, t: usize, kind: &str| -> Option<f64> {
+    let field = |imp: &str, t: usize, kind: &str, key: &str| -> Option<f64> {
         r.rows
             .iter()
             .find(|x| x["impl"] == imp && x["threads"] == t && x["limit_kind"] == kind)
-            .and_then(|x| x["ops_per_sec"].as_f64())
+            .and_then(|x| x[key].as_f64())
     };
+    let get = |imp: &str, t: usize, kind: &str| field(imp, t, kind, "ops_per_sec");
+    let cpu = |t: usize, kind: &str| field("uvfs", t, kind, "cpu_ns_per_op");
     let tmax = r
         .rows
         .iter()
@@ -259,12 +262,6 @@ pub fn summary(r: &Report) -> Vec<String> {
             ));
         }
     }
-    let cpu = |t: usize, kind: &str| -> Option<f64> {
-        r.rows
-            .iter()
-            .find(|x| x["impl"] == "uvfs" && x["threads"] == t && x["limit_kind"] == kind)
-            .and_then(|x| x["cpu_ns_per_op"].as_f64())
-    };
     for kind in ["large", "small"] {
         if let (Some(a), Some(b)) = (get("uvfs", 1, kind), get("uvfs", 2, kind)) {
             out.push(format!(
