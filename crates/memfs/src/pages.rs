@@ -7,6 +7,12 @@
 //! copies in parallel; the map lock is held shared while copying and
 //! exclusively only to add or drop pages.
 //!
+//! The lock sits in the map's node and the 4 KiB of data in an allocation
+//! of its own: exactly one allocator size class. A lock and its data in one
+//! allocation (4,104 bytes) fell into the next class up and the file system
+//! held 1.35x its data in RSS (512 MiB written, 692 MiB resident); now
+//! 1.0x plus the map.
+//!
 //! # Invariants
 //! - Every byte at or past `size` that lies in an allocated page is zero.
 //!   Shrinking zeroes the tail of the last page and drops the pages past
@@ -39,17 +45,22 @@ const PAGE: u64 = PAGE_SIZE as u64;
 /// Largest file size (Linux's `MAX_LFS_FILESIZE` on 64-bit).
 pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
 
-type Page = RwLock<[u8; PAGE_SIZE]>;
+type Page = RwLock<Box<[u8; PAGE_SIZE]>>;
 
-fn new_page() -> Box<Page> {
-    Box::new(RwLock::new([0u8; PAGE_SIZE]))
+fn new_page() -> Page {
+    // Zeroed by the allocator (calloc), not copied from a stack array.
+    let data: Box<[u8; PAGE_SIZE]> = vec![0u8; PAGE_SIZE]
+        .into_boxed_slice()
+        .try_into()
+        .expect("PAGE_SIZE bytes");
+    RwLock::new(data)
 }
 
 /// The data of one regular file.
 #[derive(Debug)]
 pub struct FileData {
     /// Allocated pages by index.
-    map: RwLock<BTreeMap<u64, Box<Page>>>,
+    map: RwLock<BTreeMap<u64, Page>>,
     /// File size in bytes. Written under the map lock (exclusive for
     /// shrinking, shared or exclusive plus `fetch_max` for growing);
     /// read without it.
@@ -172,7 +183,7 @@ impl FileData {
     }
 
     /// Zeroes `[from, inf)` inside allocated pages and frees whole pages.
-    fn drop_from(&self, map: &mut BTreeMap<u64, Box<Page>>, from: u64) {
+    fn drop_from(&self, map: &mut BTreeMap<u64, Page>, from: u64) {
         let keep = from.div_ceil(PAGE);
         if !from.is_multiple_of(PAGE) {
             if let Some(page) = map.get(&(from / PAGE)) {
@@ -352,6 +363,70 @@ mod tests {
         assert_eq!(r[9], 5);
         assert_eq!(r[30], 5);
         assert_eq!(r[4200], 5);
+    }
+
+    /// Counts, on the recording thread only, allocations a little over a
+    /// page: in a size-classed allocator (mimalloc, which `uvfs` uses)
+    /// those take the next class up, 5 KiB for 4 KiB of data.
+    mod sizes {
+        use std::alloc::{GlobalAlloc, Layout, System};
+        use std::cell::Cell;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        pub struct Recording;
+        pub static OVER_A_PAGE: AtomicUsize = AtomicUsize::new(0);
+        pub static PAGES: AtomicUsize = AtomicUsize::new(0);
+        thread_local!(pub static ON: Cell<bool> = const { Cell::new(false) });
+
+        // SAFETY: forwards every call to `System` unchanged; the counting
+        // touches only atomics and a const-initialised thread-local (no
+        // allocation inside the allocator).
+        unsafe impl GlobalAlloc for Recording {
+            unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+                note(l.size());
+                // SAFETY: the caller's contract, passed through.
+                unsafe { System.alloc(l) }
+            }
+            unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+                note(l.size());
+                // SAFETY: as above.
+                unsafe { System.alloc_zeroed(l) }
+            }
+            unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+                // SAFETY: as above.
+                unsafe { System.dealloc(p, l) }
+            }
+        }
+
+        fn note(size: usize) {
+            if ON.try_with(|on| on.get()).unwrap_or(false) {
+                if size == super::PAGE_SIZE {
+                    PAGES.fetch_add(1, Ordering::Relaxed);
+                } else if size > super::PAGE_SIZE && size <= super::PAGE_SIZE + 512 {
+                    OVER_A_PAGE.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+
+        #[global_allocator]
+        static A: Recording = Recording;
+    }
+
+    #[test]
+    fn page_data_is_exactly_one_page_of_heap() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let (_b, f) = file(u64::MAX);
+        sizes::ON.with(|on| on.set(true));
+        f.write(0, &[1u8; 64 * 4096]).unwrap();
+        f.allocate(64 * 4096, 16 * 4096, false).unwrap();
+        sizes::ON.with(|on| on.set(false));
+        assert_eq!(f.pages(), 80);
+        assert_eq!(sizes::PAGES.load(Relaxed), 80, "one 4 KiB block per page");
+        assert_eq!(
+            sizes::OVER_A_PAGE.load(Relaxed),
+            0,
+            "a page's data shares its allocation with something else"
+        );
     }
 
     #[test]
