@@ -24,6 +24,7 @@
 //! the exception: its dentries are its only copy of the tree, are pinned,
 //! and survive; a "cold" tmpfs walk is a warm one.
 
+use crate::cleanup::{self, Leftover};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -126,12 +127,22 @@ pub fn drop_kernel_caches() -> io::Result<()> {
 pub struct ScratchDir {
     pub path: PathBuf,
     recursive: bool,
+    _leftover: cleanup::Registered,
 }
 
 impl ScratchDir {
     pub fn create(path: PathBuf, recursive: bool) -> io::Result<ScratchDir> {
+        let _leftover = cleanup::register(if recursive {
+            Leftover::Tree(path.clone())
+        } else {
+            Leftover::Dir(path.clone())
+        });
         std::fs::create_dir_all(&path)?;
-        Ok(ScratchDir { path, recursive })
+        Ok(ScratchDir {
+            path,
+            recursive,
+            _leftover,
+        })
     }
 }
 
@@ -150,12 +161,15 @@ impl Drop for ScratchDir {
 pub struct Tmpfs {
     pub root: PathBuf,
     mounted: bool,
+    _leftovers: Vec<cleanup::Registered>,
 }
 
 impl Tmpfs {
     pub fn start(tag: &str) -> io::Result<Tmpfs> {
         let dir = scratch_path(tag);
+        let mut leftovers = vec![cleanup::register(Leftover::Dir(dir.clone()))];
         std::fs::create_dir_all(&dir)?;
+        leftovers.push(cleanup::register(Leftover::Mount(dir.clone())));
         let (src, fstype, opts) = (c"tmpfs", c"tmpfs", c"mode=0755");
         let target = cstr(&dir)?;
         // SAFETY: all four pointers are valid NUL-terminated strings that
@@ -173,11 +187,14 @@ impl Tmpfs {
             return Ok(Tmpfs {
                 root: dir,
                 mounted: true,
+                _leftovers: leftovers,
             });
         }
         let e = io::Error::last_os_error();
         let _ = std::fs::remove_dir(&dir);
+        drop(leftovers);
         let shm = Path::new("/dev/shm").join(format!("uvfs-bench-{}-{tag}", std::process::id()));
+        let leftovers = vec![cleanup::register(Leftover::Tree(shm.clone()))];
         std::fs::create_dir_all(&shm).map_err(|e2| {
             io::Error::new(
                 e2.kind(),
@@ -187,6 +204,7 @@ impl Tmpfs {
         Ok(Tmpfs {
             root: shm,
             mounted: false,
+            _leftovers: leftovers,
         })
     }
 }
@@ -314,10 +332,47 @@ pub fn supports_source() -> bool {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("--source"))
 }
 
+/// A server's scratch state, registered for cleanup on a signal
+/// (`cleanup.rs`): its mountpoint directory and log from the start, the
+/// child and its mount once spawned.
+pub struct ServerLeftovers {
+    child: Option<cleanup::Registered>,
+    rest: Vec<cleanup::Registered>,
+}
+
+impl ServerLeftovers {
+    /// Registers `mountpoint` (a directory) and `log` (a file), before
+    /// either is made.
+    pub fn new(mountpoint: &Path, log: &Path) -> ServerLeftovers {
+        ServerLeftovers {
+            child: None,
+            rest: vec![
+                cleanup::register(Leftover::Dir(mountpoint.to_path_buf())),
+                cleanup::register(Leftover::File(log.to_path_buf())),
+            ],
+        }
+    }
+
+    /// Registers the spawned server and the mount it will make (undone
+    /// first: unmount, then SIGTERM, then the directory and the log).
+    pub fn spawned(&mut self, pid: u32, mountpoint: &Path) {
+        self.child = Some(cleanup::register(Leftover::Child(pid)));
+        self.rest
+            .push(cleanup::register(Leftover::Mount(mountpoint.to_path_buf())));
+    }
+
+    /// Deregisters the child before it is reaped: once reaped, its pid may
+    /// be another process's.
+    pub fn reaping(&mut self) {
+        self.child = None;
+    }
+}
+
 /// A `uvfs mount --foreground` server in a child process, mounted on a
 /// scratch directory; unmounted and reaped on drop.
 pub struct ServerMount {
     child: Option<Child>,
+    leftovers: ServerLeftovers,
     mountpoint: PathBuf,
     exe: PathBuf,
     /// The server's stderr.
@@ -331,11 +386,12 @@ impl ServerMount {
         check_fuse()?;
         let exe = std::env::current_exe()?;
         let mountpoint = scratch_path(tag);
-        std::fs::create_dir_all(&mountpoint)?;
         // The server's stderr goes to a file, not a pipe: were this process
         // killed, writes to a pipe would fail (EPIPE) and `eprintln!`
         // panics, which would stop the server's own clean unmount.
         let log = mountpoint.with_extension("log");
+        let mut leftovers = ServerLeftovers::new(&mountpoint, &log);
+        std::fs::create_dir_all(&mountpoint)?;
         let mut cmd = Command::new(&exe);
         cmd.arg("mount")
             .arg(&mountpoint)
@@ -357,11 +413,14 @@ impl ServerMount {
             Ok(c) => c,
             Err(e) => {
                 let _ = std::fs::remove_file(&log);
+                let _ = std::fs::remove_dir(&mountpoint);
                 return Err(e);
             }
         };
+        leftovers.spawned(child.id(), &mountpoint);
         let mut m = ServerMount {
             child: Some(child),
+            leftovers,
             mountpoint,
             exe,
             log,
@@ -463,13 +522,16 @@ impl ServerMount {
     /// server; forces both after a grace period.
     pub fn shutdown(&mut self) -> io::Result<()> {
         match self.child.take() {
-            Some(mut child) => stop_server(
-                &mut child,
-                &self.mountpoint,
-                &self.log,
-                EXIT_WAIT,
-                "uvfs server",
-            ),
+            Some(mut child) => {
+                self.leftovers.reaping();
+                stop_server(
+                    &mut child,
+                    &self.mountpoint,
+                    &self.log,
+                    EXIT_WAIT,
+                    "uvfs server",
+                )
+            }
             None => Ok(()),
         }
     }

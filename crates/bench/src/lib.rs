@@ -4,6 +4,7 @@
 
 pub mod alloc;
 pub mod cache;
+pub mod cleanup;
 pub mod cputime;
 pub mod freebsd;
 pub mod fuse_mount;

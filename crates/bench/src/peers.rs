@@ -213,6 +213,7 @@ pub fn ensure_built(kind: PeerKind) -> io::Result<PathBuf> {
 pub struct PeerMount {
     kind: PeerKind,
     child: Option<Child>,
+    leftovers: fuse_mount::ServerLeftovers,
     pid: u32,
     mountpoint: PathBuf,
     /// The peer's stdout and stderr.
@@ -240,9 +241,10 @@ impl PeerMount {
             io::Error::new(e.kind(), format!("peer source {}: {e}", source.display()))
         })?;
         let mountpoint = scratch_path(tag);
-        std::fs::create_dir_all(&mountpoint)?;
         // A file, not a pipe: a pipe nobody drains would block the peer.
         let log = mountpoint.with_extension("log");
+        let mut leftovers = fuse_mount::ServerLeftovers::new(&mountpoint, &log);
+        std::fs::create_dir_all(&mountpoint)?;
         let out = File::create(&log)?;
         let mut cmd = Command::new(&bin);
         cmd.args(kind.args(&source, &mountpoint, o))
@@ -266,10 +268,12 @@ impl PeerMount {
                 return Err(io::Error::new(e.kind(), format!("{}: {e}", bin.display())));
             }
         };
+        leftovers.spawned(child.id(), &mountpoint);
         let mut m = PeerMount {
             kind,
             pid: child.id(),
             child: Some(child),
+            leftovers,
             mountpoint,
             log,
         };
@@ -323,13 +327,16 @@ impl PeerMount {
     /// had to be killed. Idempotent; drop calls it.
     pub fn shutdown(&mut self) -> io::Result<()> {
         match self.child.take() {
-            Some(mut child) => fuse_mount::stop_server(
-                &mut child,
-                &self.mountpoint,
-                &self.log,
-                EXIT_WAIT,
-                self.kind.name(),
-            ),
+            Some(mut child) => {
+                self.leftovers.reaping();
+                fuse_mount::stop_server(
+                    &mut child,
+                    &self.mountpoint,
+                    &self.log,
+                    EXIT_WAIT,
+                    self.kind.name(),
+                )
+            }
             None => Ok(()),
         }
     }

@@ -1,0 +1,135 @@
+//! Ctrl-C on a benchmark that mounts things leaves nothing behind: no
+//! tmpfs, no `uvfs mount` server or its mount, no scratch directory.
+//! Skipped (with a message) where mounting is not possible: not root, or
+//! no usable /dev/fuse.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn can_mount() -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("not root".into());
+    }
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .map(drop)
+        .map_err(|e| format!("/dev/fuse: {e}"))
+}
+
+/// Mount points whose path contains `tag`.
+fn mounts_with(tag: &str) -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|mp| mp.contains(tag))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Entries of `dir` whose name starts with `prefix`.
+fn entries_with(dir: &Path, prefix: &str) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn sigint_during_fuse_stat_unmounts_and_removes_everything() {
+    if let Err(why) = can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_uvfs"))
+        .args([
+            "bench",
+            "fuse-stat",
+            "--files",
+            "400000",
+            "--fs",
+            "uvfs-memfs,tmpfs",
+            "--repeats",
+            "1",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let tag = format!("uvfs-bench-{}-", child.id());
+
+    // Wait until both mounts are up (the trees are then being built: the
+    // 400,000-file tree takes far longer than this test waits).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let m = mounts_with(&tag);
+        if m.iter().any(|p| p.ends_with("-memfs")) && m.iter().any(|p| p.ends_with("-tmpfs")) {
+            break;
+        }
+        if let Some(st) = child.try_wait().unwrap() {
+            panic!("the benchmark ended ({st}) before mounting both file systems");
+        }
+        assert!(Instant::now() < deadline, "no mounts after 60 s: {m:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+
+    // SAFETY: kill(2) on our own unreaped child with a valid signal.
+    assert_eq!(
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
+        0
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the benchmark did not exit within 60 s of SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    use std::io::Read as _;
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+
+    assert_eq!(status.code(), Some(130), "{status}; stderr:\n{err}");
+    assert!(err.contains("signal 2: cleaning up"), "{err}");
+    assert!(
+        mounts_with(&tag).is_empty(),
+        "still mounted: {:?}",
+        mounts_with(&tag)
+    );
+    let left = entries_with(&std::env::temp_dir(), &tag);
+    assert!(left.is_empty(), "left in the temp dir: {left:?}\n{err}");
+    let left = entries_with(Path::new("/dev/shm"), &tag);
+    assert!(left.is_empty(), "left in /dev/shm: {left:?}\n{err}");
+    // The memfs server went with its mount.
+    let servers = Command::new("pgrep")
+        .args([
+            "-f",
+            &format!("uvfs mount {}", std::env::temp_dir().join(&tag).display()),
+        ])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    assert!(
+        servers.trim().is_empty(),
+        "servers still running: {servers}"
+    );
+}
