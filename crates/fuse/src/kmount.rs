@@ -126,10 +126,12 @@ impl KernelMount {
     /// unmounted it, and MNT may now hold another file system). A mount
     /// still in use fails with EBUSY; see `detach`.
     pub fn unmount(&self) -> std::io::Result<()> {
-        // EBUSY can be transient: a path walk that is crossing the
-        // mountpoint right now (say, another process stat'ing its parent
-        // directory's entries) holds a reference on the mount for a moment
-        // (seen once in CI, a test's unmount right after its last close).
+        // EBUSY can be transient: a path walk crossing the mountpoint right
+        // now holds a reference on the mount for a moment, and so does a
+        // child that another thread of this process forked and has not yet
+        // exec'd (it holds copies of every fd open at the fork; O_CLOEXEC
+        // closes them only at the exec). Seen once in CI: a test's unmount
+        // right after its last close while another test spawned programs.
         // A mount kept busy by open files or a working directory still
         // fails, after these retries.
         let mut tries = 0;
