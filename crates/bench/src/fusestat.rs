@@ -64,13 +64,13 @@ pub struct FuseStatOpts {
     #[command(flatten)]
     pub common: CommonOpts,
     /// Walker thread counts (each walker walks its own subtrees).
-    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2])]
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2], value_parser = crate::at_least_one())]
     pub threads: Vec<usize>,
     /// Files in the tree (default 200,000; 20,000 with --quick).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::at_least_one())]
     pub files: Option<usize>,
     /// Files per leaf directory.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = crate::at_least_one())]
     pub per_dir: usize,
     /// File systems to walk (default: uvfs-memfs,tmpfs, plus
     /// native,uvfs-passthrough,libfuse-passthrough_ll,fuse-backend-rs when
@@ -78,11 +78,11 @@ pub struct FuseStatOpts {
     #[arg(long, value_delimiter = ',')]
     pub fs: Option<Vec<String>>,
     /// Entry and attribute timeouts of the uvfs mounts, in seconds.
-    #[arg(long, default_value_t = 60.0)]
+    #[arg(long, default_value_t = 60.0, value_parser = crate::non_negative_secs)]
     pub timeout: f64,
     /// Request loops of the uvfs servers and fuse-backend-rs, libfuse's
     /// max_threads (default: each server's own).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::at_least_one())]
     pub server_threads: Option<usize>,
     /// Where the native tree (the passthrough source) is built.
     #[arg(long, default_value = "/tmp")]

@@ -23,6 +23,30 @@ pub mod synth;
 pub mod walk;
 
 /// Flags every workload takes.
+/// Parses a count that must be at least 1 (threads, files, repeats, a
+/// limit): a zero used to run an empty benchmark, or be quietly raised.
+pub fn at_least_one() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
+}
+
+/// Parses a number of seconds, zero allowed (a timeout).
+pub fn non_negative_secs(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v >= 0.0 && v.is_finite() => Ok(v),
+        Ok(_) => Err(format!("{s} is not a number of seconds >= 0")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Parses a positive number of seconds.
+pub fn positive_secs(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+        Ok(_) => Err(format!("{s} is not a positive number of seconds")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct CommonOpts {
     /// Write the rows as JSON `{"workload": ..., "rows": [...]}` to FILE.
@@ -32,7 +56,7 @@ pub struct CommonOpts {
     #[arg(long, value_name = "FILE")]
     pub svg: Option<String>,
     /// Repeats per configuration (the median is reported).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = at_least_one())]
     pub repeats: usize,
     /// A much shorter run (seconds, for smoke tests and CI).
     #[arg(long)]

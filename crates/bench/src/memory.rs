@@ -12,7 +12,7 @@ pub struct MemoryOpts {
     #[command(flatten)]
     pub common: CommonOpts,
     /// Vnodes to cache.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::at_least_one())]
     pub vnodes: Option<usize>,
     /// Implementations to run.
     #[arg(long, value_delimiter = ',', default_values_t = vec!["uvfs".to_string(), "freebsd".to_string()])]

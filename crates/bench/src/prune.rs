@@ -20,13 +20,13 @@ pub struct PruneOpts {
     #[command(flatten)]
     pub common: CommonOpts,
     /// Population sizes (vnodes), at least two, 10x apart by default.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = crate::at_least_one())]
     pub vnodes: Vec<usize>,
     /// Implementations to run.
     #[arg(long, value_delimiter = ',', default_values_t = vec!["uvfs".to_string(), "freebsd".to_string()])]
     pub impls: Vec<String>,
     /// Prune rounds per run.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_parser = crate::at_least_one())]
     pub rounds: usize,
 }
 

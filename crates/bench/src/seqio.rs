@@ -89,7 +89,7 @@ pub struct SeqioOpts {
     pub no_warm: bool,
     /// Request threads of every server, uvfs's and the peers' (default:
     /// each server's own).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::at_least_one())]
     pub server_threads: Option<usize>,
 }
 

@@ -17,20 +17,20 @@ pub struct StatstormOpts {
     #[command(flatten)]
     pub common: CommonOpts,
     /// Thread counts to run (each thread walks its own tree).
-    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2, 20])]
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2, 20], value_parser = crate::at_least_one())]
     pub threads: Vec<usize>,
     /// Files in all trees together (split evenly across the threads' trees).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::at_least_one())]
     pub files: Option<usize>,
     /// The small vnode limit (default: files / 50).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::at_least_one())]
     pub limit: Option<usize>,
     /// Implementations to run (`none`: no cache at all, the reference for
     /// what the walk itself costs and how far it scales here).
     #[arg(long, value_delimiter = ',', default_values_t = vec!["uvfs".to_string(), "freebsd".to_string(), "freebsd-pre".to_string(), "none".to_string()])]
     pub impls: Vec<String>,
     /// Entries per directory.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = crate::at_least_one())]
     pub fanout: usize,
 }
 

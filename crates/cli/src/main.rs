@@ -176,3 +176,41 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parses(args: &str) -> bool {
+        Cli::try_parse_from(std::iter::once("uvfs").chain(args.split_whitespace())).is_ok()
+    }
+
+    #[test]
+    fn benchmark_counts_must_be_at_least_one() {
+        for bad in [
+            "bench statstorm --threads 0",
+            "bench statstorm --threads 1,0",
+            "bench statstorm --files 0",
+            "bench statstorm --limit 0",
+            "bench statstorm --repeats 0",
+            "bench prune --vnodes 0,10",
+            "bench memory --vnodes 0",
+            "bench readseek --threads 2,0",
+            "bench readseek --secs 0",
+            "bench readseek --truncate-every 0",
+            "bench fuse-stat --files 0",
+            "bench fuse-stat --per-dir 0",
+            "bench fuse-stat --timeout nan",
+            "bench seqio --server-threads 0",
+        ] {
+            assert!(!parses(bad), "accepted: {bad}");
+        }
+        for good in [
+            "bench statstorm --threads 1,2 --files 1000 --limit 10 --repeats 1",
+            "bench readseek --threads 1 --secs 0.1 --truncate-every 5",
+            "bench fuse-stat --files 10 --per-dir 1 --timeout 0",
+        ] {
+            assert!(parses(good), "rejected: {good}");
+        }
+    }
+}
