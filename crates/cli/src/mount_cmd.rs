@@ -11,7 +11,7 @@
 
 use clap::Args;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use uvfs_fuse::{daemonize, serve, BlockedSignals, Readiness, ServeConfig, Timeouts};
 use uvfs_memfs::{MemFs, MemFsConfig};
@@ -164,6 +164,23 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
             format!("{} is not a directory", mountpoint.display()),
         ));
     }
+    if let Some(s) = &source {
+        if mountpoint_inside_source(
+            &std::fs::canonicalize(s)?,
+            &std::fs::canonicalize(&mountpoint)?,
+        ) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} lies inside --source {}: the server would reach its own mount \
+                     through the source and wait on itself; mount outside the source \
+                     (or on the source directory itself)",
+                    mountpoint.display(),
+                    s.display()
+                ),
+            ));
+        }
+    }
     // Fork first: the vnode layer starts a thread, and a process must be
     // single-threaded when it forks.
     let mut ready = if o.foreground {
@@ -240,6 +257,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_mountpoint_inside_the_source_is_refused() {
+        let p = Path::new;
+        assert!(mountpoint_inside_source(p("/tmp"), p("/tmp/x")));
+        assert!(mountpoint_inside_source(p("/"), p("/mnt/x")));
+        assert!(mountpoint_inside_source(p("/srv/d"), p("/srv/d/a/b")));
+        assert!(!mountpoint_inside_source(p("/srv/d"), p("/srv/d")));
+        assert!(!mountpoint_inside_source(p("/srv/d"), p("/srv/dd")));
+        assert!(!mountpoint_inside_source(p("/srv/d/a"), p("/srv/d")));
+    }
+
+    #[test]
     fn sizes() {
         assert_eq!(parse_size("4k").unwrap(), Some(4096));
         assert_eq!(parse_size("2G").unwrap(), Some(2 << 30));
@@ -248,4 +276,16 @@ mod tests {
         assert!(parse_size("x").is_err());
         assert!(parse_size("0%").is_err());
     }
+}
+
+/// Whether `mountpoint` lies strictly inside `source` (both canonical).
+/// Serving it would route the server's own lookups of the mountpoint's
+/// name back into its mount: a request thread then waits on a request
+/// that only the server can answer, and once the threads are used up that
+/// way the mount hangs, unkillable short of aborting the connection
+/// (seen: `uvfs mount --source /tmp /tmp/x`, then `ls /tmp/x/x/x`). The
+/// source directory itself is fine: the server opened it before mounting
+/// and resolves every name beneath that fd, under the mount.
+fn mountpoint_inside_source(source: &Path, mountpoint: &Path) -> bool {
+    mountpoint != source && mountpoint.starts_with(source)
 }
