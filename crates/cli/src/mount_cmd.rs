@@ -252,6 +252,18 @@ pub fn stat(o: &StatOpts) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether `mountpoint` lies strictly inside `source` (both canonical).
+/// Serving it would route the server's own lookups of the mountpoint's
+/// name back into its mount: a request thread then waits on a request
+/// that only the server can answer, and once the threads are used up that
+/// way the mount hangs, unkillable short of aborting the connection
+/// (seen: `uvfs mount --source /tmp /tmp/x`, then `ls /tmp/x/x/x`). The
+/// source directory itself is fine: the server opened it before mounting
+/// and resolves every name beneath that fd, under the mount.
+fn mountpoint_inside_source(source: &Path, mountpoint: &Path) -> bool {
+    mountpoint != source && mountpoint.starts_with(source)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,16 +288,4 @@ mod tests {
         assert!(parse_size("x").is_err());
         assert!(parse_size("0%").is_err());
     }
-}
-
-/// Whether `mountpoint` lies strictly inside `source` (both canonical).
-/// Serving it would route the server's own lookups of the mountpoint's
-/// name back into its mount: a request thread then waits on a request
-/// that only the server can answer, and once the threads are used up that
-/// way the mount hangs, unkillable short of aborting the connection
-/// (seen: `uvfs mount --source /tmp /tmp/x`, then `ls /tmp/x/x/x`). The
-/// source directory itself is fine: the server opened it before mounting
-/// and resolves every name beneath that fd, under the mount.
-fn mountpoint_inside_source(source: &Path, mountpoint: &Path) -> bool {
-    mountpoint != source && mountpoint.starts_with(source)
 }
