@@ -19,6 +19,7 @@ mod evict;
 mod handles;
 mod kmount;
 mod mount;
+mod mountinfo;
 mod nodes;
 mod server;
 mod signals;

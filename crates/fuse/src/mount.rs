@@ -5,6 +5,7 @@
 use crate::control::{normalize_mountpoint, ControlSocket};
 use crate::daemon::Readiness;
 use crate::kmount::{self, Unmounter};
+use crate::mountinfo;
 use crate::server::{Inner, Server, Timeouts};
 use crate::signals::BlockedSignals;
 use fuser::{MountOption, Session, SessionACL};
@@ -140,6 +141,11 @@ fn mount(
                 )
             }
         };
+    // Before any request is answered: the mount's device, so that a file
+    // system reaching back into it by path refuses (mountinfo.rs).
+    if let Some(dev) = mountinfo::device_of(&mountpoint) {
+        fs.mounted_as(dev);
+    }
     // Kernel-forget of cold nodes over the vnode limit (evict.rs); a
     // mount without it still works, its vnode count just unbounded.
     let _ = inner

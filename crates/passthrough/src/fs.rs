@@ -45,6 +45,9 @@ pub struct PassthroughConfig {
     pub no_handles: bool,
 }
 
+/// `own_dev` before the mount is known (no device has this number).
+const NO_DEV: u64 = u64::MAX;
+
 /// Counters of a passthrough mount.
 #[derive(Default, Debug)]
 pub struct PtCounters {
@@ -58,6 +61,8 @@ pub struct PtCounters {
     pub rebinds: AtomicU64,
     /// Lookups that reached the backing file system.
     pub lookups: AtomicU64,
+    /// Lookups refused with ELOOP: the name led into this mount itself.
+    pub own_mount: AtomicU64,
 }
 
 /// A directory of the host served through the vnode layer.
@@ -72,6 +77,12 @@ pub struct PassthroughFs {
     /// READDIRPLUS requests in progress and their overlaps (`dir.rs`
     /// probes in parallel only when one has been alone for a while).
     pub(crate) plus_load: crate::dir::PlusLoad,
+    /// The device of the mount serving this file system ([`NO_DEV`] until told,
+    /// `FileSystem::mounted_as`): a backing entry on it is the mount
+    /// itself, reached through the source (a bind mount of a directory
+    /// above the mountpoint). Following it, the server's next request on
+    /// it would wait on the server.
+    pub(crate) own_dev: AtomicU64,
     /// Counters.
     pub counters: PtCounters,
 }
@@ -158,6 +169,7 @@ impl PassthroughFs {
             root,
             opens: OpenTable::default(),
             plus_load: Default::default(),
+            own_dev: AtomicU64::new(NO_DEV),
             counters: PtCounters::default(),
         }))
     }
@@ -324,6 +336,10 @@ impl PassthroughFs {
     ) -> VfsResult<(VnodeRef, Attr)> {
         let kind = mode_to_vtype(u32::from(st.stx_mode)).ok_or(Errno::EIO)?;
         let (dev, ino) = (sys::stx_dev(&st), st.stx_ino);
+        if dev == self.own_dev.load(Ordering::Relaxed) {
+            self.counters.own_mount.fetch_add(1, Ordering::Relaxed);
+            return Err(Errno::ELOOP);
+        }
         let id = self.inodes.node_id(dev, ino);
         let handle = handle
             .ok()

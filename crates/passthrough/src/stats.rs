@@ -53,6 +53,11 @@ impl PassthroughFs {
                 "Requests refused with EMFILE (nothing evictable)",
             ),
             (
+                "passthrough.lookups.own_mount",
+                ld(&c.own_mount),
+                "Lookups refused (ELOOP): the name led into this mount itself",
+            ),
+            (
                 "passthrough.reopen.handle",
                 ld(&c.reopen_handle),
                 "Node fds reopened by file handle",

@@ -188,6 +188,11 @@ impl FileSystem for PassthroughFs {
         self.stats()
     }
 
+    fn mounted_as(&self, dev: u64) {
+        self.own_dev
+            .store(dev, std::sync::atomic::Ordering::Relaxed);
+    }
+
     fn generation(&self, vp: &VnodeRef) -> u64 {
         self.node_of(vp).map_or(0, |n| n.generation())
     }

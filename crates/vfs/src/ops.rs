@@ -233,6 +233,13 @@ pub trait FileSystem: Send + Sync + 'static {
         len: u64,
     ) -> VfsResult<()>;
 
+    /// Told once mounted: the device number of the mount serving this file
+    /// system. A file system that reaches other file systems by path (a
+    /// passthrough whose source holds a path to this very mount, say through
+    /// a bind mount) must refuse to walk into it: its own request would wait
+    /// on a request only it can answer. The default ignores it.
+    fn mounted_as(&self, _dev: u64) {}
+
     /// File-system specific statistics as (name, value, description).
     fn fs_stats(&self) -> Vec<(&'static str, u64, &'static str)> {
         Vec::new()

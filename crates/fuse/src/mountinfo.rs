@@ -1,0 +1,100 @@
+//! Which device the kernel gave a mount, from `/proc/self/mountinfo`.
+//!
+//! The server tells its file system (`FileSystem::mounted_as`) so that a
+//! passthrough whose source reaches this very mount (a bind mount of a
+//! directory above the mountpoint) refuses to walk into it instead of
+//! waiting on itself. Read from mountinfo, not by `stat` of the
+//! mountpoint: a stat there is a request to this server, which is not
+//! answering yet.
+
+use std::path::Path;
+
+/// Undoes mountinfo's octal escapes (`\040` for a space, `\011`, `\012`,
+/// `\134`).
+fn unescape(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (b[i], octal) {
+            (b'\\', Some(d)) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// The device (`makedev(major, minor)`) of the mount on `mountpoint` in
+/// mountinfo `text`: the last one listed there (the one on top).
+pub(crate) fn device_in(text: &str, mountpoint: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let want = mountpoint.as_os_str().as_bytes();
+    text.lines()
+        .rev()
+        .find_map(|l| {
+            let mut f = l.split(' ');
+            let dev = f.nth(2)?;
+            let mp = f.nth(1)?;
+            (unescape(mp) == want).then_some(dev)
+        })
+        .and_then(|dev| {
+            let (maj, min) = dev.split_once(':')?;
+            Some(libc::makedev(maj.parse().ok()?, min.parse().ok()?))
+        })
+}
+
+/// The device of the mount on `mountpoint` now, if it is listed.
+pub(crate) fn device_of(mountpoint: &Path) -> Option<u64> {
+    device_in(
+        &std::fs::read_to_string("/proc/self/mountinfo").ok()?,
+        mountpoint,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEXT: &str = "\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+40 22 0:52 / /tmp/a\\040b rw,nosuid - fuse.memfs uvfs rw,user_id=0
+41 22 0:53 / /tmp/x rw - tmpfs tmpfs rw
+42 41 0:54 / /tmp/x rw - fuse.passthrough uvfs rw,user_id=0
+";
+
+    #[test]
+    fn finds_the_mount_on_top_and_unescapes() {
+        assert_eq!(
+            device_in(TEXT, Path::new("/tmp/x")),
+            Some(libc::makedev(0, 54))
+        );
+        assert_eq!(
+            device_in(TEXT, Path::new("/tmp/a b")),
+            Some(libc::makedev(0, 52))
+        );
+        assert_eq!(device_in(TEXT, Path::new("/")), Some(libc::makedev(8, 1)));
+        assert_eq!(device_in(TEXT, Path::new("/tmp")), None);
+        assert_eq!(
+            device_in("garbage\n1 2 x:y / /tmp/x rw\n", Path::new("/tmp/x")),
+            None
+        );
+    }
+
+    #[test]
+    fn the_root_mount_has_the_device_stat_reports() {
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(
+            device_of(Path::new("/")),
+            Some(std::fs::metadata("/").unwrap().dev())
+        );
+    }
+}
