@@ -120,19 +120,7 @@ pub fn register(l: Leftover) -> Registered {
 fn undo(l: &Leftover) -> String {
     let res = match l {
         Leftover::Mount(p) => unmount(p),
-        Leftover::Child(pid) => {
-            // SAFETY: kill(2) has no memory-safety preconditions; a pid
-            // that already exited (and was not reaped) is still ours, and
-            // a reaped one fails with ESRCH.
-            match unsafe { libc::kill(*pid as libc::pid_t, libc::SIGTERM) } {
-                0 => Ok(()),
-                // Its owner reaped it meanwhile.
-                _ if std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) => {
-                    Err(std::io::ErrorKind::NotFound.into())
-                }
-                _ => Err(std::io::Error::last_os_error()),
-            }
-        }
+        Leftover::Child(pid) => stop_child(*pid),
         Leftover::Dir(p) => std::fs::remove_dir(p),
         Leftover::Tree(p) => remove_tree(p),
         Leftover::File(p) => std::fs::remove_file(p),
@@ -142,6 +130,45 @@ fn undo(l: &Leftover) -> String {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => format!("{l:?}: already gone"),
         Err(e) => format!("{l:?}: {e}"),
     }
+}
+
+/// Stops a server we spawned: SIGTERM (every server here unmounts and
+/// exits on it), reaped within a few seconds, else SIGKILL. Waited for, so
+/// the benchmark does not exit while its servers still run.
+fn stop_child(pid: u32) -> std::io::Result<()> {
+    let pid = pid as libc::pid_t;
+    let gone = || std::io::Error::from(std::io::ErrorKind::NotFound);
+    // SAFETY: kill(2) has no memory-safety preconditions. The pid is our
+    // child; its owner deregisters it before reaping it, and a reaped one
+    // that slipped through fails with ESRCH.
+    if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(if e.raw_os_error() == Some(libc::ESRCH) {
+            gone()
+        } else {
+            e
+        });
+    }
+    let reaped = |flags| {
+        let mut status = 0;
+        // SAFETY: `status` is a valid out-pointer; waitpid on our own
+        // child. ECHILD (its owner reaped it meanwhile) counts as gone.
+        let r = unsafe { libc::waitpid(pid, &mut status, flags) };
+        r == pid || (r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        if reaped(libc::WNOHANG) {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // SAFETY: as above; the child has not been reaped.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    reaped(0);
+    Err(std::io::Error::other(
+        "did not exit within 5 s of SIGTERM; killed",
+    ))
 }
 
 /// Removes a tree that a benchmark thread may still be filling (a native
