@@ -11,8 +11,9 @@
 //! So each owner also *registers* what it made here, and deregisters when
 //! it has undone it itself. [`install`] blocks the three signals in the
 //! calling thread before any other thread exists (threads inherit the
-//! mask; `std::process::Command` resets it in children, so servers still
-//! get their signals) and takes them on one thread with `sigwait`. On a
+//! mask, and so do children: every command the benchmarks start goes
+//! through [`unblock_in_child`], or a server would never hear SIGTERM) and
+//! takes them on one thread with `sigwait`. On a
 //! signal that thread undoes whatever is still registered, newest first
 //! (a mount before its mountpoint directory), and exits with 128 + the
 //! signal number, as a shell reports a process killed by it.
@@ -229,23 +230,48 @@ pub fn hold_if_signalled() {
     }
 }
 
+/// The signals [`install`] blocks.
+fn termination_signals() -> libc::sigset_t {
+    // SAFETY: an all-zero sigset_t is a valid value to hand sigemptyset.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid, exclusively borrowed sigset_t and the
+    // signal numbers are valid.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGHUP);
+    }
+    set
+}
+
+/// Unblocks the termination signals in the child `cmd` will start: a
+/// blocked mask survives fork and exec, and a server started with SIGTERM
+/// blocked never hears its stop signal (libfuse's `passthrough_ll` had to
+/// be killed after the grace period).
+pub fn unblock_in_child(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    use std::os::unix::process::CommandExt;
+    let set = termination_signals();
+    // SAFETY: the closure runs in the child between fork and exec and
+    // calls only pthread_sigmask (sigprocmask in a single-threaded child,
+    // async-signal-safe) on a sigset_t it owns; it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            Ok(())
+        })
+    }
+}
+
 /// Takes SIGINT, SIGTERM and SIGHUP on a thread of their own that undoes
 /// the registered leftovers and exits. Call before starting any thread:
 /// threads started earlier keep the default action and a signal delivered
 /// to one of them ends the process at once.
 pub fn install() -> std::io::Result<()> {
-    // SAFETY: an all-zero sigset_t is a valid value to hand sigemptyset.
-    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a valid, exclusively borrowed sigset_t; the signal
-    // numbers are valid; pthread_sigmask reads `set` and takes a null old
-    // mask.
-    let rc = unsafe {
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigaddset(&mut set, libc::SIGHUP);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut())
-    };
+    let set = termination_signals();
+    // SAFETY: `set` is a valid sigset_t; pthread_sigmask reads it and
+    // takes a null old mask.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
     if rc != 0 {
         return Err(std::io::Error::from_raw_os_error(rc));
     }
@@ -318,6 +344,48 @@ mod tests {
             vec![format!("{:?}: already gone", Leftover::Tree(tree))]
         );
         std::fs::remove_dir(&moved).unwrap();
+    }
+
+    /// The blocked-signal mask of a child started from this thread, from
+    /// its /proc status (`SigBlk`, hex).
+    fn child_sigblk(unblock: bool) -> u64 {
+        // grep itself, not through a shell: shells reset the mask.
+        let mut cmd = std::process::Command::new("grep");
+        cmd.args(["SigBlk", "/proc/self/status"]);
+        if unblock {
+            unblock_in_child(&mut cmd);
+        }
+        let out = cmd.output().unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        u64::from_str_radix(text.trim().trim_start_matches("SigBlk:").trim(), 16).unwrap()
+    }
+
+    #[test]
+    fn children_start_with_the_termination_signals_unblocked() {
+        let bits = |s: libc::c_int| 1u64 << (s - 1);
+        let ours = bits(libc::SIGINT) | bits(libc::SIGTERM) | bits(libc::SIGHUP);
+        let set = termination_signals();
+        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: valid sigsets; this test's thread alone changes its mask,
+        // and restores it below.
+        assert_eq!(
+            unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) },
+            0
+        );
+        let inherited = child_sigblk(false);
+        let unblocked = child_sigblk(true);
+        // SAFETY: as above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+        assert_eq!(
+            inherited & ours,
+            ours,
+            "a blocked mask is inherited: {inherited:#x}"
+        );
+        assert_eq!(
+            unblocked & ours,
+            0,
+            "still blocked in the child: {unblocked:#x}"
+        );
     }
 
     #[test]

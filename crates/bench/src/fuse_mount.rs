@@ -324,7 +324,7 @@ pub fn supports_source() -> bool {
     let Ok(exe) = std::env::current_exe() else {
         return false;
     };
-    Command::new(exe)
+    cleanup::unblock_in_child(&mut Command::new(exe))
         .args(["mount", "--help"])
         .stdin(Stdio::null())
         .stderr(Stdio::null())
@@ -393,6 +393,7 @@ impl ServerMount {
         let mut leftovers = ServerLeftovers::new(&mountpoint, &log);
         std::fs::create_dir_all(&mountpoint)?;
         let mut cmd = Command::new(&exe);
+        cleanup::unblock_in_child(&mut cmd);
         cmd.arg("mount")
             .arg(&mountpoint)
             .arg("--foreground")
@@ -472,7 +473,7 @@ impl ServerMount {
     pub fn report(&self) -> io::Result<Value> {
         let mut last = String::new();
         for _ in 0..50 {
-            let out = Command::new(&self.exe)
+            let out = cleanup::unblock_in_child(&mut Command::new(&self.exe))
                 .arg("stat")
                 .arg(&self.mountpoint)
                 .arg("--json")

@@ -187,7 +187,7 @@ pub fn ensure_built(kind: PeerKind) -> io::Result<PathBuf> {
             ),
         ));
     }
-    let out = Command::new("bash")
+    let out = crate::cleanup::unblock_in_child(&mut Command::new("bash"))
         .arg(&script)
         .arg(kind.binary())
         .env("CARGO_TARGET_DIR", target_dir())
@@ -247,6 +247,7 @@ impl PeerMount {
         std::fs::create_dir_all(&mountpoint)?;
         let out = File::create(&log)?;
         let mut cmd = Command::new(&bin);
+        crate::cleanup::unblock_in_child(&mut cmd);
         cmd.args(kind.args(&source, &mountpoint, o))
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)

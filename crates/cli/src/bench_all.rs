@@ -28,6 +28,7 @@ pub fn run(o: &AllOpts) -> std::io::Result<()> {
     for w in &o.workloads {
         println!("== uvfs bench {w} ==");
         let mut cmd = Command::new(&exe);
+        uvfs_bench::cleanup::unblock_in_child(&mut cmd);
         cmd.arg("bench")
             .arg(w)
             .arg("--json")
