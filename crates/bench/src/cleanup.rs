@@ -195,7 +195,9 @@ fn remove_tree(p: &Path) -> std::io::Result<()> {
     last
 }
 
-fn unmount(p: &Path) -> std::io::Result<()> {
+/// Unmounts `p`, lazily if it is busy; a path with nothing mounted on it
+/// is not an error.
+pub(crate) fn unmount(p: &Path) -> std::io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
     // SAFETY: `c` is a valid NUL-terminated path; umount2 only reads it.

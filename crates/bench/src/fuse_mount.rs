@@ -103,12 +103,7 @@ pub fn is_mounted(path: &Path) -> io::Result<bool> {
 
 /// Unmounts `path`, lazily if it is busy; ignores "not mounted".
 fn force_unmount(path: &Path) {
-    let Ok(c) = cstr(path) else { return };
-    // SAFETY: `c` is a valid NUL-terminated path; umount2 reads only it.
-    if unsafe { libc::umount2(c.as_ptr(), 0) } != 0 {
-        // SAFETY: as above.
-        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-    }
+    let _ = cleanup::unmount(path);
 }
 
 /// Evicts the kernel's unused dentries and inodes (all file systems):
