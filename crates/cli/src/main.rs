@@ -78,91 +78,94 @@ fn finish(
 fn main() -> ExitCode {
     uvfs_bench::alloc::mark_installed();
     let cli = Cli::parse();
+    // Before any thread starts: Ctrl-C during a benchmark then unmounts and
+    // removes what it made (tmpfs, servers, trees) instead of leaving it.
+    if matches!(cli.cmd, Cmd::Bench { .. }) {
+        if let Err(e) = uvfs_bench::cleanup::install() {
+            eprintln!("uvfs: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     let result: std::io::Result<()> = match cli.cmd {
         Cmd::Mount(o) => mount_cmd::mount(&o),
         Cmd::Stat(o) => mount_cmd::stat(&o),
-        Cmd::Bench { workload } => match uvfs_bench::cleanup::install() {
-            // Ctrl-C then unmounts and removes what the benchmark made
-            // (tmpfs, servers, trees) instead of leaving it behind.
-            Err(e) => Err(e),
-            Ok(()) => match workload {
-                Workload::All(o) => bench_all::run(&o),
-                Workload::Statstorm(o) => finish(
-                    uvfs_bench::statstorm::run(&o),
-                    &[
-                        "impl",
-                        "threads",
-                        "limit_kind",
-                        "limit",
-                        "files",
-                        "secs",
-                        "ops_per_sec",
-                        "recycled",
-                        "cpu_ns_per_op",
-                        "cores_busy",
-                        "first_done_secs",
-                    ],
+        Cmd::Bench { workload } => match workload {
+            Workload::All(o) => bench_all::run(&o),
+            Workload::Statstorm(o) => finish(
+                uvfs_bench::statstorm::run(&o),
+                &[
+                    "impl",
+                    "threads",
+                    "limit_kind",
+                    "limit",
+                    "files",
+                    "secs",
+                    "ops_per_sec",
+                    "recycled",
+                    "cpu_ns_per_op",
+                    "cores_busy",
+                    "first_done_secs",
+                ],
+                &o.common,
+                uvfs_bench::statstorm::summary,
+                uvfs_bench::statstorm::chart,
+            ),
+            Workload::Prune(o) => finish(
+                uvfs_bench::prune::run(&o),
+                &[
+                    "impl",
+                    "vnodes",
+                    "attempts",
+                    "recycled",
+                    "attempts_per_recycled",
+                    "cpu_ns_per_recycled",
+                    "secs",
+                ],
+                &o.common,
+                uvfs_bench::prune::summary,
+                uvfs_bench::prune::chart,
+            ),
+            Workload::Memory(o) => finish(
+                uvfs_bench::memory::run(&o),
+                &["impl", "vnodes", "bytes_per_vnode", "rss_per_vnode"],
+                &o.common,
+                uvfs_bench::memory::summary,
+                uvfs_bench::memory::chart,
+            ),
+            Workload::Readseek(o) if o.mount => finish(
+                uvfs_bench::readseek::run(&o),
+                uvfs_bench::readseek_mount::COLUMNS,
+                &o.common,
+                uvfs_bench::readseek_mount::summary,
+                uvfs_bench::readseek::chart,
+            ),
+            Workload::Readseek(o) => finish(
+                uvfs_bench::readseek::run(&o),
+                uvfs_bench::readseek::COLUMNS,
+                &o.common,
+                uvfs_bench::readseek::summary,
+                uvfs_bench::readseek::chart,
+            ),
+            Workload::FuseStat(o) => finish(
+                uvfs_bench::fusestat::run(&o),
+                uvfs_bench::fusestat::COLUMNS,
+                &o.common,
+                uvfs_bench::fusestat::summary,
+                uvfs_bench::fusestat::chart,
+            ),
+            // A failed pass (I/O error, wrong content) fails the command,
+            // after the table shows it.
+            Workload::Seqio(o) => uvfs_bench::seqio::run(&o).and_then(|r| {
+                let failed = uvfs_bench::seqio::check(&r);
+                finish(
+                    Ok(r),
+                    uvfs_bench::seqio::COLUMNS,
                     &o.common,
-                    uvfs_bench::statstorm::summary,
-                    uvfs_bench::statstorm::chart,
-                ),
-                Workload::Prune(o) => finish(
-                    uvfs_bench::prune::run(&o),
-                    &[
-                        "impl",
-                        "vnodes",
-                        "attempts",
-                        "recycled",
-                        "attempts_per_recycled",
-                        "cpu_ns_per_recycled",
-                        "secs",
-                    ],
-                    &o.common,
-                    uvfs_bench::prune::summary,
-                    uvfs_bench::prune::chart,
-                ),
-                Workload::Memory(o) => finish(
-                    uvfs_bench::memory::run(&o),
-                    &["impl", "vnodes", "bytes_per_vnode", "rss_per_vnode"],
-                    &o.common,
-                    uvfs_bench::memory::summary,
-                    uvfs_bench::memory::chart,
-                ),
-                Workload::Readseek(o) if o.mount => finish(
-                    uvfs_bench::readseek::run(&o),
-                    uvfs_bench::readseek_mount::COLUMNS,
-                    &o.common,
-                    uvfs_bench::readseek_mount::summary,
-                    uvfs_bench::readseek::chart,
-                ),
-                Workload::Readseek(o) => finish(
-                    uvfs_bench::readseek::run(&o),
-                    uvfs_bench::readseek::COLUMNS,
-                    &o.common,
-                    uvfs_bench::readseek::summary,
-                    uvfs_bench::readseek::chart,
-                ),
-                Workload::FuseStat(o) => finish(
-                    uvfs_bench::fusestat::run(&o),
-                    uvfs_bench::fusestat::COLUMNS,
-                    &o.common,
-                    uvfs_bench::fusestat::summary,
-                    uvfs_bench::fusestat::chart,
-                ),
-                // A failed pass (I/O error, wrong content) fails the command,
-                // after the table shows it.
-                Workload::Seqio(o) => uvfs_bench::seqio::run(&o).and_then(|r| {
-                    let failed = uvfs_bench::seqio::check(&r);
-                    finish(
-                        Ok(r),
-                        uvfs_bench::seqio::COLUMNS,
-                        &o.common,
-                        uvfs_bench::seqio::summary,
-                        uvfs_bench::seqio::chart,
-                    )
-                    .and(failed)
-                }),
-            },
+                    uvfs_bench::seqio::summary,
+                    uvfs_bench::seqio::chart,
+                )
+                .and(failed)
+            }),
         },
     };
     // A benchmark stopped by a signal fails on what the cleanup pulled
