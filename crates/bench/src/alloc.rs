@@ -5,8 +5,16 @@
 //! estimating them from `size_of`. Counting is off unless a measurement
 //! turns it on: a shared counter bumped on every allocation would bounce a
 //! cache line between cores and distort every other benchmark.
+//!
+//! ThreadSanitizer builds (`--cfg uvfs_tsan`, scripts/tsan.sh) use the
+//! system allocator instead: TSan intercepts malloc and free to learn that
+//! a freed block's next owner is not racing with its last one, and cannot
+//! see inside mimalloc, so every reused block would be reported as a race.
 
+#[cfg(not(uvfs_tsan))]
 use mimalloc::MiMalloc as System;
+#[cfg(uvfs_tsan)]
+use std::alloc::System;
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 

@@ -25,7 +25,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Mount memfs over FUSE (detaches unless --foreground).
+    /// Mount memfs, or with --source a host directory, over FUSE (detaches
+    /// unless --foreground).
     Mount(mount_cmd::MountOpts),
     /// Print a running server's vnode-layer and FUSE statistics.
     Stat(mount_cmd::StatOpts),

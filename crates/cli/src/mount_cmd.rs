@@ -23,14 +23,22 @@ fn default_threads() -> usize {
         .max(2)
 }
 
+/// What `uvfs mount` serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FsKind {
+    Memfs,
+    Passthrough,
+}
+
 /// Options of `uvfs mount`.
 #[derive(Args, Debug)]
 pub struct MountOpts {
     /// Directory to mount on.
     pub mountpoint: PathBuf,
-    /// File system to serve (only `memfs` so far).
-    #[arg(long, default_value = "memfs")]
-    pub fs: String,
+    /// File system to serve: `memfs` (in memory, the default) or
+    /// `passthrough` (the `--source` directory; implied by `--source`).
+    #[arg(long, value_enum)]
+    pub fs: Option<FsKind>,
     /// Request loops, each a thread with its own /dev/fuse clone.
     #[arg(long, default_value_t = default_threads())]
     pub threads: usize,
@@ -121,22 +129,22 @@ fn timeout(secs: f64, what: &str) -> io::Result<Duration> {
 pub fn mount(o: &MountOpts) -> io::Result<()> {
     // Everything that can be refused is checked before detaching, so the
     // error reaches the terminal.
-    let passthrough = o.source.is_some() || o.fs == "passthrough";
-    if o.fs != "memfs" && o.fs != "passthrough" {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("unknown --fs {:?} (memfs, passthrough)", o.fs),
-        ));
-    }
-    let source = match (&o.source, passthrough) {
-        (Some(s), _) => Some(std::path::absolute(s)?),
-        (None, true) => {
+    let source = match (o.fs, &o.source) {
+        (Some(FsKind::Memfs), Some(_)) => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "--source serves a host directory (passthrough); it cannot be combined \
+                 with --fs memfs",
+            ))
+        }
+        (Some(FsKind::Passthrough), None) => {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "--fs passthrough needs --source DIR",
             ))
         }
-        (None, false) => None,
+        (_, Some(s)) => Some(std::path::absolute(s)?),
+        (_, None) => None,
     };
     if let Some(s) = &source {
         if !s.is_dir() {
@@ -277,6 +285,47 @@ mod tests {
         assert!(!mountpoint_inside_source(p("/srv/d"), p("/srv/d")));
         assert!(!mountpoint_inside_source(p("/srv/d"), p("/srv/dd")));
         assert!(!mountpoint_inside_source(p("/srv/d/a"), p("/srv/d")));
+    }
+
+    fn opts(fs: Option<FsKind>, source: Option<&str>) -> MountOpts {
+        MountOpts {
+            mountpoint: PathBuf::from("/nonexistent-mountpoint"),
+            fs,
+            threads: 2,
+            vnodes: 100,
+            entry_timeout: 1.0,
+            attr_timeout: 1.0,
+            size: "1m".into(),
+            foreground: true,
+            source: source.map(PathBuf::from),
+            fd_budget: None,
+            opendir: false,
+        }
+    }
+
+    #[test]
+    fn fs_and_source_must_agree() {
+        let refused = |o: MountOpts| match mount(&o) {
+            Err(e) => e.to_string(),
+            Ok(()) => panic!("mounted {o:?}"),
+        };
+        let e = refused(opts(Some(FsKind::Memfs), Some("/tmp")));
+        assert!(e.contains("cannot be combined with --fs memfs"), "{e}");
+        let e = refused(opts(Some(FsKind::Passthrough), None));
+        assert!(e.contains("needs --source"), "{e}");
+        // Agreeing choices get as far as the mountpoint check.
+        for o in [
+            opts(None, None),
+            opts(Some(FsKind::Memfs), None),
+            opts(None, Some("/tmp")),
+            opts(Some(FsKind::Passthrough), Some("/tmp")),
+        ] {
+            let e = refused(o);
+            assert!(
+                e.contains("/nonexistent-mountpoint is not a directory"),
+                "{e}"
+            );
+        }
     }
 
     #[test]
