@@ -66,7 +66,25 @@ pub fn dot_attr(node_id: u64) -> FileAttr {
 pub fn set_time(t: TimeOrNow) -> SetTime {
     match t {
         TimeOrNow::Now => SetTime::Now,
-        TimeOrNow::SpecificTime(t) => SetTime::At(Timespec::from(t)),
+        TimeOrNow::SpecificTime(t) => SetTime::At(wire_time(t)),
+    }
+}
+
+/// The kernel's (sec, nsec) back from the `SystemTime` fuser 0.18 made of
+/// it. For a time before 1970 fuser computes `EPOCH - (|sec| + nsec)`
+/// where the wire means `sec + nsec` (`system_time_from_time`, "TODO:
+/// 1_000_000_000 - nsec"), so `touch -d '1969-12-31 23:59:58.5'` would
+/// store 23:59:57.5. The encoding is one to one, so it can be undone: the
+/// whole seconds before the epoch are `-sec`, the fraction is `nsec`.
+/// (Replies are encoded correctly by fuser; the mount test
+/// `times_before_1970_keep_their_nanoseconds` fails if either changes.)
+fn wire_time(t: SystemTime) -> Timespec {
+    match SystemTime::UNIX_EPOCH.duration_since(t) {
+        Ok(before) if !before.is_zero() => Timespec {
+            sec: -i64::try_from(before.as_secs()).unwrap_or(i64::MAX),
+            nsec: before.subsec_nanos(),
+        },
+        _ => Timespec::from(t),
     }
 }
 

@@ -137,6 +137,25 @@ fn files_dirs_links() {
 }
 
 #[test]
+fn times_before_1970_keep_their_nanoseconds() {
+    let Some(m) = Mnt::new(None) else { return };
+    fs::write(m.p("old"), b"x").unwrap();
+    let path = cstr(&m.p("old"));
+    for (sec, nsec) in [(-2i64, 500_000_000i64), (-1, 1), (-5, 0), (7, 999_999_999)] {
+        let ts = [
+            libc::timespec { tv_sec: sec, tv_nsec: nsec },
+            libc::timespec { tv_sec: sec - 10, tv_nsec: nsec },
+        ];
+        // SAFETY: `path` is NUL-terminated and `ts` holds two timespecs.
+        let r = unsafe { libc::utimensat(libc::AT_FDCWD, path.as_ptr(), ts.as_ptr(), 0) };
+        assert_eq!(r, 0, "utimensat {sec}.{nsec}");
+        let md = fs::metadata(m.p("old")).unwrap();
+        assert_eq!((md.atime(), md.atime_nsec()), (sec, nsec), "atime");
+        assert_eq!((md.mtime(), md.mtime_nsec()), (sec - 10, nsec), "mtime");
+    }
+}
+
+#[test]
 fn open_unlinked_and_truncate() {
     let Some(m) = Mnt::new(None) else { return };
     let mut f = fs::OpenOptions::new()
