@@ -63,6 +63,8 @@ pub struct PtCounters {
     pub lookups: AtomicU64,
     /// Lookups refused with ELOOP: the name led into this mount itself.
     pub own_mount: AtomicU64,
+    /// Cached fds dropped because their file lost its last name.
+    pub unlinked: AtomicU64,
 }
 
 /// A directory of the host served through the vnode layer.

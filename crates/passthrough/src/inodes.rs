@@ -63,6 +63,14 @@ impl InodeMap {
         id
     }
 
+    /// The node id of (dev, ino) if it has one (numbers nothing new).
+    pub fn known_id(&self, dev: u64, ino: u64) -> Option<Ino> {
+        if dev == self.root_dev && ino != 0 && ino < FOREIGN_BASE {
+            return Some(ino);
+        }
+        self.foreign.lock().ids.get(&(dev, ino)).copied()
+    }
+
     /// Foreign files numbered so far.
     pub fn foreign_count(&self) -> usize {
         self.foreign.lock().ids.len()

@@ -14,7 +14,7 @@
 use crate::fs::PassthroughFs;
 use crate::sys;
 use std::sync::Arc;
-use uvfs_vfs::{check_name, is_dot_or_dotdot, Ctx, Errno, RenameFlags, VfsResult, VnodeRef};
+use uvfs_vfs::{check_name, is_dot_or_dotdot, Ctx, Errno, Ino, RenameFlags, VfsResult, VnodeRef};
 
 impl PassthroughFs {
     pub(crate) fn do_lookup(&self, dir: &VnodeRef, name: &[u8]) -> VfsResult<VnodeRef> {
@@ -105,9 +105,37 @@ impl PassthroughFs {
         let dnode = self.node_of(dir)?;
         let cname = sys::cstr(name)?;
         let dfd = self.fd_of(&dnode)?;
+        let last = self.last_name_of(dfd.raw(), &cname);
         // SAFETY: `cname` is NUL-terminated; unlinkat only reads it.
         sys::cvt(unsafe { libc::unlinkat(dfd.raw(), cname.as_ptr(), flags) })?;
+        self.uncache_unlinked(last);
         Ok(())
+    }
+
+    /// The node of `name` in `dfd` if it is a cached regular file whose
+    /// only name this is, i.e. one that an unlink or a rename over it is
+    /// about to delete. (A racing `link` can make that wrong; the cost is
+    /// one fd reopened through the handle, since the fd is only a cache.)
+    fn last_name_of(&self, dfd: std::os::fd::RawFd, name: &std::ffi::CStr) -> Option<Ino> {
+        let st = sys::statx_at(dfd, name, 0).ok()?;
+        let reg = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFREG;
+        (reg && st.stx_nlink == 1)
+            .then(|| self.inodes.known_id(sys::stx_dev(&st), st.stx_ino))
+            .flatten()
+    }
+
+    /// After a successful unlink or rename over `last`: its cached fd goes
+    /// (see `Node::uncache_unlinked`).
+    fn uncache_unlinked(&self, last: Option<Ino>) {
+        let Some(vp) = last.and_then(|id| self.layer.lookup_cached(&self.mnt, id)) else {
+            return;
+        };
+        if let Ok(node) = self.node_of(&vp) {
+            node.uncache_unlinked();
+            self.counters
+                .unlinked
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     pub(crate) fn do_unlink(&self, dir: &VnodeRef, name: &[u8]) -> VfsResult<()> {
@@ -150,10 +178,18 @@ impl PassthroughFs {
         } else {
             (None, None)
         };
+        let replaced = if flags.exchange() || flags.0 & RenameFlags::NOREPLACE != 0 {
+            None
+        } else {
+            self.last_name_of(d2.raw(), &c2)
+        };
         // SAFETY: strings are NUL-terminated; renameat2 only reads them.
         sys::cvt(unsafe {
             libc::renameat2(d1.raw(), c1.as_ptr(), d2.raw(), c2.as_ptr(), flags.0)
         })?;
+        // (A target that is another name of the source has two links, so
+        // `replaced` is None there: such a rename deletes nothing.)
+        self.uncache_unlinked(replaced);
         let relocate = |id: Option<u64>, to: &Arc<crate::node::Node>, n: &[u8]| {
             if let Some(vp) = id.and_then(|id| self.layer.lookup_cached(&self.mnt, id)) {
                 if let Ok(node) = self.node_of(&vp) {

@@ -21,6 +21,7 @@
 //! | `referenced` | atomic; set on every use, cleared by the evictor |
 //! | `on_ring` | changed only under the `fd` mutex (see `install`/`try_evict`) |
 //! | `opens` | atomic count of open files and directories on the node |
+//! | `unlinked` | atomic; set when the file lost its last name while open, cleared by the last release |
 
 use crate::fdpool::Fd;
 use crate::handle::Handle;
@@ -73,6 +74,7 @@ pub struct Node {
     referenced: AtomicBool,
     on_ring: AtomicBool,
     opens: AtomicUsize,
+    unlinked: AtomicBool,
 }
 
 impl Node {
@@ -88,6 +90,7 @@ impl Node {
             referenced: AtomicBool::new(true),
             on_ring: AtomicBool::new(false),
             opens: AtomicUsize::new(0),
+            unlinked: AtomicBool::new(false),
         }
     }
 
@@ -198,6 +201,31 @@ impl Node {
         drop(old);
     }
 
+    /// The file lost its last name through the mount: give its cached fd
+    /// back now. An `O_PATH` fd pins the inode like any open file, so the
+    /// backing file system would keep the deleted file's blocks for as long
+    /// as the vnode stays cached (for ever, on a long-lived mount with room
+    /// in its limits). Open files keep their own fds, which is what POSIX
+    /// asks; requests on them (an `fstat`) may cache an fd again, so the
+    /// last release drops it once more. A fallback node with open files
+    /// keeps its fd until then: it has no other way back to a nameless file.
+    pub fn uncache_unlinked(&self) {
+        if self.pinned {
+            return;
+        }
+        if self.opens.load(Ordering::SeqCst) > 0 {
+            self.unlinked.store(true, Ordering::SeqCst);
+            // Re-checked after the store: a release that came between saw
+            // no flag, and the fd must go now. SeqCst here and in `closed`:
+            // one of the two sees the other's write (store-buffering shape).
+            if self.opens.load(Ordering::SeqCst) > 0 && self.ident.lock().handle.is_none() {
+                return;
+            }
+        }
+        let old = self.fd.lock().take();
+        drop(old);
+    }
+
     /// Whether an fd is cached now.
     pub fn has_fd(&self) -> bool {
         self.fd.lock().is_some()
@@ -211,9 +239,12 @@ impl Node {
     /// An open file or directory of the node was released.
     pub fn closed(&self) {
         // Never below zero, even if release were called twice.
-        let _ = self
+        let before = self
             .opens
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+            .fetch_update(Ordering::SeqCst, Ordering::Relaxed, |n| n.checked_sub(1));
+        if before == Ok(1) && self.unlinked.swap(false, Ordering::SeqCst) {
+            self.uncache_unlinked();
+        }
     }
 
     /// Open files and directories on the node now.

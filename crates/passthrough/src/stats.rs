@@ -53,6 +53,11 @@ impl PassthroughFs {
                 "Requests refused with EMFILE (nothing evictable)",
             ),
             (
+                "passthrough.fds.unlinked",
+                ld(&c.unlinked),
+                "Cached fds given back because their file lost its last name",
+            ),
+            (
                 "passthrough.lookups.own_mount",
                 ld(&c.own_mount),
                 "Lookups refused (ELOOP): the name led into this mount itself",

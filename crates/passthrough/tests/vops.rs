@@ -212,3 +212,63 @@ fn stale_handles_are_errors_not_panics() {
         Err(Errno::EISDIR)
     );
 }
+
+/// Backing files, once deleted, that an fd of this process still pins.
+fn pinned_deleted(src: &std::path::Path) -> Vec<String> {
+    let prefix = src.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .map(|t| t.to_string_lossy().into_owned())
+        .filter(|t| t.starts_with(&prefix) && t.ends_with(" (deleted)"))
+        .collect()
+}
+
+#[test]
+fn deleted_files_are_not_pinned_by_cached_fds() {
+    for no_handles in [false, true] {
+        let e = env_with(
+            "unlinked",
+            1000,
+            PassthroughConfig {
+                fd_budget: None,
+                no_handles,
+            },
+        );
+        let mk = |name: &[u8]| {
+            let (f, fh) =
+                e.fs.create(&ROOT, &e.root, name, 0o644, libc::O_RDWR)
+                    .unwrap();
+            e.fs.write(&f, fh, 0, b"data").unwrap();
+            (f, fh)
+        };
+        // Closed, attributes read through the node's cached fd, unlinked.
+        let (a, fh) = mk(b"a");
+        e.fs.release(&a, fh).unwrap();
+        e.fs.getattr(&a).unwrap();
+        e.fs.unlink(&ROOT, &e.root, b"a").unwrap();
+        assert_eq!(pinned_deleted(e.src.path()), Vec::<String>::new(), "unlink");
+        // Replaced by a rename.
+        let (b, fh) = mk(b"b");
+        e.fs.release(&b, fh).unwrap();
+        e.fs.getattr(&b).unwrap();
+        let (c, fh) = mk(b"c");
+        e.fs.release(&c, fh).unwrap();
+        e.fs.rename(&ROOT, &e.root, b"c", &e.root, b"b", RenameFlags::default())
+            .unwrap();
+        assert_eq!(pinned_deleted(e.src.path()), Vec::<String>::new(), "rename");
+        // Open while unlinked: still readable, released at the last close.
+        let (d, fh) = mk(b"d");
+        e.fs.unlink(&ROOT, &e.root, b"d").unwrap();
+        assert_eq!(e.fs.read(&d, fh, 0, 10).unwrap(), b"data");
+        assert_eq!(e.fs.getattr(&d).unwrap().nlink, 0);
+        e.fs.release(&d, fh).unwrap();
+        assert_eq!(pinned_deleted(e.src.path()), Vec::<String>::new(), "close");
+        // A file with another name keeps its fd (nothing was deleted).
+        let (g, fh) = mk(b"g");
+        e.fs.release(&g, fh).unwrap();
+        e.fs.link(&ROOT, &g, &e.root, b"g2").unwrap();
+        e.fs.unlink(&ROOT, &e.root, b"g").unwrap();
+        assert_eq!(e.read_all(&g), b"data", "no_handles={no_handles}");
+    }
+}
