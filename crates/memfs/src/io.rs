@@ -114,9 +114,9 @@ impl MemFs {
                 _ => return Err(Errno::EOPNOTSUPP),
             }
         }
-        if op != 0 || !keep {
-            inode.meta.lock().touch_modified(Timespec::now());
-        }
+        // Every mode changes mtime and ctime, --keep-size preallocation
+        // included (`file_modified` in tmpfs's and ext4's fallocate).
+        inode.meta.lock().touch_modified(Timespec::now());
         Ok(())
     }
 }

@@ -168,14 +168,18 @@ impl FileData {
         Ok((end - offset) as usize)
     }
 
-    /// Sets the size, dropping and zeroing data past a smaller size.
+    /// Sets the size. Shrinking drops and zeroes everything past the new
+    /// size, space preallocated past the old one too (as tmpfs and ext4
+    /// do); growing keeps that preallocation, which `fallocate
+    /// --keep-size` promised (nothing past the old size holds data, so
+    /// there is nothing to zero).
     pub fn truncate(&self, new_size: u64) -> VfsResult<()> {
         if new_size > MAX_FILE_SIZE {
             return Err(Errno::EFBIG);
         }
         let mut map = self.map.write();
         let old = self.size();
-        if new_size < old || self.npages.load(Ordering::Relaxed) > 0 {
+        if new_size < old {
             self.drop_from(&mut map, new_size);
         }
         self.size.store(new_size, Ordering::Release);
@@ -318,6 +322,22 @@ mod tests {
         let r = f.read(0, 10_000);
         assert_eq!(&r[..5], &[7u8; 5]);
         assert!(r[5..].iter().all(|&c| c == 0));
+    }
+
+    #[test]
+    fn growing_keeps_space_preallocated_past_the_end() {
+        let (b, f) = file(u64::MAX);
+        f.write(0, b"abc").unwrap();
+        // Pages 34 and 35, past the end, size unchanged.
+        f.allocate(143_359, 4097, true).unwrap();
+        assert_eq!((f.size(), b.used()), (3, 3));
+        f.truncate(6260).unwrap();
+        assert_eq!((f.size(), b.used()), (6260, 3), "a grow frees nothing");
+        assert_eq!(f.read(0, 6260)[..4], *b"abc\0");
+        f.truncate(2).unwrap();
+        assert_eq!((f.size(), b.used()), (2, 1), "a shrink frees past it");
+        f.truncate(4096).unwrap();
+        assert_eq!(f.read(0, 4096)[..3], *b"ab\0");
     }
 
     #[test]

@@ -341,6 +341,22 @@ fn times_and_ownership() {
     let m0 = fs.getattr(&f).unwrap().mtime;
     fs.write(&f, Fh(0), 0, b"x").unwrap();
     assert!(fs.getattr(&f).unwrap().mtime > m0);
+    // So does every fallocate, preallocation past the end included.
+    for mode in [
+        FallocMode::KEEP_SIZE,
+        0,
+        FallocMode::PUNCH_HOLE | FallocMode::KEEP_SIZE,
+    ] {
+        let old = SetAttr {
+            mtime: Some(SetTime::At(Timespec::new(0, 0))),
+            ..Default::default()
+        };
+        fs.setattr(&C, &f, &old).unwrap();
+        fs.fallocate(&f, Fh(0), FallocMode(mode), 8192, 4096)
+            .unwrap();
+        let m = fs.getattr(&f).unwrap().mtime;
+        assert!(m > Timespec::new(0, 0), "fallocate mode {mode:#x}");
+    }
 }
 
 #[test]
