@@ -143,8 +143,14 @@ fn times_before_1970_keep_their_nanoseconds() {
     let path = cstr(&m.p("old"));
     for (sec, nsec) in [(-2i64, 500_000_000i64), (-1, 1), (-5, 0), (7, 999_999_999)] {
         let ts = [
-            libc::timespec { tv_sec: sec, tv_nsec: nsec },
-            libc::timespec { tv_sec: sec - 10, tv_nsec: nsec },
+            libc::timespec {
+                tv_sec: sec,
+                tv_nsec: nsec,
+            },
+            libc::timespec {
+                tv_sec: sec - 10,
+                tv_nsec: nsec,
+            },
         ];
         // SAFETY: `path` is NUL-terminated and `ts` holds two timespecs.
         let r = unsafe { libc::utimensat(libc::AT_FDCWD, path.as_ptr(), ts.as_ptr(), 0) };

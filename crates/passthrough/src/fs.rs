@@ -476,11 +476,13 @@ impl PassthroughFs {
 
     /// The node's current attributes. A file removed behind the server's
     /// back (no links left, and not open through the mount) is `ESTALE`,
-    /// not a stale answer: the kernel then looks the name up again.
+    /// not a stale answer: the kernel then looks the name up again. One
+    /// removed through the mount while not a regular file may be open in
+    /// the kernel without our knowing (`Node::set_orphan`): it answers.
     pub(crate) fn getattr_node(&self, node: &Arc<Node>) -> VfsResult<Attr> {
         let fd = self.fd_of(node)?;
         let st = sys::statx_fd(fd.raw())?;
-        if st.stx_nlink == 0 && node.open_count() == 0 {
+        if st.stx_nlink == 0 && node.open_count() == 0 && !node.is_orphan() {
             self.counters.stale.fetch_add(1, Ordering::Relaxed);
             return Err(Errno::ESTALE);
         }

@@ -12,9 +12,10 @@
 //! file.
 
 use crate::fs::PassthroughFs;
+use crate::node::Node;
 use crate::sys;
 use std::sync::Arc;
-use uvfs_vfs::{check_name, is_dot_or_dotdot, Ctx, Errno, Ino, RenameFlags, VfsResult, VnodeRef};
+use uvfs_vfs::{check_name, is_dot_or_dotdot, Ctx, Errno, RenameFlags, VfsResult, VnodeRef};
 
 impl PassthroughFs {
     pub(crate) fn do_lookup(&self, dir: &VnodeRef, name: &[u8]) -> VfsResult<VnodeRef> {
@@ -105,36 +106,55 @@ impl PassthroughFs {
         let dnode = self.node_of(dir)?;
         let cname = sys::cstr(name)?;
         let dfd = self.fd_of(&dnode)?;
-        let last = self.last_name_of(dfd.raw(), &cname);
+        let doomed = self.doomed(dfd.raw(), &cname);
         // SAFETY: `cname` is NUL-terminated; unlinkat only reads it.
-        sys::cvt(unsafe { libc::unlinkat(dfd.raw(), cname.as_ptr(), flags) })?;
-        self.uncache_unlinked(last);
-        Ok(())
+        let res = sys::cvt(unsafe { libc::unlinkat(dfd.raw(), cname.as_ptr(), flags) });
+        self.removed(doomed, res.is_ok());
+        res.map(drop)
     }
 
-    /// The node of `name` in `dfd` if it is a cached regular file whose
-    /// only name this is, i.e. one that an unlink or a rename over it is
-    /// about to delete. (A racing `link` can make that wrong; the cost is
-    /// one fd reopened through the handle, since the fd is only a cache.)
-    fn last_name_of(&self, dfd: std::os::fd::RawFd, name: &std::ffi::CStr) -> Option<Ino> {
+    /// The node behind `name` in `dfd` if removing this name (an unlink,
+    /// rmdir or rename over it) deletes its file, and the node is cached.
+    /// Regular files lose their cached fd afterwards (`uncache_unlinked`);
+    /// anything else gets an fd pinned now (`Node::set_orphan`), as the
+    /// kernel may hold it open without our knowing. (A racing `link` can
+    /// make the guess wrong; the cost is one fd reopened or kept a while.)
+    fn doomed(&self, dfd: std::os::fd::RawFd, name: &std::ffi::CStr) -> Option<Doomed> {
         let st = sys::statx_at(dfd, name, 0).ok()?;
-        let reg = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFREG;
-        (reg && st.stx_nlink == 1)
-            .then(|| self.inodes.known_id(sys::stx_dev(&st), st.stx_ino))
-            .flatten()
+        let fmt = u32::from(st.stx_mode) & libc::S_IFMT;
+        if fmt != libc::S_IFDIR && st.stx_nlink != 1 {
+            return None;
+        }
+        let id = self.inodes.known_id(sys::stx_dev(&st), st.stx_ino)?;
+        let vp = self.layer.lookup_cached(&self.mnt, id)?;
+        let node = self.node_of(&vp).ok()?;
+        if node.dev != sys::stx_dev(&st) || node.ino != st.stx_ino {
+            return None;
+        }
+        let regular = fmt == libc::S_IFREG;
+        if !regular {
+            // Cache an fd (a failure just leaves the old behaviour).
+            if self.fd_of(&node).is_ok() {
+                node.set_orphan(true);
+            }
+        }
+        Some(Doomed { node, regular })
     }
 
-    /// After a successful unlink or rename over `last`: its cached fd goes
-    /// (see `Node::uncache_unlinked`).
-    fn uncache_unlinked(&self, last: Option<Ino>) {
-        let Some(vp) = last.and_then(|id| self.layer.lookup_cached(&self.mnt, id)) else {
+    /// After the removal `doomed` was taken for: done (`ok`) or refused.
+    fn removed(&self, doomed: Option<Doomed>, ok: bool) {
+        let Some(Doomed { node, regular }) = doomed else {
             return;
         };
-        if let Ok(node) = self.node_of(&vp) {
-            node.uncache_unlinked();
-            self.counters
-                .unlinked
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        match (ok, regular) {
+            (true, true) => {
+                node.uncache_unlinked();
+                self.counters
+                    .unlinked
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            (false, false) => node.set_orphan(false),
+            _ => {}
         }
     }
 
@@ -178,18 +198,19 @@ impl PassthroughFs {
         } else {
             (None, None)
         };
+        // (A target that is another name of the source has two links, so
+        // it is not doomed: such a rename deletes nothing.)
         let replaced = if flags.exchange() || flags.0 & RenameFlags::NOREPLACE != 0 {
             None
         } else {
-            self.last_name_of(d2.raw(), &c2)
+            self.doomed(d2.raw(), &c2)
         };
         // SAFETY: strings are NUL-terminated; renameat2 only reads them.
-        sys::cvt(unsafe {
+        let res = sys::cvt(unsafe {
             libc::renameat2(d1.raw(), c1.as_ptr(), d2.raw(), c2.as_ptr(), flags.0)
-        })?;
-        // (A target that is another name of the source has two links, so
-        // `replaced` is None there: such a rename deletes nothing.)
-        self.uncache_unlinked(replaced);
+        });
+        self.removed(replaced, res.is_ok());
+        res?;
         let relocate = |id: Option<u64>, to: &Arc<crate::node::Node>, n: &[u8]| {
             if let Some(vp) = id.and_then(|id| self.layer.lookup_cached(&self.mnt, id)) {
                 if let Ok(node) = self.node_of(&vp) {
@@ -203,4 +224,10 @@ impl PassthroughFs {
         }
         Ok(())
     }
+}
+
+/// A node whose file a removal is about to delete (see `doomed`).
+struct Doomed {
+    node: Arc<Node>,
+    regular: bool,
 }

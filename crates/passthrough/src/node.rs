@@ -21,6 +21,7 @@
 //! | `referenced` | atomic; set on every use, cleared by the evictor |
 //! | `on_ring` | changed only under the `fd` mutex (see `install`/`try_evict`) |
 //! | `opens` | atomic count of open files and directories on the node |
+//! | `orphan` | atomic; set before the mount removes a directory or special file's last name |
 //! | `unlinked` | atomic; set when the file lost its last name while open, cleared by the last release |
 
 use crate::fdpool::Fd;
@@ -75,6 +76,7 @@ pub struct Node {
     on_ring: AtomicBool,
     opens: AtomicUsize,
     unlinked: AtomicBool,
+    orphan: AtomicBool,
 }
 
 impl Node {
@@ -91,6 +93,7 @@ impl Node {
             on_ring: AtomicBool::new(false),
             opens: AtomicUsize::new(0),
             unlinked: AtomicBool::new(false),
+            orphan: AtomicBool::new(false),
         }
     }
 
@@ -181,6 +184,7 @@ impl Node {
         // open files keeps it: it may have no other way back to an
         // unlinked file.
         if Arc::strong_count(fd) > 1
+            || self.orphan.load(Ordering::Relaxed)
             || (self.opens.load(Ordering::Relaxed) > 0 && self.ident.lock().handle.is_none())
         {
             return Evict::Busy;
@@ -224,6 +228,24 @@ impl Node {
         }
         let old = self.fd.lock().take();
         drop(old);
+    }
+
+    /// Keeps (or stops keeping) the cached fd from the evictor until the
+    /// vnode is reclaimed: set just before the mount removes the last name
+    /// of a directory, FIFO, socket, device or symlink. The kernel opens
+    /// those without telling a server that asked for no OPENDIR (FIFOs and
+    /// devices always), so a process may hold one open; its `fstat`,
+    /// `fchmod` or `getdents` still reach us, and with the name gone no
+    /// handle or parent leads back to the inode: only an fd held across the
+    /// removal does (ESTALE otherwise, where ext4 answers). The kernel's
+    /// FORGET, once its last user is gone, recycles the vnode and closes it.
+    pub fn set_orphan(&self, orphan: bool) {
+        self.orphan.store(orphan, Ordering::Relaxed);
+    }
+
+    /// Whether the mount removed this non-regular file's last name.
+    pub fn is_orphan(&self) -> bool {
+        self.orphan.load(Ordering::Relaxed)
     }
 
     /// Whether an fd is cached now.

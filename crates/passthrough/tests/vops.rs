@@ -272,3 +272,63 @@ fn deleted_files_are_not_pinned_by_cached_fds() {
         assert_eq!(e.read_all(&g), b"data", "no_handles={no_handles}");
     }
 }
+
+#[test]
+fn removed_directories_and_fifos_keep_answering_while_the_kernel_holds_them() {
+    for no_handles in [false, true] {
+        let e = env_with(
+            "orphans",
+            1000,
+            PassthroughConfig {
+                fd_budget: None,
+                no_handles,
+            },
+        );
+        let d = e.fs.mkdir(&ROOT, &e.root, b"d", 0o755).unwrap();
+        let p =
+            e.fs.mknod(&ROOT, &e.root, b"p", libc::S_IFIFO | 0o600, 0)
+                .unwrap();
+        let s = e.fs.symlink(&ROOT, &e.root, b"s", b"target").unwrap();
+        let q =
+            e.fs.mknod(&ROOT, &e.root, b"q", libc::S_IFIFO | 0o600, 0)
+                .unwrap();
+        // Looked up again as the kernel would before removing.
+        e.lookup(&e.root, "d").unwrap();
+        e.fs.rmdir(&ROOT, &e.root, b"d").unwrap();
+        e.fs.unlink(&ROOT, &e.root, b"p").unwrap();
+        e.fs.unlink(&ROOT, &e.root, b"s").unwrap();
+        // A rename over the last name of a FIFO deletes it too.
+        let (f, fh) =
+            e.fs.create(&ROOT, &e.root, b"f", 0o644, libc::O_WRONLY)
+                .unwrap();
+        e.fs.release(&f, fh).unwrap();
+        e.fs.rename(&ROOT, &e.root, b"f", &e.root, b"q", RenameFlags::default())
+            .unwrap();
+        for (vp, what) in [
+            (&d, "dir"),
+            (&p, "fifo"),
+            (&s, "symlink"),
+            (&q, "renamed-over fifo"),
+        ] {
+            let a = e.fs.getattr(vp);
+            assert_eq!(a.map(|a| a.nlink), Ok(0), "{what}, no_handles={no_handles}");
+        }
+        let a =
+            e.fs.setattr(
+                &ROOT,
+                &p,
+                &SetAttr {
+                    mode: Some(0o640),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(a.perm, 0o640);
+        // Reading a removed directory is ENOENT, as on ext4 (`iterate_dir`
+        // refuses dead directories), not ESTALE.
+        let fh = e.fs.opendir(&ROOT, &d, 0).unwrap();
+        let r = e.fs.readdir(&d, fh, 0, &mut |_| false);
+        assert_eq!(r.err(), Some(Errno::ENOENT), "no_handles={no_handles}");
+        e.fs.releasedir(&d, fh).unwrap();
+    }
+}
