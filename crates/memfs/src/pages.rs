@@ -168,9 +168,10 @@ impl FileData {
         Ok((end - offset) as usize)
     }
 
-    /// Sets the size. Shrinking drops and zeroes everything past the new
-    /// size, space preallocated past the old one too (as tmpfs and ext4
-    /// do); growing keeps that preallocation, which `fallocate
+    /// Sets the size. Shrinking, or setting the same size, drops and
+    /// zeroes everything past the new size, space preallocated past the
+    /// old one too (as tmpfs and ext4 do: `O_TRUNC` on an empty file frees
+    /// its preallocation); growing keeps it, which `fallocate
     /// --keep-size` promised (nothing past the old size holds data, so
     /// there is nothing to zero).
     pub fn truncate(&self, new_size: u64) -> VfsResult<()> {
@@ -179,7 +180,7 @@ impl FileData {
         }
         let mut map = self.map.write();
         let old = self.size();
-        if new_size < old {
+        if new_size <= old {
             self.drop_from(&mut map, new_size);
         }
         self.size.store(new_size, Ordering::Release);
@@ -334,6 +335,14 @@ mod tests {
         f.truncate(6260).unwrap();
         assert_eq!((f.size(), b.used()), (6260, 3), "a grow frees nothing");
         assert_eq!(f.read(0, 6260)[..4], *b"abc\0");
+        f.allocate(143_359, 4097, true).unwrap();
+        f.truncate(6260).unwrap();
+        assert_eq!(
+            (f.size(), b.used()),
+            (6260, 1),
+            "the same size frees past it"
+        );
+        f.allocate(143_359, 4097, true).unwrap();
         f.truncate(2).unwrap();
         assert_eq!((f.size(), b.used()), (2, 1), "a shrink frees past it");
         f.truncate(4096).unwrap();
