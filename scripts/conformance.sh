@@ -7,6 +7,8 @@
 # Builds the release binary, mounts memfs with `uvfs mount`, and runs:
 #   1. pjdfstest (0 failures required; skipped tests print their reason),
 #   2. fsx with FSX_OPS operations for each seed in FSX_SEEDS,
+#   2b. scripts/difftest.py: DIFF_SEEDS x 2,000 random operations on memfs
+#      and on a tmpfs directory, every result compared,
 #   3. a multi-process namespace stress (scripts/stress.py) with cache
 #      drops racing lookups against FORGETs, then stress-ng's dentry,
 #      rename, link and dir stressors,
@@ -25,6 +27,7 @@ FSX_OPS=${FSX_OPS:-100000}
 FSX_SEEDS=${FSX_SEEDS:-"1 2 3"}
 STRESS_SECS=${STRESS_SECS:-60}
 STRESS_PROCS=${STRESS_PROCS:-6}
+DIFF_SEEDS=${DIFF_SEEDS:-40}
 PASSED=0
 FAILED=0
 pass() { echo "PASS: $*"; PASSED=$((PASSED + 1)); }
@@ -78,6 +81,9 @@ mkdir -p "$MNT/pjd"
 (cd "$MNT/pjd" && PATH="$WRAP:$PATH" pjdfstest -v -c "$WRAP/pjdfstest-remount.toml" -p "$MNT/pjd" erofs) > "$WRAP/pjd-erofs.log" 2>&1
 summary=$(grep '^Summary:' "$WRAP/pjd.log")
 summary_erofs=$(grep '^Summary:' "$WRAP/pjd-erofs.log")
+for log in "$WRAP/pjd.log" "$WRAP/pjd-erofs.log"; do
+    grep -q '^Summary:' "$log" || { echo "no pjdfstest summary in $log; its end:"; tail -20 "$log"; }
+done
 echo "pjdfstest main run:  $summary"
 echo "pjdfstest EROFS run: $summary_erofs"
 echo "pjdfstest tests skipped in the main run and why:"
@@ -108,6 +114,20 @@ for seed in $FSX_SEEDS; do
     fi
     rm -f "$MNT/fsx-$seed"
 done
+
+# --- 2b. differential test against tmpfs -----------------------------------
+# The same random operations (scripts/difftest.py) on memfs and on a tmpfs
+# directory; every result, and with --blocks every block count, must match.
+DIFF_REF=$(mktemp -d /dev/shm/uvfs-diff-ref.XXXXXX)
+mkdir -p "$MNT/diff"
+if python3 "$ROOT/scripts/difftest.py" "$MNT/diff" "$DIFF_REF" --blocks \
+    --seed 1 --seeds "$DIFF_SEEDS" --ops 2000 > "$WRAP/diff.log" 2>&1; then
+    pass "difftest vs tmpfs: $(tail -1 "$WRAP/diff.log")"
+else
+    grep -A40 '^DIVERGENCE' "$WRAP/diff.log" | head -60
+    fail "difftest vs tmpfs"
+fi
+rm -rf "$MNT/diff" "$DIFF_REF"
 
 # --- 3. stress ------------------------------------------------------------
 if python3 "$ROOT/scripts/stress.py" "$MNT/stress" "$STRESS_SECS" "$STRESS_PROCS"; then

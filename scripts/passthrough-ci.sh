@@ -10,6 +10,8 @@
 #   2. fsx (scripts/fsx.sh, FSX_SEEDS x FSX_NUMOPS) over a source directory
 #      on tmpfs (/dev/shm) -- fsx's msyncs become real fsyncs through a
 #      passthrough, which on a disk-backed source cost minutes per seed;
+#   2b. scripts/difftest.py: DIFF_SEEDS x 2,000 random operations on the
+#      mount and on a plain ext4 directory, every result compared;
 #   3. the scale walk: a PT_FILES-file tree created under /var/tmp, walked
 #      with find + stat through a mount with vnode limit PT_VNODES (below
 #      the tree size) under the process's fd limit. Required: every file
@@ -28,6 +30,7 @@ PT_FILES=${PT_FILES:-200000}
 PT_VNODES=${PT_VNODES:-50000}
 export FSX_SEEDS=${FSX_SEEDS:-"1 2 3"}
 export FSX_NUMOPS=${FSX_NUMOPS:-100000}
+DIFF_SEEDS=${DIFF_SEEDS:-40}
 PASSED=0
 FAILED=0
 pass() { echo "PASS: $*"; PASSED=$((PASSED + 1)); }
@@ -82,6 +85,21 @@ if mount_pt "$SHM"; then
         pass "fsx: seeds [$FSX_SEEDS] x $FSX_NUMOPS ops"
     else
         fail "fsx"
+    fi
+    umount "$MNT"
+fi
+
+# --- 2b. differential test against ext4 ----------------------------------
+# The same random operations (scripts/difftest.py) on a passthrough of an
+# ext4 directory and on another ext4 directory: every result must match.
+mkdir -p "$WORK/diff-src" "$WORK/diff-ref"
+if mount_pt "$WORK/diff-src"; then
+    if python3 "$ROOT/scripts/difftest.py" "$MNT" "$WORK/diff-ref" \
+        --seed 1000 --seeds "$DIFF_SEEDS" --ops 2000 > "$WORK/diff.out" 2>&1; then
+        pass "difftest vs ext4: $(tail -1 "$WORK/diff.out")"
+    else
+        grep -A40 '^DIVERGENCE' "$WORK/diff.out" | head -60
+        fail "difftest vs ext4"
     fi
     umount "$MNT"
 fi

@@ -138,14 +138,22 @@ impl PassthroughFs {
                 node.set_orphan(true);
             }
         }
-        Some(Doomed { node, regular })
+        Some(Doomed { vp, node, regular })
     }
 
     /// After the removal `doomed` was taken for: done (`ok`) or refused.
     fn removed(&self, doomed: Option<Doomed>, ok: bool) {
-        let Some(Doomed { node, regular }) = doomed else {
+        let Some(Doomed { vp, node, regular }) = doomed else {
             return;
         };
+        if ok {
+            // Gone: recycle the vnode once the kernel forgets it (its
+            // FORGET drops the last hold) instead of caching it; for an
+            // orphan that is what gives its pinned fd back. Without this,
+            // `rm -rf` of more directories than the fd budget would pin
+            // the whole budget until LRU pressure reached them.
+            vp.recycle_when_free();
+        }
         match (ok, regular) {
             (true, true) => {
                 node.uncache_unlinked();
@@ -228,6 +236,7 @@ impl PassthroughFs {
 
 /// A node whose file a removal is about to delete (see `doomed`).
 struct Doomed {
+    vp: VnodeRef,
     node: Arc<Node>,
     regular: bool,
 }

@@ -332,3 +332,30 @@ fn removed_directories_and_fifos_keep_answering_while_the_kernel_holds_them() {
         e.fs.releasedir(&d, fh).unwrap();
     }
 }
+
+#[test]
+fn removing_more_directories_than_the_fd_budget_pins_nothing() {
+    let e = env_with(
+        "orphan-budget",
+        1000,
+        PassthroughConfig {
+            fd_budget: Some(16),
+            no_handles: false,
+        },
+    );
+    for i in 0..200 {
+        let name = format!("d{i}");
+        let d = e.fs.mkdir(&ROOT, &e.root, name.as_bytes(), 0o755).unwrap();
+        e.fs.getattr(&d).unwrap();
+        e.fs.rmdir(&ROOT, &e.root, name.as_bytes()).unwrap();
+        // While referenced (the kernel's hold, here ours) it still answers.
+        assert_eq!(e.fs.getattr(&d).unwrap().nlink, 0);
+    }
+    let used =
+        e.fs.stats()
+            .into_iter()
+            .find(|(n, _, _)| *n == "passthrough.fds.used")
+            .unwrap()
+            .1;
+    assert!(used <= 2, "{used} fds still pinned after the removals");
+}
