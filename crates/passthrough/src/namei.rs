@@ -146,23 +146,23 @@ impl PassthroughFs {
         let Some(Doomed { vp, node, regular }) = doomed else {
             return;
         };
-        if ok {
-            // Gone: recycle the vnode once the kernel forgets it (its
-            // FORGET drops the last hold) instead of caching it; for an
-            // orphan that is what gives its pinned fd back. Without this,
-            // `rm -rf` of more directories than the fd budget would pin
-            // the whole budget until LRU pressure reached them.
-            vp.recycle_when_free();
-        }
-        match (ok, regular) {
-            (true, true) => {
-                node.uncache_unlinked();
-                self.counters
-                    .unlinked
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if !ok {
+            if !regular {
+                node.set_orphan(false);
             }
-            (false, false) => node.set_orphan(false),
-            _ => {}
+            return;
+        }
+        // Gone: recycle the vnode once the kernel forgets it (its FORGET
+        // drops the last hold) instead of caching it; for an orphan that is
+        // what gives its pinned fd back. Without this, `rm -rf` of more
+        // directories than the fd budget would pin the whole budget until
+        // LRU pressure reached them.
+        vp.recycle_when_free();
+        // Counted only when a cached fd actually went.
+        if regular && node.uncache_unlinked() {
+            self.counters
+                .unlinked
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 

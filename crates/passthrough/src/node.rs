@@ -213,9 +213,10 @@ impl Node {
     /// asks; requests on them (an `fstat`) may cache an fd again, so the
     /// last release drops it once more. A fallback node with open files
     /// keeps its fd until then: it has no other way back to a nameless file.
-    pub fn uncache_unlinked(&self) {
+    /// Returns whether a cached fd was given back now.
+    pub fn uncache_unlinked(&self) -> bool {
         if self.pinned {
-            return;
+            return false;
         }
         if self.opens.load(Ordering::SeqCst) > 0 {
             self.unlinked.store(true, Ordering::SeqCst);
@@ -223,11 +224,11 @@ impl Node {
             // no flag, and the fd must go now. SeqCst here and in `closed`:
             // one of the two sees the other's write (store-buffering shape).
             if self.opens.load(Ordering::SeqCst) > 0 && self.ident.lock().handle.is_none() {
-                return;
+                return false;
             }
         }
         let old = self.fd.lock().take();
-        drop(old);
+        old.is_some()
     }
 
     /// Keeps (or stops keeping) the cached fd from the evictor until the
@@ -265,7 +266,7 @@ impl Node {
             .opens
             .fetch_update(Ordering::SeqCst, Ordering::Relaxed, |n| n.checked_sub(1));
         if before == Ok(1) && self.unlinked.swap(false, Ordering::SeqCst) {
-            self.uncache_unlinked();
+            let _ = self.uncache_unlinked();
         }
     }
 
