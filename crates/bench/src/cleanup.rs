@@ -367,6 +367,7 @@ mod tests {
         let bits = |s: libc::c_int| 1u64 << (s - 1);
         let ours = bits(libc::SIGINT) | bits(libc::SIGTERM) | bits(libc::SIGHUP);
         let set = termination_signals();
+        // SAFETY: sigset_t is a plain bit array; all-zero is a valid (empty) set.
         let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
         // SAFETY: valid sigsets; this test's thread alone changes its mask,
         // and restores it below.

@@ -17,6 +17,15 @@
 //! name (`node.rs`). Every reopened fd is also checked against the node's
 //! (dev, ino) by the caller, so even a reused handle cannot substitute
 //! another file.
+//!
+//! # File systems whose handles do not last
+//! Some file systems make handles that open only while the kernel still
+//! caches the inode: FUSE without export support (most servers, and the
+//! kernel cannot tell us which have it) answers `ESTALE` once the inode
+//! was evicted, exactly what a deleted file answers on ext4. A node whose
+//! fd the pool took back would then look deleted while its file exists.
+//! Sources on such file systems use the parent-and-name fallback for
+//! every node ([`HandleOpener::new`]).
 
 use crate::sys;
 use std::os::fd::{OwnedFd, RawFd};
@@ -116,9 +125,13 @@ impl HandleOpener {
     /// An opener for the mount `root` is on: `root_dir` must be a real
     /// (not `O_PATH`) fd of the source root, kept as `open_by_handle_at`'s
     /// `mount_fd`. Handles are disabled (every node uses the fallback) if
-    /// the file system has none or opening one fails (no privilege).
+    /// the file system has none, opening one fails (no privilege), or its
+    /// handles do not outlive the kernel's inode cache (FUSE).
     pub fn new(root_dir: OwnedFd) -> HandleOpener {
         let fd = sys::raw(&root_dir);
+        if !persistent_handles(fd) {
+            return HandleOpener::disabled();
+        }
         let Ok(h) = Handle::of_fd(fd) else {
             return HandleOpener::disabled();
         };
@@ -183,6 +196,21 @@ impl HandleOpener {
         // nothing else owns.
         Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
     }
+}
+
+/// `FUSE_SUPER_MAGIC` (fuse, fuseblk, virtiofs).
+const FUSE_SUPER_MAGIC: libc::c_long = 0x6573_5546;
+
+/// Whether handles of the file system `fd` is on name a file for as long
+/// as it exists, cached or not. Unknown (fstatfs failed): assume not.
+fn persistent_handles(fd: RawFd) -> bool {
+    // SAFETY: all-zero bytes are a valid statfs64 (plain integers).
+    let mut s: libc::statfs64 = unsafe { std::mem::zeroed() };
+    // SAFETY: `s` is writable; `fd` is a valid fd of the caller's.
+    if unsafe { libc::fstatfs64(fd, &mut s) } != 0 {
+        return false;
+    }
+    s.f_type as libc::c_long != FUSE_SUPER_MAGIC
 }
 
 #[cfg(test)]

@@ -1,0 +1,474 @@
+//! A passthrough over a backing file system that fails: every backing
+//! error reaches the caller as that errno, the server survives it, and
+//! nothing is answered from a stale or wrong node.
+//!
+//! The backing file system is `FaultFs` below, a small fuser file system
+//! that answers EIO where told to (no block device, device mapper or
+//! fault injection is needed). Being FUSE, it is also a backing file
+//! system whose file handles are *not* persistent: `open_by_handle_at`
+//! works only while its kernel inode is cached (no export support), which
+//! the second test checks the passthrough copes with. Skipped where FUSE
+//! cannot be mounted.
+
+use fuser::{
+    Errno as FErrno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, LockOwner,
+    OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite,
+    ReplyXattr, Request, WriteFlags,
+};
+use std::ffi::{CString, OsStr};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+use uvfs_fuse::{BackgroundMount, ServeConfig, Timeouts};
+use uvfs_passthrough::{PassthroughConfig, PassthroughFs};
+use uvfs_vnode::{Config, VnodeLayer};
+
+fn fuse_usable() -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("not root: mount(2) of FUSE needs root".into());
+    }
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .map(drop)
+        .map_err(|e| format!("/dev/fuse unusable: {e}"))
+}
+
+const ROOT: u64 = 1;
+/// The directory of `MANY` plain files (`f0`, `f1`, ...).
+const MANY_DIR: u64 = 9;
+const MANY: u64 = 300;
+const FIRST_MANY: u64 = 100;
+
+/// Root entries: (name, inode, kind). Each name says what fails.
+const ENTRIES: &[(&str, u64, FileType)] = &[
+    ("good", 2, FileType::RegularFile),
+    ("badread", 3, FileType::RegularFile),
+    ("badattr", 4, FileType::RegularFile),
+    ("baddir", 5, FileType::Directory),
+    ("badwrite", 6, FileType::RegularFile),
+    ("badxattr", 7, FileType::RegularFile),
+    ("badopen", 8, FileType::RegularFile),
+    ("many", MANY_DIR, FileType::Directory),
+    ("flaky", 10, FileType::RegularFile),
+];
+
+fn ino_of(name: &str) -> u64 {
+    ENTRIES.iter().find(|e| e.0 == name).unwrap().1
+}
+
+/// The content of every readable file: its own inode number, so a read
+/// answered from the wrong file shows.
+fn content(ino: u64) -> Vec<u8> {
+    format!("file {ino}\n").into_bytes()
+}
+
+#[derive(Default)]
+struct Switches {
+    /// While set, every read of `flaky` fails with EIO.
+    flaky_fails: AtomicBool,
+    /// Requests answered with EIO (so the test knows they reached us).
+    injected: AtomicUsize,
+}
+
+struct FaultFs {
+    sw: Arc<Switches>,
+}
+
+impl FaultFs {
+    fn kind(ino: u64) -> Option<FileType> {
+        match ino {
+            ROOT => Some(FileType::Directory),
+            i if (FIRST_MANY..FIRST_MANY + MANY).contains(&i) => Some(FileType::RegularFile),
+            i => ENTRIES.iter().find(|e| e.1 == i).map(|e| e.2),
+        }
+    }
+
+    fn attr(ino: u64, kind: FileType) -> FileAttr {
+        let dir = kind == FileType::Directory;
+        FileAttr {
+            ino: INodeNo(ino),
+            size: if dir { 0 } else { content(ino).len() as u64 },
+            blocks: 0,
+            atime: UNIX_EPOCH,
+            mtime: UNIX_EPOCH,
+            ctime: UNIX_EPOCH,
+            crtime: UNIX_EPOCH,
+            kind,
+            perm: if dir { 0o755 } else { 0o644 },
+            nlink: if dir { 2 } else { 1 },
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            blksize: 4096,
+            flags: 0,
+        }
+    }
+
+    fn eio(&self) -> FErrno {
+        self.sw.injected.fetch_add(1, Ordering::Relaxed);
+        FErrno::EIO
+    }
+}
+
+/// Nothing is cached by the kernel of the faulty mount: every request the
+/// passthrough makes reaches `FaultFs`.
+const TTL: Duration = Duration::ZERO;
+
+impl fuser::Filesystem for FaultFs {
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let name = name.to_str().unwrap_or("");
+        let found = match parent.0 {
+            ROOT if name == "badlookup" => return reply.error(self.eio()),
+            ROOT => ENTRIES.iter().find(|e| e.0 == name).map(|e| e.1),
+            MANY_DIR => name
+                .strip_prefix('f')
+                .and_then(|n| n.parse::<u64>().ok())
+                .filter(|n| *n < MANY && name == format!("f{n}"))
+                .map(|n| FIRST_MANY + n),
+            _ => None,
+        };
+        match found.and_then(|i| Some((i, Self::kind(i)?))) {
+            Some((i, k)) => reply.entry(&TTL, &Self::attr(i, k), Generation(0)),
+            None => reply.error(FErrno::ENOENT),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        if ino.0 == ino_of("badattr") {
+            return reply.error(self.eio());
+        }
+        match Self::kind(ino.0) {
+            Some(k) => reply.attr(&TTL, &Self::attr(ino.0, k)),
+            None => reply.error(FErrno::ENOENT),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        if ino.0 == ino_of("badopen") {
+            return reply.error(self.eio());
+        }
+        // Direct I/O: every read reaches us, none is served from the
+        // faulty mount's page cache.
+        reply.opened(FileHandle(0), FopenFlags::FOPEN_DIRECT_IO);
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let flaky = ino.0 == ino_of("flaky") && self.sw.flaky_fails.load(Ordering::SeqCst);
+        if ino.0 == ino_of("badread") || flaky {
+            return reply.error(self.eio());
+        }
+        let data = content(ino.0);
+        let start = (offset as usize).min(data.len());
+        let end = (start + size as usize).min(data.len());
+        reply.data(&data[start..end]);
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        if ino.0 == ino_of("badwrite") {
+            return reply.error(self.eio());
+        }
+        reply.written(data.len() as u32);
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        if ino.0 == ino_of("badwrite") {
+            return reply.error(self.eio());
+        }
+        reply.ok();
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let mut list: Vec<(u64, FileType, String)> = vec![
+            (ino.0, FileType::Directory, ".".into()),
+            (ROOT, FileType::Directory, "..".into()),
+        ];
+        match ino.0 {
+            ROOT => list.extend(ENTRIES.iter().map(|e| (e.1, e.2, e.0.to_string()))),
+            MANY_DIR => list.extend(
+                (0..MANY).map(|n| (FIRST_MANY + n, FileType::RegularFile, format!("f{n}"))),
+            ),
+            i if i == ino_of("baddir") => return reply.error(self.eio()),
+            _ => return reply.error(FErrno::ENOTDIR),
+        }
+        for (i, (ino, kind, name)) in list.iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(*ino), (i + 1) as u64, *kind, name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, _name: &OsStr, _size: u32, reply: ReplyXattr) {
+        if ino.0 == ino_of("badxattr") {
+            return reply.error(self.eio());
+        }
+        reply.error(FErrno::ENODATA);
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        if ino.0 == ino_of("badxattr") {
+            return reply.error(self.eio());
+        }
+        if size == 0 {
+            reply.size(0);
+        } else {
+            reply.data(&[]);
+        }
+    }
+}
+
+/// A faulty backing mount and a uvfs passthrough of it; unmounted in
+/// that order (top first) on drop.
+struct Stack {
+    top: Option<BackgroundMount>,
+    faulty: Option<fuser::BackgroundSession>,
+    sw: Arc<Switches>,
+    base: PathBuf,
+}
+
+impl Stack {
+    fn new(tag: &str, fd_budget: usize) -> Option<Stack> {
+        if let Err(why) = fuse_usable() {
+            eprintln!("SKIP: {why}");
+            return None;
+        }
+        let base = std::env::temp_dir().join(format!("uvfs-faults-{tag}-{}", std::process::id()));
+        let (src, mnt) = (base.join("faulty"), base.join("mnt"));
+        std::fs::create_dir_all(&src).unwrap();
+        std::fs::create_dir_all(&mnt).unwrap();
+
+        let sw = Arc::new(Switches::default());
+        let mut fcfg = fuser::Config::default();
+        fcfg.mount_options = vec![fuser::MountOption::FSName("uvfs-faultfs".into())];
+        fcfg.n_threads = Some(1);
+        let faulty = fuser::Session::new(FaultFs { sw: sw.clone() }, &src, &fcfg)
+            .expect("mount the faulty file system")
+            .spawn()
+            .expect("serve it");
+
+        let layer = VnodeLayer::new(Config::with_limit(4096));
+        let cfg = PassthroughConfig {
+            fd_budget: Some(fd_budget),
+            no_handles: false,
+        };
+        let fs = PassthroughFs::new(layer.clone(), &src, cfg).expect("passthrough of FaultFs");
+        let scfg = ServeConfig {
+            mountpoint: mnt.clone(),
+            threads: 2,
+            // Nothing cached in the top mount either: every check below is
+            // a request to the server.
+            timeouts: Timeouts {
+                entry: Duration::ZERO,
+                attr: Duration::ZERO,
+            },
+            fsname: format!("uvfs-faults-{tag}"),
+            control: false,
+            server_opendir: false,
+        };
+        let top = BackgroundMount::start(fs, layer, &scfg).expect("mount the passthrough");
+        Some(Stack {
+            top: Some(top),
+            faulty: Some(faulty),
+            sw,
+            base,
+        })
+    }
+
+    fn p(&self, rel: &str) -> PathBuf {
+        self.base.join("mnt").join(rel)
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        if let Some(top) = self.top.take() {
+            let r = top.unmount();
+            if !std::thread::panicking() {
+                r.expect("unmount the passthrough");
+            }
+        }
+        drop(self.faulty.take());
+        let _ = std::fs::remove_dir(self.base.join("mnt"));
+        let _ = std::fs::remove_dir(self.base.join("faulty"));
+        let _ = std::fs::remove_dir(&self.base);
+    }
+}
+
+fn errno<T>(r: std::io::Result<T>) -> Option<i32> {
+    r.err().and_then(|e| e.raw_os_error())
+}
+
+fn cpath(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).unwrap()
+}
+
+#[test]
+fn backing_eio_reaches_the_caller_and_the_server_survives() {
+    let Some(s) = Stack::new("eio", 64) else {
+        return;
+    };
+    let good = content(ino_of("good"));
+    assert_eq!(std::fs::read(s.p("good")).unwrap(), good);
+
+    assert_eq!(errno(std::fs::read(s.p("badread"))), Some(libc::EIO));
+    assert_eq!(
+        errno(std::fs::symlink_metadata(s.p("badattr"))),
+        Some(libc::EIO)
+    );
+    assert_eq!(
+        errno(std::fs::symlink_metadata(s.p("badlookup"))),
+        Some(libc::EIO)
+    );
+    assert_eq!(errno(std::fs::File::open(s.p("badopen"))), Some(libc::EIO));
+    let listing = std::fs::read_dir(s.p("baddir")).and_then(|d| d.collect::<Result<Vec<_>, _>>());
+    assert_eq!(errno(listing), Some(libc::EIO));
+
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(s.p("badwrite"))
+        .unwrap();
+    // SAFETY: a valid fd and a 3-byte buffer.
+    let n = unsafe { libc::pwrite(f.as_raw_fd(), b"abc".as_ptr().cast(), 3, 0) };
+    assert_eq!(n, -1, "a write the backing file refused");
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EIO)
+    );
+    assert_eq!(errno(f.sync_all()), Some(libc::EIO));
+    drop(f);
+
+    let x = cpath(&s.p("badxattr"));
+    let mut buf = [0u8; 64];
+    // SAFETY: valid C strings and a buffer of the given length.
+    let r = unsafe { libc::lgetxattr(x.as_ptr(), c"user.k".as_ptr(), buf.as_mut_ptr().cast(), 64) };
+    assert_eq!(
+        (r, std::io::Error::last_os_error().raw_os_error()),
+        (-1, Some(libc::EIO))
+    );
+    // SAFETY: as above.
+    let r = unsafe { libc::llistxattr(x.as_ptr(), buf.as_mut_ptr().cast(), 64) };
+    assert_eq!(
+        (r, std::io::Error::last_os_error().raw_os_error()),
+        (-1, Some(libc::EIO))
+    );
+
+    // A transient error is not remembered: once the backing file reads
+    // again, so does the mount.
+    s.sw.flaky_fails.store(true, Ordering::SeqCst);
+    assert_eq!(errno(std::fs::read(s.p("flaky"))), Some(libc::EIO));
+    s.sw.flaky_fails.store(false, Ordering::SeqCst);
+    assert_eq!(
+        std::fs::read(s.p("flaky")).unwrap(),
+        content(ino_of("flaky"))
+    );
+
+    assert!(s.sw.injected.load(Ordering::Relaxed) >= 9);
+    // The server is healthy: the good file and the whole tree still work.
+    assert_eq!(std::fs::read(s.p("good")).unwrap(), good);
+    let mut names: Vec<String> = std::fs::read_dir(s.p(""))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    let mut want: Vec<String> = ENTRIES.iter().map(|e| e.0.to_string()).collect();
+    want.sort();
+    assert_eq!(names, want);
+}
+
+/// FUSE file handles (no export support) open only while the backing
+/// kernel still caches the inode. Nodes the top kernel keeps (held here by
+/// O_PATH fds) whose backing fds the passthrough gave back under its
+/// budget must still be found after the backing kernel dropped its
+/// inodes: a file that exists never answers ESTALE.
+#[test]
+fn nodes_outlive_backing_inodes_without_persistent_handles() {
+    const BUDGET: usize = 24;
+    let Some(s) = Stack::new("handles", BUDGET) else {
+        return;
+    };
+    let mut held = Vec::new();
+    for n in 0..MANY {
+        let p = s.p(&format!("many/f{n}"));
+        held.push(
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH)
+                .open(&p)
+                .unwrap_or_else(|e| panic!("{}: {e}", p.display())),
+        );
+    }
+    // The passthrough keeps at most BUDGET backing fds, so most of these
+    // nodes have none now; dropping the kernel's unused inodes makes the
+    // faulty mount forget the files behind them.
+    std::fs::write("/proc/sys/vm/drop_caches", b"2").unwrap();
+    for (n, f) in held.iter().enumerate() {
+        let n = n as u64;
+        let md = f
+            .metadata()
+            .unwrap_or_else(|e| panic!("fstat of f{n}: {e}"));
+        assert_eq!(md.len(), content(FIRST_MANY + n).len() as u64, "f{n}");
+        let data = std::fs::read(format!("/proc/self/fd/{}", f.as_raw_fd()))
+            .unwrap_or_else(|e| panic!("reopen of f{n}: {e}"));
+        assert_eq!(data, content(FIRST_MANY + n), "f{n}");
+    }
+    // The checks went through fds given back and opened again, within
+    // the budget.
+    let r = s.top.as_ref().unwrap().report(false);
+    let c = |k: &str| {
+        r["counters"][k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{k} in {r}"))
+    };
+    assert!(
+        c("passthrough.fds.evictions") >= MANY - BUDGET as u64,
+        "{r}"
+    );
+    assert!(
+        c("passthrough.reopen.fallback") >= MANY - BUDGET as u64,
+        "{r}"
+    );
+    assert!(c("passthrough.fds.max_used") <= BUDGET as u64, "{r}");
+    assert_eq!(c("passthrough.stale"), 0, "{r}");
+}
