@@ -64,7 +64,8 @@ pub struct MountOpts {
     #[arg(long)]
     pub source: Option<PathBuf>,
     /// Passthrough: most backing fds open at once (cached, in use, open
-    /// files); default three quarters of RLIMIT_NOFILE's hard limit.
+    /// files); default three quarters of RLIMIT_NOFILE's hard limit, at
+    /// most that limit less 128 (kept for FUSE channels and the like).
     #[arg(long)]
     pub fd_budget: Option<usize>,
     /// Have the kernel send OPENDIR/RELEASEDIR for every directory open

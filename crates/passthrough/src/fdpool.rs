@@ -49,6 +49,11 @@ const MAX_EVICT_ROUNDS: usize = 1024;
 /// new one, a fallback reopen one more per ancestor it must reopen.
 pub const MIN_BUDGET: usize = 8;
 
+/// Fds a process keeps outside the pool: stdio, a `/dev/fuse` clone per
+/// request loop, the control socket and its connections, files read in
+/// /proc. A budget may use all the others.
+pub const RESERVED_FDS: usize = 128;
+
 /// Counters of the pool (see [`FdPool::stats`]).
 #[derive(Default, Debug)]
 pub struct PoolCounters {
@@ -114,6 +119,16 @@ impl FdPool {
     pub fn default_budget(nofile: u64) -> usize {
         let n = usize::try_from(nofile).unwrap_or(usize::MAX / 4);
         (n / 4 * 3).max(MIN_BUDGET)
+    }
+
+    /// The largest budget that keeps the pool's promise (the kernel never
+    /// answers `EMFILE`) for a process allowed `nofile` descriptors: all
+    /// but [`RESERVED_FDS`]. A larger budget would let the pool believe in
+    /// fds the kernel refuses, and a request would fail where eviction
+    /// should have made room.
+    pub fn max_budget(nofile: u64) -> usize {
+        let n = usize::try_from(nofile).unwrap_or(usize::MAX / 4);
+        n.saturating_sub(RESERVED_FDS).max(MIN_BUDGET)
     }
 
     /// The budget.

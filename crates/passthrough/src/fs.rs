@@ -39,7 +39,8 @@ const MAX_REOPEN_DEPTH: usize = 4096;
 #[derive(Clone, Debug, Default)]
 pub struct PassthroughConfig {
     /// Most fds open at once (cached, borrowed, open files); `None`: three
-    /// quarters of `RLIMIT_NOFILE` (raised to its hard limit first).
+    /// quarters of `RLIMIT_NOFILE` (raised to its hard limit first). More
+    /// than `FdPool::max_budget` allows is refused (`InvalidInput`).
     pub fd_budget: Option<usize>,
     /// Never use file handles (every node reopens through its parent).
     pub no_handles: bool,
@@ -123,6 +124,16 @@ impl PassthroughFs {
         let budget = cfg
             .fd_budget
             .unwrap_or_else(|| FdPool::default_budget(nofile));
+        if budget > FdPool::max_budget(nofile) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "fd budget {budget} does not fit the fd limit: RLIMIT_NOFILE is {nofile} \
+                     (hard), so at most {} (the rest is kept for FUSE channels and the like)",
+                    FdPool::max_budget(nofile)
+                ),
+            ));
+        }
         let pool = FdPool::new(budget);
         let path = sys::cstr(source.as_os_str().as_encoded_bytes())
             .map_err(|e| std::io::Error::from_raw_os_error(e.raw()))?;

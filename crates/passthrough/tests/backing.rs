@@ -160,3 +160,35 @@ fn fallback_without_handles_follows_renames() {
     e.fs.drop_idle_fds();
     assert_eq!(e.fs.getattr(&f).err(), Some(Errno::ESTALE));
 }
+
+#[test]
+fn a_budget_beyond_the_fd_limit_is_refused() {
+    let src = common::TempDir::new("toobig");
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `rl` is a valid rlimit to write to.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) }, 0);
+    let hard = rl.rlim_max as usize;
+    let with = |budget| {
+        let layer = uvfs_vnode::VnodeLayer::new(uvfs_vnode::Config::with_limit(64));
+        uvfs_passthrough::PassthroughFs::new(
+            layer,
+            src.path(),
+            PassthroughConfig {
+                fd_budget: Some(budget),
+                no_handles: false,
+            },
+        )
+    };
+    // The kernel would refuse fds the pool believes it has: refused up
+    // front, with the limit named.
+    let err = with(hard).err().expect("a budget of the whole fd limit");
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    assert!(err.to_string().contains(&hard.to_string()), "{err}");
+    // What fits is served.
+    let most = uvfs_passthrough::fdpool::FdPool::max_budget(hard as u64);
+    assert!(most < hard);
+    assert_eq!(with(most).unwrap().pool().budget(), most);
+}
