@@ -45,6 +45,11 @@ const ROOT: u64 = 1;
 const MANY_DIR: u64 = 9;
 const MANY: u64 = 300;
 const FIRST_MANY: u64 = 100;
+/// A directory of `HALF` entries (`h0`, ...) whose listing can fail
+/// half way.
+const HALF_DIR: u64 = 11;
+const HALF: u64 = 1000;
+const FIRST_HALF: u64 = 1000;
 
 /// Root entries: (name, inode, kind). Each name says what fails.
 const ENTRIES: &[(&str, u64, FileType)] = &[
@@ -57,6 +62,7 @@ const ENTRIES: &[(&str, u64, FileType)] = &[
     ("badopen", 8, FileType::RegularFile),
     ("many", MANY_DIR, FileType::Directory),
     ("flaky", 10, FileType::RegularFile),
+    ("halfdir", HALF_DIR, FileType::Directory),
 ];
 
 fn ino_of(name: &str) -> u64 {
@@ -73,6 +79,8 @@ fn content(ino: u64) -> Vec<u8> {
 struct Switches {
     /// While set, every read of `flaky` fails with EIO.
     flaky_fails: AtomicBool,
+    /// While set, listing `halfdir` fails with EIO past its first half.
+    half_fails: AtomicBool,
     /// Requests answered with EIO (so the test knows they reached us).
     injected: AtomicUsize,
 }
@@ -86,6 +94,7 @@ impl FaultFs {
         match ino {
             ROOT => Some(FileType::Directory),
             i if (FIRST_MANY..FIRST_MANY + MANY).contains(&i) => Some(FileType::RegularFile),
+            i if (FIRST_HALF..FIRST_HALF + HALF).contains(&i) => Some(FileType::RegularFile),
             i => ENTRIES.iter().find(|e| e.1 == i).map(|e| e.2),
         }
     }
@@ -132,6 +141,11 @@ impl fuser::Filesystem for FaultFs {
                 .and_then(|n| n.parse::<u64>().ok())
                 .filter(|n| *n < MANY && name == format!("f{n}"))
                 .map(|n| FIRST_MANY + n),
+            HALF_DIR => name
+                .strip_prefix('h')
+                .and_then(|n| n.parse::<u64>().ok())
+                .filter(|n| *n < HALF && name == format!("h{n}"))
+                .map(|n| FIRST_HALF + n),
             _ => None,
         };
         match found.and_then(|i| Some((i, Self::kind(i)?))) {
@@ -229,6 +243,14 @@ impl fuser::Filesystem for FaultFs {
             MANY_DIR => list.extend(
                 (0..MANY).map(|n| (FIRST_MANY + n, FileType::RegularFile, format!("f{n}"))),
             ),
+            HALF_DIR => {
+                if offset > HALF / 2 && self.sw.half_fails.load(Ordering::SeqCst) {
+                    return reply.error(self.eio());
+                }
+                list.extend(
+                    (0..HALF).map(|n| (FIRST_HALF + n, FileType::RegularFile, format!("h{n}"))),
+                )
+            }
             i if i == ino_of("baddir") => return reply.error(self.eio()),
             _ => return reply.error(FErrno::ENOTDIR),
         }
@@ -404,7 +426,31 @@ fn backing_eio_reaches_the_caller_and_the_server_survives() {
         content(ino_of("flaky"))
     );
 
-    assert!(s.sw.injected.load(Ordering::Relaxed) >= 9);
+    // A listing that fails half way fails (it is not cut short and
+    // cached as complete); once the backing directory lists again, the
+    // whole listing comes back, each name once.
+    let list = |s: &Stack| -> std::io::Result<Vec<String>> {
+        let mut v = std::fs::read_dir(s.p("halfdir"))?
+            .map(|e| e.map(|e| e.file_name().into_string().unwrap()))
+            .collect::<Result<Vec<_>, _>>()?;
+        v.sort();
+        Ok(v)
+    };
+    s.sw.half_fails.store(true, Ordering::SeqCst);
+    assert_eq!(errno(list(&s)), Some(libc::EIO));
+    s.sw.half_fails.store(false, Ordering::SeqCst);
+    let mut want: Vec<String> = (0..HALF).map(|n| format!("h{n}")).collect();
+    want.sort();
+    assert_eq!(list(&s).unwrap(), want);
+    // And again while the backing fails: nothing cached hides the error
+    // or the failure leaves half a listing behind.
+    s.sw.half_fails.store(true, Ordering::SeqCst);
+    let again = list(&s);
+    s.sw.half_fails.store(false, Ordering::SeqCst);
+    assert!(matches!(&again, Ok(v) if *v == want) || errno(again) == Some(libc::EIO));
+    assert_eq!(list(&s).unwrap(), want);
+
+    assert!(s.sw.injected.load(Ordering::Relaxed) >= 10);
     // The server is healthy: the good file and the whole tree still work.
     assert_eq!(std::fs::read(s.p("good")).unwrap(), good);
     let mut names: Vec<String> = std::fs::read_dir(s.p(""))
