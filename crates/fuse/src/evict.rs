@@ -6,27 +6,41 @@
 //! cannot recycle it, so `find` over a tree larger than the vnode limit
 //! drives the count past the limit (allocation overcommits rather than
 //! fail), and the kernel forgets nodes only under its own memory pressure.
-//! FUSE lets the server invalidate a directory entry
-//! (`FUSE_NOTIFY_INVAL_ENTRY`): the kernel drops the dentry, and the inode
-//! with it if nothing else uses it, and sends FORGET, which drops our hold.
+//! The server asks with `FUSE_NOTIFY_PRUNE` (`prune.rs`): the kernel drops
+//! the node's unused dentries, and the inode with them if nothing else
+//! uses it, and sends FORGET, which drops our hold. A node in use (an open
+//! file, a cwd, a mount point) is left alone: asking must never change
+//! what a process sees.
+//!
+//! Where prune is unavailable (a kernel before 6.18, or a mount made
+//! through fusermount3, whose device fd we do not have) the fallback is
+//! `FUSE_NOTIFY_INVAL_ENTRY`, which unhashes a dentry even in use; it is
+//! sent for non-directories only, so no cwd and no mount on a directory is
+//! ever cut off (an open file's /proc path may show "(deleted)").
 //!
 //! # Which nodes
 //! Every node the kernel is handed for the first time is queued with the
 //! (parent node id, name) it was handed out under, oldest first: a FIFO
 //! approximation of coldness that costs one push per new node. Entries
 //! whose node has since been forgotten are skipped (and compacted away).
-//! An invalidated entry that is in use (an open file, a cwd) is merely
-//! unhashed; the kernel forgets it later.
+//! An entry the kernel kept (in use, or a directory whose children were
+//! still cached when it was asked) goes to the back for another try.
 //!
 //! # When
-//! A request that adds a node while the mount's vnode count is above
-//! high water (7/8 of the limit) rings the evictor thread, which
-//! invalidates entries until the count is back under low water (3/4),
-//! pausing between batches for the FORGETs to arrive. The thread is not a
-//! request loop: sending a notification waits for the parent directory's
-//! inode lock, which an in-flight request may hold until a request loop
-//! answers it.
+//! What counts is the number of *held* vnodes (the mount's vnodes less its
+//! free ones): free vnodes the layer recycles by itself at the limit, and
+//! only the held ones can push the count past it. A request that adds a
+//! node while the mount's vnode count is above high water (7/8 of the
+//! limit) rings the evictor thread, which asks the kernel to forget nodes
+//! until the held count is back under low water (3/4), pausing between
+//! batches for the FORGETs to arrive. A pass that finds the held count
+//! under high water (a file system whose free vnodes fill the limit)
+//! returns at once, and the thread then rests before answering the bell
+//! again. The thread is not a request loop: sending an entry invalidation
+//! waits for the parent directory's inode lock, which an in-flight request
+//! may hold until a request loop answers it.
 
+use crate::prune::Pruner;
 use crate::server::Inner;
 use fuser::{INodeNo, Notifier};
 use parking_lot::{Condvar, Mutex};
@@ -40,10 +54,38 @@ use std::time::Duration;
 /// Most notifications per batch before pausing for FORGETs.
 const BATCH: usize = 4096;
 
+/// How long the thread rests after a pass that found nothing to do.
+const REST: Duration = Duration::from_millis(20);
+
+/// Consecutive batches that freed nothing before a pass gives up.
+const MAX_STALLS: usize = 3;
+
 struct Entry {
     id: u64,
+    /// The parent's node id, with [`DIR_BIT`] set for a directory (node
+    /// ids are inode numbers, far below it): the queue holds one entry per
+    /// node the kernel remembers, so it stays 32 bytes.
     parent: u64,
     name: Box<[u8]>,
+}
+
+const DIR_BIT: u64 = 1 << 63;
+
+/// How the kernel is asked to forget: prune while `pruner` is there and
+/// the kernel takes it, else entry invalidation of non-directories.
+pub struct Asker {
+    pub pruner: Option<Pruner>,
+    pub notifier: Notifier,
+}
+
+impl Entry {
+    fn parent(&self) -> u64 {
+        self.parent & !DIR_BIT
+    }
+
+    fn is_dir(&self) -> bool {
+        self.parent & DIR_BIT != 0
+    }
 }
 
 /// Counters of the evictor.
@@ -51,8 +93,12 @@ struct Entry {
 pub struct EvictCounters {
     /// Nodes queued as candidates.
     pub queued: AtomicU64,
-    /// Entry invalidations sent to the kernel.
+    /// Nodes the kernel was asked to forget (prunes and invalidations).
     pub sent: AtomicU64,
+    /// Nodes asked for that the kernel kept (in use): requeued.
+    pub kept: AtomicU64,
+    /// 1 while prune notifications are used, 0 with the fallback.
+    pub prune: AtomicU64,
     /// Times the evictor thread ran a pass.
     pub passes: AtomicU64,
     /// Highest vnode count of the mount seen when a node was handed to
@@ -74,7 +120,7 @@ pub struct Evictor {
 impl Evictor {
     /// Queues a node the kernel was just handed for the first time;
     /// rings the thread if the mount is over high water.
-    pub fn note(&self, id: u64, parent: u64, name: &[u8], vnodes: usize, limit: usize) {
+    pub fn note(&self, id: u64, parent: u64, name: &[u8], dir: bool, vnodes: usize, limit: usize) {
         self.counters
             .max_vnodes
             .fetch_max(vnodes as u64, Ordering::Relaxed);
@@ -83,7 +129,7 @@ impl Evictor {
         }
         self.q.lock().push_back(Entry {
             id,
-            parent,
+            parent: if dir { parent | DIR_BIT } else { parent },
             name: name.into(),
         });
         self.counters.queued.fetch_add(1, Ordering::Relaxed);
@@ -97,11 +143,15 @@ impl Evictor {
     }
 
     /// Starts the thread that sends the notifications.
-    pub fn start(&self, notifier: Notifier, inner: Weak<Inner>) -> std::io::Result<()> {
+    pub fn start(&self, asker: Asker, inner: Weak<Inner>) -> std::io::Result<()> {
         self.started.store(true, Ordering::Relaxed);
+        let prune = asker.pruner.is_some();
+        self.counters
+            .prune
+            .store(u64::from(prune), Ordering::Relaxed);
         std::thread::Builder::new()
             .name("uvfs-evict".into())
-            .spawn(move || run(notifier, inner))?;
+            .spawn(move || run(asker, inner))?;
         Ok(())
     }
 
@@ -122,17 +172,25 @@ fn low_water(limit: usize) -> usize {
     limit - limit / 4
 }
 
-fn run(notifier: Notifier, inner: Weak<Inner>) {
+fn run(mut asker: Asker, inner: Weak<Inner>) {
     // Ends once the server's state is gone (the session ended). Parking
     // with the Arc keeps that state alive for at most one timeout.
     while let Some(i) = inner.upgrade() {
-        pass(&i, &notifier);
+        if !pass(&i, &mut asker) {
+            std::thread::sleep(REST);
+        }
         i.evict.wait();
     }
 }
 
-/// One pass: invalidate oldest entries until under low water.
-fn pass(i: &Inner, notifier: &Notifier) {
+/// The mount's vnodes that cannot be recycled (held or in use).
+fn held(mnt: &uvfs_vnode::Mount) -> usize {
+    mnt.vnode_count().saturating_sub(mnt.free_count())
+}
+
+/// One pass: ask the kernel to forget the oldest nodes until the held
+/// count is under low water. False if there was nothing to do.
+fn pass(i: &Inner, asker: &mut Asker) -> bool {
     let mnt = i.fs.mount().clone();
     let limit = i.layer.config().limit;
     let ev = &i.evict;
@@ -143,40 +201,87 @@ fn pass(i: &Inner, notifier: &Notifier) {
             q.retain(|e| i.nodes.contains(e.id));
         }
     }
-    if mnt.vnode_count() <= high_water(limit) {
-        return;
+    if mnt.vnode_count() <= high_water(limit) || held(&mnt) <= high_water(limit) {
+        return false;
     }
     ev.counters.passes.fetch_add(1, Ordering::Relaxed);
-    let mut idle_rounds = 0;
+    let mut stalls = 0;
     loop {
-        let count = mnt.vnode_count();
+        let count = held(&mnt);
         let low = low_water(limit);
         if count <= low {
-            return;
+            return true;
         }
         let want = (count - low).min(BATCH);
-        let mut sent = 0;
-        while sent < want {
-            let Some(e) = ev.q.lock().pop_front() else {
-                break;
-            };
-            if e.id == crate::nodes::ROOT_ID || !i.nodes.contains(e.id) {
-                continue;
+        let mut batch = Vec::with_capacity(want);
+        {
+            let mut q = ev.q.lock();
+            let mut skipped = Vec::new();
+            while batch.len() < want {
+                let Some(e) = q.pop_front() else { break };
+                if e.id == crate::nodes::ROOT_ID || !i.nodes.contains(e.id) {
+                    continue;
+                }
+                if e.is_dir() && asker.pruner.is_none() {
+                    skipped.push(e);
+                    continue;
+                }
+                batch.push(e);
             }
-            // ENOENT: the kernel no longer has that entry; nothing to do.
-            let _ = notifier.inval_entry(INodeNo(e.parent), OsStr::from_bytes(&e.name));
-            sent += 1;
+            q.extend(skipped);
         }
-        ev.counters.sent.fetch_add(sent as u64, Ordering::Relaxed);
+        if batch.is_empty() {
+            return true;
+        }
+        ask(asker, &batch, &ev.counters);
+        ev.counters
+            .sent
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
         // Let the FORGETs arrive and the holds drop.
         std::thread::sleep(Duration::from_millis(5));
-        if sent == 0 {
-            idle_rounds += 1;
-            if idle_rounds > 20 {
-                return;
+        let mut kept = 0;
+        {
+            let mut q = ev.q.lock();
+            for e in batch {
+                if i.nodes.contains(e.id) {
+                    q.push_back(e);
+                    kept += 1;
+                }
+            }
+        }
+        ev.counters.kept.fetch_add(kept, Ordering::Relaxed);
+        if held(&mnt) >= count {
+            stalls += 1;
+            if stalls >= MAX_STALLS {
+                return true;
             }
         } else {
-            idle_rounds = 0;
+            stalls = 0;
         }
+    }
+}
+
+/// Sends one batch; switches to the fallback for good if the kernel does
+/// not know prune.
+fn ask(asker: &mut Asker, batch: &[Entry], counters: &EvictCounters) {
+    if let Some(p) = &asker.pruner {
+        let ids: Vec<u64> = batch.iter().map(|e| e.id).collect();
+        match p.prune(&ids) {
+            Ok(()) => return,
+            Err(e) => {
+                eprintln!(
+                    "uvfs: FUSE_NOTIFY_PRUNE refused ({e}); evicting by entry invalidation \
+                     of non-directories instead"
+                );
+                asker.pruner = None;
+                counters.prune.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+    for e in batch.iter().filter(|e| !e.is_dir()) {
+        // ENOENT: the kernel no longer has that entry; nothing to do.
+        let _ = asker
+            .notifier
+            .inval_entry(INodeNo(e.parent()), OsStr::from_bytes(&e.name));
     }
 }

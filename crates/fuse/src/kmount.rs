@@ -104,6 +104,12 @@ pub fn mount(mountpoint: &Path, fsname: &str, allow_other: bool) -> std::io::Res
 }
 
 impl KernelMount {
+    /// Another descriptor of the connection (for notifications fuser
+    /// cannot send, `prune.rs`).
+    pub fn dup_dev(&self) -> std::io::Result<OwnedFd> {
+        self.dev.try_clone()
+    }
+
     /// Whether our connection is still up: `/dev/fuse` polls POLLERR once
     /// the file system was unmounted or its connection aborted.
     pub fn alive(&self) -> bool {

@@ -21,6 +21,7 @@ mod kmount;
 mod mount;
 mod mountinfo;
 mod nodes;
+mod prune;
 mod server;
 mod signals;
 mod stats;

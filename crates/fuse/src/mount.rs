@@ -148,9 +148,14 @@ fn mount(
     }
     // Kernel-forget of cold nodes over the vnode limit (evict.rs); a
     // mount without it still works, its vnode count just unbounded.
-    let _ = inner
-        .evict
-        .start(session.notifier(), Arc::downgrade(&inner));
+    let asker = crate::evict::Asker {
+        pruner: match &unmounter {
+            Unmounter::Kernel(km) => km.dup_dev().ok().map(crate::prune::Pruner::new),
+            Unmounter::Fuser(..) => None,
+        },
+        notifier: session.notifier(),
+    };
+    let _ = inner.evict.start(asker, Arc::downgrade(&inner));
     let control = if cfg.control {
         match ControlSocket::start(inner.clone(), &mountpoint) {
             Ok(c) => Some(c),

@@ -194,7 +194,7 @@ impl Server {
                 let i = &self.inner;
                 let (id, new) = i.nodes.remember_new(&vp);
                 if new {
-                    i.note_new(id, parent, name);
+                    i.note_new(id, parent, name, attr.kind == uvfs_vfs::VType::Dir);
                 }
                 reply.entry(
                     &i.timeouts.entry,
@@ -227,10 +227,10 @@ impl Server {
 }
 
 impl Inner {
-    fn note_new(&self, id: u64, parent: u64, name: &[u8]) {
+    fn note_new(&self, id: u64, parent: u64, name: &[u8], dir: bool) {
         let count = self.fs.mount().vnode_count();
         self.evict
-            .note(id, parent, name, count, self.layer.config().limit);
+            .note(id, parent, name, dir, count, self.layer.config().limit);
     }
 
     fn with_attr(&self, vp: VnodeRef) -> VfsResult<(VnodeRef, uvfs_vfs::Attr)> {
@@ -659,7 +659,12 @@ impl Filesystem for Server {
                                 // Counted before the reply leaves (see nodes.rs).
                                 let (nid, new) = i.nodes.remember_new(vp);
                                 if new {
-                                    i.note_new(nid, i.nodes.node_id(of.vp.ino()), &e.name);
+                                    i.note_new(
+                                        nid,
+                                        i.nodes.node_id(of.vp.ino()),
+                                        &e.name,
+                                        attr.kind == uvfs_vfs::VType::Dir,
+                                    );
                                 }
                             }
                             full
@@ -787,7 +792,7 @@ impl Filesystem for Server {
                 let i = &self.inner;
                 let (id, new) = i.nodes.remember_new(&vp);
                 if new {
-                    i.note_new(id, parent.0, name(n));
+                    i.note_new(id, parent.0, name(n), false);
                 }
                 let generation = Generation(i.fs.generation(&vp));
                 let h = i.handles.insert(vp, fh);

@@ -94,7 +94,17 @@ pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
     put(
         "fuse.evict.sent",
         ec.sent.load(Ordering::Relaxed),
-        "Entry invalidations sent to make the kernel forget cold nodes",
+        "Nodes the kernel was asked to forget (prune or entry invalidation)",
+    );
+    put(
+        "fuse.evict.kept",
+        ec.kept.load(Ordering::Relaxed),
+        "Nodes asked for that the kernel kept because they were in use (requeued)",
+    );
+    put(
+        "fuse.evict.prune",
+        ec.prune.load(Ordering::Relaxed),
+        "1: nodes are forgotten by FUSE_NOTIFY_PRUNE; 0: by entry invalidation of non-directories",
     );
     put(
         "fuse.evict.max_vnodes",

@@ -7,6 +7,7 @@ use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -29,8 +30,8 @@ fn fuse_usable() -> Result<(), String> {
 }
 
 /// Serves a fresh memfs on `dir` (an existing directory).
-fn serve_memfs(dir: &Path, size: Option<u64>) -> BackgroundMount {
-    let layer = VnodeLayer::new(Config::with_limit(4096));
+fn serve_memfs(dir: &Path, size: Option<u64>, vnodes: usize) -> BackgroundMount {
+    let layer = VnodeLayer::new(Config::with_limit(vnodes));
     let fs = MemFs::new(
         layer.clone(),
         MemFsConfig {
@@ -60,6 +61,10 @@ struct Mnt {
 
 impl Mnt {
     fn new(size: Option<u64>) -> Option<Mnt> {
+        Mnt::with_limit(size, 4096)
+    }
+
+    fn with_limit(size: Option<u64>, vnodes: usize) -> Option<Mnt> {
         if let Err(why) = fuse_usable() {
             eprintln!("SKIP: FUSE tests not run: {why}");
             return None;
@@ -71,7 +76,7 @@ impl Mnt {
             N.fetch_add(1, Ordering::Relaxed)
         ));
         fs::create_dir_all(&dir).unwrap();
-        let mount = serve_memfs(&dir, size);
+        let mount = serve_memfs(&dir, size, vnodes);
         Some(Mnt {
             dir,
             mount: Some(mount),
@@ -300,6 +305,102 @@ fn forgets_release_every_vnode() {
     assert_eq!(fs::read(m.p("d/f7")).unwrap(), b"x");
 }
 
+/// Waits (bounded) until `f` holds for the mount's counters.
+fn until_counters(m: &Mnt, what: &str, f: impl Fn(&serde_json::Value) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = m.report(false);
+        if f(&r["counters"]) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: {}", r["counters"]);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn eviction_leaves_what_is_in_use_alone() {
+    // 300 new nodes against a limit of 100: the server asks the kernel to
+    // forget cold ones. A directory in use (a cwd, here an open fd) and a
+    // file system mounted on a directory of ours must survive that; entry
+    // invalidation unhashed both (getcwd ENOENT, the mount detached).
+    let Some(m) = Mnt::with_limit(None, 100) else {
+        return;
+    };
+    fs::create_dir_all(m.p("a/b")).unwrap();
+    fs::create_dir(m.p("mp")).unwrap();
+    let cwd = fs::File::open(m.p("a/b")).unwrap();
+    let mp = cstr(&m.p("mp"));
+    // SAFETY: NUL-terminated strings that outlive the call.
+    let rc = unsafe {
+        libc::mount(
+            c"none".as_ptr(),
+            mp.as_ptr(),
+            c"tmpfs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "mount tmpfs: {}", std::io::Error::last_os_error());
+    struct Umount(CString);
+    impl Drop for Umount {
+        fn drop(&mut self) {
+            // SAFETY: a NUL-terminated path.
+            unsafe { libc::umount2(self.0.as_ptr(), libc::MNT_DETACH) };
+        }
+    }
+    let _tmpfs = Umount(mp);
+    fs::write(m.p("mp/inside"), b"tmpfs data").unwrap();
+
+    for i in 0..300 {
+        fs::write(m.p(&format!("f{i}")), b"x").unwrap();
+    }
+    until_counters(&m, "the kernel forgot cold nodes", |c| {
+        c["fuse.evict.sent"].as_u64().unwrap() > 0 && c["fuse.nodes"].as_u64().unwrap() <= 100
+    });
+    let fd_path = fs::read_link(format!("/proc/self/fd/{}", cwd.as_raw_fd())).unwrap();
+    assert_eq!(fd_path, m.p("a/b"), "a directory in use was cut off");
+    let mounts = fs::read_to_string("/proc/self/mounts").unwrap();
+    assert!(
+        mounts.contains(&format!(" {} tmpfs ", m.p("mp").display())),
+        "the tmpfs mounted inside was detached"
+    );
+    assert_eq!(fs::read(m.p("mp/inside")).unwrap(), b"tmpfs data");
+    assert_eq!(fs::read_dir(&m.dir).unwrap().count(), 302);
+}
+
+#[test]
+fn free_vnodes_do_not_make_the_server_evict() {
+    // Linked files the kernel has forgotten keep free vnodes, which the
+    // layer recycles by itself at the limit. Enough of them to pass high
+    // water must not make the server ask the kernel to forget the few
+    // nodes it does hold (which used to cost every new node its dentry).
+    let Some(m) = Mnt::with_limit(None, 400) else {
+        return;
+    };
+    fs::create_dir(m.p("d")).unwrap();
+    for i in 0..380 {
+        fs::write(m.p(&format!("d/f{i}")), b"x").unwrap();
+    }
+    until_counters(&m, "the kernel forgets the files", |c| {
+        let _ = fs::write("/proc/sys/vm/drop_caches", b"2");
+        c["fuse.nodes"].as_u64().unwrap() <= 2
+    });
+    let before = m.report(false)["counters"]["fuse.evict.sent"]
+        .as_u64()
+        .unwrap();
+    let held: Vec<fs::File> = (0..20)
+        .map(|i| fs::File::create(m.p(&format!("new{i}"))).unwrap())
+        .collect();
+    // Give the evictor time to act, were it to.
+    std::thread::sleep(Duration::from_millis(200));
+    let c = m.report(false)["counters"].clone();
+    assert!(c["mount.vnodes"].as_u64().unwrap() > 350, "{c}");
+    assert_eq!(c["fuse.evict.sent"].as_u64().unwrap(), before, "{c}");
+    assert!(c["fuse.nodes"].as_u64().unwrap() >= 21, "{c}");
+    drop(held);
+}
+
 #[test]
 fn concurrent_clients() {
     let Some(m) = Mnt::new(None) else { return };
@@ -398,7 +499,7 @@ fn ended_server_leaves_a_new_mount_alone() {
         unsafe { libc::umount2(cstr(&m.dir).as_ptr(), libc::MNT_DETACH) },
         0
     );
-    let new = serve_memfs(&m.dir, None);
+    let new = serve_memfs(&m.dir, None, 4096);
     fs::write(m.p("new"), b"new").unwrap();
     // Closing the last file of the detached mount destroys it: the old
     // server's request loops end, then it is asked to unmount.
