@@ -66,8 +66,12 @@ impl MemFs {
     }
 
     pub(crate) fn do_readlink(&self, vp: &VnodeRef) -> VfsResult<Vec<u8>> {
-        match &self.inode_of(vp)?.body {
-            Body::Symlink(t) => Ok(t.to_vec()),
+        let inode = self.inode_of(vp)?;
+        match &inode.body {
+            Body::Symlink(t) => {
+                inode.meta.lock().touch_accessed(Timespec::now());
+                Ok(t.to_vec())
+            }
             _ => Err(Errno::EINVAL),
         }
     }

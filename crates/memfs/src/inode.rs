@@ -68,7 +68,25 @@ impl Meta {
         self.mtime = now;
         self.ctime = now;
     }
+
+    /// The contents were read (a file's data, a directory's listing, a
+    /// symlink's target): `relatime`, Linux's default and tmpfs's. atime
+    /// moves only if it is not after mtime or ctime, or is a day old, so
+    /// "read since it last changed?" (mail readers, `find -amin`, tmp
+    /// cleaners) is answered while a file read over and over costs no
+    /// metadata write per read.
+    pub fn touch_accessed(&mut self, now: Timespec) {
+        if self.atime <= self.mtime
+            || self.atime <= self.ctime
+            || now.sec.saturating_sub(self.atime.sec) >= RELATIME_SECS
+        {
+            self.atime = now;
+        }
+    }
 }
+
+/// How old an atime `relatime` lets stand (24 hours, as Linux).
+const RELATIME_SECS: i64 = 24 * 60 * 60;
 
 /// One file of a memfs.
 #[derive(Debug)]
@@ -163,5 +181,44 @@ impl Inode {
             ctime: m.ctime,
             btime: m.btime,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(atime: i64, mtime: i64, ctime: i64) -> Meta {
+        let t = |s| Timespec::new(s, 0);
+        Meta {
+            perm: 0o644,
+            uid: 0,
+            gid: 0,
+            nlink: 1,
+            rdev: 0,
+            atime: t(atime),
+            mtime: t(mtime),
+            ctime: t(ctime),
+            btime: t(0),
+            xattrs: Xattrs::default(),
+        }
+    }
+
+    #[test]
+    fn relatime_rule() {
+        let now = Timespec::new(1_000_000, 0);
+        let moved = |mut m: Meta| {
+            let before = m.atime;
+            m.touch_accessed(now);
+            m.atime != before
+        };
+        // Not after the last change: moves.
+        assert!(moved(meta(500, 500, 400)));
+        assert!(moved(meta(500, 400, 600)));
+        // After both changes and fresh: stays.
+        assert!(!moved(meta(999_000, 500, 500)));
+        // After both changes but a day old: moves.
+        assert!(moved(meta(1_000_000 - RELATIME_SECS, 500, 500)));
+        assert!(!moved(meta(1_000_001 - RELATIME_SECS, 500, 500)));
     }
 }

@@ -35,8 +35,14 @@ impl MemFs {
             return Err(Errno::EINVAL);
         }
         let end = offset.saturating_add(u64::from(size));
-        let _g = io_lock::lock_read(vp, offset..end);
-        Ok(f.read(offset, size as usize))
+        let data = {
+            let _g = io_lock::lock_read(vp, offset..end);
+            f.read(offset, size as usize)
+        };
+        if size > 0 {
+            inode.meta.lock().touch_accessed(Timespec::now());
+        }
+        Ok(data)
     }
 
     pub(crate) fn do_write(&self, vp: &VnodeRef, offset: u64, data: &[u8]) -> VfsResult<u32> {

@@ -381,6 +381,9 @@ impl MemFs {
         mut f: impl FnMut(&Directory, DirEntry, Option<Target>) -> VfsResult<bool>,
     ) -> VfsResult<()> {
         let (dinode, d) = self.dir_of(dir)?;
+        // Not nested in the directory lock: meta is never held while
+        // waiting for another lock.
+        dinode.meta.lock().touch_accessed(Timespec::now());
         let g = d.read();
         if g.removed {
             return Ok(());

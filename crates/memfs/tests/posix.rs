@@ -459,3 +459,46 @@ fn concurrent_renames_and_creates_keep_the_tree_consistent() {
     assert_eq!(fs.getattr(&root).unwrap().nlink, 5);
     assert!(subdirs <= 15);
 }
+
+#[test]
+fn reads_move_atime_as_relatime_does() {
+    let fs = memfs(None);
+    let root = fs.root().unwrap();
+    let f = file(&fs, &root, "f");
+    let fh = fs.open(&C, &f, libc::O_RDWR).unwrap();
+    fs.write(&f, fh, 0, b"data").unwrap();
+    let old = Timespec::new(946_684_800, 5); // 2000-01-01
+    let set_atime = |vp: &VnodeRef, t: Timespec| {
+        fs.setattr(
+            &C,
+            vp,
+            &SetAttr {
+                atime: Some(SetTime::At(t)),
+                ..Default::default()
+            },
+        )
+        .unwrap()
+    };
+    // atime before mtime: a read moves it to now.
+    set_atime(&f, old);
+    assert_eq!(fs.read(&f, fh, 0, 4).unwrap(), b"data");
+    let a1 = fs.getattr(&f).unwrap().atime;
+    assert!(a1 >= fs.getattr(&f).unwrap().mtime, "{a1:?}");
+    // Read again, unchanged since: atime stays (no write per read).
+    fs.read(&f, fh, 0, 4).unwrap();
+    assert_eq!(fs.getattr(&f).unwrap().atime, a1);
+    // A zero-byte read is no access.
+    set_atime(&f, old);
+    fs.read(&f, fh, 0, 0).unwrap();
+    assert_eq!(fs.getattr(&f).unwrap().atime, old);
+    fs.release(&f, fh).unwrap();
+    // Listing a directory and reading a symlink are accesses too.
+    let d = fs.mkdir(&C, &root, b"d", 0o755).unwrap();
+    set_atime(&d, old);
+    names(&fs, &d);
+    assert!(fs.getattr(&d).unwrap().atime > old);
+    let l = fs.symlink(&C, &root, b"l", b"target").unwrap();
+    set_atime(&l, old);
+    assert_eq!(fs.readlink(&l).unwrap(), b"target");
+    assert!(fs.getattr(&l).unwrap().atime > old);
+}
