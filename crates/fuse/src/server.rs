@@ -281,7 +281,16 @@ impl Filesystem for Server {
 
     fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
         let r = self.guard("lookup", |i| {
-            let dir = i.nodes.get(parent.0)?;
+            let dir = match i.nodes.get(parent.0) {
+                Ok(dir) => dir,
+                // A file handle of a node the kernel forgot: with
+                // FUSE_EXPORT_SUPPORT it asks for `.` of the handle's node
+                // id (and checks the generation itself).
+                Err(Errno::ESTALE) if name(n) == b"." => {
+                    return i.with_attr(i.fs.vget(i.nodes.node_id(parent.0))?);
+                }
+                Err(e) => return Err(e),
+            };
             i.with_attr(i.fs.lookup(&ctx(req), &dir, name(n))?)
         });
         match r {

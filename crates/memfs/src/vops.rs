@@ -3,8 +3,8 @@
 use crate::fs::MemFs;
 use std::sync::Arc;
 use uvfs_vfs::{
-    Attr, Ctx, DirPlusSink, DirSink, FallocMode, Fh, FileSystem, Mount, RenameFlags, SetAttr,
-    StatFs, VfsResult, VnodeRef, XattrFlags,
+    Attr, Ctx, DirPlusSink, DirSink, Errno, FallocMode, Fh, FileSystem, Ino, Mount, RenameFlags,
+    SetAttr, StatFs, VfsResult, VnodeRef, XattrFlags,
 };
 
 impl FileSystem for MemFs {
@@ -154,6 +154,12 @@ impl FileSystem for MemFs {
 
     fn statfs(&self) -> VfsResult<StatFs> {
         self.do_statfs()
+    }
+
+    /// Inode numbers are never reused, so a number found in the table is
+    /// the file the handle was made for.
+    fn vget(&self, ino: Ino) -> VfsResult<VnodeRef> {
+        self.vnode_by_ino(ino).map_err(|_| Errno::ESTALE)
     }
 
     fn fallocate(

@@ -28,7 +28,7 @@ use crate::errno::{Errno, VfsResult};
 use crate::flags::{FallocMode, RenameFlags, XattrFlags};
 use crate::statfs::StatFs;
 use std::sync::Arc;
-use uvfs_vnode::{Mount, VType, VnodeRef};
+use uvfs_vnode::{Ino, Mount, VType, VnodeRef};
 
 /// A file system's handle for an open file or directory; opaque to callers.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -243,6 +243,15 @@ pub trait FileSystem: Send + Sync + 'static {
     /// File-system specific statistics as (name, value, description).
     fn fs_stats(&self) -> Vec<(&'static str, u64, &'static str)> {
         Vec::new()
+    }
+
+    /// The vnode of inode `ino` if that file still exists, found without
+    /// a name (FreeBSD's `VFS_VGET`): how a file handle is opened again
+    /// after the kernel forgot the node (`open_by_handle_at`, NFS export).
+    /// The default, `ESTALE`, suits file systems that cannot find a file by
+    /// its number alone.
+    fn vget(&self, _ino: Ino) -> VfsResult<VnodeRef> {
+        Err(Errno::ESTALE)
     }
 
     /// The generation of `vp`'s inode number: file systems that may give
