@@ -170,6 +170,12 @@ CHECK
 done
 if [ $ok = 1 ]; then pass "vnode accounting: every active vnode is a kernel node"; else fail "vnode accounting"; "$UVFS" stat "$MNT"; fi
 "$UVFS" stat "$MNT" | head -3
+# A reader that leaves at once (EPIPE) ends `uvfs stat` quietly, not with a panic.
+errf=$(mktemp)
+"$UVFS" stat --json "$MNT" 2>"$errf" | true
+rc=${PIPESTATUS[0]}
+if [ "$rc" = 0 ] && ! grep -q panicked "$errf"; then pass "uvfs stat into a closed pipe"; else fail "uvfs stat into a closed pipe: exit $rc: $(cat "$errf")"; fi
+rm -f "$errf"
 
 # --- 5. signals -----------------------------------------------------------
 umount "$MNT" && pass "umount of the main mount" || fail "umount"

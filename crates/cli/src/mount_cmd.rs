@@ -243,10 +243,20 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
 /// `uvfs stat`.
 pub fn stat(o: &StatOpts) -> io::Result<()> {
     let v = uvfs_fuse::query(&o.mountpoint, o.check)?;
-    if o.json {
-        println!("{v}");
+    // Written, not println!: a reader that stops early (`| head`) is an
+    // EPIPE to report, not a panic.
+    let text = if o.json {
+        format!("{v}\n")
     } else {
-        print!("{}", uvfs_fuse::format_stats(&v));
+        uvfs_fuse::format_stats(&v)
+    };
+    {
+        use std::io::Write;
+        let mut out = io::stdout().lock();
+        match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
+            r => r?,
+        }
     }
     let ok = v
         .pointer("/accounting/ok")

@@ -36,6 +36,7 @@
 use crate::node::{Evict, Node};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
+use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
@@ -95,7 +96,8 @@ pub struct Reservation {
 
 /// An open descriptor counted against the budget; closed on drop.
 pub struct Fd {
-    fd: OwnedFd,
+    /// Closed in `drop` before the slot is given back.
+    fd: ManuallyDrop<OwnedFd>,
     pool: Arc<FdPool>,
     open_file: bool,
 }
@@ -263,7 +265,7 @@ impl Reservation {
         self.armed = false;
         self.pool.counters.opened.fetch_add(1, Ordering::Relaxed);
         Fd {
-            fd,
+            fd: ManuallyDrop::new(fd),
             pool: self.pool.clone(),
             open_file: self.open_file,
         }
@@ -287,8 +289,11 @@ impl Fd {
 
 impl Drop for Fd {
     fn drop(&mut self) {
-        // The OwnedFd closes after this body; count it gone first so the
-        // budget errs on the side of fewer fds, never more.
+        // Closed before its slot is given back: a slot freed first could
+        // be reserved and opened by another thread while this fd is still
+        // open, one fd over the budget per thread.
+        // SAFETY: `fd` is dropped exactly once, here, and never used after.
+        unsafe { ManuallyDrop::drop(&mut self.fd) };
         self.pool.release(self.open_file);
     }
 }
