@@ -117,6 +117,17 @@ fn ctx(req: &Request) -> Ctx {
         uid: req.uid(),
         gid: req.gid(),
         pid: req.pid(),
+        umask: 0,
+    }
+}
+
+/// The caller of a request that makes a file, with its umask (see
+/// `Ctx::umask`; without FUSE_DONT_MASK the mode arrives masked already,
+/// and masking twice changes nothing).
+fn ctx_making(req: &Request, umask: u32) -> Ctx {
+    Ctx {
+        umask: umask & 0o777,
+        ..ctx(req)
     }
 }
 
@@ -252,6 +263,21 @@ impl Filesystem for Server {
         // dies before that check the open succeeds: pjdfstest's
         // open::etxtbsy failed about one run in ten. Without the flag the
         // kernel checks write access first and truncates with SETATTR.
+        // Files written outside the server: cached pages go when the
+        // kernel sees mtime or size change (without it a file rewritten
+        // on the host in place read stale until the cache was dropped).
+        if self.inner.fs.changes_outside() {
+            let _ = config.add_capabilities(InitFlags::FUSE_AUTO_INVAL_DATA);
+        }
+        // ACLs enforced by the kernel (with default_permissions it
+        // otherwise checks mode bits only, and a user an ACL denies could
+        // read the file).
+        // With ACLs, the umask is the file system's to apply: a default
+        // ACL on the directory replaces it (FUSE_DONT_MASK; Ctx::umask).
+        if self.inner.fs.posix_acls() {
+            let _ = config.add_capabilities(InitFlags::FUSE_POSIX_ACL);
+            let _ = config.add_capabilities(InitFlags::FUSE_DONT_MASK);
+        }
         for cap in [
             InitFlags::FUSE_PARALLEL_DIROPS,
             InitFlags::FUSE_DO_READDIRPLUS,
@@ -369,13 +395,19 @@ impl Filesystem for Server {
         parent: INodeNo,
         n: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         rdev: u32,
         reply: ReplyEntry,
     ) {
         let r = self.guard("mknod", |i| {
             let dir = i.nodes.get(parent.0)?;
-            i.with_attr(i.fs.mknod(&ctx(req), &dir, name(n), mode, u64::from(rdev))?)
+            i.with_attr(i.fs.mknod(
+                &ctx_making(req, umask),
+                &dir,
+                name(n),
+                mode,
+                u64::from(rdev),
+            )?)
         });
         self.reply_entry_at(reply, r, parent.0, name(n));
     }
@@ -386,12 +418,12 @@ impl Filesystem for Server {
         parent: INodeNo,
         n: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         reply: ReplyEntry,
     ) {
         let r = self.guard("mkdir", |i| {
             let dir = i.nodes.get(parent.0)?;
-            i.with_attr(i.fs.mkdir(&ctx(req), &dir, name(n), mode)?)
+            i.with_attr(i.fs.mkdir(&ctx_making(req, umask), &dir, name(n), mode)?)
         });
         self.reply_entry_at(reply, r, parent.0, name(n));
     }
@@ -786,13 +818,14 @@ impl Filesystem for Server {
         parent: INodeNo,
         n: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
         let r = self.guard("create", |i| {
             let dir = i.nodes.get(parent.0)?;
-            let (vp, fh) = i.fs.create(&ctx(req), &dir, name(n), mode, flags)?;
+            let (vp, fh) =
+                i.fs.create(&ctx_making(req, umask), &dir, name(n), mode, flags)?;
             let attr = i.fs.getattr(&vp)?;
             Ok((vp, fh, attr))
         });

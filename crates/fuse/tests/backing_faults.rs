@@ -10,6 +10,9 @@
 //! the second test checks the passthrough copes with. Skipped where FUSE
 //! cannot be mounted.
 
+mod common;
+
+use common::fuse_usable;
 use fuser::{
     Errno as FErrno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, LockOwner,
     OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite,
@@ -26,19 +29,6 @@ use std::time::{Duration, UNIX_EPOCH};
 use uvfs_fuse::{BackgroundMount, ServeConfig, Timeouts};
 use uvfs_passthrough::{PassthroughConfig, PassthroughFs};
 use uvfs_vnode::{Config, VnodeLayer};
-
-fn fuse_usable() -> Result<(), String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err("not root: mount(2) of FUSE needs root".into());
-    }
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-        .map(drop)
-        .map_err(|e| format!("/dev/fuse unusable: {e}"))
-}
 
 const ROOT: u64 = 1;
 /// The directory of `MANY` plain files (`f0`, `f1`, ...).

@@ -2,6 +2,9 @@
 //! std::fs and libc, unmount. Skipped (with a message) only where FUSE
 //! cannot be mounted: no usable /dev/fuse or not root.
 
+mod common;
+
+use common::fuse_usable;
 use std::ffi::CString;
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -15,19 +18,6 @@ use std::time::{Duration, Instant};
 use uvfs_fuse::{BackgroundMount, ServeConfig, Timeouts};
 use uvfs_memfs::{MemFs, MemFsConfig};
 use uvfs_vnode::{Config, VnodeLayer};
-
-fn fuse_usable() -> Result<(), String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err("not root: mount(2) of FUSE needs root".into());
-    }
-    fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-        .map(|_| ())
-        .map_err(|e| format!("/dev/fuse unusable: {e}"))
-}
 
 /// Serves a fresh memfs on `dir` (an existing directory).
 fn serve_memfs(dir: &Path, size: Option<u64>, vnodes: usize) -> BackgroundMount {

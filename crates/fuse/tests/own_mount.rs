@@ -4,24 +4,14 @@
 //! directory above the mountpoint reaches the same state, and so does an
 //! embedder of the library, as here.) Skipped where FUSE cannot be mounted.
 
+mod common;
+
+use common::fuse_usable;
 use std::path::PathBuf;
 use std::time::Duration;
 use uvfs_fuse::{BackgroundMount, ServeConfig, Timeouts};
 use uvfs_passthrough::{PassthroughConfig, PassthroughFs};
 use uvfs_vnode::{Config, VnodeLayer};
-
-fn fuse_usable() -> Result<(), String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err("not root: mount(2) of FUSE needs root".into());
-    }
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-        .map(drop)
-        .map_err(|e| format!("/dev/fuse unusable: {e}"))
-}
 
 #[test]
 fn a_source_holding_the_mountpoint_gets_eloop_not_a_hang() {

@@ -114,11 +114,17 @@ impl PassthroughFs {
         let n = sys::cstr(name)?;
         let fd = self.fd_of(&self.node_of(vp)?)?;
         let p = sys::proc_path(fd.raw());
-        self.xattr_read(|buf: &mut [u8]| {
+        let r = self.xattr_read(|buf: &mut [u8]| {
             // SAFETY: strings are NUL-terminated; `buf` is writable for its
             // length (a null pointer with length 0 asks for the size).
             unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) }
-        })
+        });
+        match r {
+            // A source without ACL support has no ACLs: the kernel, which
+            // enforces them (`posix_acls`), takes only ENODATA as "none".
+            Err(Errno::EOPNOTSUPP) if name.starts_with(b"system.posix_acl_") => Err(Errno::ENODATA),
+            r => r,
+        }
     }
 
     pub(crate) fn do_listxattr(&self, vp: &VnodeRef) -> VfsResult<Vec<u8>> {

@@ -460,6 +460,33 @@ impl PassthroughFs {
         Ok(self.lookup_at(&dnode, name)?.0)
     }
 
+    /// The mode to create a file with in the directory `dfd`, given the
+    /// caller's `umask` (`Ctx::umask`): the umask applies unless the
+    /// directory has a default ACL, which the backing file system applies
+    /// instead (our own umask is 0). One getxattr, only when the umask
+    /// would clear a bit.
+    pub(crate) fn creation_mode(&self, dfd: libc::c_int, mode: u32, umask: u32) -> u32 {
+        if mode & umask & 0o777 == 0 {
+            return mode;
+        }
+        let p = sys::proc_path(dfd);
+        // SAFETY: NUL-terminated strings; a null buffer of length 0 asks
+        // for the value's size only.
+        let n = unsafe {
+            libc::getxattr(
+                p.as_ptr(),
+                c"system.posix_acl_default".as_ptr(),
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        if n > 0 {
+            mode
+        } else {
+            mode & !(umask & 0o777)
+        }
+    }
+
     /// Attributes from a statx of the node's file.
     pub(crate) fn attr_of(&self, node: &Node, st: &libc::statx) -> Attr {
         let ts = |t: &libc::statx_timestamp| Timespec::new(t.tv_sec, t.tv_nsec);

@@ -64,7 +64,8 @@ impl PassthroughFs {
         let f = {
             let _as = AsCaller::switch(ctx)?;
             // A symlink at the name is refused (ELOOP), never followed.
-            sys::open_beneath(dfd.raw(), &cname, flags, mode & 0o7777)?
+            let mode = self.creation_mode(dfd.raw(), mode & 0o7777, ctx.umask);
+            sys::open_beneath(dfd.raw(), &cname, flags, mode)?
         };
         drop(dfd);
         let path_fd = self.path_fd_of(&f)?;

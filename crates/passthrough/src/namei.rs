@@ -39,6 +39,7 @@ impl PassthroughFs {
         rdev: u64,
     ) -> VfsResult<VnodeRef> {
         self.make_at(ctx, dir, name, |dfd, n| {
+            let mode = self.creation_mode(dfd, mode, ctx.umask);
             // SAFETY: `n` is NUL-terminated; mknodat only reads it.
             sys::cvt(unsafe { libc::mknodat(dfd, n.as_ptr(), mode, rdev) }).map(|_| ())
         })
@@ -52,8 +53,9 @@ impl PassthroughFs {
         mode: u32,
     ) -> VfsResult<VnodeRef> {
         self.make_at(ctx, dir, name, |dfd, n| {
+            let mode = self.creation_mode(dfd, mode & 0o7777, ctx.umask);
             // SAFETY: `n` is NUL-terminated; mkdirat only reads it.
-            sys::cvt(unsafe { libc::mkdirat(dfd, n.as_ptr(), mode & 0o7777) }).map(|_| ())
+            sys::cvt(unsafe { libc::mkdirat(dfd, n.as_ptr(), mode) }).map(|_| ())
         })
     }
 

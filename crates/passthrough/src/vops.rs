@@ -13,6 +13,16 @@ impl FileSystem for PassthroughFs {
         "passthrough"
     }
 
+    /// The source is a real directory that others may write.
+    fn changes_outside(&self) -> bool {
+        true
+    }
+
+    /// ACLs in the source are enforced through the mount as natively.
+    fn posix_acls(&self) -> bool {
+        true
+    }
+
     fn mount(&self) -> &Arc<Mount> {
         &self.mnt
     }

@@ -10,6 +10,11 @@ pub struct Ctx {
     pub gid: u32,
     /// Process id (0 if unknown).
     pub pid: u32,
+    /// Mode bits a new file loses to the caller's umask, when the kernel
+    /// left that to the file system: it does for file systems with POSIX
+    /// ACLs (`FileSystem::posix_acls`), where a directory's default ACL
+    /// takes the umask's place. 0 otherwise (the mode is already masked).
+    pub umask: u32,
 }
 
 impl Ctx {
@@ -18,10 +23,16 @@ impl Ctx {
         uid: 0,
         gid: 0,
         pid: 0,
+        umask: 0,
     };
 
     /// A caller with these ids.
     pub fn new(uid: u32, gid: u32) -> Ctx {
-        Ctx { uid, gid, pid: 0 }
+        Ctx {
+            uid,
+            gid,
+            pid: 0,
+            umask: 0,
+        }
     }
 }

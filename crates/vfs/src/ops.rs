@@ -245,6 +245,23 @@ pub trait FileSystem: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// Whether files can change without the server knowing (a passthrough's
+    /// source, written on the host): the kernel is then asked to drop a
+    /// file's cached pages when it sees its mtime or size change
+    /// (`FUSE_AUTO_INVAL_DATA`); otherwise it keeps them across opens.
+    fn changes_outside(&self) -> bool {
+        false
+    }
+
+    /// Whether the file system stores POSIX ACLs (the `system.posix_acl_*`
+    /// extended attributes) for the kernel to enforce (`FUSE_POSIX_ACL`).
+    /// Such a file system must answer `ENODATA`, not `EOPNOTSUPP`, for a
+    /// file without them: the kernel fails permission checks on any other
+    /// error.
+    fn posix_acls(&self) -> bool {
+        false
+    }
+
     /// The vnode of inode `ino` if that file still exists, found without
     /// a name (FreeBSD's `VFS_VGET`): how a file handle is opened again
     /// after the kernel forgot the node (`open_by_handle_at`, NFS export).

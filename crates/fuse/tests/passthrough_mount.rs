@@ -1,0 +1,233 @@
+//! A passthrough mount used as a real file system: what its source holds
+//! (POSIX ACLs, contents rewritten on the host) must show through the
+//! mount as it does natively. Skipped where FUSE cannot be mounted.
+
+mod common;
+
+use common::fuse_usable;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use uvfs_fuse::{BackgroundMount, ServeConfig, Timeouts};
+use uvfs_passthrough::{PassthroughConfig, PassthroughFs};
+use uvfs_vnode::{Config, VnodeLayer};
+
+/// How long the kernel may trust attributes here.
+const ATTR: Duration = Duration::from_millis(200);
+
+struct Pt {
+    base: PathBuf,
+    mount: Option<BackgroundMount>,
+}
+
+impl Pt {
+    fn new(tag: &str) -> Option<Pt> {
+        if let Err(why) = fuse_usable() {
+            eprintln!("SKIP: {why}");
+            return None;
+        }
+        // Under /var/tmp: a disk file system with ACLs (the default
+        // temp dir may be a tmpfs without them).
+        let base = PathBuf::from(format!(
+            "/var/tmp/uvfs-pt-mount-{tag}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(base.join("src")).unwrap();
+        std::fs::create_dir_all(base.join("mnt")).unwrap();
+        // Others must reach the tree (tests run commands as uid 1000).
+        for p in [&base, &base.join("src"), &base.join("mnt")] {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let layer = VnodeLayer::new(Config::with_limit(4096));
+        let fs = PassthroughFs::new(
+            layer.clone(),
+            &base.join("src"),
+            PassthroughConfig::default(),
+        )
+        .unwrap();
+        let cfg = ServeConfig {
+            mountpoint: base.join("mnt"),
+            threads: 2,
+            timeouts: Timeouts {
+                entry: ATTR,
+                attr: ATTR,
+            },
+            fsname: format!("uvfs-pt-{tag}"),
+            control: false,
+            server_opendir: false,
+        };
+        let mount = BackgroundMount::start(fs, layer, &cfg).expect("mount");
+        Some(Pt {
+            base,
+            mount: Some(mount),
+        })
+    }
+
+    fn m(&self, rel: &str) -> PathBuf {
+        self.base.join("mnt").join(rel)
+    }
+
+    fn src(&self, rel: &str) -> PathBuf {
+        self.base.join("src").join(rel)
+    }
+}
+
+impl Drop for Pt {
+    fn drop(&mut self) {
+        if let Some(m) = self.mount.take() {
+            let r = m.unmount();
+            if !std::thread::panicking() {
+                r.expect("unmount");
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}
+
+// <linux/posix_acl_xattr.h>
+const ACL_USER_OBJ: u16 = 0x01;
+const ACL_USER: u16 = 0x02;
+const ACL_GROUP_OBJ: u16 = 0x04;
+const ACL_GROUP: u16 = 0x08;
+const ACL_MASK: u16 = 0x10;
+const ACL_OTHER: u16 = 0x20;
+const NO_ID: u32 = u32::MAX;
+
+/// The `system.posix_acl_*` value of (tag, perm, id) entries.
+fn acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for &(tag, perm, id) in entries {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
+}
+
+fn set_acl(p: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
+    let c = CString::new(p.as_os_str().as_bytes()).unwrap();
+    let n = CString::new(name).unwrap();
+    // SAFETY: NUL-terminated strings and a buffer of the given length.
+    let rc = unsafe {
+        libc::setxattr(
+            c.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Runs `sh -c script` as uid/gid 1000; whether it succeeded.
+fn as_user(script: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", script])
+        .uid(1000)
+        .gid(1000)
+        .status()
+        .unwrap()
+        .success()
+}
+
+#[test]
+fn acls_are_enforced_and_default_acls_replace_the_umask() {
+    let Some(t) = Pt::new("acl") else { return };
+    // Where the source cannot hold ACLs there is nothing to check.
+    std::fs::write(t.src("probe"), b"").unwrap();
+    let base = acl(&[
+        (ACL_USER_OBJ, 6, NO_ID),
+        (ACL_GROUP_OBJ, 4, NO_ID),
+        (ACL_OTHER, 4, NO_ID),
+    ]);
+    if set_acl(&t.src("probe"), "system.posix_acl_access", &base).is_err() {
+        eprintln!("SKIP: the source file system has no POSIX ACLs");
+        return;
+    }
+
+    // A file everyone may read by its mode, but an ACL denies uid 1000.
+    let f = t.m("f");
+    std::fs::write(&f, b"secret").unwrap();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let deny = acl(&[
+        (ACL_USER_OBJ, 6, NO_ID),
+        (ACL_USER, 0, 1000),
+        (ACL_GROUP_OBJ, 4, NO_ID),
+        (ACL_MASK, 4, NO_ID),
+        (ACL_OTHER, 4, NO_ID),
+    ]);
+    set_acl(&f, "system.posix_acl_access", &deny).unwrap();
+    let cat = format!("cat {} > /dev/null 2>&1", f.display());
+    assert!(!as_user(&cat), "an ACL-denied user read the file");
+    // ... and one that grants what the mode does not.
+    let grant = acl(&[
+        (ACL_USER_OBJ, 6, NO_ID),
+        (ACL_USER, 6, 1000),
+        (ACL_GROUP_OBJ, 4, NO_ID),
+        (ACL_MASK, 6, NO_ID),
+        (ACL_OTHER, 4, NO_ID),
+    ]);
+    set_acl(&f, "system.posix_acl_access", &grant).unwrap();
+    assert!(as_user(&format!("echo more >> {}", f.display())));
+    assert_eq!(std::fs::read(&f).unwrap(), b"secretmore\n");
+
+    // A default ACL replaces the umask for what is created beneath, as
+    // natively; without one the umask applies.
+    for d in ["dd", "plain"] {
+        std::fs::create_dir(t.m(d)).unwrap();
+        std::fs::set_permissions(t.m(d), std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let dflt = acl(&[
+        (ACL_USER_OBJ, 7, NO_ID),
+        (ACL_GROUP_OBJ, 7, NO_ID),
+        (ACL_GROUP, 5, 100),
+        (ACL_MASK, 7, NO_ID),
+        (ACL_OTHER, 7, NO_ID),
+    ]);
+    set_acl(&t.m("dd"), "system.posix_acl_default", &dflt).unwrap();
+    let mk = |d: &str| format!("umask 022 && touch {0}/f && mkdir {0}/d", t.m(d).display());
+    assert!(as_user(&mk("dd")) && as_user(&mk("plain")));
+    let mode = |p: PathBuf| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(t.m("dd/f")), 0o666);
+    assert_eq!(mode(t.m("dd/d")), 0o777);
+    assert_eq!(mode(t.m("plain/f")), 0o644);
+    assert_eq!(mode(t.m("plain/d")), 0o755);
+    // The source holds exactly what the mount shows.
+    assert_eq!(mode(t.src("dd/f")), 0o666);
+    assert_eq!(mode(t.src("plain/d")), 0o755);
+}
+
+#[test]
+fn contents_rewritten_on_the_host_show_through() {
+    let Some(t) = Pt::new("inval") else { return };
+    std::fs::write(t.src("g"), b"aaaa 1111").unwrap();
+    assert_eq!(std::fs::read(t.m("g")).unwrap(), b"aaaa 1111");
+    // Same size, new contents and mtime, written behind the server.
+    std::thread::sleep(Duration::from_millis(20));
+    std::fs::write(t.src("g"), b"bbbb 2222").unwrap();
+    // Once the attributes expire, the kernel sees the new mtime and
+    // drops the pages it cached.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        std::thread::sleep(ATTR);
+        let now = std::fs::read(t.m("g")).unwrap();
+        if now == b"bbbb 2222" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still {:?}",
+            String::from_utf8_lossy(&now)
+        );
+    }
+}
