@@ -894,6 +894,34 @@ impl Filesystem for Server {
         }
     }
 
+    // The kernel asks only for SEEK_DATA and SEEK_HOLE (it answers the
+    // other whences itself).
+    fn lseek(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: fuser::ReplyLseek,
+    ) {
+        let r = self.guard("lseek", |i| {
+            let hole = match whence {
+                libc::SEEK_DATA => false,
+                libc::SEEK_HOLE => true,
+                _ => return Err(Errno::EINVAL),
+            };
+            let off = u64::try_from(offset).map_err(|_| Errno::ENXIO)?;
+            let of = i.handles.get(fh.0)?;
+            let at = i.fs.seek_data(&of.vp, of.fh, off, hole)?;
+            i64::try_from(at).map_err(|_| Errno::EOVERFLOW)
+        });
+        match r {
+            Ok(at) => reply.offset(at),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
     fn destroy(&mut self) {
         self.inner.handles.clear();
         self.inner.nodes.clear();

@@ -165,7 +165,7 @@ pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
 
 /// Opcodes counted one by one, most frequent first (the names
 /// `Server::guard` is given); anything else counts as `other`.
-const OPS: [&str; 32] = [
+const OPS: [&str; 33] = [
     "lookup",
     "getattr",
     "readdirplus",
@@ -197,6 +197,7 @@ const OPS: [&str; 32] = [
     "listxattr",
     "removexattr",
     "copy_file_range",
+    "lseek",
     "other",
 ];
 

@@ -481,6 +481,19 @@ fn file_handles_outlive_the_kernel_forgetting_the_node() {
 }
 
 #[test]
+fn seek_data_and_hole_answer_as_tmpfs() {
+    let Some(m) = Mnt::new(None) else { return };
+    let ours = common::sparse_seeks(&m.p("sparse"));
+    let reference =
+        std::path::Path::new("/dev/shm").join(format!("uvfs-seek-{}", std::process::id()));
+    let theirs = common::sparse_seeks(&reference);
+    let _ = fs::remove_file(&reference);
+    assert_eq!(ours, theirs);
+    // Not the whole file as data (what no LSEEK support would say).
+    assert!(ours.contains(&(0, libc::SEEK_HOLE, 4096)), "{ours:?}");
+}
+
+#[test]
 fn concurrent_clients() {
     let Some(m) = Mnt::new(None) else { return };
     let m = Arc::new(m);

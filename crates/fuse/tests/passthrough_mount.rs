@@ -231,3 +231,12 @@ fn contents_rewritten_on_the_host_show_through() {
         );
     }
 }
+
+#[test]
+fn seek_data_and_hole_answer_as_the_source() {
+    let Some(t) = Pt::new("seek") else { return };
+    let ours = common::sparse_seeks(&t.m("sparse"));
+    let theirs = common::sparse_seeks(&t.src("direct"));
+    assert_eq!(ours, theirs);
+    assert!(ours.contains(&(0, libc::SEEK_HOLE, 4096)), "{ours:?}");
+}

@@ -45,6 +45,18 @@ impl MemFs {
         Ok(data)
     }
 
+    pub(crate) fn do_seek_data(&self, vp: &VnodeRef, offset: u64, hole: bool) -> VfsResult<u64> {
+        let inode = self.inode_of(vp)?;
+        let f = match inode.kind {
+            VType::Reg => inode.file().ok_or(Errno::EIO)?,
+            _ => return Err(Errno::EINVAL),
+        };
+        // Shared over the rest of the file: a write or truncate in
+        // progress there is seen whole or not at all.
+        let _g = io_lock::lock_read(vp, offset..u64::MAX);
+        f.seek(offset, hole)
+    }
+
     pub(crate) fn do_write(&self, vp: &VnodeRef, offset: u64, data: &[u8]) -> VfsResult<u32> {
         let inode = self.inode_of(vp)?;
         let f = match inode.kind {

@@ -93,6 +93,40 @@ impl FileData {
         self.npages.load(Ordering::Relaxed)
     }
 
+    /// `SEEK_DATA` / `SEEK_HOLE` (`hole`) from `offset`, by page as tmpfs:
+    /// an allocated page is data, a missing one a hole, and the end of
+    /// file a hole. `ENXIO` at or past the end.
+    pub fn seek(&self, offset: u64, hole: bool) -> VfsResult<u64> {
+        let map = self.map.read();
+        let size = self.size();
+        if offset >= size {
+            return Err(Errno::ENXIO);
+        }
+        let first = offset / PAGE;
+        let found = if hole {
+            // The first page index at or after `first` with no page.
+            let mut want = first;
+            for (&p, _) in map.range(first..) {
+                if p != want {
+                    break;
+                }
+                want += 1;
+            }
+            want.saturating_mul(PAGE)
+        } else {
+            match map.range(first..).next() {
+                Some((&p, _)) => p.saturating_mul(PAGE),
+                None => return Err(Errno::ENXIO),
+            }
+        };
+        let at = found.max(offset);
+        match (hole, at >= size) {
+            (true, true) => Ok(size),
+            (false, true) => Err(Errno::ENXIO),
+            (_, false) => Ok(at),
+        }
+    }
+
     /// Reads up to `len` bytes at `offset`, stopping at end of file.
     pub fn read(&self, offset: u64, len: usize) -> Vec<u8> {
         let map = self.map.read();

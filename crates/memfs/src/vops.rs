@@ -108,6 +108,10 @@ impl FileSystem for MemFs {
         self.do_write(vp, offset, data)
     }
 
+    fn seek_data(&self, vp: &VnodeRef, _fh: Fh, offset: u64, hole: bool) -> VfsResult<u64> {
+        self.do_seek_data(vp, offset, hole)
+    }
+
     fn readdir(
         &self,
         dir: &VnodeRef,

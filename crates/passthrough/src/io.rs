@@ -89,6 +89,22 @@ impl PassthroughFs {
         Ok(buf)
     }
 
+    /// The backing file system's own answer (its extents, not pages).
+    /// Moves the backing file's offset, which nothing uses (all I/O is
+    /// positioned).
+    pub(crate) fn do_seek_data(&self, fh: Fh, offset: u64, hole: bool) -> VfsResult<u64> {
+        let of = self.opens.get(fh)?;
+        let off = i64::try_from(offset).map_err(|_| Errno::ENXIO)?;
+        let whence = if hole {
+            libc::SEEK_HOLE
+        } else {
+            libc::SEEK_DATA
+        };
+        // SAFETY: plain integer arguments on an fd we hold.
+        let r = unsafe { libc::lseek(of.fd.raw(), off, whence) };
+        sys::cvt_long(r).map(|n| n as u64)
+    }
+
     pub(crate) fn do_write(&self, fh: Fh, offset: u64, data: &[u8]) -> VfsResult<u32> {
         let of = self.opens.get(fh)?;
         let mut done = 0;

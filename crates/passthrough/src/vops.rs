@@ -119,6 +119,10 @@ impl FileSystem for PassthroughFs {
         self.do_write(fh, offset, data)
     }
 
+    fn seek_data(&self, _vp: &VnodeRef, fh: Fh, offset: u64, hole: bool) -> VfsResult<u64> {
+        self.do_seek_data(fh, offset, hole)
+    }
+
     fn fsync(&self, _vp: &VnodeRef, fh: Fh, datasync: bool) -> VfsResult<()> {
         self.do_fsync(fh, datasync)
     }

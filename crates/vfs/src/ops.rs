@@ -245,6 +245,15 @@ pub trait FileSystem: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// `lseek(SEEK_DATA)` (`hole` false) or `lseek(SEEK_HOLE)` (`hole`
+    /// true) from `offset` in an open file: where the next data or hole
+    /// starts (the end of file counts as a hole); `ENXIO` at or past the
+    /// end. The default, `ENOSYS`, makes the kernel treat the whole file
+    /// as data.
+    fn seek_data(&self, _vp: &VnodeRef, _fh: Fh, _offset: u64, _hole: bool) -> VfsResult<u64> {
+        Err(Errno::ENOSYS)
+    }
+
     /// Whether files can change without the server knowing (a passthrough's
     /// source, written on the host): the kernel is then asked to drop a
     /// file's cached pages when it sees its mtime or size change
