@@ -16,7 +16,7 @@
 //! kernel sees the new generation (or type) and drops its stale inode.
 
 use crate::creds::AsCaller;
-use crate::fdpool::{Fd, FdPool};
+use crate::fdpool::{Fd, FdPool, Reservation};
 use crate::handle::{Handle, HandleOpener};
 use crate::inodes::InodeMap;
 use crate::node::{Ident, Node};
@@ -88,6 +88,9 @@ pub struct PassthroughFs {
     pub(crate) own_dev: AtomicU64,
     /// Counters.
     pub counters: PtCounters,
+    /// The budget slot of `handles`' mount fd (a backing fd like any
+    /// other), held while handles are in use.
+    _mount_fd_slot: Option<Reservation>,
 }
 
 impl std::fmt::Debug for PassthroughFs {
@@ -145,11 +148,13 @@ impl PassthroughFs {
         let root_fd =
             sys::openat(libc::AT_FDCWD, &path, libc::O_PATH | libc::O_DIRECTORY).map_err(io)?;
         let st = sys::statx_fd(sys::raw(&root_fd)).map_err(io)?;
+        let mount_fd_slot = pool.reserve().map_err(io)?;
         let handles = if cfg.no_handles {
             HandleOpener::disabled()
         } else {
             HandleOpener::new(dir)
         };
+        let mount_fd_slot = handles.enabled().then_some(mount_fd_slot);
         let dev = sys::stx_dev(&st);
         let inodes = InodeMap::new(dev);
         let handle = Handle::of_fd(sys::raw(&root_fd))
@@ -184,6 +189,7 @@ impl PassthroughFs {
             plus_load: Default::default(),
             own_dev: AtomicU64::new(NO_DEV),
             counters: PtCounters::default(),
+            _mount_fd_slot: mount_fd_slot,
         }))
     }
 
