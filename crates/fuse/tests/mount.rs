@@ -391,14 +391,16 @@ fn free_vnodes_do_not_make_the_server_evict() {
     drop(held);
 }
 
+/// `struct file_handle` with room for the largest handle.
+#[repr(C)]
+struct Fh {
+    bytes: u32,
+    htype: i32,
+    f: [u8; 128],
+}
+
 /// `name_to_handle_at` of `p`: (handle type, bytes).
 fn handle_of(p: &Path) -> (i32, Vec<u8>) {
-    #[repr(C)]
-    struct Fh {
-        bytes: u32,
-        htype: i32,
-        f: [u8; 128],
-    }
     let mut h = Fh {
         bytes: 128,
         htype: 0,
@@ -428,12 +430,6 @@ fn handle_of(p: &Path) -> (i32, Vec<u8>) {
 
 /// `open_by_handle_at` on the mount `dir`.
 fn open_handle(dir: &Path, h: &(i32, Vec<u8>)) -> std::io::Result<fs::File> {
-    #[repr(C)]
-    struct Fh {
-        bytes: u32,
-        htype: i32,
-        f: [u8; 128],
-    }
     let mut raw = Fh {
         bytes: h.1.len() as u32,
         htype: h.0,

@@ -136,7 +136,10 @@ fn fd_budget_is_never_exceeded_with_thousands_of_files() {
         .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
         .filter(|l| l.starts_with(e.src.path()))
         .count();
-    assert!(on_source <= BUDGET, "{on_source} fds on the source, budget {BUDGET}");
+    assert!(
+        on_source <= BUDGET,
+        "{on_source} fds on the source, budget {BUDGET}"
+    );
     for fh in fhs {
         e.fs.release(&vp, fh).unwrap();
     }
