@@ -34,9 +34,10 @@
 //! limit) rings the evictor thread, which asks the kernel to forget nodes
 //! until the held count is back under low water (3/4), pausing between
 //! batches for the FORGETs to arrive. A pass that finds the held count
-//! under high water (a file system whose free vnodes fill the limit)
-//! returns at once, and the thread then rests before answering the bell
-//! again. The thread is not a request loop: sending an entry invalidation
+//! under high water (a file system whose free vnodes fill the limit), or
+//! that stops because what is left is in use (three batches in a row
+//! freed nothing), is followed by a rest before the thread answers the
+//! bell again: bounded work however many new nodes ring it. The thread is not a request loop: sending an entry invalidation
 //! waits for the parent directory's inode lock, which an in-flight request
 //! may hold until a request loop answers it.
 
@@ -54,7 +55,7 @@ use std::time::Duration;
 /// Most notifications per batch before pausing for FORGETs.
 const BATCH: usize = 4096;
 
-/// How long the thread rests after a pass that found nothing to do.
+/// How long the thread rests after a pass that could not reach low water.
 const REST: Duration = Duration::from_millis(20);
 
 /// Consecutive batches that freed nothing before a pass gives up.
@@ -189,7 +190,10 @@ fn held(mnt: &uvfs_vnode::Mount) -> usize {
 }
 
 /// One pass: ask the kernel to forget the oldest nodes until the held
-/// count is under low water. False if there was nothing to do.
+/// count is under low water. False if it did not get there (nothing to
+/// do, or what is left is in use): the thread then rests before the next
+/// pass, so nodes in use past the limit cost a few batches per rest, not
+/// a busy loop.
 fn pass(i: &Inner, asker: &mut Asker) -> bool {
     let mnt = i.fs.mount().clone();
     let limit = i.layer.config().limit;
@@ -231,7 +235,7 @@ fn pass(i: &Inner, asker: &mut Asker) -> bool {
             q.extend(skipped);
         }
         if batch.is_empty() {
-            return true;
+            return false;
         }
         ask(asker, &batch, &ev.counters);
         ev.counters
@@ -253,7 +257,7 @@ fn pass(i: &Inner, asker: &mut Asker) -> bool {
         if held(&mnt) >= count {
             stalls += 1;
             if stalls >= MAX_STALLS {
-                return true;
+                return false;
             }
         } else {
             stalls = 0;
