@@ -272,6 +272,8 @@ fn ask(asker: &mut Asker, batch: &[Entry], counters: &EvictCounters) {
         let ids: Vec<u64> = batch.iter().map(|e| e.id).collect();
         match p.prune(&ids) {
             Ok(()) => return,
+            // The connection is going away (unmount): nothing to ask.
+            Err(e) if e.raw_os_error() != Some(libc::EINVAL) => return,
             Err(e) => {
                 eprintln!(
                     "uvfs: FUSE_NOTIFY_PRUNE refused ({e}); evicting by entry invalidation \
