@@ -33,6 +33,14 @@ use uvfs_vfs::{
 /// Largest WRITE the server accepts (and tells the kernel).
 pub const MAX_WRITE: u32 = 1 << 20;
 
+/// Largest READ answered in full. The kernel asks for at most `max_pages`
+/// pages (fuser derives them from `MAX_WRITE`; 16 MiB is fuser's largest
+/// max_write), so this only bounds what a request may make the server
+/// allocate, and keeps the reply's 32-bit length from overflowing: fuser
+/// panics encoding a longer reply, outside any handler, and the request
+/// loop dies (a READ of 4 GiB of a sparse file did that).
+const MAX_READ: u32 = 16 << 20;
+
 /// Cache lifetimes the kernel is told.
 #[derive(Clone, Copy, Debug)]
 pub struct Timeouts {
@@ -529,7 +537,7 @@ impl Filesystem for Server {
     ) {
         let r = self.guard("read", |i| {
             let of = i.handles.get(fh.0)?;
-            i.fs.read(&of.vp, of.fh, offset, size)
+            i.fs.read(&of.vp, of.fh, offset, size.min(MAX_READ))
         });
         match r {
             Ok(d) => reply.data(&d),
