@@ -26,8 +26,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use uvfs_vfs::{
-    Ctx, Errno, FallocMode, FileSystem, RenameFlags, SetAttr, Timespec, VfsResult, VnodeLayer,
-    VnodeRef, XattrFlags,
+    Ctx, Errno, FallocMode, FileSystem, RenameFlags, SetAttr, Timespec, VType, VfsResult,
+    VnodeLayer, VnodeRef, XattrFlags,
 };
 
 /// Largest WRITE the server accepts (and tells the kernel).
@@ -513,6 +513,16 @@ impl Filesystem for Server {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let r = self.guard("open", |i| {
             let vp = i.nodes.get(ino.0)?;
+            // The kernel opens FIFOs, sockets and devices itself (special
+            // inodes to it) and sends OPEN for files and directories only.
+            // Opened here, a FIFO would block the request loop until a
+            // writer came, a device would open with the server's privilege.
+            if matches!(
+                vp.vtype(),
+                VType::Fifo | VType::Sock | VType::Chr | VType::Blk
+            ) {
+                return Err(Errno::ENXIO);
+            }
             let fh = i.fs.open(&ctx(req), &vp, flags.0)?;
             Ok(i.handles.insert(vp, fh))
         });

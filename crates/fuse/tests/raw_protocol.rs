@@ -1788,7 +1788,9 @@ fn io(k: &mut Kernel, memfs: bool) {
     k.expect_no_node(LINK, d, &link_in(f, b"g"));
     assert!(k.call(LINK, ROOT, &link_in(f, b"hard")).ok());
     assert!(k.call(UNLINK, ROOT, &b().name(b"hard").done()).ok());
-    // Special files and odd modes.
+    // Special files and odd modes. The kernel opens FIFOs, sockets and
+    // devices itself, never through the server: an OPEN of one is
+    // refused (a passthrough server blocked in open(2) of a FIFO).
     for mode in [
         libc::S_IFIFO | 0o644,
         libc::S_IFCHR | 0o644,
@@ -1809,10 +1811,11 @@ fn io(k: &mut Kernel, memfs: bool) {
         let special = [libc::S_IFIFO, libc::S_IFCHR, libc::S_IFBLK, libc::S_IFSOCK]
             .contains(&(mode & libc::S_IFMT));
         for flags in [libc::O_RDONLY, libc::O_RDWR] {
-            if special {
-                continue;
-            }
-            let r = k.call(OPEN, node, &open_in(flags));
+            let r = if special {
+                k.expect_no_node(OPEN, node, &open_in(flags))
+            } else {
+                k.call(OPEN, node, &open_in(flags))
+            };
             if r.ok() {
                 let h = u64_at(&r.body, 0);
                 k.call(READ, ROOT, &read_in(h, 0, 10));
@@ -2227,8 +2230,7 @@ impl Gen<'_> {
                     .call(MKDIR, dir, &mkdir_in(self.rng.below(0o10000) as u32, &name));
             }
             11 => {
-                let (dir, name) = (self.node(), self.name());
-                let mode = libc::S_IFREG | (self.mode() & 0o7777);
+                let (dir, name, mode) = (self.node(), self.name(), self.mode());
                 self.k
                     .call(MKNOD, dir, &mknod_in(mode, self.rng.next() as u32, &name));
             }
