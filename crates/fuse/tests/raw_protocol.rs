@@ -919,6 +919,15 @@ impl Kernel {
         let nodes = self.counter(&rep, "fuse.nodes");
         let lookups = self.counter(&rep, "fuse.nodes.lookups");
         let handles = self.counter(&rep, "fuse.handles.open");
+        let remembered = self.counter(&rep, "fuse.nodes.remembered");
+        let forgotten = self.counter(&rep, "fuse.nodes.forgotten");
+        // The root's first count is the kernel's from the start.
+        if remembered + 1 != forgotten + lookups {
+            self.fail(&format!(
+                "after {after}: {remembered} lookups remembered + 1 != {forgotten} \
+                 forgotten + {lookups} held"
+            ));
+        }
         let want_lookups: u64 = self.counts.values().sum();
         let want_nodes = self.counts.len() as u64;
         if (nodes, lookups) != (want_nodes, want_lookups) {
