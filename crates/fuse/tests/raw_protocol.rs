@@ -534,8 +534,10 @@ struct Kernel {
     gid: u32,
     /// Node id -> lookup count, as the kernel would hold them.
     counts: BTreeMap<u64, u64>,
-    /// Every node id a reply ever named (forgotten ones too).
-    seen: BTreeSet<u64>,
+    /// Every node id a reply ever named (forgotten ones too), in the order
+    /// first named: the random phase picks by position, so a seed replays
+    /// the same requests on passthrough too, whose ids are inode numbers.
+    seen: Vec<u64>,
     /// File handles opened and not released.
     open: BTreeSet<u64>,
     /// Handles released (stale from then on).
@@ -572,7 +574,7 @@ impl Kernel {
             uid,
             gid,
             counts: BTreeMap::from([(ROOT, 1)]),
-            seen: BTreeSet::from([ROOT]),
+            seen: vec![ROOT],
             open: BTreeSet::new(),
             released: Vec::new(),
             recent: VecDeque::new(),
@@ -877,7 +879,9 @@ impl Kernel {
     fn remember(&mut self, id: u64) {
         if id != 0 {
             *self.counts.entry(id).or_insert(0) += 1;
-            self.seen.insert(id);
+            if !self.seen.contains(&id) {
+                self.seen.push(id);
+            }
         }
     }
 
@@ -969,8 +973,7 @@ impl Kernel {
     /// Every node the kernel holds answers GETATTR; every one it let go
     /// of is ESTALE.
     fn check_held(&mut self) {
-        let seen: Vec<u64> = self.seen.iter().copied().collect();
-        for id in seen {
+        for id in self.seen.clone() {
             let held = self.counts.contains_key(&id);
             let r = self.call(GETATTR, id, &getattr_in(None));
             if held && !r.ok() && !(self.held_may_vanish && r.errno() == ESTALE) {
@@ -2105,11 +2108,14 @@ struct Gen<'a> {
 impl Gen<'_> {
     fn node(&mut self) -> u64 {
         let r = self.rng.below(100);
-        if r < 65 && !self.k.counts.is_empty() {
-            let held: Vec<u64> = self.k.counts.keys().copied().collect();
+        if r < 65 {
+            let held: Vec<u64> = (self.k.seen.iter())
+                .filter(|id| self.k.counts.contains_key(id))
+                .copied()
+                .collect();
             self.rng.pick(&held)
         } else if r < 80 {
-            let seen: Vec<u64> = self.k.seen.iter().copied().collect();
+            let seen = self.k.seen.clone();
             self.rng.pick(&seen)
         } else if r < 90 {
             self.rng.below(64)
