@@ -8,7 +8,7 @@
 //!   place where FUSE's LOOKUP/FORGET protocol becomes vnode holds.
 //! - `handles.rs`: open files as vnode use references.
 //! - `mount.rs`: mounting with several request loops (`n_threads`,
-//!   `clone_fd`), `kmount.rs` mount(2) and unmounting only our own mount, `signals.rs` clean unmount on SIGINT/SIGTERM,
+//!   `clone_fd`) or serving a given channel (`serve_fd`), `kmount.rs` mount(2) and unmounting only our own mount, `signals.rs` clean unmount on SIGINT/SIGTERM,
 //!   `daemon.rs` detaching.
 //! - `control.rs` and `stats.rs`: the control socket behind `uvfs stat`.
 
@@ -28,7 +28,7 @@ mod stats;
 
 pub use control::{query, socket_path, CONTROL_DIR};
 pub use daemon::{daemonize, Readiness};
-pub use mount::{serve, BackgroundMount, ServeConfig};
+pub use mount::{serve, serve_fd, BackgroundMount, ServeConfig};
 pub use nodes::ROOT_ID;
 pub use server::{Server, Timeouts, MAX_WRITE};
 pub use signals::BlockedSignals;

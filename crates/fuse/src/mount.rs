@@ -1,6 +1,7 @@
 //! Mounting and serving: builds the fuser session with several request
 //! loops, the control socket and the signal thread, and runs until the
-//! file system is unmounted.
+//! file system is unmounted; or serves a FUSE channel it is given
+//! (`serve_fd`), mounting nothing.
 
 use crate::control::{normalize_mountpoint, ControlSocket};
 use crate::daemon::Readiness;
@@ -9,7 +10,8 @@ use crate::mountinfo;
 use crate::server::{Inner, Server, Timeouts};
 use crate::signals::BlockedSignals;
 use fuser::{MountOption, Session, SessionACL};
-use std::path::PathBuf;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use uvfs_vfs::{FileSystem, VnodeLayer};
 
@@ -96,9 +98,7 @@ fn mount(
     cfg: &ServeConfig,
 ) -> std::io::Result<Mounted> {
     let mountpoint = normalize_mountpoint(&cfg.mountpoint)?;
-    let server = Server::new(fs.clone(), layer, cfg.timeouts, cfg.server_opendir)
-        .map_err(|e| std::io::Error::from_raw_os_error(e.raw()))?;
-    let inner = server.inner().clone();
+    let (server, inner) = new_server(fs.clone(), layer, cfg)?;
     let mut config = fuser::Config::default();
     config.mount_options = vec![
         MountOption::FSName(cfg.fsname.clone()),
@@ -146,38 +146,92 @@ fn mount(
     if let Some(dev) = mountinfo::device_of(&mountpoint) {
         fs.mounted_as(dev);
     }
-    // Kernel-forget of cold nodes over the vnode limit (evict.rs); a
-    // mount without it still works, its vnode count just unbounded.
+    let pruner = match &unmounter {
+        Unmounter::Kernel(km) => km.dup_dev().ok().map(crate::prune::Pruner::new),
+        Unmounter::Fuser(..) => None,
+    };
+    match start_helpers(&inner, &session, pruner, cfg, &mountpoint) {
+        Ok(control) => Ok((session, unmounter, control, inner)),
+        Err(e) => {
+            let _ = unmounter.unmount().or_else(|_| unmounter.detach());
+            drop(session);
+            Err(e)
+        }
+    }
+}
+
+/// The server of `fs`, and the state it shares with the control socket.
+fn new_server(
+    fs: Arc<dyn FileSystem>,
+    layer: Arc<VnodeLayer>,
+    cfg: &ServeConfig,
+) -> std::io::Result<(Server, Arc<Inner>)> {
+    let server = Server::new(fs, layer, cfg.timeouts, cfg.server_opendir)
+        .map_err(|e| std::io::Error::from_raw_os_error(e.raw()))?;
+    let inner = server.inner().clone();
+    Ok((server, inner))
+}
+
+/// Starts what runs beside the request loops: the evictor and, if asked,
+/// the control socket for `mountpoint`.
+fn start_helpers(
+    inner: &Arc<Inner>,
+    session: &Session<Server>,
+    pruner: Option<crate::prune::Pruner>,
+    cfg: &ServeConfig,
+    mountpoint: &Path,
+) -> std::io::Result<Option<ControlSocket>> {
+    // Kernel-forget of cold nodes over the vnode limit (evict.rs): by
+    // prune where `pruner` writes it, else by entry invalidation; a
+    // server without it still works, its vnode count just unbounded.
     let asker = crate::evict::Asker {
-        pruner: match &unmounter {
-            Unmounter::Kernel(km) => km.dup_dev().ok().map(crate::prune::Pruner::new),
-            Unmounter::Fuser(..) => None,
-        },
+        pruner,
         notifier: session.notifier(),
     };
-    let _ = inner.evict.start(asker, Arc::downgrade(&inner));
-    let control = if cfg.control {
-        match ControlSocket::start(inner.clone(), &mountpoint) {
-            Ok(c) => Some(c),
-            Err(e) => {
-                let _ = unmounter.unmount().or_else(|_| unmounter.detach());
-                drop(session);
-                return Err(std::io::Error::new(
-                    e.kind(),
-                    format!("control socket: {e}"),
-                ));
-            }
-        }
-    } else {
-        None
-    };
-    Ok((session, unmounter, control, inner))
+    let _ = inner.evict.start(asker, Arc::downgrade(inner));
+    if !cfg.control {
+        return Ok(None);
+    }
+    ControlSocket::start(inner.clone(), mountpoint)
+        .map(Some)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("control socket: {e}")))
+}
+
+/// Serves `fs` on `fd`, one end of a channel whose peer speaks FUSE as
+/// the kernel does on `/dev/fuse` (FUSE_INIT first, then one request per
+/// read(2) and one reply per write(2); a `SOCK_SEQPACKET` socket pair
+/// keeps those boundaries), without mounting anything: for tests that
+/// play the kernel, and for embedders that own the channel.
+///
+/// Returns once the peer's FUSE_INIT is answered, so the peer must have
+/// sent it already (or send it from another thread). The request loops
+/// share `fd` (there is no `/dev/fuse` to clone) and run until the peer
+/// sends FUSE_DESTROY or closes its end; `unmount` then only waits for
+/// them. Every request is served whatever its uid: the peer decides who
+/// may ask, as the kernel does with `default_permissions`.
+/// `cfg.mountpoint` only names the file system in reports and for the
+/// control socket; `cfg.fsname` is unused.
+pub fn serve_fd(
+    fs: Arc<dyn FileSystem>,
+    layer: Arc<VnodeLayer>,
+    fd: OwnedFd,
+    cfg: &ServeConfig,
+) -> std::io::Result<BackgroundMount> {
+    let (server, inner) = new_server(fs, layer, cfg)?;
+    let mut config = fuser::Config::default();
+    config.acl = SessionACL::All;
+    config.n_threads = Some(cfg.threads.max(1));
+    config.clone_fd = false;
+    let session = Session::from_fd(server, fd, config.acl, config)?;
+    let control = start_helpers(&inner, &session, None, cfg, &cfg.mountpoint)?;
+    BackgroundMount::spawn(session, None, control, inner, cfg.mountpoint.clone())
 }
 
 /// A file system served by request loops on background threads (for
 /// tests and embedding); no signal handling, no detaching.
 pub struct BackgroundMount {
-    unmounter: Unmounter,
+    /// None for a served fd (`serve_fd`): nothing is mounted.
+    unmounter: Option<Unmounter>,
     thread: Option<std::thread::JoinHandle<std::io::Result<()>>>,
     inner: Arc<Inner>,
     mountpoint: PathBuf,
@@ -192,6 +246,17 @@ impl BackgroundMount {
         cfg: &ServeConfig,
     ) -> std::io::Result<BackgroundMount> {
         let (session, unmounter, control, inner) = mount(fs, layer, cfg)?;
+        let mountpoint = normalize_mountpoint(&cfg.mountpoint)?;
+        Self::spawn(session, Some(unmounter), control, inner, mountpoint)
+    }
+
+    fn spawn(
+        session: Session<Server>,
+        unmounter: Option<Unmounter>,
+        control: Option<ControlSocket>,
+        inner: Arc<Inner>,
+        mountpoint: PathBuf,
+    ) -> std::io::Result<BackgroundMount> {
         let thread = std::thread::Builder::new()
             .name("uvfs-session".into())
             .spawn(move || run(session))?;
@@ -199,7 +264,7 @@ impl BackgroundMount {
             unmounter,
             thread: Some(thread),
             inner,
-            mountpoint: normalize_mountpoint(&cfg.mountpoint)?,
+            mountpoint,
             _control: control,
         })
     }
@@ -209,9 +274,12 @@ impl BackgroundMount {
         crate::stats::report(&self.inner, &self.mountpoint.display().to_string(), check)
     }
 
-    /// Unmounts and waits for the request loops to finish.
+    /// Unmounts and waits for the request loops to finish (a served fd
+    /// has nothing to unmount: this waits for the peer to end the session).
     pub fn unmount(mut self) -> std::io::Result<()> {
-        self.unmounter.unmount()?;
+        if let Some(u) = &mut self.unmounter {
+            u.unmount()?;
+        }
         match self.thread.take().map(|t| t.join()) {
             Some(Ok(r)) => r,
             Some(Err(_)) => Err(std::io::Error::other("session thread panicked")),
@@ -221,9 +289,10 @@ impl BackgroundMount {
 }
 
 impl Drop for BackgroundMount {
+    // A served fd's loops are left to end with the peer's channel.
     fn drop(&mut self) {
-        if let Some(t) = self.thread.take() {
-            if self.unmounter.unmount().is_ok() {
+        if let (Some(t), Some(u)) = (self.thread.take(), &mut self.unmounter) {
+            if u.unmount().is_ok() {
                 let _ = t.join();
             }
         }

@@ -44,7 +44,9 @@ pub const ROOT_ID: u64 = 1;
 pub struct NodeCounters {
     /// Lookup counts handed to the kernel.
     pub remembered: AtomicU64,
-    /// Lookup counts the kernel gave back.
+    /// Lookup counts the kernel gave back (no more than it held: so
+    /// `remembered + 1 == forgotten + lookups`, the 1 being the root's
+    /// first count).
     pub forgotten: AtomicU64,
     /// Nodes dropped after their count reached zero.
     pub released: AtomicU64,
@@ -137,7 +139,6 @@ impl NodeTable {
 
     /// The kernel dropped `n` references to node `id`.
     pub fn forget(&self, id: u64, n: u64) {
-        self.counters.forgotten.fetch_add(n, Ordering::Relaxed);
         let vp = if id == ROOT_ID {
             self.root.get()
         } else {
@@ -147,7 +148,7 @@ impl NodeTable {
             self.counters.forget_excess.fetch_add(1, Ordering::Relaxed);
             return;
         };
-        let before = if id == ROOT_ID {
+        let (before, taken) = if id == ROOT_ID {
             // The root is pinned: its count never drops below one (only
             // FORGETs lower it, and the kernel sends one at a time).
             let before = vp.ext_count();
@@ -155,17 +156,19 @@ impl NodeTable {
             if take > 0 {
                 vp.ext_release(take);
             }
-            self.lookups.fetch_sub(take, Ordering::Relaxed);
-            before
+            (before, take)
         } else {
             let before = vp.ext_release(n);
-            self.lookups.fetch_sub(n.min(before), Ordering::Relaxed);
             if before > 0 && before <= n {
                 self.nodes.fetch_sub(1, Ordering::Relaxed);
                 self.counters.released.fetch_add(1, Ordering::Relaxed);
             }
-            before
+            (before, n.min(before))
         };
+        self.lookups.fetch_sub(taken, Ordering::Relaxed);
+        // What was counted, not what the kernel said: a FORGET of
+        // u64::MAX wrapped the counter.
+        self.counters.forgotten.fetch_add(taken, Ordering::Relaxed);
         if n > before {
             self.counters.forget_excess.fetch_add(1, Ordering::Relaxed);
         }
@@ -224,6 +227,11 @@ mod tests {
         t.forget(ROOT_ID, 10);
         assert!(t.get(ROOT_ID).is_ok(), "the root stays pinned");
         assert_eq!(t.counters.forget_excess.load(Ordering::Relaxed), 2);
+        assert_eq!(
+            t.counters.forgotten.load(Ordering::Relaxed),
+            2,
+            "only what was held"
+        );
         assert_eq!(t.len(), 1);
     }
 }

@@ -26,12 +26,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use uvfs_vfs::{
-    Ctx, Errno, FallocMode, FileSystem, RenameFlags, SetAttr, Timespec, VfsResult, VnodeLayer,
-    VnodeRef, XattrFlags,
+    Ctx, Errno, FallocMode, FileSystem, RenameFlags, SetAttr, Timespec, VType, VfsResult,
+    VnodeLayer, VnodeRef, XattrFlags,
 };
 
 /// Largest WRITE the server accepts (and tells the kernel).
 pub const MAX_WRITE: u32 = 1 << 20;
+
+/// Largest READ answered in full. The kernel asks for at most `max_pages`
+/// pages (fuser derives them from `MAX_WRITE`; 16 MiB is fuser's largest
+/// max_write), so this only bounds what a request may make the server
+/// allocate, and keeps the reply's 32-bit length from overflowing: fuser
+/// panics encoding a longer reply, outside any handler, and the request
+/// loop dies (a READ of 4 GiB of a sparse file did that).
+const MAX_READ: u32 = 16 << 20;
 
 /// Cache lifetimes the kernel is told.
 #[derive(Clone, Copy, Debug)]
@@ -505,6 +513,16 @@ impl Filesystem for Server {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let r = self.guard("open", |i| {
             let vp = i.nodes.get(ino.0)?;
+            // The kernel opens FIFOs, sockets and devices itself (special
+            // inodes to it) and sends OPEN for files and directories only.
+            // Opened here, a FIFO would block the request loop until a
+            // writer came, a device would open with the server's privilege.
+            if matches!(
+                vp.vtype(),
+                VType::Fifo | VType::Sock | VType::Chr | VType::Blk
+            ) {
+                return Err(Errno::ENXIO);
+            }
             let fh = i.fs.open(&ctx(req), &vp, flags.0)?;
             Ok(i.handles.insert(vp, fh))
         });
@@ -529,7 +547,7 @@ impl Filesystem for Server {
     ) {
         let r = self.guard("read", |i| {
             let of = i.handles.get(fh.0)?;
-            i.fs.read(&of.vp, of.fh, offset, size)
+            i.fs.read(&of.vp, of.fh, offset, size.min(MAX_READ))
         });
         match r {
             Ok(d) => reply.data(&d),

@@ -68,7 +68,7 @@ pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
     put(
         "fuse.nodes.forgotten",
         nc.forgotten.load(Ordering::Relaxed),
-        "Lookup references the kernel gave back (FORGET)",
+        "Lookup references the kernel gave back (FORGET; more than it held counts in forget_excess)",
     );
     put(
         "fuse.nodes.released",
