@@ -490,6 +490,44 @@ fn seek_data_and_hole_answer_as_tmpfs() {
 }
 
 #[test]
+fn extreme_times_do_not_stop_the_server() {
+    // Any file's owner may ask for any tv_sec (the VFS clamps it to
+    // -(2^63 - 1) s here); fuser 0.18's release panicked decoding the far
+    // ends in its request loop (third_party/fuser/PATCHED.md).
+    let Some(m) = Mnt::new(None) else { return };
+    fs::write(m.p("f"), b"x").unwrap();
+    let path = m.p("f");
+    // Off the test thread: a dead request loop leaves the call waiting for
+    // good, which must fail the test, not hang it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let c = cstr(&path);
+        for (sec, nsec) in [(i64::MIN, 1), (i64::MIN, 0), (i64::MAX, 999_999_999)] {
+            let ts = [
+                libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: libc::UTIME_OMIT,
+                },
+                libc::timespec {
+                    tv_sec: sec,
+                    tv_nsec: nsec,
+                },
+            ];
+            // SAFETY: a NUL-terminated path and two timespecs. Whatever the
+            // answer, the server must go on answering.
+            unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), ts.as_ptr(), 0) };
+            let _ = fs::metadata(&path);
+        }
+        let _ = tx.send(fs::read(&path).ok());
+    });
+    let got = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the server stopped answering");
+    assert_eq!(got.as_deref(), Some(&b"x"[..]));
+    assert_eq!(m.report(false)["counters"]["fuse.requests.panics"], 0);
+}
+
+#[test]
 fn concurrent_clients() {
     let Some(m) = Mnt::new(None) else { return };
     let m = Arc::new(m);
