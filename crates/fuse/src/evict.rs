@@ -37,7 +37,8 @@
 //! under high water (a file system whose free vnodes fill the limit), or
 //! that stops because what is left is in use (three batches in a row
 //! freed nothing), is followed by a rest before the thread answers the
-//! bell again: bounded work however many new nodes ring it. The thread is not a request loop: sending an entry invalidation
+//! bell again, doubling (up to a second) while passes keep stalling:
+//! bounded work however many new nodes ring it. The thread is not a request loop: sending an entry invalidation
 //! waits for the parent directory's inode lock, which an in-flight request
 //! may hold until a request loop answers it.
 
@@ -55,8 +56,11 @@ use std::time::Duration;
 /// Most notifications per batch before pausing for FORGETs.
 const BATCH: usize = 4096;
 
-/// How long the thread rests after a pass that could not reach low water.
+/// How long the thread rests after a pass with nothing to do, and the
+/// first rest after a stalled one.
 const REST: Duration = Duration::from_millis(20);
+/// The longest rest after passes that keep stalling.
+const MAX_REST: Duration = Duration::from_secs(1);
 
 /// Consecutive batches that freed nothing before a pass gives up.
 const MAX_STALLS: usize = 3;
@@ -174,11 +178,21 @@ fn low_water(limit: usize) -> usize {
 }
 
 fn run(mut asker: Asker, inner: Weak<Inner>) {
+    // After a stalled pass the thread rests, twice as long each time the
+    // next one stalls too: nodes in use past the limit cost a few batches
+    // per rest, and the kernel is not asked about them thousands of times
+    // a second while new nodes keep ringing.
+    let mut rest = REST;
     // Ends once the server's state is gone (the session ended). Parking
     // with the Arc keeps that state alive for at most one timeout.
     while let Some(i) = inner.upgrade() {
-        if !pass(&i, &mut asker) {
-            std::thread::sleep(REST);
+        match pass(&i, &mut asker) {
+            Pass::Done => rest = REST,
+            Pass::Idle => std::thread::sleep(REST),
+            Pass::Stalled => {
+                std::thread::sleep(rest);
+                rest = (rest * 2).min(MAX_REST);
+            }
         }
         i.evict.wait();
     }
@@ -189,12 +203,21 @@ fn held(mnt: &uvfs_vnode::Mount) -> usize {
     mnt.vnode_count().saturating_sub(mnt.free_count())
 }
 
+/// How a pass ended.
+#[derive(PartialEq, Eq)]
+enum Pass {
+    /// The held count was under high water: nothing to do.
+    Idle,
+    /// Brought under low water.
+    Done,
+    /// Stopped short: what is left is in use (the batches freed nothing)
+    /// or the queue ran out.
+    Stalled,
+}
+
 /// One pass: ask the kernel to forget the oldest nodes until the held
-/// count is under low water. False if it did not get there (nothing to
-/// do, or what is left is in use): the thread then rests before the next
-/// pass, so nodes in use past the limit cost a few batches per rest, not
-/// a busy loop.
-fn pass(i: &Inner, asker: &mut Asker) -> bool {
+/// count is under low water.
+fn pass(i: &Inner, asker: &mut Asker) -> Pass {
     let mnt = i.fs.mount().clone();
     let limit = i.layer.config().limit;
     let ev = &i.evict;
@@ -206,7 +229,7 @@ fn pass(i: &Inner, asker: &mut Asker) -> bool {
         }
     }
     if mnt.vnode_count() <= high_water(limit) || held(&mnt) <= high_water(limit) {
-        return false;
+        return Pass::Idle;
     }
     ev.counters.passes.fetch_add(1, Ordering::Relaxed);
     let mut stalls = 0;
@@ -214,7 +237,7 @@ fn pass(i: &Inner, asker: &mut Asker) -> bool {
         let count = held(&mnt);
         let low = low_water(limit);
         if count <= low {
-            return true;
+            return Pass::Done;
         }
         let want = (count - low).min(BATCH);
         let mut batch = Vec::with_capacity(want);
@@ -235,7 +258,7 @@ fn pass(i: &Inner, asker: &mut Asker) -> bool {
             q.extend(skipped);
         }
         if batch.is_empty() {
-            return false;
+            return Pass::Stalled;
         }
         ask(asker, &batch, &ev.counters);
         ev.counters
@@ -257,7 +280,7 @@ fn pass(i: &Inner, asker: &mut Asker) -> bool {
         if held(&mnt) >= count {
             stalls += 1;
             if stalls >= MAX_STALLS {
-                return false;
+                return Pass::Stalled;
             }
         } else {
             stalls = 0;

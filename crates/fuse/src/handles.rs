@@ -19,6 +19,9 @@ pub struct OpenFile {
     pub vp: VnodeRef,
     /// The file system's own handle.
     pub fh: Fh,
+    /// Opened for writing: the kernel may hold dirty pages of it (a
+    /// shared writable mapping) that the file system has not seen yet.
+    pub writable: bool,
 }
 
 /// FUSE handle -> open file.
@@ -42,10 +45,22 @@ impl HandleTable {
     }
 
     /// Registers an open file; returns its FUSE handle.
-    pub fn insert(&self, vp: VnodeRef, fh: Fh) -> u64 {
+    pub fn insert(&self, vp: VnodeRef, fh: Fh, writable: bool) -> u64 {
         let h = self.next.fetch_add(1, Ordering::Relaxed);
-        self.shard(h).lock().insert(h, OpenFile { vp, fh });
+        self.shard(h)
+            .lock()
+            .insert(h, OpenFile { vp, fh, writable });
         h
+    }
+
+    /// Whether `vp` is open for writing through some handle. A scan of
+    /// every open handle: for rare requests only (`lseek`).
+    pub fn open_for_writing(&self, vp: &VnodeRef) -> bool {
+        self.shards.iter().any(|s| {
+            s.lock()
+                .values()
+                .any(|f| f.writable && f.vp.ino() == vp.ino())
+        })
     }
 
     /// The open file behind handle `h`.

@@ -114,7 +114,11 @@ fn with_dir<T>(
     }
     let vp = i.nodes.get(ino)?;
     let dh = i.fs.opendir(ctx, &vp, libc::O_RDONLY)?;
-    let of = OpenFile { vp, fh: dh };
+    let of = OpenFile {
+        vp,
+        fh: dh,
+        writable: false,
+    };
     let r = f(&of);
     let _ = i.fs.releasedir(&of.vp, of.fh);
     r
@@ -137,6 +141,11 @@ fn ctx_making(req: &Request, umask: u32) -> Ctx {
         umask: umask & 0o777,
         ..ctx(req)
     }
+}
+
+/// Whether `open(2)` flags ask for write access.
+fn writes(flags: i32) -> bool {
+    flags & libc::O_ACCMODE != libc::O_RDONLY
 }
 
 fn name(n: &OsStr) -> &[u8] {
@@ -524,7 +533,7 @@ impl Filesystem for Server {
                 return Err(Errno::ENXIO);
             }
             let fh = i.fs.open(&ctx(req), &vp, flags.0)?;
-            Ok(i.handles.insert(vp, fh))
+            Ok(i.handles.insert(vp, fh, writes(flags.0)))
         });
         match r {
             // All changes pass through this kernel, so its page cache
@@ -634,7 +643,7 @@ impl Filesystem for Server {
         let r = self.guard("opendir", |i| {
             let vp = i.nodes.get(ino.0)?;
             let fh = i.fs.opendir(&ctx(req), &vp, flags.0)?;
-            Ok(i.handles.insert(vp, fh))
+            Ok(i.handles.insert(vp, fh, false))
         });
         match r {
             // Let the kernel cache the listing across opens: every change
@@ -855,7 +864,7 @@ impl Filesystem for Server {
                     i.note_new(id, parent.0, name(n), false);
                 }
                 let generation = Generation(i.fs.generation(&vp));
-                let h = i.handles.insert(vp, fh);
+                let h = i.handles.insert(vp, fh, writes(flags));
                 reply.created(
                     &i.timeouts.entry,
                     &file_attr(&attr, id),
@@ -931,6 +940,19 @@ impl Filesystem for Server {
             };
             let off = u64::try_from(offset).map_err(|_| Errno::ENXIO)?;
             let of = i.handles.get(fh.0)?;
+            if i.handles.open_for_writing(&of.vp) {
+                // The kernel sends LSEEK without writing back first, so
+                // dirty pages of a shared writable mapping are in neither
+                // the file system nor its answer: a copy by SEEK_DATA
+                // would skip them. While the file is open for writing
+                // (a mapping keeps its handle open; unmapping writes the
+                // pages back), all of it is data, as without LSEEK.
+                let size = i.fs.getattr(&of.vp)?.size;
+                if off >= size {
+                    return Err(Errno::ENXIO);
+                }
+                return i64::try_from(if hole { size } else { off }).map_err(|_| Errno::EOVERFLOW);
+            }
             let at = i.fs.seek_data(&of.vp, of.fh, off, hole)?;
             i64::try_from(at).map_err(|_| Errno::EOVERFLOW)
         });

@@ -528,6 +528,54 @@ fn extreme_times_do_not_stop_the_server() {
 }
 
 #[test]
+fn seek_data_sees_dirty_pages_of_a_shared_mapping() {
+    // The kernel asks LSEEK without writing its dirty pages back: a hole
+    // the file system has, written through a mapping, must not be skipped
+    // by SEEK_DATA (a copy by SEEK_DATA would lose the data).
+    let Some(m) = Mnt::new(None) else { return };
+    const MB: usize = 1 << 20;
+    let w = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(m.p("mapped"))
+        .unwrap();
+    w.set_len(4 * MB as u64).unwrap();
+    let r = fs::File::open(m.p("mapped")).unwrap();
+    // SAFETY: a shared mapping of 4 MiB of an open file of that size,
+    // unmapped below before the file is closed.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4 * MB,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            w.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(map, libc::MAP_FAILED);
+    // SAFETY: the page at 1 MiB lies inside the mapping.
+    unsafe { std::ptr::write_bytes(map.cast::<u8>().add(MB), b'D', 4096) };
+    let seek = |f: &fs::File, whence| {
+        // SAFETY: plain integer arguments on an fd we hold.
+        unsafe { libc::lseek(f.as_raw_fd(), 0, whence) }
+    };
+    let data = seek(&r, libc::SEEK_DATA);
+    assert!(
+        (0..=MB as i64).contains(&data),
+        "SEEK_DATA skipped the mapped page: {data}"
+    );
+    // SAFETY: the mapping made above, unmapped once.
+    assert_eq!(unsafe { libc::munmap(map, 4 * MB) }, 0);
+    drop(w);
+    // No writer left: the exact answer, with the page written back.
+    assert_eq!(seek(&r, libc::SEEK_DATA), MB as i64);
+    assert_eq!(seek(&r, libc::SEEK_HOLE), 0);
+}
+
+#[test]
 fn concurrent_clients() {
     let Some(m) = Mnt::new(None) else { return };
     let m = Arc::new(m);

@@ -181,6 +181,21 @@ fn acls_are_enforced_and_default_acls_replace_the_umask() {
     assert!(as_user(&format!("echo more >> {}", f.display())));
     assert_eq!(std::fs::read(&f).unwrap(), b"secretmore\n");
 
+    // An owner outside the file's group who sets an ACL loses set-gid,
+    // as natively (the server must not set it with its own privilege).
+    let g = t.m("sgid");
+    std::fs::write(&g, b"").unwrap();
+    std::os::unix::fs::chown(&g, Some(1000), Some(2000)).unwrap();
+    std::fs::set_permissions(&g, std::fs::Permissions::from_mode(0o2775)).unwrap();
+    let hex: String = grant.iter().map(|b| format!("{b:02x}")).collect();
+    assert!(as_user(&format!(
+        "python3 -c 'import os; os.setxattr(\"{}\", \"system.posix_acl_access\", bytes.fromhex(\"{hex}\"))'",
+        g.display()
+    )));
+    let m = std::fs::metadata(&g).unwrap().permissions().mode();
+    // (The ACL's entries become the mode bits: rw, mask rw, other r.)
+    assert_eq!(m & 0o7777, 0o0664, "set-gid kept: {m:o}");
+
     // A default ACL replaces the umask for what is created beneath, as
     // natively; without one the umask applies.
     for d in ["dd", "plain"] {

@@ -5,9 +5,12 @@
 //! `truncate` and the xattr calls do not accept `O_PATH` fds, so they go
 //! through `/proc/self/fd/N`, which names exactly the fd's inode.
 
+use crate::creds::AsCaller;
 use crate::fs::PassthroughFs;
 use crate::sys;
-use uvfs_vfs::{Attr, Errno, SetAttr, SetTime, StatFs, VType, VfsResult, VnodeRef, XattrFlags};
+use uvfs_vfs::{
+    Attr, Ctx, Errno, SetAttr, SetTime, StatFs, VType, VfsResult, VnodeRef, XattrFlags,
+};
 
 fn timespec(t: Option<SetTime>) -> libc::timespec {
     match t {
@@ -155,6 +158,7 @@ impl PassthroughFs {
 
     pub(crate) fn do_setxattr(
         &self,
+        ctx: &Ctx,
         vp: &VnodeRef,
         name: &[u8],
         value: &[u8],
@@ -163,6 +167,15 @@ impl PassthroughFs {
         let n = sys::cstr(name)?;
         let fd = self.fd_of(&self.node_of(vp)?)?;
         let p = sys::proc_path(fd.raw());
+        // An access ACL set by an owner outside the file's group clears
+        // its set-gid bit, as a chmod would; the backing file system does
+        // that only without CAP_FSETID, so such a setxattr runs with the
+        // caller's ids (the kernel already checked that it may).
+        let _as = if name == b"system.posix_acl_access" {
+            Some(AsCaller::switch(ctx)?)
+        } else {
+            None
+        };
         // SAFETY: strings are NUL-terminated; `value` is readable for its
         // length.
         sys::cvt(unsafe {

@@ -166,13 +166,13 @@ impl FileSystem for PassthroughFs {
 
     fn setxattr(
         &self,
-        _ctx: &Ctx,
+        ctx: &Ctx,
         vp: &VnodeRef,
         name: &[u8],
         value: &[u8],
         flags: XattrFlags,
     ) -> VfsResult<()> {
-        self.do_setxattr(vp, name, value, flags)
+        self.do_setxattr(ctx, vp, name, value, flags)
     }
 
     fn listxattr(&self, vp: &VnodeRef) -> VfsResult<Vec<u8>> {

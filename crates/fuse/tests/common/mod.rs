@@ -34,6 +34,11 @@ pub fn sparse_seeks(path: &std::path::Path) -> Vec<(i64, i32, i64)> {
     f.write_all_at(&[1u8; P as usize], 0).unwrap();
     f.write_all_at(b"ten bytes!", 3 * P).unwrap();
     f.set_len(5 * P).unwrap();
+    // Asked on a read-only descriptor with no writer left: while the file
+    // is open for writing the server answers "all data" (a shared mapping
+    // may hold dirty pages it has not seen).
+    drop(f);
+    let f = std::fs::File::open(path).unwrap();
     let mut out = Vec::new();
     for off in [
         0, 100, 4095, 4096, 5000, 12288, 12300, 16384, 20479, 20480, 30000,
