@@ -341,6 +341,13 @@ impl Drop for Stack {
                 r.expect("unmount the passthrough");
             }
         }
+        // Unmounted here: fuser 0.18's own unmount on drop is guarded by
+        // an inverted liveness test (crates/fuse/src/kmount.rs says more)
+        // and left the mount behind. Detached, the kernel ends the session
+        // and fuser's request loop with it.
+        let faulty = cpath(&self.base.join("faulty"));
+        // SAFETY: a NUL-terminated path.
+        unsafe { libc::umount2(faulty.as_ptr(), libc::MNT_DETACH) };
         drop(self.faulty.take());
         let _ = std::fs::remove_dir(self.base.join("mnt"));
         let _ = std::fs::remove_dir(self.base.join("faulty"));
