@@ -4,92 +4,16 @@
 
 mod common;
 
-use common::fuse_usable;
+use common::{serve_memfs, Mnt};
 use std::ffi::CString;
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use uvfs_fuse::{BackgroundMount, ServeConfig, Timeouts};
-use uvfs_memfs::{MemFs, MemFsConfig};
-use uvfs_vnode::{Config, VnodeLayer};
-
-/// Serves a fresh memfs on `dir` (an existing directory).
-fn serve_memfs(dir: &Path, size: Option<u64>, vnodes: usize) -> BackgroundMount {
-    let layer = VnodeLayer::new(Config::with_limit(vnodes));
-    let fs = MemFs::new(
-        layer.clone(),
-        MemFsConfig {
-            size_limit: size,
-            root_mode: 0o755,
-            ..Default::default()
-        },
-    );
-    let cfg = ServeConfig {
-        mountpoint: dir.to_path_buf(),
-        threads: 2,
-        timeouts: Timeouts {
-            entry: Duration::from_secs(1),
-            attr: Duration::from_secs(1),
-        },
-        fsname: "uvfs-test".into(),
-        control: false,
-        server_opendir: false,
-    };
-    BackgroundMount::start(fs, layer, &cfg).expect("mount")
-}
-
-struct Mnt {
-    dir: PathBuf,
-    mount: Option<BackgroundMount>,
-}
-
-impl Mnt {
-    fn new(size: Option<u64>) -> Option<Mnt> {
-        Mnt::with_limit(size, 4096)
-    }
-
-    fn with_limit(size: Option<u64>, vnodes: usize) -> Option<Mnt> {
-        if let Err(why) = fuse_usable() {
-            eprintln!("SKIP: FUSE tests not run: {why}");
-            return None;
-        }
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "uvfs-fuse-test-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        fs::create_dir_all(&dir).unwrap();
-        let mount = serve_memfs(&dir, size, vnodes);
-        Some(Mnt {
-            dir,
-            mount: Some(mount),
-        })
-    }
-
-    fn p(&self, rel: &str) -> PathBuf {
-        self.dir.join(rel)
-    }
-
-    fn report(&self, check: bool) -> serde_json::Value {
-        self.mount.as_ref().unwrap().report(check)
-    }
-}
-
-impl Drop for Mnt {
-    fn drop(&mut self) {
-        if let Some(m) = self.mount.take() {
-            m.unmount().expect("unmount");
-        }
-        let _ = fs::remove_dir(&self.dir);
-    }
-}
 
 fn cstr(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).unwrap()
@@ -570,8 +494,26 @@ fn seek_data_sees_dirty_pages_of_a_shared_mapping() {
     // SAFETY: the mapping made above, unmapped once.
     assert_eq!(unsafe { libc::munmap(map, 4 * MB) }, 0);
     drop(w);
-    // No writer left: the exact answer, with the page written back.
-    assert_eq!(seek(&r, libc::SEEK_DATA), MB as i64);
+    // close() wrote the page back (FLUSH), but the kernel sends RELEASE
+    // asynchronously: until the server has it, the file still counts as
+    // open for writing and the answer stays "all data". It must never
+    // skip the page, and must become exact once RELEASE arrives.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let data = seek(&r, libc::SEEK_DATA);
+        assert!(
+            (0..=MB as i64).contains(&data),
+            "SEEK_DATA skipped the written-back page: {data}"
+        );
+        if data == MB as i64 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no exact SEEK_DATA answer 30 s after the writer closed: {data}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     assert_eq!(seek(&r, libc::SEEK_HOLE), 0);
 }
 

@@ -4,13 +4,12 @@
 
 mod common;
 
-use common::fuse_usable;
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
+use common::{
+    acl, as_user, fuse_usable, set_acl, ACL_GROUP, ACL_GROUP_OBJ, ACL_MASK, ACL_OTHER, ACL_USER,
+    ACL_USER_OBJ, NO_ID,
+};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use uvfs_fuse::{BackgroundMount, ServeConfig, Timeouts};
 use uvfs_passthrough::{PassthroughConfig, PassthroughFs};
@@ -87,57 +86,6 @@ impl Drop for Pt {
         }
         let _ = std::fs::remove_dir_all(&self.base);
     }
-}
-
-// <linux/posix_acl_xattr.h>
-const ACL_USER_OBJ: u16 = 0x01;
-const ACL_USER: u16 = 0x02;
-const ACL_GROUP_OBJ: u16 = 0x04;
-const ACL_GROUP: u16 = 0x08;
-const ACL_MASK: u16 = 0x10;
-const ACL_OTHER: u16 = 0x20;
-const NO_ID: u32 = u32::MAX;
-
-/// The `system.posix_acl_*` value of (tag, perm, id) entries.
-fn acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
-    let mut v = 2u32.to_le_bytes().to_vec();
-    for &(tag, perm, id) in entries {
-        v.extend_from_slice(&tag.to_le_bytes());
-        v.extend_from_slice(&perm.to_le_bytes());
-        v.extend_from_slice(&id.to_le_bytes());
-    }
-    v
-}
-
-fn set_acl(p: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
-    let c = CString::new(p.as_os_str().as_bytes()).unwrap();
-    let n = CString::new(name).unwrap();
-    // SAFETY: NUL-terminated strings and a buffer of the given length.
-    let rc = unsafe {
-        libc::setxattr(
-            c.as_ptr(),
-            n.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            0,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
-/// Runs `sh -c script` as uid/gid 1000; whether it succeeded.
-fn as_user(script: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", script])
-        .uid(1000)
-        .gid(1000)
-        .status()
-        .unwrap()
-        .success()
 }
 
 #[test]

@@ -2,6 +2,18 @@
 
 #![allow(dead_code)]
 
+use std::ffi::CString;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use uvfs_fuse::{BackgroundMount, ServeConfig, Timeouts};
+use uvfs_memfs::{MemFs, MemFsConfig};
+use uvfs_vnode::{Config, VnodeLayer};
+
 /// Why FUSE cannot be mounted here, if it cannot (the tests then skip).
 pub fn fuse_usable() -> Result<(), String> {
     // SAFETY: geteuid has no preconditions.
@@ -36,9 +48,21 @@ pub fn sparse_seeks(path: &std::path::Path) -> Vec<(i64, i32, i64)> {
     f.set_len(5 * P).unwrap();
     // Asked on a read-only descriptor with no writer left: while the file
     // is open for writing the server answers "all data" (a shared mapping
-    // may hold dirty pages it has not seen).
+    // may hold dirty pages it has not seen). The kernel sends RELEASE
+    // after close() returns, asynchronously, so wait (bounded) until the
+    // hole at page 1 shows before asking.
     drop(f);
     let f = std::fs::File::open(path).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    // SAFETY: plain integer arguments on an fd we hold.
+    while unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_HOLE) } != P as i64 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}: no hole at page 1 30 s after the writer closed",
+            path.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     let mut out = Vec::new();
     for off in [
         0, 100, 4095, 4096, 5000, 12288, 12300, 16384, 20479, 20480, 30000,
@@ -55,4 +79,127 @@ pub fn sparse_seeks(path: &std::path::Path) -> Vec<(i64, i32, i64)> {
         }
     }
     out
+}
+
+/// Serves a fresh memfs on `dir` (an existing directory).
+pub fn serve_memfs(dir: &Path, size: Option<u64>, vnodes: usize) -> BackgroundMount {
+    let layer = VnodeLayer::new(Config::with_limit(vnodes));
+    let fs = MemFs::new(
+        layer.clone(),
+        MemFsConfig {
+            size_limit: size,
+            root_mode: 0o755,
+            ..Default::default()
+        },
+    );
+    let cfg = ServeConfig {
+        mountpoint: dir.to_path_buf(),
+        threads: 2,
+        timeouts: Timeouts {
+            entry: Duration::from_secs(1),
+            attr: Duration::from_secs(1),
+        },
+        fsname: "uvfs-test".into(),
+        control: false,
+        server_opendir: false,
+    };
+    BackgroundMount::start(fs, layer, &cfg).expect("mount")
+}
+
+pub struct Mnt {
+    pub dir: PathBuf,
+    pub mount: Option<BackgroundMount>,
+}
+
+impl Mnt {
+    pub fn new(size: Option<u64>) -> Option<Mnt> {
+        Mnt::with_limit(size, 4096)
+    }
+
+    pub fn with_limit(size: Option<u64>, vnodes: usize) -> Option<Mnt> {
+        if let Err(why) = fuse_usable() {
+            eprintln!("SKIP: FUSE tests not run: {why}");
+            return None;
+        }
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "uvfs-fuse-test-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        fs::create_dir_all(&dir).unwrap();
+        let mount = serve_memfs(&dir, size, vnodes);
+        Some(Mnt {
+            dir,
+            mount: Some(mount),
+        })
+    }
+
+    pub fn p(&self, rel: &str) -> PathBuf {
+        self.dir.join(rel)
+    }
+
+    pub fn report(&self, check: bool) -> serde_json::Value {
+        self.mount.as_ref().unwrap().report(check)
+    }
+}
+
+impl Drop for Mnt {
+    fn drop(&mut self) {
+        if let Some(m) = self.mount.take() {
+            m.unmount().expect("unmount");
+        }
+        let _ = fs::remove_dir(&self.dir);
+    }
+}
+
+// <linux/posix_acl_xattr.h>
+pub const ACL_USER_OBJ: u16 = 0x01;
+pub const ACL_USER: u16 = 0x02;
+pub const ACL_GROUP_OBJ: u16 = 0x04;
+pub const ACL_GROUP: u16 = 0x08;
+pub const ACL_MASK: u16 = 0x10;
+pub const ACL_OTHER: u16 = 0x20;
+pub const NO_ID: u32 = u32::MAX;
+
+/// The `system.posix_acl_*` value of (tag, perm, id) entries.
+pub fn acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for &(tag, perm, id) in entries {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
+}
+
+pub fn set_acl(p: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
+    let c = CString::new(p.as_os_str().as_bytes()).unwrap();
+    let n = CString::new(name).unwrap();
+    // SAFETY: NUL-terminated strings and a buffer of the given length.
+    let rc = unsafe {
+        libc::setxattr(
+            c.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Runs `sh -c script` as uid/gid 1000; whether it succeeded.
+pub fn as_user(script: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", script])
+        .uid(1000)
+        .gid(1000)
+        .status()
+        .unwrap()
+        .success()
 }
