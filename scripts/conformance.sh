@@ -17,8 +17,9 @@
 #      vnode explained by a kernel node, no open handles, no file data,
 #   5. signals: SIGTERM unmounts cleanly; after SIGKILL, umount removes
 #      the dead mount.
-# Needs root and /dev/fuse. Installs missing tools (Debian packages
-# libacl1-dev fuse3 stress-ng; cargo install pjdfstest fsx).
+# Needs root and /dev/fuse. Installs what is missing with
+# scripts/install-deps.sh (Debian packages, pjdfstest, fsx, the dummy user
+# pjdfstest needs).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,12 +39,9 @@ if [ "$(id -u)" != 0 ] || [ ! -c /dev/fuse ]; then
 fi
 
 # --- tools ---------------------------------------------------------------
-if ! command -v stress-ng >/dev/null || ! command -v fusermount3 >/dev/null || [ ! -e /usr/include/sys/acl.h ]; then
-    apt-get update -q && apt-get install -y -q libacl1-dev fuse3 stress-ng >/dev/null
-fi
-export PATH="$HOME/.cargo/bin:$PATH"
-command -v pjdfstest >/dev/null || cargo install pjdfstest
-command -v fsx >/dev/null || cargo install fsx
+# What .ci/run's install-deps phase installs (fast when all is there; run
+# here too so the script works on its own).
+UVFS_SKIP_PEERS=1 source "$ROOT/scripts/install-deps.sh" || { echo "install-deps failed"; exit 1; }
 
 cargo build --release -p uvfs-cli || exit 1
 UVFS="$CARGO_TARGET_DIR/release/uvfs"

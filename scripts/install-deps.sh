@@ -9,6 +9,8 @@
 #   Debian:  fuse3 libfuse3-dev libacl1-dev stress-ng pkg-config
 #   rustup:  rustfmt, clippy (stable)
 #   cargo:   pjdfstest 0.2.x, fsx 0.3.x   (cargo install --locked)
+#   users:   "tests", the dummy user pjdfstest switches to besides "nobody"
+#            (as root only; pjdfstest refuses to start without it)
 #   peers:   scripts/build-peers.sh (the FUSE servers `uvfs bench fuse-stat`
 #            compares with; well under a second once built). Never fails
 #            this script: the benchmark builds a missing peer itself, and
@@ -85,6 +87,17 @@ _uvfs_install_deps() {
             echo "install-deps: fsx installed in $((SECONDS - t0))s"
         fi
         echo "install-deps: pjdfstest=$(command -v pjdfstest) fsx=$(command -v fsx)"
+    fi
+
+    # ---- pjdfstest's dummy user -----------------------------------------
+    if ! id tests >/dev/null 2>&1; then
+        if [ "$(id -u)" -eq 0 ]; then
+            echo "install-deps: useradd tests (pjdfstest's dummy user)"
+            useradd --system --user-group --no-create-home --home-dir / \
+                --shell /usr/sbin/nologin --comment "Dummy user for pjdfstest" tests
+        else
+            echo "install-deps: WARNING: user 'tests' missing and not root; pjdfstest will not run" >&2
+        fi
     fi
 
     # ---- benchmark peers -------------------------------------------------
