@@ -52,8 +52,10 @@ system and tmpfs/ext4, not bugs):
     generic fallback does exactly that, while tmpfs/ext4 report real holes.
     Only the errno (ENXIO past EOF), and that the result lies in
     [offset, size], are compared; both fds are then put back at `offset`.
-  * Only user.* xattrs are used: trusted.*/security.*/system.* depend on
-    the file system's handlers and the mount, not on uvfs's semantics.
+  * Only user.* xattrs and POSIX ACLs (system.posix_acl_access/default,
+    set and removed by the `acl` op, random valid and invalid ACLs) are
+    used: trusted.*/security.* depend on the file system's handlers and
+    the mount, not on uvfs's semantics.
   * The mount root itself is never operated on (its mode, owner and the
     EBUSY of rmdir on a mount point differ from a plain directory).
   * lseek on directories (offsets are opaque cookies; tmpfs rejects
@@ -159,6 +161,9 @@ def futimens(fd, at, mt):
 
 NAMES = ["a", "b", "c", "d"]
 SLOTS = 4
+# <linux/posix_acl_xattr.h> tags.
+ACL_USER_OBJ, ACL_USER, ACL_GROUP_OBJ, ACL_GROUP, ACL_MASK, ACL_OTHER = (
+    0x01, 0x02, 0x04, 0x08, 0x10, 0x20)
 XNAMES = ["user.x", "user.y", "user.zz"]
 DATA = random.Random(0xD1FF).randbytes(1 << 17)
 SENTINEL_NS = 123_456_789_000_000_007  # 1973-11-29, never set by TIMES
@@ -296,7 +301,7 @@ class Gen:
             ("rmdir", 3), ("symlink", 4), ("readlink", 2), ("chmod", 2), ("chown", 1),
             ("utime", 2), ("setxattr", 3), ("getxattr", 2), ("listxattr", 2),
             ("removexattr", 2), ("mknod", 2), ("listdir", 3), ("stat", 4), ("lstat", 4),
-            ("access", 1), ("umask", 1), ("readfile", 2), ("probe", 6),
+            ("access", 1), ("umask", 1), ("readfile", 2), ("probe", 6), ("acl", 3),
         ]
         kind = r.choices([k for k, _ in ops], [w for _, w in ops])[0]
         return self.make(kind)
@@ -308,7 +313,7 @@ class Gen:
             inner = r.choice(["write", "pwrite", "ftruncate", "truncate", "fallocate",
                               "rename", "renameat2", "link", "unlink", "mkdir", "rmdir",
                               "symlink", "chmod", "setxattr", "mknod", "copy_range",
-                              "open", "removexattr", "chown"])
+                              "open", "removexattr", "chown", "acl"])
             op = self.make(inner)
             if "falloc-mtime" in self.avoid and inner == "fallocate" and op[2] == FALLOC_FL_KEEP_SIZE:
                 # Known divergence: memfs leaves mtime alone on a
@@ -394,7 +399,32 @@ class Gen:
                                                     os.R_OK | os.X_OK])]
         if kind == "umask":
             return ["umask", r.choice([0o022, 0o022, 0o000, 0o077, 0o027])]
+        if kind == "acl":
+            which = r.choice(["access", "access", "default"])
+            return ["acl", self.path(), which, None if r.random() < 0.2 else self.acl(),
+                    r.random() < 0.8]
         raise ValueError(kind)
+
+    def acl(self):
+        """A random POSIX ACL as (tag, perm, id) entries: mostly valid ones
+        (named users and groups with a mask, or the minimal three), now
+        and then one the kernel refuses (named entries without a mask)."""
+        r = self.r
+        perm = lambda: r.randrange(8)
+        users = sorted(r.sample(UIDS[1:], r.choice([0, 0, 1, 2])))
+        groups = sorted(r.sample(UIDS[1:], r.choice([0, 0, 1, 2])))
+        named = bool(users or groups)
+        mask = named if r.random() < 0.95 else not named
+        if not named and r.random() < 0.2:
+            mask = True
+        e = [(ACL_USER_OBJ, perm(), -1)]
+        e += [(ACL_USER, perm(), u) for u in users]
+        e.append((ACL_GROUP_OBJ, perm(), -1))
+        e += [(ACL_GROUP, perm(), g) for g in groups]
+        if mask:
+            e.append((ACL_MASK, perm(), -1))
+        e.append((ACL_OTHER, perm(), -1))
+        return e
 
 
 # uvfs bugs this test found (all fixed in November 2026; --avoid steers
@@ -646,6 +676,24 @@ class Side:
         if k == "umask":
             os.umask(op[1])
             return "ok"
+        if k == "acl":
+            _, path, which, entries, follow = op
+            name = "system.posix_acl_" + which
+            if entries is None:
+                os.removexattr(self.p(path), name, follow_symlinks=follow)
+            else:
+                value = (2).to_bytes(4, "little") + b"".join(
+                    t.to_bytes(2, "little") + p.to_bytes(2, "little") + (i & 0xffffffff).to_bytes(4, "little")
+                    for t, p, i in entries)
+                os.setxattr(self.p(path), name, value, follow_symlinks=follow)
+            st = os.stat(self.p(path), follow_symlinks=follow)
+            acls = {}
+            for n in ("system.posix_acl_access", "system.posix_acl_default"):
+                try:
+                    acls[n] = os.getxattr(self.p(path), n, follow_symlinks=follow).hex()
+                except OSError as e:
+                    acls[n] = errno.errorcode.get(e.errno)
+            return [self.stsum(st), acls]
         if k == "readfile":
             fd = os.open(self.p(op[1]), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             try:
@@ -764,7 +812,7 @@ class Side:
                 fmt = stat.S_IFMT(st.st_mode)
                 if fmt == stat.S_IFLNK:
                     e["target"] = os.readlink(fp)
-                if fmt in (stat.S_IFREG, stat.S_IFDIR):
+                if fmt != stat.S_IFLNK:
                     e["xattrs"] = {n: os.getxattr(fp, n, follow_symlinks=False)
                                    for n in sorted(os.listxattr(fp, follow_symlinks=False))}
                 if fmt == stat.S_IFREG:

@@ -1,7 +1,8 @@
 //! Attribute operations: getattr, setattr, extended attributes, statfs.
 
+use crate::acl::{self, Acl};
 use crate::fs::MemFs;
-use crate::inode::Body;
+use crate::inode::{Body, Inode};
 use crate::pages::PAGE_SIZE;
 use crate::xattr;
 use uvfs_vfs::{
@@ -29,6 +30,13 @@ impl MemFs {
             let mut m = inode.meta.lock();
             if let Some(mode) = set.mode {
                 m.perm = (mode & 0o7777) as u16;
+                // An access ACL follows (`posix_acl_chmod`); the kernel
+                // forgets the ACLs it cached on every SETATTR.
+                let stored = m.xattrs.get(acl::ACCESS).ok();
+                if let Some(mut a) = stored.and_then(|v| Acl::from_xattr(&v).ok()) {
+                    a.chmod(m.perm);
+                    m.xattrs.put(acl::ACCESS, &a.to_xattr());
+                }
             }
             if set.uid.is_some() || set.gid.is_some() {
                 if let Some(uid) = set.uid {
@@ -88,6 +96,7 @@ impl MemFs {
 
     pub(crate) fn do_setxattr(
         &self,
+        ctx: &Ctx,
         vp: &VnodeRef,
         name: &[u8],
         value: &[u8],
@@ -95,6 +104,9 @@ impl MemFs {
     ) -> VfsResult<()> {
         let inode = self.inode_of(vp)?;
         xattr::check_name(inode.kind, name)?;
+        if acl::is_acl(name) {
+            return set_acl(ctx, inode, name, Some(value));
+        }
         let mut m = inode.meta.lock();
         m.xattrs.set(name, value, flags)?;
         m.ctime = Timespec::now();
@@ -105,9 +117,12 @@ impl MemFs {
         Ok(self.inode_of(vp)?.meta.lock().xattrs.list())
     }
 
-    pub(crate) fn do_removexattr(&self, vp: &VnodeRef, name: &[u8]) -> VfsResult<()> {
+    pub(crate) fn do_removexattr(&self, ctx: &Ctx, vp: &VnodeRef, name: &[u8]) -> VfsResult<()> {
         let inode = self.inode_of(vp)?;
         xattr::check_name(inode.kind, name)?;
+        if acl::is_acl(name) {
+            return set_acl(ctx, inode, name, None);
+        }
         let mut m = inode.meta.lock();
         m.xattrs.remove(name)?;
         m.ctime = Timespec::now();
@@ -133,4 +148,43 @@ impl MemFs {
             frsize: PAGE_SIZE as u32,
         })
     }
+}
+
+/// Sets (`Some`) or removes (`None`) one of `inode`'s ACLs, as Linux's
+/// `set_posix_acl` and `simple_set_acl` do for tmpfs. The kernel has
+/// checked that the caller owns the file; XATTR_CREATE/REPLACE do not
+/// apply to ACLs (the VFS never passes them on).
+fn set_acl(ctx: &Ctx, inode: &Inode, name: &[u8], value: Option<&[u8]>) -> VfsResult<()> {
+    let acl = value.map(Acl::from_xattr).transpose()?;
+    if name == acl::DEFAULT && inode.kind != VType::Dir {
+        // Only directories have one; removing none succeeds.
+        return if acl.is_some() {
+            Err(Errno::EACCES)
+        } else {
+            Ok(())
+        };
+    }
+    let mut m = inode.meta.lock();
+    let store = if name == acl::ACCESS {
+        // `posix_acl_update_mode`: the ACL's owner, group class and
+        // other entries are the mode bits; an ACL that says nothing more
+        // is not kept. A caller outside the file's group loses set-gid,
+        // as with chmod (removing the ACL too).
+        let (bits, extended) = acl
+            .as_ref()
+            .map_or((m.perm & 0o777, false), Acl::equiv_mode);
+        m.perm = (m.perm & !0o777) | bits;
+        if !ctx.in_group_or_capable(m.gid) {
+            m.perm &= !(libc::S_ISGID as u16);
+        }
+        acl.filter(|_| extended)
+    } else {
+        acl
+    };
+    match store {
+        Some(a) => m.xattrs.put(name, &a.to_xattr()),
+        None => m.xattrs.discard(name),
+    }
+    m.ctime = Timespec::now();
+    Ok(())
 }

@@ -4,8 +4,9 @@
 //! links, device nodes, FIFOs and sockets; rename with `RENAME_NOREPLACE`
 //! and `RENAME_EXCHANGE`; POSIX unlink semantics (an open file's data
 //! lives until its last user goes); ownership, permissions, nanosecond
-//! timestamps, extended attributes; truncate, fallocate and statfs; and a
-//! size limit beyond which writes fail with `ENOSPC` without losing data.
+//! timestamps, extended attributes and POSIX ACLs (`acl.rs`); truncate,
+//! fallocate and statfs; and a size limit beyond which writes fail with
+//! `ENOSPC` without losing data.
 //!
 //! # Structure
 //! - `table.rs`: ino -> inode; the owner of every linked inode.
@@ -20,6 +21,7 @@
 //! recycling, and an unlinked inode lives exactly as long as some vnode
 //! still refers to it.
 
+mod acl;
 mod attrs;
 mod budget;
 mod dir;

@@ -10,10 +10,12 @@
 //! victim directory (parent before child, as everywhere). Inode metadata
 //! mutexes are taken last.
 
+use crate::acl::{self, Acl};
 use crate::dir::{Directory, Target, DOTDOT_COOKIE, DOT_COOKIE};
 use crate::fs::MemFs;
 use crate::inode::{Body, Inode, Meta};
 use crate::pages::FileData;
+use crate::xattr::Xattrs;
 use parking_lot::RwLock;
 use std::sync::Arc;
 use uvfs_vfs::{
@@ -95,13 +97,34 @@ impl MemFs {
         // Set-gid directories hand their group down, and their set-gid bit
         // to subdirectories (the kernel already stripped set-gid from a
         // file's mode when the caller may not have it).
-        let (pgid, psgid) = {
+        let (pgid, psgid, pdefault) = {
             let m = dinode.meta.lock();
-            (m.gid, m.perm & libc::S_ISGID as u16 != 0)
+            let dflt = m.xattrs.get(acl::DEFAULT).ok();
+            (m.gid, m.perm & libc::S_ISGID as u16 != 0, dflt)
         };
         let gid = if psgid { pgid } else { ctx.gid };
         if psgid && new.kind == VType::Dir {
             perm |= libc::S_ISGID as u16;
+        }
+        let mut xattrs = Xattrs::default();
+        if new.kind != VType::Lnk {
+            // `posix_acl_create`: the directory's default ACL takes the
+            // umask's place (and a new directory inherits it); without
+            // one the umask applies, when the kernel left it to us.
+            match pdefault.and_then(|v| Acl::from_xattr(&v).ok()) {
+                Some(dflt) => {
+                    let mut access = dflt.clone();
+                    let (bits, extended) = access.create_masq(perm);
+                    perm = (perm & !0o777) | bits;
+                    if extended {
+                        xattrs.put(acl::ACCESS, &access.to_xattr());
+                    }
+                    if new.kind == VType::Dir {
+                        xattrs.put(acl::DEFAULT, &dflt.to_xattr());
+                    }
+                }
+                None => perm &= !(ctx.umask & 0o777) as u16,
+            }
         }
         let ino = self.table.alloc_ino();
         let body = match new.kind {
@@ -120,7 +143,7 @@ impl MemFs {
             mtime: now,
             ctime: now,
             btime: now,
-            xattrs: Default::default(),
+            xattrs,
         };
         let inode = Arc::new(Inode::new(ino, new.kind, meta, body, self.alive.clone()));
         self.table.insert(inode.clone());

@@ -139,21 +139,25 @@ impl FileSystem for MemFs {
 
     fn setxattr(
         &self,
-        _ctx: &Ctx,
+        ctx: &Ctx,
         vp: &VnodeRef,
         name: &[u8],
         value: &[u8],
         flags: XattrFlags,
     ) -> VfsResult<()> {
-        self.do_setxattr(vp, name, value, flags)
+        self.do_setxattr(ctx, vp, name, value, flags)
     }
 
     fn listxattr(&self, vp: &VnodeRef) -> VfsResult<Vec<u8>> {
         self.do_listxattr(vp)
     }
 
-    fn removexattr(&self, _ctx: &Ctx, vp: &VnodeRef, name: &[u8]) -> VfsResult<()> {
-        self.do_removexattr(vp, name)
+    fn removexattr(&self, ctx: &Ctx, vp: &VnodeRef, name: &[u8]) -> VfsResult<()> {
+        self.do_removexattr(ctx, vp, name)
+    }
+
+    fn posix_acls(&self) -> bool {
+        true
     }
 
     fn statfs(&self) -> VfsResult<StatFs> {

@@ -3,8 +3,9 @@
 //! Linux rules, as tmpfs applies them: names carry a namespace prefix;
 //! `user.` attributes exist only on regular files and directories (the
 //! kernel refuses them elsewhere too, since their permission bits mean
-//! something else on devices and FIFOs); `system.` (ACLs) is not
-//! supported, so tools fall back to the mode bits. The kernel checks name
+//! something else on devices and FIFOs); of `system.`, the two POSIX ACL
+//! names only (on anything but symlinks), whose values `acl.rs` checks
+//! and interprets before they are stored here. The kernel checks name
 //! and value lengths and the privilege for `trusted.` before a request
 //! arrives; the checks here repeat them for callers that are not the
 //! kernel.
@@ -39,7 +40,10 @@ pub fn check_name(kind: VType, name: &[u8]) -> VfsResult<()> {
             return Err(Errno::EPERM);
         }
         Ok(())
-    } else if name.starts_with(b"trusted.") || name.starts_with(b"security.") {
+    } else if name.starts_with(b"trusted.")
+        || name.starts_with(b"security.")
+        || (crate::acl::is_acl(name) && kind != VType::Lnk)
+    {
         Ok(())
     } else {
         Err(Errno::EOPNOTSUPP)
@@ -66,6 +70,18 @@ impl Xattrs {
         }
         self.map.insert(name.into(), value.into());
         Ok(())
+    }
+
+    /// Sets `name` unconditionally (a value the file system made itself,
+    /// within the size limit).
+    pub fn put(&mut self, name: &[u8], value: &[u8]) {
+        debug_assert!(value.len() <= XATTR_SIZE_MAX);
+        self.map.insert(name.into(), value.into());
+    }
+
+    /// Removes `name` if it is there.
+    pub fn discard(&mut self, name: &[u8]) {
+        self.map.remove(name);
     }
 
     /// Removes `name`.
@@ -107,8 +123,13 @@ mod tests {
     #[test]
     fn names() {
         assert_eq!(check_name(VType::Lnk, b"user.x"), Err(Errno::EPERM));
+        assert!(check_name(VType::Reg, b"system.posix_acl_access").is_ok());
         assert_eq!(
-            check_name(VType::Reg, b"system.posix_acl_access"),
+            check_name(VType::Lnk, b"system.posix_acl_access"),
+            Err(Errno::EOPNOTSUPP)
+        );
+        assert_eq!(
+            check_name(VType::Reg, b"system.other"),
             Err(Errno::EOPNOTSUPP)
         );
         assert_eq!(check_name(VType::Reg, b"foo"), Err(Errno::EOPNOTSUPP));

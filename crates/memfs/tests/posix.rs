@@ -502,3 +502,93 @@ fn reads_move_atime_as_relatime_does() {
     assert_eq!(fs.readlink(&l).unwrap(), b"target");
     assert!(fs.getattr(&l).unwrap().atime > old);
 }
+
+/// `system.posix_acl_*` values from (tag, perm, id) entries.
+fn acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for &(tag, perm, id) in entries {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
+}
+
+#[test]
+fn acls_set_the_mode_and_replace_the_umask() {
+    let fs = memfs(None);
+    let root = fs.root().unwrap();
+    let none = XattrFlags::default();
+    let mode = |v: &VnodeRef| fs.getattr(v).unwrap().perm;
+    // The kernel hands memfs the umask (FUSE_DONT_MASK): it applies
+    // where no default ACL says otherwise.
+    let user = Ctx {
+        umask: 0o027,
+        ..Ctx::new(1000, 1000)
+    };
+    let d = fs.mkdir(&user, &root, b"d", 0o777).unwrap();
+    assert_eq!(mode(&d), 0o750);
+    let dflt = acl(&[(1, 7, u32::MAX), (4, 7, u32::MAX), (0x20, 5, u32::MAX)]);
+    fs.setxattr(&user, &d, b"system.posix_acl_default", &dflt, none)
+        .unwrap();
+    let (f, _) = fs.create(&user, &d, b"f", 0o666, libc::O_RDWR).unwrap();
+    assert_eq!(mode(&f), 0o664, "the default ACL, not the umask");
+    assert_eq!(
+        fs.getxattr(&f, b"system.posix_acl_access").unwrap_err(),
+        Errno::ENODATA,
+        "a minimal ACL is the mode: nothing stored"
+    );
+    let sub = fs.mkdir(&user, &d, b"sub", 0o777).unwrap();
+    assert_eq!(
+        fs.getxattr(&sub, b"system.posix_acl_default").unwrap(),
+        dflt
+    );
+    // Invalid values are refused whoever sends them.
+    assert_eq!(
+        fs.setxattr(&user, &f, b"system.posix_acl_access", b"\x02\0\0\0", none)
+            .unwrap_err(),
+        Errno::EINVAL
+    );
+    assert_eq!(
+        fs.setxattr(&user, &f, b"system.posix_acl_default", &dflt, none)
+            .unwrap_err(),
+        Errno::EACCES,
+        "default ACLs are for directories"
+    );
+    // Set-gid survives an ACL change by a member of the file's group only.
+    let ext = acl(&[
+        (1, 6, u32::MAX),
+        (2, 6, 7),
+        (4, 4, u32::MAX),
+        (0x10, 6, u32::MAX),
+        (0x20, 4, u32::MAX),
+    ]);
+    for (who, kept) in [(Ctx::new(1000, 1000), true), (Ctx::new(1000, 1001), false)] {
+        let set = SetAttr {
+            mode: Some(0o2775),
+            ..Default::default()
+        };
+        fs.setattr(&Ctx::ROOT, &f, &set).unwrap();
+        fs.setxattr(&who, &f, b"system.posix_acl_access", &ext, none)
+            .unwrap();
+        let sgid = if kept { 0o2000 } else { 0 };
+        assert_eq!(mode(&f), sgid | 0o664, "caller gid {}", who.gid);
+    }
+    // chmod moves the mask, and with it what named entries get.
+    let set = SetAttr {
+        mode: Some(0o600),
+        ..Default::default()
+    };
+    fs.setattr(&Ctx::ROOT, &f, &set).unwrap();
+    let now = fs.getxattr(&f, b"system.posix_acl_access").unwrap();
+    assert_eq!(
+        now,
+        acl(&[
+            (1, 6, u32::MAX),
+            (2, 6, 7),
+            (4, 4, u32::MAX),
+            (0x10, 0, u32::MAX),
+            (0x20, 0, u32::MAX),
+        ])
+    );
+}

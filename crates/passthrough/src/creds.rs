@@ -11,7 +11,7 @@
 //! On Linux `setfsuid`, `setfsgid` and the raw `setgroups` system call
 //! change only the calling thread (glibc's `setgroups` wrapper would
 //! change every thread, so it is not used). Supplementary groups come from
-//! `/proc/PID/status` of the caller, like libfuse's `fuse_req_getgroups`;
+//! `/proc/PID/status` of the caller (`Ctx::groups`);
 //! when that is unreadable the caller gets its primary group only.
 
 use crate::sys;
@@ -21,21 +21,6 @@ use uvfs_vfs::{Ctx, VfsResult};
 pub struct AsCaller {
     switched: bool,
     saved_groups: Vec<libc::gid_t>,
-}
-
-/// The caller's supplementary groups, if its status file is readable.
-fn caller_groups(pid: u32) -> Option<Vec<libc::gid_t>> {
-    if pid == 0 {
-        return None;
-    }
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = s.lines().find(|l| l.starts_with("Groups:"))?;
-    Some(
-        line["Groups:".len()..]
-            .split_whitespace()
-            .filter_map(|g| g.parse().ok())
-            .collect(),
-    )
 }
 
 fn set_groups(groups: &[libc::gid_t]) -> VfsResult<()> {
@@ -71,7 +56,7 @@ impl AsCaller {
             });
         }
         let saved_groups = current_groups();
-        let mut groups = caller_groups(ctx.pid).unwrap_or_default();
+        let mut groups = ctx.groups().unwrap_or_default();
         if !groups.contains(&ctx.gid) {
             groups.push(ctx.gid);
         }

@@ -35,4 +35,31 @@ impl Ctx {
             umask: 0,
         }
     }
+
+    /// The caller's supplementary groups, from `/proc/PID/status` (as
+    /// libfuse's `fuse_req_getgroups`; FUSE requests carry only the
+    /// primary group). `None` when the pid is unknown or the process is
+    /// gone.
+    pub fn groups(&self) -> Option<Vec<u32>> {
+        if self.pid == 0 {
+            return None;
+        }
+        let s = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).ok()?;
+        let line = s.lines().find(|l| l.starts_with("Groups:"))?;
+        Some(
+            line["Groups:".len()..]
+                .split_whitespace()
+                .filter_map(|g| g.parse().ok())
+                .collect(),
+        )
+    }
+
+    /// Linux's `in_group_or_capable` for `CAP_FSETID`: whether a change
+    /// the caller makes to a file of group `gid` may keep its set-gid
+    /// bit. Root may; anyone else must be in the group, as primary or
+    /// supplementary group (one read of the caller's status file, only
+    /// when the primary group does not settle it).
+    pub fn in_group_or_capable(&self, gid: u32) -> bool {
+        self.uid == 0 || self.gid == gid || self.groups().is_some_and(|g| g.contains(&gid))
+    }
 }
