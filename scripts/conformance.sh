@@ -118,7 +118,7 @@ done
 # directory; every result, and with --blocks every block count, must match.
 DIFF_REF=$(mktemp -d /dev/shm/uvfs-diff-ref.XXXXXX)
 mkdir -p "$MNT/diff"
-if python3 "$ROOT/scripts/difftest.py" "$MNT/diff" "$DIFF_REF" --blocks \
+if python3 "$ROOT/scripts/difftest.py" "$MNT/diff" "$DIFF_REF" --blocks --tmpfile \
     --seed 1 --seeds "$DIFF_SEEDS" --ops 2000 > "$WRAP/diff.log" 2>&1; then
     pass "difftest vs tmpfs: $(tail -1 "$WRAP/diff.log")"
 else

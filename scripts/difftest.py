@@ -9,7 +9,7 @@ comparison every --check-every ops and at the end.
 
 Usage: difftest.py TARGET_DIR REFERENCE_DIR [--seed N] [--ops N] [--verbose]
                    [--seeds K] [--check-every N] [--minimize] [--dump FILE]
-                   [--replay FILE] [--blocks] [--chardev] [--drop-caches N]
+                   [--replay FILE] [--blocks] [--chardev] [--tmpfile] [--drop-caches N]
                    [--avoid BUG]...
 
 Both directories must be empty; everything happens inside a work directory
@@ -100,6 +100,10 @@ if _renameat2 is not None:
     _renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
                            ctypes.c_uint]
     _renameat2.restype = ctypes.c_int
+AT_EMPTY_PATH = 0x1000
+_linkat = LIBC.linkat
+_linkat.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+_linkat.restype = ctypes.c_int
 _fallocate = getattr(LIBC, "fallocate64", None) or getattr(LIBC, "fallocate", None)
 if _fallocate is not None:
     _fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
@@ -187,9 +191,10 @@ def data(n, dseed):
 class Gen:
     """Random operations, from the seed alone."""
 
-    def __init__(self, seed, chardev=False, avoid=()):
+    def __init__(self, seed, chardev=False, avoid=(), tmpfile=False):
         self.r = random.Random(seed)
         self.chardev = chardev
+        self.tmpfile = tmpfile
         self.avoid = set(avoid)
         self.times = TIMES
         if "negtime" in self.avoid:
@@ -208,6 +213,8 @@ class Gen:
         ok = not (isinstance(ref_result, list) and ref_result and ref_result[0] in ("E", "X"))
         if k == "open" and op[4] is not None and ok:
             self.open_slots.add(op[4])
+        elif k == "tmpfile" and ok:
+            self.open_slots.add(op[5])
         elif k == "close":
             self.open_slots.discard(op[1])
         if ref_side is not None:
@@ -303,6 +310,8 @@ class Gen:
             ("removexattr", 2), ("mknod", 2), ("listdir", 3), ("stat", 4), ("lstat", 4),
             ("access", 1), ("umask", 1), ("readfile", 2), ("probe", 6), ("acl", 3),
         ]
+        if self.tmpfile:
+            ops += [("tmpfile", 3), ("flink", 3)]
         kind = r.choices([k for k, _ in ops], [w for _, w in ops])[0]
         return self.make(kind)
 
@@ -313,7 +322,8 @@ class Gen:
             inner = r.choice(["write", "pwrite", "ftruncate", "truncate", "fallocate",
                               "rename", "renameat2", "link", "unlink", "mkdir", "rmdir",
                               "symlink", "chmod", "setxattr", "mknod", "copy_range",
-                              "open", "removexattr", "chown", "acl"])
+                              "open", "removexattr", "chown", "acl"]
+                             + (["tmpfile", "flink"] if self.tmpfile else []))
             op = self.make(inner)
             if "falloc-mtime" in self.avoid and inner == "fallocate" and op[2] == FALLOC_FL_KEEP_SIZE:
                 # Known divergence: memfs leaves mtime alone on a
@@ -399,6 +409,12 @@ class Gen:
                                                     os.R_OK | os.X_OK])]
         if kind == "umask":
             return ["umask", r.choice([0o022, 0o022, 0o000, 0o077, 0o027])]
+        if kind == "tmpfile":
+            return ["tmpfile", r.choice(self.dirs + [self.path()]), r.choice(MODES),
+                    r.choice([os.O_RDWR, os.O_RDWR, os.O_WRONLY, os.O_RDONLY]),
+                    r.random() < 0.25, r.randrange(SLOTS)]
+        if kind == "flink":
+            return ["flink", self.slot(), self.path()]
         if kind == "acl":
             which = r.choice(["access", "access", "default"])
             return ["acl", self.path(), which, None if r.random() < 0.2 else self.acl(),
@@ -531,6 +547,21 @@ class Side:
             self.fds[op[1]] = None
             os.close(fd)
             return "ok"
+        if k == "tmpfile":
+            _, path, mode, acc, excl, slot = op
+            flags = os.O_TMPFILE | acc | os.O_CLOEXEC | (os.O_EXCL if excl else 0)
+            fd = os.open(self.p(path), flags, mode)
+            if self.fds[slot] is not None:
+                os.close(self.fds[slot])
+            self.fds[slot] = fd
+            return ["fd", self.stsum(os.fstat(fd))]
+        if k == "flink":
+            # linkat(fd, "", AT_FDCWD, path, AT_EMPTY_PATH): names an
+            # O_TMPFILE file (not one made with O_EXCL), never a file whose
+            # last name was removed.
+            _, slot, path = op
+            _check(_linkat(self._fd(slot), b"", AT_FDCWD, os.fsencode(self.p(path)), AT_EMPTY_PATH))
+            return self.stsum(os.lstat(self.p(path)))
         if k == "read":
             fd = self._fd(op[1])
             b = os.read(fd, op[2])
@@ -725,6 +756,9 @@ class Side:
             paths.append(op[2])
         elif k in ("rename", "renameat2", "link"):
             paths += [op[1], op[2]]
+        elif k == "flink":
+            fds.append(op[1])
+            paths.append(op[2])
         else:
             paths.append(op[1])
         full = []
@@ -1056,6 +1090,8 @@ def main():
     ap.add_argument("--replay", help="run the JSON operation list in this file instead")
     ap.add_argument("--blocks", action="store_true", help="also compare st_blocks")
     ap.add_argument("--chardev", action="store_true", help="also mknod character devices")
+    ap.add_argument("--tmpfile", action="store_true",
+                    help="also make O_TMPFILE files and name them with linkat (both sides must support it)")
     ap.add_argument("--avoid", action="append", default=[], choices=sorted(AVOIDABLE),
                     help="steer clear of a known bug, to look for others (repeatable)")
     ap.add_argument("--keep", action="store_true", help="leave the work trees behind")
@@ -1081,7 +1117,7 @@ def main():
                 with open(a.replay) as f:
                     ops = json.load(f)
             else:
-                g = Gen(seed, a.chardev, a.avoid)
+                g = Gen(seed, a.chardev, a.avoid, a.tmpfile)
             t.reset()
             r.reset()
             os.umask(0o022)

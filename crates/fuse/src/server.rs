@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use uvfs_vfs::{
-    Ctx, Errno, FallocMode, FileSystem, RenameFlags, SetAttr, Timespec, VType, VfsResult,
+    Attr, Ctx, Errno, FallocMode, Fh, FileSystem, RenameFlags, SetAttr, Timespec, VType, VfsResult,
     VnodeLayer, VnodeRef, XattrFlags,
 };
 
@@ -228,6 +228,37 @@ impl Server {
                     &i.timeouts.entry,
                     &file_attr(&attr, id),
                     Generation(i.fs.generation(&vp)),
+                );
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    /// Answers CREATE and TMPFILE: the new node is remembered by the
+    /// kernel (one lookup) and open through a new handle. `named` is the
+    /// (parent, name) the evictor may later ask the kernel to forget it by.
+    fn reply_created(
+        &self,
+        reply: ReplyCreate,
+        r: VfsResult<(VnodeRef, Fh, Attr)>,
+        flags: i32,
+        named: Option<(u64, &[u8])>,
+    ) {
+        match r {
+            Ok((vp, fh, attr)) => {
+                let i = &self.inner;
+                let (id, new) = i.nodes.remember_new(&vp);
+                if let (true, Some((parent, n))) = (new, named) {
+                    i.note_new(id, parent, n, false);
+                }
+                let generation = Generation(i.fs.generation(&vp));
+                let h = i.handles.insert(vp, fh, writes(flags));
+                reply.created(
+                    &i.timeouts.entry,
+                    &file_attr(&attr, id),
+                    generation,
+                    FileHandle(h),
+                    FopenFlags::FOPEN_KEEP_CACHE,
                 );
             }
             Err(e) => reply.error(errno(e)),
@@ -856,25 +887,28 @@ impl Filesystem for Server {
             let attr = i.fs.getattr(&vp)?;
             Ok((vp, fh, attr))
         });
-        match r {
-            Ok((vp, fh, attr)) => {
-                let i = &self.inner;
-                let (id, new) = i.nodes.remember_new(&vp);
-                if new {
-                    i.note_new(id, parent.0, name(n), false);
-                }
-                let generation = Generation(i.fs.generation(&vp));
-                let h = i.handles.insert(vp, fh, writes(flags));
-                reply.created(
-                    &i.timeouts.entry,
-                    &file_attr(&attr, id),
-                    generation,
-                    FileHandle(h),
-                    FopenFlags::FOPEN_KEEP_CACHE,
-                );
-            }
-            Err(e) => reply.error(errno(e)),
-        }
+        self.reply_created(reply, r, flags, Some((parent.0, name(n))));
+    }
+
+    fn tmpfile(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let r = self.guard("tmpfile", |i| {
+            let dir = i.nodes.get(parent.0)?;
+            let (vp, fh) = i.fs.tmpfile(&ctx_making(req, umask), &dir, mode, flags)?;
+            let attr = i.fs.getattr(&vp)?;
+            Ok((vp, fh, attr))
+        });
+        // No name for the evictor to ask the kernel to forget it by: the
+        // node goes when its last open file does (or once `link` named it,
+        // as any other).
+        self.reply_created(reply, r, flags, None);
     }
 
     fn fallocate(

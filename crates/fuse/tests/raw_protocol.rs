@@ -71,9 +71,11 @@ const READDIRPLUS: u32 = 44;
 const RENAME2: u32 = 45;
 const LSEEK: u32 = 46;
 const COPY_FILE_RANGE: u32 = 47;
-/// Opcodes newer than fuser 0.18 knows (SETUPMAPPING .. STATX) and
-/// nonsense ones.
-const UNKNOWN_OPS: [u32; 8] = [0, 48, 49, 50, 51, 52, 9999, u32::MAX];
+/// `O_TMPFILE` (the vendored fuser decodes it; upstream 0.18 does not).
+const TMPFILE: u32 = 51;
+/// Opcodes newer than fuser 0.18 knows (SETUPMAPPING, REMOVEMAPPING,
+/// SYNCFS, STATX) and nonsense ones.
+const UNKNOWN_OPS: [u32; 7] = [0, 48, 49, 50, 52, 9999, u32::MAX];
 
 // fuse_setattr_in.valid bits.
 const FATTR_MODE: u32 = 1 << 0;
@@ -149,6 +151,7 @@ fn op_name(op: u32) -> String {
         SETLK => "SETLK",
         ACCESS => "ACCESS",
         CREATE => "CREATE",
+        TMPFILE => "TMPFILE",
         INTERRUPT => "INTERRUPT",
         BMAP => "BMAP",
         DESTROY => "DESTROY",
@@ -905,7 +908,7 @@ impl Kernel {
     fn account(&mut self, op: u32, _nodeid: u64, body: &[u8], r: &Reply) {
         match op {
             LOOKUP | MKNOD | MKDIR | SYMLINK | LINK => self.remember(r.nodeid()),
-            CREATE => {
+            CREATE | TMPFILE => {
                 self.remember(r.nodeid());
                 self.open.insert(u64_at(&r.body, ENTRY_OUT));
             }
@@ -1170,8 +1173,8 @@ fn check_shape(op: u32, nodeid: u64, req: &[u8], body: &[u8]) -> Result<(), Stri
             want(ATTR_OUT)?;
             check_attr(body, 16, nodeid)
         }
-        LOOKUP | MKNOD | MKDIR | SYMLINK | LINK | CREATE => {
-            want(if op == CREATE {
+        LOOKUP | MKNOD | MKDIR | SYMLINK | LINK | CREATE | TMPFILE => {
+            want(if op == CREATE || op == TMPFILE {
                 ENTRY_OUT + 16
             } else {
                 ENTRY_OUT
@@ -1322,6 +1325,7 @@ fn unknown_nodes(k: &mut Kernel) {
         k.expect_err(MKDIR, id, &mkdir_in(0o755, b"d"), &stale);
         k.expect_err(MKNOD, id, &mknod_in(libc::S_IFIFO | 0o644, 0, b"p"), &stale);
         k.expect_err(CREATE, id, &create_in(libc::O_RDWR, 0o644, b"c"), &stale);
+        k.expect_err(TMPFILE, id, &create_in(libc::O_RDWR, 0o644, b"/"), &stale);
         k.expect_err(SYMLINK, id, &symlink_in(b"s", b"target"), &stale);
         k.expect_err(UNLINK, id, &b().name(b"known").done(), &stale);
         k.expect_err(RMDIR, id, &b().name(b"known").done(), &stale);
@@ -2280,7 +2284,10 @@ impl Gen<'_> {
                         0
                     };
                 let mode = self.mode();
-                self.k.call(CREATE, dir, &create_in(flags, mode, &name));
+                // Now and then an unnamed file instead (O_TMPFILE; the
+                // name is ignored, as the kernel's "/" is).
+                let op = if self.rng.chance(15) { TMPFILE } else { CREATE };
+                self.k.call(op, dir, &create_in(flags, mode, &name));
             }
             15 => {
                 let (dir, name, target) = (self.node(), self.name(), self.name());
@@ -2479,6 +2486,7 @@ impl Gen<'_> {
                     (RELEASE, 24),
                     (MKDIR, 8),
                     (CREATE, 16),
+                    (TMPFILE, 16),
                     (RENAME2, 16),
                     (LINK, 8),
                     (FALLOCATE, 32),

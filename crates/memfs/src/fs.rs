@@ -110,6 +110,7 @@ impl MemFs {
                 uid: cfg.root_uid,
                 gid: cfg.root_gid,
                 nlink: 2,
+                linkable: false,
                 rdev: 0,
                 atime: now,
                 mtime: now,

@@ -48,6 +48,9 @@ pub struct Meta {
     pub gid: u32,
     /// Links; for a directory, 2 plus its subdirectories (0 once removed).
     pub nlink: u32,
+    /// An `O_TMPFILE` file (nlink 0) that `link` may still name (made
+    /// without `O_EXCL`: Linux's `I_LINKABLE`).
+    pub linkable: bool,
     /// Device number.
     pub rdev: u64,
     /// Access time.
@@ -195,6 +198,7 @@ mod tests {
             uid: 0,
             gid: 0,
             nlink: 1,
+            linkable: false,
             rdev: 0,
             atime: t(atime),
             mtime: t(mtime),

@@ -75,24 +75,10 @@ impl MemFs {
         }
     }
 
-    /// Makes a new inode named `name` in `dir`.
-    pub(crate) fn make_node(
-        &self,
-        ctx: &Ctx,
-        dir: &VnodeRef,
-        name: &[u8],
-        new: NewNode<'_>,
-    ) -> VfsResult<Made> {
-        check_new_name(name)?;
-        let (dinode, d) = self.dir_of(dir)?;
-        let mut g = d.write();
-        if g.removed {
-            return Err(Errno::ENOENT);
-        }
-        if let Some(t) = g.get(name) {
-            return Ok(Made::Exists(t));
-        }
-        let now = Timespec::now();
+    /// A new inode for `dir` to hold (not yet linked anywhere): owner,
+    /// group and mode as Linux gives them, from the caller, the
+    /// directory's set-gid bit and default ACL, and the umask.
+    fn new_inode(&self, ctx: &Ctx, dinode: &Inode, new: NewNode<'_>, now: Timespec) -> Arc<Inode> {
         let mut perm = (new.perm & 0o7777) as u16;
         // Set-gid directories hand their group down, and their set-gid bit
         // to subdirectories (the kernel already stripped set-gid from a
@@ -138,6 +124,7 @@ impl MemFs {
             uid: ctx.uid,
             gid,
             nlink: if new.kind == VType::Dir { 2 } else { 1 },
+            linkable: false,
             rdev: new.rdev,
             atime: now,
             mtime: now,
@@ -145,25 +132,78 @@ impl MemFs {
             btime: now,
             xattrs,
         };
-        let inode = Arc::new(Inode::new(ino, new.kind, meta, body, self.alive.clone()));
+        Arc::new(Inode::new(ino, new.kind, meta, body, self.alive.clone()))
+    }
+
+    /// Makes a new inode named `name` in `dir`.
+    pub(crate) fn make_node(
+        &self,
+        ctx: &Ctx,
+        dir: &VnodeRef,
+        name: &[u8],
+        new: NewNode<'_>,
+    ) -> VfsResult<Made> {
+        check_new_name(name)?;
+        let (dinode, d) = self.dir_of(dir)?;
+        let mut g = d.write();
+        if g.removed {
+            return Err(Errno::ENOENT);
+        }
+        if let Some(t) = g.get(name) {
+            return Ok(Made::Exists(t));
+        }
+        let now = Timespec::now();
+        let kind = new.kind;
+        let inode = self.new_inode(ctx, dinode, new, now);
         self.table.insert(inode.clone());
         g.insert(
             name,
             Target {
-                ino,
-                kind: new.kind,
+                ino: inode.ino,
+                kind,
             },
         );
         {
             let mut m = dinode.meta.lock();
             m.touch_modified(now);
-            if new.kind == VType::Dir {
+            if kind == VType::Dir {
                 m.nlink += 1;
             }
         }
         let vp = self.vnode(&inode)?;
         self.layer.namecache().enter(dir, name, Some(&vp));
         Ok(Made::New(vp))
+    }
+
+    /// `O_TMPFILE`: a new regular file with no name (nlink 0, in no
+    /// directory and not in the inode table), opened with `flags`. It lives
+    /// while something uses it, like a file unlinked while open; `link`
+    /// can name it later unless it was made with `O_EXCL`.
+    pub(crate) fn do_tmpfile(
+        &self,
+        ctx: &Ctx,
+        dir: &VnodeRef,
+        mode: u32,
+        flags: i32,
+    ) -> VfsResult<(VnodeRef, Fh)> {
+        // Even in a removed directory, as tmpfs: the file has no name
+        // there to be refused.
+        let (dinode, _) = self.dir_of(dir)?;
+        let new = NewNode {
+            kind: VType::Reg,
+            perm: mode,
+            rdev: 0,
+            target: b"",
+        };
+        let inode = self.new_inode(ctx, dinode, new, Timespec::now());
+        {
+            let mut m = inode.meta.lock();
+            m.nlink = 0;
+            m.linkable = flags & libc::O_EXCL == 0;
+        }
+        let vp = self.vnode(&inode)?;
+        let fh = self.do_open(ctx, &vp, flags)?;
+        Ok((vp, fh))
     }
 
     fn make_new(
@@ -303,9 +343,15 @@ impl MemFs {
         }
         {
             let mut m = inode.meta.lock();
-            // An unlinked file cannot get a name back.
             if m.nlink == 0 {
-                return Err(Errno::ENOENT);
+                // An unlinked file cannot get a name back; an O_TMPFILE
+                // file made without O_EXCL gets its first one (and goes
+                // into the table, which holds every linked inode).
+                if !m.linkable {
+                    return Err(Errno::ENOENT);
+                }
+                m.linkable = false;
+                self.table.insert(inode.clone());
             }
             if m.nlink == u32::MAX {
                 return Err(Errno::EMLINK);

@@ -96,6 +96,16 @@ impl FileSystem for MemFs {
         self.do_create(ctx, dir, name, mode, flags)
     }
 
+    fn tmpfile(
+        &self,
+        ctx: &Ctx,
+        dir: &VnodeRef,
+        mode: u32,
+        flags: i32,
+    ) -> VfsResult<(VnodeRef, Fh)> {
+        self.do_tmpfile(ctx, dir, mode, flags)
+    }
+
     fn open(&self, ctx: &Ctx, vp: &VnodeRef, flags: i32) -> VfsResult<Fh> {
         self.do_open(ctx, vp, flags)
     }

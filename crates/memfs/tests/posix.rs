@@ -592,3 +592,33 @@ fn acls_set_the_mode_and_replace_the_umask() {
         ])
     );
 }
+
+#[test]
+fn tmpfiles_are_nameless_until_linked() {
+    let fs = memfs(None);
+    let root = fs.root().unwrap();
+    let (t, fh) = fs.tmpfile(&C, &root, 0o600, libc::O_RDWR).unwrap();
+    assert_eq!(fs.getattr(&t).unwrap().nlink, 0);
+    assert_eq!(names(&fs, &root), vec![".", ".."]);
+    fs.write(&t, fh, 0, b"kept").unwrap();
+    fs.link(&C, &t, &root, b"named").unwrap();
+    assert_eq!(fs.getattr(&t).unwrap().nlink, 1);
+    let again = fs.lookup(&C, &root, b"named").unwrap();
+    assert_eq!(again.ino(), t.ino());
+    assert_eq!(fs.read(&again, Fh(0), 0, 10).unwrap(), b"kept");
+    // Linked, it is an ordinary file: found by number, unlinked as usual.
+    assert_eq!(fs.vget(t.ino()).unwrap().ino(), t.ino());
+    // O_EXCL: never linkable; nor is a file whose last name was removed.
+    let (x, _) = fs
+        .tmpfile(&C, &root, 0o600, libc::O_RDWR | libc::O_EXCL)
+        .unwrap();
+    assert_eq!(fs.link(&C, &x, &root, b"x").unwrap_err(), Errno::ENOENT);
+    assert_eq!(fs.vget(x.ino()).unwrap_err(), Errno::ESTALE);
+    let f = file(&fs, &root, "f");
+    fs.unlink(&C, &root, b"f").unwrap();
+    assert_eq!(fs.link(&C, &f, &root, b"back").unwrap_err(), Errno::ENOENT);
+    assert_eq!(
+        fs.tmpfile(&C, &f, 0o600, libc::O_RDWR).unwrap_err(),
+        Errno::ENOTDIR
+    );
+}

@@ -120,6 +120,21 @@ pub trait FileSystem: Send + Sync + 'static {
         flags: i32,
     ) -> VfsResult<(VnodeRef, Fh)>;
 
+    /// Creates an unnamed regular file in `dir` (`O_TMPFILE`) and opens it
+    /// with the `open(2)` flags `flags`. Its link count is 0 until `link`
+    /// names it, which must be refused (`ENOENT`) if `flags` had `O_EXCL`.
+    /// The default, `ENOSYS`, makes the kernel answer `EOPNOTSUPP` to
+    /// `O_TMPFILE` from then on.
+    fn tmpfile(
+        &self,
+        _ctx: &Ctx,
+        _dir: &VnodeRef,
+        _mode: u32,
+        _flags: i32,
+    ) -> VfsResult<(VnodeRef, Fh)> {
+        Err(Errno::ENOSYS)
+    }
+
     /// Opens a file with the `open(2)` flags `flags`.
     fn open(&self, ctx: &Ctx, vp: &VnodeRef, flags: i32) -> VfsResult<Fh>;
 

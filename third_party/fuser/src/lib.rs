@@ -855,6 +855,27 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
+    /// Create and open an unnamed regular file in directory `parent`
+    /// (`open(2)` with `O_TMPFILE`). It has no name, and no link count,
+    /// until `link` gives it one (unless opened with `O_EXCL`, in which
+    /// case the kernel never asks). Reply as to `create`. Not implemented:
+    /// the kernel then answers `EOPNOTSUPP` to every later `O_TMPFILE`.
+    fn tmpfile(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        warn!(
+            "[Not Implemented] tmpfile(parent: {parent:#x?}, mode: {mode}, \
+            umask: {umask:#x?}, flags: {flags:#x?})"
+        );
+        reply.error(Errno::ENOSYS);
+    }
+
     /// Test for a POSIX file lock.
     fn getlk(
         &self,

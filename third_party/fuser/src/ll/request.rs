@@ -1257,6 +1257,30 @@ mod op {
         }
     }
 
+    /// Create and open an unnamed file in a directory (`O_TMPFILE`).
+    ///
+    /// The arguments are those of [`Create`] (the name is the kernel's
+    /// placeholder, `/`, and is not kept); the reply is a create reply. The
+    /// new file has no link until a later [`Link`] gives it one.
+    #[derive(Debug)]
+    pub(crate) struct Tmpfile<'a> {
+        #[expect(dead_code)]
+        header: &'a fuse_in_header,
+        arg: &'a fuse_create_in,
+    }
+    impl Tmpfile<'_> {
+        pub(crate) fn mode(&self) -> u32 {
+            self.arg.mode
+        }
+        /// Flags as passed to the `open()` call
+        pub(crate) fn flags(&self) -> i32 {
+            self.arg.flags
+        }
+        pub(crate) fn umask(&self) -> u32 {
+            self.arg.umask
+        }
+    }
+
     /// If a process issuing a FUSE filesystem request is interrupted, the
     /// following will happen:
     ///
@@ -1859,6 +1883,10 @@ mod op {
                 header,
                 arg: data.fetch()?,
             }),
+            fuse_opcode::FUSE_TMPFILE => Operation::Tmpfile(Tmpfile {
+                header,
+                arg: data.fetch()?,
+            }),
 
             #[cfg(target_os = "macos")]
             fuse_opcode::FUSE_SETVOLNAME => Operation::SetVolName(SetVolName {
@@ -1933,6 +1961,7 @@ pub(crate) enum Operation<'a> {
     Rename2(Rename2<'a>),
     Lseek(Lseek<'a>),
     CopyFileRange(CopyFileRange<'a>),
+    Tmpfile(Tmpfile<'a>),
 
     #[cfg(target_os = "macos")]
     SetVolName(SetVolName<'a>),
@@ -2069,6 +2098,12 @@ impl fmt::Display for Operation<'_> {
                 f,
                 "CREATE name {:?}, mode {:#05o}, flags {:#x}",
                 x.name(),
+                x.mode(),
+                x.flags()
+            ),
+            Operation::Tmpfile(x) => write!(
+                f,
+                "TMPFILE mode {:#05o}, flags {:#x}",
                 x.mode(),
                 x.flags()
             ),
