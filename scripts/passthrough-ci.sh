@@ -95,7 +95,7 @@ fi
 mkdir -p "$WORK/diff-src" "$WORK/diff-ref"
 if mount_pt "$WORK/diff-src"; then
     if python3 "$ROOT/scripts/difftest.py" "$MNT" "$WORK/diff-ref" \
-        --seed 1000 --seeds "$DIFF_SEEDS" --ops 2000 > "$WORK/diff.out" 2>&1; then
+        --tmpfile --seed 1000 --seeds "$DIFF_SEEDS" --ops 2000 > "$WORK/diff.out" 2>&1; then
         pass "difftest vs ext4: $(tail -1 "$WORK/diff.out")"
     else
         grep -A40 '^DIVERGENCE' "$WORK/diff.out" | head -60

@@ -157,107 +157,15 @@ fn rename_flags_and_xattrs() {
     assert_eq!(&buf[..n as usize], b"v1");
 }
 
-/// What `O_TMPFILE` does under `dir`, step by step (results or errnos).
-fn tmpfile_transcript(dir: &Path) -> Vec<String> {
-    use std::os::unix::fs::FileExt;
-    let d = cstr(dir);
-    let tmp = |at: libc::c_int, path: &CString, flags: libc::c_int| -> std::io::Result<fs::File> {
-        // SAFETY: a NUL-terminated path; the fd returned is owned by the File.
-        let fd = unsafe {
-            libc::openat(
-                at,
-                path.as_ptr(),
-                flags | libc::O_TMPFILE | libc::O_CLOEXEC,
-                0o640,
-            )
-        };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is a fresh descriptor nothing else owns.
-        Ok(unsafe { <fs::File as std::os::unix::io::FromRawFd>::from_raw_fd(fd) })
-    };
-    let link = |f: &fs::File, name: &str| -> String {
-        let to = cstr(&dir.join(name));
-        // SAFETY: an fd we hold, an empty path and a NUL-terminated target.
-        let r = unsafe {
-            libc::linkat(
-                f.as_raw_fd(),
-                c"".as_ptr(),
-                libc::AT_FDCWD,
-                to.as_ptr(),
-                libc::AT_EMPTY_PATH,
-            )
-        };
-        if r == 0 {
-            "ok".into()
-        } else {
-            format!(
-                "errno {}",
-                errno_of::<()>(Err(std::io::Error::last_os_error()))
-            )
-        }
-    };
-    let st = |f: &fs::File| {
-        let m = f.metadata().unwrap();
-        format!("nlink {} mode {:o} size {}", m.nlink(), m.mode(), m.len())
-    };
-    let mut out = Vec::new();
-    let f = tmp(libc::AT_FDCWD, &d, libc::O_RDWR).unwrap();
-    out.push(format!("new: {}", st(&f)));
-    f.write_all_at(b"tmpfile data", 0).unwrap();
-    out.push(format!("written: {}", st(&f)));
-    out.push(format!("link: {}", link(&f, "named")));
-    out.push(format!("linked: {}", st(&f)));
-    out.push(format!("again: {}", link(&f, "second")));
-    out.push(format!("twice: {}", st(&f)));
-    drop(f);
-    out.push(format!(
-        "read: {:?}",
-        fs::read(dir.join("named")).map_err(|e| e.raw_os_error())
-    ));
-    let excl = tmp(libc::AT_FDCWD, &d, libc::O_WRONLY | libc::O_EXCL).unwrap();
-    out.push(format!("excl: {} link {}", st(&excl), link(&excl, "never")));
-    drop(excl);
-    out.push(format!(
-        "rdonly: {:?}",
-        tmp(libc::AT_FDCWD, &d, libc::O_RDONLY)
-            .map(drop)
-            .map_err(|e| e.raw_os_error())
-    ));
-    out.push(format!(
-        "on a file: {:?}",
-        tmp(libc::AT_FDCWD, &cstr(&dir.join("named")), libc::O_RDWR)
-            .map(drop)
-            .map_err(|e| e.raw_os_error())
-    ));
-    fs::create_dir(dir.join("gone")).unwrap();
-    let gone = fs::File::open(dir.join("gone")).unwrap();
-    fs::remove_dir(dir.join("gone")).unwrap();
-    out.push(format!(
-        "in a removed dir: {:?}",
-        tmp(gone.as_raw_fd(), &CString::new(".").unwrap(), libc::O_RDWR)
-            .map(drop)
-            .map_err(|e| e.raw_os_error())
-    ));
-    let mut names: Vec<_> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    names.sort();
-    out.push(format!("names: {names:?}"));
-    out
-}
-
 #[test]
 fn o_tmpfile_behaves_as_on_tmpfs() {
     let Some(m) = Mnt::new(None) else { return };
     let shm = Path::new("/dev/shm").join(format!("uvfs-tmpfile-{}", std::process::id()));
     let _ = fs::remove_dir_all(&shm);
     fs::create_dir(&shm).unwrap();
-    let theirs = tmpfile_transcript(&shm);
+    let theirs = common::tmpfile_transcript(&shm);
     let _ = fs::remove_dir_all(&shm);
-    let ours = tmpfile_transcript(&m.dir);
+    let ours = common::tmpfile_transcript(&m.dir);
     assert_eq!(ours, theirs, "memfs (left) against tmpfs (right)");
     // A tmpfile never linked is freed with its last descriptor.
     let base = m.report(false)["counters"]["memfs.data.bytes"]

@@ -203,3 +203,50 @@ fn seek_data_and_hole_answer_as_the_source() {
     assert_eq!(ours, theirs);
     assert!(ours.contains(&(0, libc::SEEK_HOLE, 4096)), "{ours:?}");
 }
+
+#[test]
+fn o_tmpfile_behaves_as_on_the_source() {
+    let Some(t) = Pt::new("tmpfile") else { return };
+    let native = t.base.join("native");
+    std::fs::create_dir(&native).unwrap();
+    let theirs = common::tmpfile_transcript(&native);
+    let ours = common::tmpfile_transcript(&t.m(""));
+    assert_eq!(
+        ours, theirs,
+        "passthrough (left) against its source's file system (right)"
+    );
+    // Linked through the mount, the file is in the source.
+    assert_eq!(std::fs::read(t.src("named")).unwrap(), b"tmpfile data");
+}
+
+#[test]
+fn an_unlinked_tmpfile_goes_with_its_last_close() {
+    let Some(t) = Pt::new("tmpfile-gone") else {
+        return;
+    };
+    // One never linked holds its fd (there is no other way back to it)
+    // until the kernel forgets it after the last close; then the vnode
+    // and the backing inode go.
+    let counter = |name: &str| {
+        t.mount.as_ref().unwrap().report(false)["counters"][name]
+            .as_u64()
+            .unwrap()
+    };
+    let before = counter("mount.vnodes");
+    let f = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_TMPFILE)
+            .open(t.m(""))
+            .unwrap()
+    };
+    std::io::Write::write_all(&mut &f, &[3u8; 1 << 16]).unwrap();
+    assert_eq!(counter("mount.vnodes"), before + 1);
+    drop(f);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while counter("mount.vnodes") != before {
+        assert!(Instant::now() < deadline, "the tmpfile's vnode stayed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

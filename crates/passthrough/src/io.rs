@@ -74,6 +74,40 @@ impl PassthroughFs {
         Ok((vp, self.opens.insert(res.into_fd(f), node)))
     }
 
+    /// `O_TMPFILE` in the backing directory, as the caller. The node has no
+    /// name to reopen it by, and its handle opens nothing while its link
+    /// count is 0, so its fd is kept from the evictor (an orphan's) until
+    /// `link` names it; never named, the vnode is recycled, and the backing
+    /// inode freed, once the kernel forgets it after the last close. The
+    /// backing file system enforces `O_EXCL` (no later link) itself.
+    pub(crate) fn do_tmpfile(
+        &self,
+        ctx: &Ctx,
+        dir: &VnodeRef,
+        mode: u32,
+        flags: i32,
+    ) -> VfsResult<(VnodeRef, Fh)> {
+        let dnode = self.node_of(dir)?;
+        if dnode.kind() != VType::Dir {
+            return Err(Errno::ENOTDIR);
+        }
+        let dfd = self.fd_of(&dnode)?;
+        let res = self.pool.reserve_open()?;
+        let flags = (flags & !STRIP) | libc::O_TMPFILE | (flags & libc::O_EXCL);
+        let f = {
+            let _as = AsCaller::switch(ctx)?;
+            let mode = self.creation_mode(dfd.raw(), mode & 0o7777, ctx.umask);
+            sys::openat_mode(dfd.raw(), c".", flags, mode)?
+        };
+        drop(dfd);
+        let path_fd = self.path_fd_of(&f)?;
+        let (vp, _) = self.vnode_from_fd(path_fd, None)?;
+        let node = self.node_of(&vp)?;
+        node.set_orphan(true);
+        vp.recycle_when_free();
+        Ok((vp, self.opens.insert(res.into_fd(f), node)))
+    }
+
     pub(crate) fn do_read(&self, fh: Fh, offset: u64, size: u32) -> VfsResult<Vec<u8>> {
         let of = self.opens.get(fh)?;
         let mut buf = vec![0u8; size.min(MAX_READ) as usize];

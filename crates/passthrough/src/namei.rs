@@ -15,7 +15,7 @@ use crate::fs::PassthroughFs;
 use crate::node::Node;
 use crate::sys;
 use std::sync::Arc;
-use uvfs_vfs::{check_name, is_dot_or_dotdot, Ctx, Errno, RenameFlags, VfsResult, VnodeRef};
+use uvfs_vfs::{check_name, is_dot_or_dotdot, Ctx, Errno, RenameFlags, VType, VfsResult, VnodeRef};
 
 impl PassthroughFs {
     pub(crate) fn do_lookup(&self, dir: &VnodeRef, name: &[u8]) -> VfsResult<VnodeRef> {
@@ -93,6 +93,11 @@ impl PassthroughFs {
                 libc::AT_EMPTY_PATH,
             )
         })?;
+        // An O_TMPFILE file named now: its handle leads back to it from
+        // here on, so its fd need not be kept any more.
+        if node.kind() == VType::Reg && node.is_orphan() {
+            node.set_orphan(false);
+        }
         Ok(())
     }
 

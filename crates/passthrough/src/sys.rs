@@ -118,8 +118,18 @@ pub(crate) fn open_beneath(
 /// Plain `openat` (for `.` and `..`, which `open_beneath` refuses or
 /// treats as an escape).
 pub(crate) fn openat(dirfd: RawFd, name: &CStr, flags: libc::c_int) -> VfsResult<OwnedFd> {
+    openat_mode(dirfd, name, flags, 0)
+}
+
+/// `openat` of `.` or `..` with a creation mode (`O_TMPFILE`).
+pub(crate) fn openat_mode(
+    dirfd: RawFd,
+    name: &CStr,
+    flags: libc::c_int,
+    mode: u32,
+) -> VfsResult<OwnedFd> {
     // SAFETY: `name` is NUL-terminated; openat only reads it.
-    owned(unsafe { libc::openat(dirfd, name.as_ptr(), flags | libc::O_CLOEXEC, 0) })
+    owned(unsafe { libc::openat(dirfd, name.as_ptr(), flags | libc::O_CLOEXEC, mode) })
 }
 
 /// `/proc/self/fd/N`: names exactly the inode `fd` refers to.

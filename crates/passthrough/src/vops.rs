@@ -107,6 +107,16 @@ impl FileSystem for PassthroughFs {
         self.do_create(ctx, dir, name, mode, flags)
     }
 
+    fn tmpfile(
+        &self,
+        ctx: &Ctx,
+        dir: &VnodeRef,
+        mode: u32,
+        flags: i32,
+    ) -> VfsResult<(VnodeRef, Fh)> {
+        self.do_tmpfile(ctx, dir, mode, flags)
+    }
+
     fn open(&self, _ctx: &Ctx, vp: &VnodeRef, flags: i32) -> VfsResult<Fh> {
         self.do_open(vp, flags)
     }
