@@ -190,6 +190,76 @@ fn o_tmpfile_behaves_as_on_tmpfs() {
 }
 
 #[test]
+fn overlayfs_upper_layer() {
+    // memfs as overlayfs's upper and work directories: what overlayfs
+    // needs (whiteouts by RENAME_WHITEOUT or mknod, trusted.* xattrs,
+    // O_TMPFILE for copy-up) must be there for a container-style stack.
+    let Some(m) = Mnt::new(None) else { return };
+    let base = std::env::temp_dir().join(format!("uvfs-ovl-{}", std::process::id()));
+    let (lower, merged) = (base.join("lower"), base.join("merged"));
+    fs::create_dir_all(lower.join("d")).unwrap();
+    fs::create_dir_all(&merged).unwrap();
+    fs::write(lower.join("f"), b"lower").unwrap();
+    fs::write(lower.join("d/g"), b"deep").unwrap();
+    fs::create_dir(m.p("upper")).unwrap();
+    fs::create_dir(m.p("work")).unwrap();
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={}",
+        lower.display(),
+        m.p("upper").display(),
+        m.p("work").display()
+    );
+    let ok = std::process::Command::new("mount")
+        .args(["-t", "overlay", "overlay", "-o", &opts])
+        .arg(&merged)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("SKIP: overlayfs cannot be mounted here");
+        let _ = fs::remove_dir_all(&base);
+        return;
+    }
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        fs::remove_file(merged.join("f")).unwrap();
+        // A lower file renamed: copied up, its old name whited out.
+        fs::rename(merged.join("d/g"), merged.join("d/h")).unwrap();
+        fs::write(merged.join("new"), b"upper").unwrap();
+        fs::OpenOptions::new()
+            .append(true)
+            .open(merged.join("d/h"))
+            .unwrap()
+            .write_all(b" copied up")
+            .unwrap();
+        let names = |p: &Path| {
+            let mut v: Vec<_> = fs::read_dir(p)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(names(&merged), ["d", "new"]);
+        assert_eq!(names(&merged.join("d")), ["h"]);
+        assert_eq!(fs::read(merged.join("d/h")).unwrap(), b"deep copied up");
+        // The removed file is a whiteout (0:0 character device) in memfs.
+        use std::os::unix::fs::FileTypeExt;
+        for gone in ["upper/f", "upper/d/g"] {
+            let w = fs::symlink_metadata(m.p(gone)).unwrap();
+            assert!(
+                w.file_type().is_char_device() && w.rdev() == 0,
+                "{gone}: {w:?}"
+            );
+        }
+        assert_eq!(fs::read(lower.join("f")).unwrap(), b"lower");
+    }));
+    let _ = std::process::Command::new("umount").arg(&merged).status();
+    let _ = fs::remove_dir_all(&base);
+    if let Err(e) = r {
+        std::panic::resume_unwind(e);
+    }
+}
+
+#[test]
 fn enospc_keeps_data() {
     let Some(m) = Mnt::new(Some(256 * 1024)) else {
         return;

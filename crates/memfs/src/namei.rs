@@ -78,7 +78,13 @@ impl MemFs {
     /// A new inode for `dir` to hold (not yet linked anywhere): owner,
     /// group and mode as Linux gives them, from the caller, the
     /// directory's set-gid bit and default ACL, and the umask.
-    fn new_inode(&self, ctx: &Ctx, dinode: &Inode, new: NewNode<'_>, now: Timespec) -> Arc<Inode> {
+    pub(crate) fn new_inode(
+        &self,
+        ctx: &Ctx,
+        dinode: &Inode,
+        new: NewNode<'_>,
+        now: Timespec,
+    ) -> Arc<Inode> {
         let mut perm = (new.perm & 0o7777) as u16;
         // Set-gid directories hand their group down, and their set-gid bit
         // to subdirectories (the kernel already stripped set-gid from a

@@ -1,4 +1,6 @@
-//! `rename` with `RENAME_NOREPLACE` and `RENAME_EXCHANGE`.
+//! `rename` with `RENAME_NOREPLACE`, `RENAME_EXCHANGE` and
+//! `RENAME_WHITEOUT` (overlayfs's: the old name becomes a whiteout, a 0:0
+//! character device, in the same step, under the same locks).
 //!
 //! # Lock order
 //! 1. `rename_lock`, for renames between two directories only. It keeps
@@ -25,11 +27,13 @@
 use crate::dir::Target;
 use crate::fs::MemFs;
 use crate::inode::Inode;
+use crate::namei::NewNode;
 use crate::table::ROOT_INO;
 use parking_lot::RwLockWriteGuard;
 use std::sync::Arc;
 use uvfs_vfs::{
-    check_name, is_dot_or_dotdot, Errno, Ino, RenameFlags, Timespec, VType, VfsResult, VnodeRef,
+    check_name, is_dot_or_dotdot, Ctx, Errno, Ino, RenameFlags, Timespec, VType, VfsResult,
+    VnodeRef,
 };
 
 use crate::dir::Directory;
@@ -40,15 +44,15 @@ const MAX_ATTEMPTS: usize = 64;
 impl MemFs {
     pub(crate) fn do_rename(
         &self,
+        ctx: &Ctx,
         sdir: &VnodeRef,
         sname: &[u8],
         ddir: &VnodeRef,
         dname: &[u8],
         flags: RenameFlags,
     ) -> VfsResult<()> {
-        if flags.0 & !(RenameFlags::NOREPLACE | RenameFlags::EXCHANGE) != 0
-            || (flags.noreplace() && flags.exchange())
-        {
+        let known = RenameFlags::NOREPLACE | RenameFlags::EXCHANGE | RenameFlags::WHITEOUT;
+        if flags.0 & !known != 0 || (flags.exchange() && (flags.noreplace() || flags.whiteout())) {
             return Err(Errno::EINVAL);
         }
         check_name(sname)?;
@@ -59,11 +63,11 @@ impl MemFs {
         let (si, _) = self.dir_of(sdir)?;
         let (di, _) = self.dir_of(ddir)?;
         if si.ino == di.ino {
-            return self.rename_within(sdir, si, sname, dname, flags);
+            return self.rename_within(ctx, sdir, si, sname, dname, flags);
         }
         let _serial = self.rename_lock.lock();
         for _ in 0..MAX_ATTEMPTS {
-            if let Some(r) = self.rename_across(sdir, si, sname, ddir, di, dname, flags) {
+            if let Some(r) = self.rename_across(ctx, sdir, si, sname, ddir, di, dname, flags) {
                 return r;
             }
         }
@@ -146,8 +150,27 @@ impl MemFs {
         m.nlink == 0
     }
 
+    /// `RENAME_WHITEOUT`: the whiteout to put at the old name in `dir`
+    /// (its entries write-locked by the caller), made as `mknod` would.
+    fn whiteout(&self, ctx: &Ctx, dir: &Inode, now: Timespec) -> Target {
+        let new = NewNode {
+            kind: VType::Chr,
+            perm: 0,
+            rdev: 0,
+            target: b"",
+        };
+        let w = self.new_inode(ctx, dir, new, now);
+        let t = Target {
+            ino: w.ino,
+            kind: VType::Chr,
+        };
+        self.table.insert(w);
+        t
+    }
+
     fn rename_within(
         &self,
+        ctx: &Ctx,
         dir: &VnodeRef,
         di: &Arc<Inode>,
         sname: &[u8],
@@ -195,6 +218,9 @@ impl MemFs {
         }
         g.remove(sname);
         g.insert(dname, src);
+        if flags.whiteout() {
+            g.insert(sname, self.whiteout(ctx, di, now));
+        }
         nc.remove(dir, sname);
         nc.remove(dir, dname);
         drop(victims);
@@ -219,6 +245,7 @@ impl MemFs {
     #[allow(clippy::too_many_arguments)]
     fn rename_across(
         &self,
+        ctx: &Ctx,
         sdir: &VnodeRef,
         si: &Arc<Inode>,
         sname: &[u8],
@@ -337,6 +364,9 @@ impl MemFs {
             }
             gs.remove(sname);
             gd.insert(dname, src);
+            if flags.whiteout() {
+                gs.insert(sname, self.whiteout(ctx, si, now));
+            }
             nc.remove(sdir, sname);
             nc.remove(ddir, dname);
             drop(victims);

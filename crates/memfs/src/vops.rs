@@ -75,14 +75,14 @@ impl FileSystem for MemFs {
 
     fn rename(
         &self,
-        _ctx: &Ctx,
+        ctx: &Ctx,
         dir: &VnodeRef,
         name: &[u8],
         newdir: &VnodeRef,
         newname: &[u8],
         flags: RenameFlags,
     ) -> VfsResult<()> {
-        self.do_rename(dir, name, newdir, newname, flags)
+        self.do_rename(ctx, dir, name, newdir, newname, flags)
     }
 
     fn create(

@@ -622,3 +622,31 @@ fn tmpfiles_are_nameless_until_linked() {
         Errno::ENOTDIR
     );
 }
+
+#[test]
+fn rename_whiteout_leaves_a_whiteout_behind() {
+    let fs = memfs(None);
+    let root = fs.root().unwrap();
+    let d = fs.mkdir(&C, &root, b"d", 0o755).unwrap();
+    let f = file(&fs, &root, "f");
+    let w = RenameFlags(RenameFlags::WHITEOUT);
+    fs.rename(&C, &root, b"f", &d, b"g", w).unwrap();
+    assert_eq!(fs.lookup(&C, &d, b"g").unwrap().ino(), f.ino());
+    let wo = fs.lookup(&C, &root, b"f").unwrap();
+    let a = fs.getattr(&wo).unwrap();
+    assert_eq!((a.kind, a.rdev, a.perm, a.nlink), (VType::Chr, 0, 0, 1));
+    // Within one directory too; and never with EXCHANGE.
+    fs.rename(&C, &d, b"g", &d, b"h", w).unwrap();
+    let mut listed = names(&fs, &d);
+    listed.sort();
+    assert_eq!(listed, vec![".", "..", "g", "h"]);
+    assert_eq!(
+        fs.getattr(&fs.lookup(&C, &d, b"g").unwrap()).unwrap().kind,
+        VType::Chr
+    );
+    let x = RenameFlags(RenameFlags::WHITEOUT | RenameFlags::EXCHANGE);
+    assert_eq!(
+        fs.rename(&C, &d, b"g", &d, b"h", x).unwrap_err(),
+        Errno::EINVAL
+    );
+}

@@ -21,6 +21,12 @@ impl RenameFlags {
     pub fn exchange(self) -> bool {
         self.0 & Self::EXCHANGE != 0
     }
+
+    /// `RENAME_WHITEOUT`: leave an overlayfs whiteout (a 0:0 character
+    /// device) at the old name.
+    pub fn whiteout(self) -> bool {
+        self.0 & Self::WHITEOUT != 0
+    }
 }
 
 /// `setxattr(2)` flags: `XATTR_CREATE` / `XATTR_REPLACE`.
