@@ -259,33 +259,9 @@ fn acls_behave_as_on_tmpfs_and_are_enforced() {
     }
     assert_eq!(ours.len(), theirs.len());
 
-    // The kernel enforces what memfs stores: a file everyone may read by
-    // its mode, but an ACL denies uid 1000 ...
+    // The kernel enforces what memfs stores.
     let f = m.p("secret");
-    fs::write(&f, b"secret").unwrap();
-    fs::set_permissions(&f, fs::Permissions::from_mode(0o644)).unwrap();
-    let cat = format!("cat {} > /dev/null 2>&1", f.display());
-    assert!(as_user(&cat), "the mode lets uid 1000 read");
-    let deny = acl(&[
-        (ACL_USER_OBJ, 6, NO_ID),
-        (ACL_USER, 0, 1000),
-        (ACL_GROUP_OBJ, 4, NO_ID),
-        (ACL_MASK, 4, NO_ID),
-        (ACL_OTHER, 4, NO_ID),
-    ]);
-    set_acl(&f, ACCESS, &deny).unwrap();
-    assert!(!as_user(&cat), "an ACL-denied user read the file");
-    // ... and one that grants what the mode does not.
-    let grant = acl(&[
-        (ACL_USER_OBJ, 6, NO_ID),
-        (ACL_USER, 6, 1000),
-        (ACL_GROUP_OBJ, 4, NO_ID),
-        (ACL_MASK, 6, NO_ID),
-        (ACL_OTHER, 4, NO_ID),
-    ]);
-    set_acl(&f, ACCESS, &grant).unwrap();
-    assert!(as_user(&format!("echo more >> {}", f.display())));
-    assert_eq!(fs::read(&f).unwrap(), b"secretmore\n");
+    common::acls_are_enforced(&f);
     // chmod g-w cuts the mask, so the grant goes with it.
     fs::set_permissions(&f, fs::Permissions::from_mode(0o644)).unwrap();
     assert!(!as_user(&format!("echo again >> {}", f.display())));

@@ -295,3 +295,34 @@ pub fn tmpfile_transcript(dir: &Path) -> Vec<String> {
     out.push(format!("names: {names:?}"));
     out
 }
+
+/// Checks that the kernel enforces the access ACLs set on a new file at
+/// `f` for uid 1000: one denying what the mode grants, then one granting
+/// what the mode denies (left set). Returns the granting ACL's value.
+pub fn acls_are_enforced(f: &Path) -> Vec<u8> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::write(f, b"secret").unwrap();
+    fs::set_permissions(f, fs::Permissions::from_mode(0o644)).unwrap();
+    let cat = format!("cat {} > /dev/null 2>&1", f.display());
+    assert!(as_user(&cat), "the mode lets uid 1000 read");
+    let deny = acl(&[
+        (ACL_USER_OBJ, 6, NO_ID),
+        (ACL_USER, 0, 1000),
+        (ACL_GROUP_OBJ, 4, NO_ID),
+        (ACL_MASK, 4, NO_ID),
+        (ACL_OTHER, 4, NO_ID),
+    ]);
+    set_acl(f, "system.posix_acl_access", &deny).unwrap();
+    assert!(!as_user(&cat), "an ACL-denied user read the file");
+    let grant = acl(&[
+        (ACL_USER_OBJ, 6, NO_ID),
+        (ACL_USER, 6, 1000),
+        (ACL_GROUP_OBJ, 4, NO_ID),
+        (ACL_MASK, 6, NO_ID),
+        (ACL_OTHER, 4, NO_ID),
+    ]);
+    set_acl(f, "system.posix_acl_access", &grant).unwrap();
+    assert!(as_user(&format!("echo more >> {}", f.display())));
+    assert_eq!(fs::read(f).unwrap(), b"secretmore\n");
+    grant
+}
