@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use uvfs_vfs::{
     Attr, Ctx, Errno, FallocMode, Fh, FileSystem, RenameFlags, SetAttr, Timespec, VType, VfsResult,
-    VnodeLayer, VnodeRef, XattrFlags,
+    VnodeLayer, VnodeRef, XattrFlags, O_KILL_SUIDGID,
 };
 
 /// Largest WRITE the server accepts (and tells the kernel).
@@ -140,6 +140,16 @@ fn ctx_making(req: &Request, umask: u32) -> Ctx {
     Ctx {
         umask: umask & 0o777,
         ..ctx(req)
+    }
+}
+
+/// `open(2)` flags for the file system, with `O_KILL_SUIDGID` when the
+/// kernel asked that a truncating open drop set-uid/set-gid.
+fn open_flags(flags: i32, kill_suidgid: bool) -> i32 {
+    if kill_suidgid {
+        flags | O_KILL_SUIDGID
+    } else {
+        flags
     }
 }
 
@@ -326,6 +336,11 @@ impl Filesystem for Server {
             let _ = config.add_capabilities(InitFlags::FUSE_POSIX_ACL);
             let _ = config.add_capabilities(InitFlags::FUSE_DONT_MASK);
         }
+        // Set-uid/set-gid are dropped here (SetAttr::kill_suidgid, asked by
+        // flags on WRITE, SETATTR, OPEN and CREATE). Without it the kernel
+        // asks GETXATTR security.capability before every write (the
+        // superblock lacks SB_NOSEC), one round trip per write.
+        let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
         for cap in [
             InitFlags::FUSE_PARALLEL_DIROPS,
             InitFlags::FUSE_DO_READDIRPLUS,
@@ -410,6 +425,7 @@ impl Filesystem for Server {
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
         _flags: Option<fuser::BsdFileFlags>,
+        kill_suidgid: bool,
         reply: ReplyAttr,
     ) {
         let set = SetAttr {
@@ -420,6 +436,7 @@ impl Filesystem for Server {
             atime: atime.map(set_time),
             mtime: mtime.map(set_time),
             ctime: ctime.map(Timespec::from),
+            kill_suidgid,
         };
         let r = self.guard("setattr", |i| {
             i.fs.setattr(&ctx(req), &i.nodes.get(ino.0)?, &set)
@@ -550,7 +567,14 @@ impl Filesystem for Server {
         self.reply_entry_at(reply, r, newparent.0, name(newname));
     }
 
-    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        flags: OpenFlags,
+        kill_suidgid: bool,
+        reply: ReplyOpen,
+    ) {
         let r = self.guard("open", |i| {
             let vp = i.nodes.get(ino.0)?;
             // The kernel opens FIFOs, sockets and devices itself (special
@@ -563,7 +587,8 @@ impl Filesystem for Server {
             ) {
                 return Err(Errno::ENXIO);
             }
-            let fh = i.fs.open(&ctx(req), &vp, flags.0)?;
+            let fh =
+                i.fs.open(&ctx(req), &vp, open_flags(flags.0, kill_suidgid))?;
             Ok(i.handles.insert(vp, fh, writes(flags.0)))
         });
         match r {
@@ -597,18 +622,23 @@ impl Filesystem for Server {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         let r = self.guard("write", |i| {
             let of = i.handles.get(fh.0)?;
+            // FUSE_HANDLE_KILLPRIV_V2: a writer without CAP_FSETID drops
+            // set-uid/set-gid, and it is ours to do.
+            if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+                i.fs.setattr(&ctx(req), &of.vp, &SetAttr::kill_suidgid())?;
+            }
             i.fs.write(&of.vp, of.fh, offset, data)
         });
         match r {
@@ -878,12 +908,14 @@ impl Filesystem for Server {
         mode: u32,
         umask: u32,
         flags: i32,
+        kill_suidgid: bool,
         reply: ReplyCreate,
     ) {
         let r = self.guard("create", |i| {
             let dir = i.nodes.get(parent.0)?;
+            let c = ctx_making(req, umask);
             let (vp, fh) =
-                i.fs.create(&ctx_making(req, umask), &dir, name(n), mode, flags)?;
+                i.fs.create(&c, &dir, name(n), mode, open_flags(flags, kill_suidgid))?;
             let attr = i.fs.getattr(&vp)?;
             Ok((vp, fh, attr))
         });

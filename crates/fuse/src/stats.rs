@@ -165,7 +165,7 @@ pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
 
 /// Opcodes counted one by one, most frequent first (the names
 /// `Server::guard` is given); anything else counts as `other`.
-const OPS: [&str; 33] = [
+const OPS: [&str; 34] = [
     "lookup",
     "getattr",
     "readdirplus",
@@ -178,6 +178,7 @@ const OPS: [&str; 33] = [
     "release",
     "flush",
     "create",
+    "tmpfile",
     "mknod",
     "mkdir",
     "unlink",

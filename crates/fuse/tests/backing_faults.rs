@@ -154,7 +154,14 @@ impl fuser::Filesystem for FaultFs {
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _flags: OpenFlags,
+        _kill_suidgid: bool,
+        reply: ReplyOpen,
+    ) {
         if ino.0 == ino_of("badopen") {
             return reply.error(self.eio());
         }

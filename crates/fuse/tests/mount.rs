@@ -260,6 +260,39 @@ fn overlayfs_upper_layer() {
 }
 
 #[test]
+fn set_ids_go_as_on_tmpfs_and_writes_ask_nothing_more() {
+    // FUSE_HANDLE_KILLPRIV_V2: the server drops set-uid/set-gid on a write,
+    // truncate or chown by a caller without CAP_FSETID, as the kernel does
+    // on tmpfs, and the kernel stops asking GETXATTR security.capability
+    // before each write.
+    let Some(m) = Mnt::new(None) else { return };
+    fs::set_permissions(&m.dir, fs::Permissions::from_mode(0o777)).unwrap();
+    let shm = Path::new("/dev/shm").join(format!("uvfs-setid-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&shm);
+    fs::create_dir(&shm).unwrap();
+    fs::set_permissions(&shm, fs::Permissions::from_mode(0o777)).unwrap();
+    let theirs = common::set_id_transcript(&shm);
+    let _ = fs::remove_dir_all(&shm);
+    let ours = common::set_id_transcript(&m.dir);
+    assert_eq!(ours, theirs, "memfs (left) against tmpfs (right)");
+    let getxattrs = || {
+        m.report(false)["counters"]["fuse.requests.op.getxattr"]
+            .as_u64()
+            .unwrap()
+    };
+    let f = fs::File::create(m.p("many-writes")).unwrap();
+    let before = getxattrs();
+    for i in 0..200u64 {
+        std::os::unix::fs::FileExt::write_all_at(&f, b"0123456789", i * 10).unwrap();
+    }
+    assert!(
+        getxattrs() <= before + 1,
+        "{} GETXATTRs for 200 writes",
+        getxattrs() - before
+    );
+}
+
+#[test]
 fn enospc_keeps_data() {
     let Some(m) = Mnt::new(Some(256 * 1024)) else {
         return;

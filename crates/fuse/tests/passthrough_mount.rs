@@ -227,3 +227,21 @@ fn an_unlinked_tmpfile_goes_with_its_last_close() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn set_ids_go_as_natively() {
+    // The server writes and truncates as root, who keeps set-uid: under
+    // FUSE_HANDLE_KILLPRIV_V2 it must drop them for a caller who would not.
+    let Some(t) = Pt::new("setid") else { return };
+    let native = t.base.join("native");
+    std::fs::create_dir(&native).unwrap();
+    for d in [&native, &t.src("")] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let theirs = common::set_id_transcript(&native);
+    let ours = common::set_id_transcript(&t.m(""));
+    assert_eq!(
+        ours, theirs,
+        "passthrough (left) against its source's file system (right)"
+    );
+}

@@ -6,8 +6,8 @@ use crate::inode::{Body, Inode};
 use crate::pages::PAGE_SIZE;
 use crate::xattr;
 use uvfs_vfs::{
-    Attr, Ctx, Errno, SetAttr, SetTime, StatFs, Timespec, VType, VfsResult, VnodeRef, XattrFlags,
-    NAME_MAX,
+    killed_suidgid, Attr, Ctx, Errno, SetAttr, SetTime, StatFs, Timespec, VType, VfsResult,
+    VnodeRef, XattrFlags, NAME_MAX,
 };
 
 /// Inode count statfs reports as the total (memfs has no inode limit).
@@ -20,7 +20,7 @@ impl MemFs {
         Ok(self.inode_of(vp)?.attr())
     }
 
-    pub(crate) fn do_setattr(&self, _ctx: &Ctx, vp: &VnodeRef, set: &SetAttr) -> VfsResult<Attr> {
+    pub(crate) fn do_setattr(&self, ctx: &Ctx, vp: &VnodeRef, set: &SetAttr) -> VfsResult<Attr> {
         let inode = self.inode_of(vp)?;
         if let Some(size) = set.size {
             self.truncate(vp, size)?;
@@ -64,9 +64,15 @@ impl MemFs {
             if let Some(t) = set.mtime {
                 m.mtime = pick(t);
             }
+            let mut killed = false;
+            if set.kill_suidgid && inode.kind != VType::Dir {
+                let kept = killed_suidgid(m.perm.into(), m.gid, ctx) as u16;
+                killed = kept != m.perm;
+                m.perm = kept;
+            }
             if let Some(t) = set.ctime {
                 m.ctime = t;
-            } else if !set.is_empty() {
+            } else if !set.is_empty() || killed {
                 m.ctime = now;
             }
         }

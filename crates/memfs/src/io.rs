@@ -9,16 +9,23 @@
 use crate::fs::MemFs;
 use crate::io_lock;
 use crate::pages::MAX_FILE_SIZE;
-use uvfs_vfs::{Ctx, Errno, FallocMode, Fh, Timespec, VType, VfsResult, VnodeRef};
+use uvfs_vfs::{
+    Ctx, Errno, FallocMode, Fh, SetAttr, Timespec, VType, VfsResult, VnodeRef, O_KILL_SUIDGID,
+};
 
 impl MemFs {
-    pub(crate) fn do_open(&self, _ctx: &Ctx, vp: &VnodeRef, flags: i32) -> VfsResult<Fh> {
+    pub(crate) fn do_open(&self, ctx: &Ctx, vp: &VnodeRef, flags: i32) -> VfsResult<Fh> {
         let inode = self.inode_of(vp)?;
         let writes = flags & libc::O_ACCMODE != libc::O_RDONLY;
         match inode.kind {
             VType::Dir if writes => return Err(Errno::EISDIR),
             VType::Lnk => return Err(Errno::ELOOP),
-            VType::Reg if writes && flags & libc::O_TRUNC != 0 => self.truncate(vp, 0)?,
+            VType::Reg if writes && flags & libc::O_TRUNC != 0 => {
+                self.truncate(vp, 0)?;
+                if flags & O_KILL_SUIDGID != 0 {
+                    self.do_setattr(ctx, vp, &SetAttr::kill_suidgid())?;
+                }
+            }
             _ => {}
         }
         Ok(Fh(0))

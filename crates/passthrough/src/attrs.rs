@@ -9,7 +9,8 @@ use crate::creds::AsCaller;
 use crate::fs::PassthroughFs;
 use crate::sys;
 use uvfs_vfs::{
-    Attr, Ctx, Errno, SetAttr, SetTime, StatFs, VType, VfsResult, VnodeRef, XattrFlags,
+    killed_suidgid, Attr, Ctx, Errno, SetAttr, SetTime, StatFs, VType, VfsResult, VnodeRef,
+    XattrFlags,
 };
 
 fn timespec(t: Option<SetTime>) -> libc::timespec {
@@ -34,10 +35,24 @@ impl PassthroughFs {
         self.getattr_node(&self.node_of(vp)?)
     }
 
-    pub(crate) fn do_setattr(&self, vp: &VnodeRef, set: &SetAttr) -> VfsResult<Attr> {
+    pub(crate) fn do_setattr(&self, ctx: &Ctx, vp: &VnodeRef, set: &SetAttr) -> VfsResult<Attr> {
         let node = self.node_of(vp)?;
         let fd = self.fd_of(&node)?;
         let kind = node.kind();
+        // The server acts as root (CAP_FSETID), so the backing file system
+        // keeps set-uid/set-gid where the caller's own write, truncate or
+        // chown would lose them: drop them here, as Linux would for the
+        // caller (first: a mode given in the same request wins).
+        if set.kill_suidgid && kind != VType::Dir && kind != VType::Lnk {
+            let st = sys::statx_fd(fd.raw())?;
+            let perm = u32::from(st.stx_mode) & 0o7777;
+            let kept = killed_suidgid(perm, st.stx_gid, ctx);
+            if kept != perm && set.mode.is_none() {
+                let p = sys::proc_path(fd.raw());
+                // SAFETY: `p` is NUL-terminated; chmod only reads it.
+                sys::cvt(unsafe { libc::chmod(p.as_ptr(), kept) })?;
+            }
+        }
         // Ownership first: chown clears set-uid bits that a mode given in
         // the same request may set again.
         if set.uid.is_some() || set.gid.is_some() {

@@ -9,19 +9,23 @@
 use crate::creds::AsCaller;
 use crate::fs::PassthroughFs;
 use crate::sys;
-use uvfs_vfs::{Ctx, Errno, FallocMode, Fh, VType, VfsResult, VnodeRef};
+use uvfs_vfs::{Ctx, Errno, FallocMode, Fh, SetAttr, VType, VfsResult, VnodeRef, O_KILL_SUIDGID};
 
 /// Flags the server never passes on: creation is `create`'s business,
 /// `O_NOFOLLOW` would refuse the `/proc` magic link, `O_DIRECT` would make
 /// the kernel's unaligned requests fail, a controlling tty is meaningless.
-const STRIP: libc::c_int =
-    libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_NOFOLLOW | libc::O_DIRECT;
+const STRIP: libc::c_int = libc::O_CREAT
+    | libc::O_EXCL
+    | libc::O_NOCTTY
+    | libc::O_NOFOLLOW
+    | libc::O_DIRECT
+    | O_KILL_SUIDGID;
 
 /// Largest single read served.
 const MAX_READ: u32 = 16 << 20;
 
 impl PassthroughFs {
-    pub(crate) fn do_open(&self, vp: &VnodeRef, flags: i32) -> VfsResult<Fh> {
+    pub(crate) fn do_open(&self, ctx: &Ctx, vp: &VnodeRef, flags: i32) -> VfsResult<Fh> {
         let node = self.node_of(vp)?;
         match node.kind() {
             VType::Lnk => return Err(Errno::ELOOP),
@@ -32,7 +36,16 @@ impl PassthroughFs {
         let res = self.pool.reserve_open()?;
         let f = sys::reopen(fd.raw(), flags & !STRIP)?;
         drop(fd);
-        Ok(self.opens.insert(res.into_fd(f), node))
+        let fh = self.opens.insert(res.into_fd(f), node);
+        // Truncated as root, who keeps set-uid: drop it as the caller's
+        // own O_TRUNC would have (`create` truncates as the caller).
+        if flags & O_KILL_SUIDGID != 0 && flags & libc::O_TRUNC != 0 {
+            if let Err(e) = self.do_setattr(ctx, vp, &SetAttr::kill_suidgid()) {
+                let _ = self.do_release(fh);
+                return Err(e);
+            }
+        }
+        Ok(fh)
     }
 
     pub(crate) fn do_opendir(&self, vp: &VnodeRef) -> VfsResult<Fh> {

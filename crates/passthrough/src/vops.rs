@@ -39,8 +39,8 @@ impl FileSystem for PassthroughFs {
         self.do_getattr(vp)
     }
 
-    fn setattr(&self, _ctx: &Ctx, vp: &VnodeRef, set: &SetAttr) -> VfsResult<Attr> {
-        self.do_setattr(vp, set)
+    fn setattr(&self, ctx: &Ctx, vp: &VnodeRef, set: &SetAttr) -> VfsResult<Attr> {
+        self.do_setattr(ctx, vp, set)
     }
 
     fn readlink(&self, vp: &VnodeRef) -> VfsResult<Vec<u8>> {
@@ -117,8 +117,8 @@ impl FileSystem for PassthroughFs {
         self.do_tmpfile(ctx, dir, mode, flags)
     }
 
-    fn open(&self, _ctx: &Ctx, vp: &VnodeRef, flags: i32) -> VfsResult<Fh> {
-        self.do_open(vp, flags)
+    fn open(&self, ctx: &Ctx, vp: &VnodeRef, flags: i32) -> VfsResult<Fh> {
+        self.do_open(ctx, vp, flags)
     }
 
     fn read(&self, _vp: &VnodeRef, fh: Fh, offset: u64, size: u32) -> VfsResult<Vec<u8>> {

@@ -100,11 +100,41 @@ pub struct SetAttr {
     pub mtime: Option<SetTime>,
     /// New change time (otherwise: now, when anything changed).
     pub ctime: Option<Timespec>,
+    /// Also drop set-uid, and set-gid where it makes the file group
+    /// executable or the caller is outside the file's group (Linux's
+    /// `should_remove_suid`): the kernel asks this of a file system that
+    /// handles it (FUSE_HANDLE_KILLPRIV_V2) when a caller without
+    /// `CAP_FSETID` writes or truncates, and on chown. Changes ctime only
+    /// if a bit goes.
+    pub kill_suidgid: bool,
 }
 
 impl SetAttr {
-    /// True if nothing would change.
+    /// True if no field would change (`kill_suidgid` aside, which may find
+    /// nothing to drop).
     pub fn is_empty(&self) -> bool {
-        *self == SetAttr::default()
+        SetAttr {
+            kill_suidgid: false,
+            ..self.clone()
+        } == SetAttr::default()
     }
+
+    /// Only `kill_suidgid`: what the kernel's write and `O_TRUNC` open ask.
+    pub fn kill_suidgid() -> SetAttr {
+        SetAttr {
+            kill_suidgid: true,
+            ..SetAttr::default()
+        }
+    }
+}
+
+/// The permission bits (`0o7777`) left after `SetAttr::kill_suidgid` as
+/// Linux applies it: set-uid goes; set-gid goes if group-execute is set or
+/// the caller may not keep it (`ctx.in_group_or_capable`).
+pub fn killed_suidgid(perm: u32, gid: u32, ctx: &crate::Ctx) -> u32 {
+    let mut perm = perm & !libc::S_ISUID;
+    if perm & libc::S_ISGID != 0 && (perm & libc::S_IXGRP != 0 || !ctx.in_group_or_capable(gid)) {
+        perm &= !libc::S_ISGID;
+    }
+    perm
 }

@@ -1,5 +1,12 @@
 //! Flag words of `rename`, `setxattr` and `fallocate`, with the Linux values.
 
+/// Not an `open(2)` flag: the FUSE server adds it to `open` and `create`
+/// flags when the kernel asks the file system to drop set-uid/set-gid of a
+/// file it truncates (`O_TRUNC` by a caller without `CAP_FSETID`, under
+/// FUSE_HANDLE_KILLPRIV_V2), as `SetAttr::kill_suidgid` does. A bit no
+/// Linux open flag uses; file systems must not pass it on.
+pub const O_KILL_SUIDGID: i32 = 1 << 30;
+
 /// `renameat2(2)` flags.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct RenameFlags(pub u32);

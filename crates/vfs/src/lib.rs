@@ -19,11 +19,11 @@ mod statfs;
 mod time;
 
 pub use access::{check_access, R_OK, W_OK, X_OK};
-pub use attr::{mode_to_vtype, vtype_to_mode, Attr, SetAttr, SetTime};
+pub use attr::{killed_suidgid, mode_to_vtype, vtype_to_mode, Attr, SetAttr, SetTime};
 pub use ctx::Ctx;
 pub use dirent::DirEntry;
 pub use errno::{Errno, VfsResult};
-pub use flags::{FallocMode, RenameFlags, XattrFlags};
+pub use flags::{FallocMode, RenameFlags, XattrFlags, O_KILL_SUIDGID};
 pub use name::{
     check_name, check_new_name, check_symlink_target, is_dot_or_dotdot, NAME_MAX, SYMLINK_MAX,
 };

@@ -439,6 +439,9 @@ pub trait Filesystem: Send + Sync + 'static {
     }
 
     /// Set file attributes.
+    /// `kill_suidgid`: with `FUSE_HANDLE_KILLPRIV_V2` negotiated, the file
+    /// system must also drop suid/sgid (a chown, or a truncate by a caller
+    /// without `CAP_FSETID`), as the kernel no longer does it.
     fn setattr(
         &self,
         _req: &Request,
@@ -455,6 +458,7 @@ pub trait Filesystem: Send + Sync + 'static {
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
         flags: Option<BsdFileFlags>,
+        _kill_suidgid: bool,
         reply: ReplyAttr,
     ) {
         warn!(
@@ -573,7 +577,16 @@ pub trait Filesystem: Send + Sync + 'static {
     /// anything in fh. There are also some flags (`direct_io`, `keep_cache`) which the
     /// filesystem may set, to change the way the file is opened. See `fuse_file_info`
     /// structure in <`fuse_common.h`> for more details.
-    fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    /// `kill_suidgid`: with `FUSE_HANDLE_KILLPRIV_V2`, an `O_TRUNC` open by
+    /// a caller without `CAP_FSETID` must also drop suid/sgid.
+    fn open(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _flags: OpenFlags,
+        _kill_suidgid: bool,
+        reply: ReplyOpen,
+    ) {
         reply.opened(FileHandle(0), FopenFlags::empty());
     }
 
@@ -838,6 +851,7 @@ pub trait Filesystem: Send + Sync + 'static {
     /// opened. See `fuse_file_info` structure in <`fuse_common.h`> for more details. If
     /// this method is not implemented or under Linux kernel versions earlier than
     /// 2.6.15, the `mknod()` and `open()` methods will be called instead.
+    /// `kill_suidgid`: as for `open`, when an existing file is truncated.
     fn create(
         &self,
         _req: &Request,
@@ -846,6 +860,7 @@ pub trait Filesystem: Send + Sync + 'static {
         mode: u32,
         umask: u32,
         flags: i32,
+        _kill_suidgid: bool,
         reply: ReplyCreate,
     ) {
         warn!(

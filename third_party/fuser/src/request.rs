@@ -154,6 +154,7 @@ impl<'a> RequestWithSender<'a> {
                     x.chgtime(),
                     x.bkuptime(),
                     x.flags(),
+                    x.kill_suidgid(),
                     self.reply(),
                 );
             }
@@ -231,6 +232,7 @@ impl<'a> RequestWithSender<'a> {
                     self.request_header(),
                     self.request.nodeid(),
                     x.flags(),
+                    x.kill_suidgid(),
                     self.reply(),
                 );
             }
@@ -382,6 +384,7 @@ impl<'a> RequestWithSender<'a> {
                     x.mode(),
                     x.umask(),
                     x.flags(),
+                    x.kill_suidgid(),
                     self.reply(),
                 );
             }

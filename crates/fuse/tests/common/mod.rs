@@ -326,3 +326,40 @@ pub fn acls_are_enforced(f: &Path) -> Vec<u8> {
     assert_eq!(fs::read(f).unwrap(), b"secretmore\n");
     grant
 }
+
+/// What a write, a truncate, an `O_TRUNC` open and a chgrp by uid 1000
+/// (no `CAP_FSETID`) leave of set-uid/set-gid on files of theirs under
+/// `dir` (which uid 1000 must be able to reach), and what root's writes
+/// leave: `name mode` lines to compare with a kernel file system.
+pub fn set_id_transcript(dir: &Path) -> Vec<String> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let cases: [(&str, u32, &str); 6] = [
+        ("w-suid", 0o4755, "echo x >> {f}"),
+        ("w-sgid-gx", 0o2775, "echo x >> {f}"),
+        ("w-sgid", 0o2745, "echo x >> {f}"),
+        ("truncate", 0o6777, "truncate -s 1 {f}"),
+        ("o-trunc", 0o6777, ": > {f}"),
+        ("chgrp", 0o6777, "chgrp 1000 {f}"),
+    ];
+    let mut out = Vec::new();
+    for (name, mode, script) in cases {
+        let f = dir.join(name);
+        fs::write(&f, b"data").unwrap();
+        std::os::unix::fs::chown(&f, Some(1000), Some(1000)).unwrap();
+        fs::set_permissions(&f, fs::Permissions::from_mode(mode)).unwrap();
+        let ok = as_user(&script.replace("{f}", &f.display().to_string()));
+        let after = fs::metadata(&f).unwrap().mode() & 0o7777;
+        // Root (CAP_FSETID) keeps them.
+        fs::set_permissions(&f, fs::Permissions::from_mode(mode)).unwrap();
+        fs::OpenOptions::new()
+            .append(true)
+            .open(&f)
+            .and_then(|mut h| std::io::Write::write_all(&mut h, b"root"))
+            .unwrap();
+        let root = fs::metadata(&f).unwrap().mode() & 0o7777;
+        out.push(format!(
+            "{name}: ran {ok}, then {after:o}; root's write {root:o}"
+        ));
+    }
+    out
+}

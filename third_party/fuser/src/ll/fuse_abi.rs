@@ -350,8 +350,13 @@ pub(crate) struct fuse_open_in {
     // NOTE: this field is defined as u32 in fuse_kernel.h in libfuse. However, it is then cast
     // to an i32 when invoking the filesystem's open method and this matches the open() syscall
     pub(crate) flags: i32,
-    pub(crate) unused: u32,
+    /// `FUSE_OPEN_*` (named `unused` before protocol 7.33).
+    pub(crate) open_flags: u32,
 }
+
+/// `fuse_open_in.open_flags`/`fuse_create_in.open_flags`: kill suid/sgid
+/// (the caller truncates without `CAP_FSETID`; FUSE_HANDLE_KILLPRIV_V2).
+pub(crate) const FUSE_OPEN_KILL_SUIDGID: u32 = 1 << 0;
 
 #[repr(C)]
 #[derive(Debug, FromBytes, KnownLayout, Immutable)]
@@ -361,7 +366,8 @@ pub(crate) struct fuse_create_in {
     pub(crate) flags: i32,
     pub(crate) mode: u32,
     pub(crate) umask: u32,
-    pub(crate) padding: u32,
+    /// `FUSE_OPEN_*` (padding before protocol 7.33).
+    pub(crate) open_flags: u32,
 }
 
 #[repr(C)]

@@ -352,6 +352,10 @@ mod op {
         fn valid(&self) -> FattrFlags {
             FattrFlags::from_bits_retain(self.arg.valid)
         }
+        /// The file system must kill suid/sgid (FUSE_HANDLE_KILLPRIV_V2).
+        pub(crate) fn kill_suidgid(&self) -> bool {
+            self.valid().contains(FattrFlags::FATTR_KILL_SUIDGID)
+        }
         pub(crate) fn mode(&self) -> Option<u32> {
             if self.valid().contains(FattrFlags::FATTR_MODE) {
                 Some(self.arg.mode)
@@ -664,6 +668,10 @@ mod op {
     impl Open<'_> {
         pub(crate) fn flags(&self) -> OpenFlags {
             OpenFlags(self.arg.flags)
+        }
+        /// The file system must kill suid/sgid (FUSE_HANDLE_KILLPRIV_V2).
+        pub(crate) fn kill_suidgid(&self) -> bool {
+            self.arg.open_flags & crate::ll::fuse_abi::FUSE_OPEN_KILL_SUIDGID != 0
         }
     }
 
@@ -1254,6 +1262,11 @@ mod op {
         }
         pub(crate) fn umask(&self) -> u32 {
             self.arg.umask
+        }
+        /// The file system must kill suid/sgid of an existing file it
+        /// truncates (FUSE_HANDLE_KILLPRIV_V2).
+        pub(crate) fn kill_suidgid(&self) -> bool {
+            self.arg.open_flags & crate::ll::fuse_abi::FUSE_OPEN_KILL_SUIDGID != 0
         }
     }
 
