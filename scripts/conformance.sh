@@ -31,8 +31,8 @@ STRESS_PROCS=${STRESS_PROCS:-6}
 DIFF_SEEDS=${DIFF_SEEDS:-40}
 PASSED=0
 FAILED=0
-pass() { echo "PASS: $*"; PASSED=$((PASSED + 1)); }
-fail() { echo "FAIL: $*"; FAILED=$((FAILED + 1)); }
+pass() { echo "PASS: $* [at ${SECONDS}s]"; PASSED=$((PASSED + 1)); }
+fail() { echo "FAIL: $* [at ${SECONDS}s]"; FAILED=$((FAILED + 1)); }
 
 if [ "$(id -u)" != 0 ] || [ ! -c /dev/fuse ]; then
     echo "conformance.sh needs root and /dev/fuse"; exit 1
@@ -103,15 +103,12 @@ fi
 rm -rf "$MNT/pjd"
 
 # --- 2. fsx ---------------------------------------------------------------
-for seed in $FSX_SEEDS; do
-    if fsx -N "$FSX_OPS" -S "$seed" -P /tmp "$MNT/fsx-$seed" > "$WRAP/fsx-$seed.log" 2>&1; then
-        pass "fsx seed $seed: $FSX_OPS operations ($(tail -1 "$WRAP/fsx-$seed.log"))"
-    else
-        tail -30 "$WRAP/fsx-$seed.log"
-        fail "fsx seed $seed"
-    fi
-    rm -f "$MNT/fsx-$seed"
-done
+# scripts/fsx.sh runs the seeds at once, each on its own file.
+if FSX_SEEDS="$FSX_SEEDS" FSX_NUMOPS="$FSX_OPS" "$ROOT/scripts/fsx.sh" "$MNT"; then
+    pass "fsx: seeds [$FSX_SEEDS] x $FSX_OPS operations"
+else
+    fail "fsx"
+fi
 
 # --- 2b. differential test against tmpfs -----------------------------------
 # The same random operations (scripts/difftest.py) on memfs and on a tmpfs

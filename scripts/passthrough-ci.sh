@@ -33,8 +33,8 @@ export FSX_NUMOPS=${FSX_NUMOPS:-100000}
 DIFF_SEEDS=${DIFF_SEEDS:-40}
 PASSED=0
 FAILED=0
-pass() { echo "PASS: $*"; PASSED=$((PASSED + 1)); }
-fail() { echo "FAIL: $*"; FAILED=$((FAILED + 1)); }
+pass() { echo "PASS: $* [at ${SECONDS}s]"; PASSED=$((PASSED + 1)); }
+fail() { echo "FAIL: $* [at ${SECONDS}s]"; FAILED=$((FAILED + 1)); }
 
 if [ "$(id -u)" != 0 ] || [ ! -c /dev/fuse ]; then
     echo "passthrough-ci.sh needs root and /dev/fuse"; exit 1
