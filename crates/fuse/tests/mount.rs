@@ -693,6 +693,24 @@ fn concurrent_clients() {
     fs::write(m.p("after"), b"ok").unwrap();
 }
 
+/// Runs `prog 10`, just written. Another test's child between its fork and
+/// its exec holds copies of every fd this process had open at the fork,
+/// the one `fs::copy` wrote `prog` through among them, and exec refuses a
+/// file open for writing (ETXTBSY, the kernel's own rule, not the
+/// server's): try again until that child has exec'd.
+fn spawn_fresh(prog: &Path) -> std::process::Child {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match std::process::Command::new(prog).arg("10").spawn() {
+            Ok(c) => return c,
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("spawning {}: {e}", prog.display()),
+        }
+    }
+}
+
 /// A program being run keeps its text: write-opens and
 /// `open(O_RDONLY | O_TRUNC)` fail with ETXTBSY and change nothing, even
 /// in the instant after `spawn` returns, while the exec is still loading
@@ -711,7 +729,7 @@ fn running_program_is_text_busy() {
         fs::copy("/bin/sleep", &prog).unwrap();
         fs::set_permissions(&prog, fs::Permissions::from_mode(0o755)).unwrap();
         let path = cstr(&prog);
-        let mut child = std::process::Command::new(&prog).arg("10").spawn().unwrap();
+        let mut child = spawn_fresh(&prog);
         for flags in [libc::O_WRONLY, libc::O_RDWR, libc::O_RDONLY | libc::O_TRUNC] {
             // SAFETY: `path` is a valid NUL-terminated string.
             let fd = unsafe { libc::open(path.as_ptr(), flags) };
