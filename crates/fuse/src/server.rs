@@ -428,6 +428,14 @@ impl Filesystem for Server {
         kill_suidgid: bool,
         reply: ReplyAttr,
     ) {
+        // A SETATTR that changes nothing (ctime at most) comes from a chown
+        // that changes neither id: utimensat with both times omitted sends
+        // nothing, and the kernel's own kill-privs SETATTR is not sent under
+        // KILLPRIV_V2. Linux drops set-ids on any chown of a non-directory,
+        // but the kernel flags (FATTR_KILL_SUIDGID) only chowns with an id.
+        let chown_without_ids = (mode, uid, gid, size) == (None, None, None, None)
+            && atime.is_none()
+            && mtime.is_none();
         let set = SetAttr {
             mode,
             uid,
@@ -435,8 +443,11 @@ impl Filesystem for Server {
             size,
             atime: atime.map(set_time),
             mtime: mtime.map(set_time),
-            ctime: ctime.map(Timespec::from),
-            kill_suidgid,
+            // (And any chown moves ctime.)
+            ctime: ctime
+                .map(Timespec::from)
+                .or_else(|| chown_without_ids.then(Timespec::now)),
+            kill_suidgid: kill_suidgid || chown_without_ids,
         };
         let r = self.guard("setattr", |i| {
             i.fs.setattr(&ctx(req), &i.nodes.get(ino.0)?, &set)
