@@ -18,6 +18,7 @@ mod daemon;
 mod evict;
 mod handles;
 mod kmount;
+mod lockwait;
 mod mount;
 mod mountinfo;
 mod nodes;

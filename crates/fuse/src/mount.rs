@@ -188,6 +188,7 @@ fn start_helpers(
         pruner,
         notifier: session.notifier(),
     };
+    inner.locks.set_notifier(session.notifier());
     let _ = inner.evict.start(asker, Arc::downgrade(inner));
     if !cfg.control {
         return Ok(None);

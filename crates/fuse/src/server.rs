@@ -26,8 +26,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use uvfs_vfs::{
-    Attr, Ctx, Errno, FallocMode, Fh, FileSystem, RenameFlags, SetAttr, Timespec, VType, VfsResult,
-    VnodeLayer, VnodeRef, XattrFlags, O_KILL_SUIDGID,
+    Attr, Ctx, Errno, FallocMode, Fh, FileLock, FileSystem, RenameFlags, SetAttr, Timespec, VType,
+    VfsResult, VnodeLayer, VnodeRef, XattrFlags, O_KILL_SUIDGID,
 };
 
 /// Largest WRITE the server accepts (and tells the kernel).
@@ -86,6 +86,8 @@ pub struct Inner {
     /// (FUSE_NO_OPENDIR_SUPPORT): OPENDIR is answered ENOSYS once, and
     /// READDIR then arrives with handle 0.
     pub no_opendir: std::sync::atomic::AtomicBool,
+    /// Lock requests waiting for a conflicting lock to go (`lockwait.rs`).
+    pub(crate) locks: crate::lockwait::LockWaiter,
 }
 
 /// The handle READDIR carries when the kernel opened the directory itself.
@@ -143,6 +145,19 @@ fn ctx_making(req: &Request, umask: u32) -> Ctx {
     }
 }
 
+/// A lock request naming no handle (what a directory the kernel opened by
+/// itself would carry) is refused (`ENOLCK`): its close is never told to
+/// us, so the lock could never be dropped. Defensive: the kernel keeps
+/// directory locks itself (FUSE's directory operations have no lock
+/// methods), and every open file has a handle.
+fn no_lock_without_handle(fh: u64) -> VfsResult<()> {
+    if fh == NO_HANDLE {
+        Err(Errno::ENOLCK)
+    } else {
+        Ok(())
+    }
+}
+
 /// `open(2)` flags for the file system, with `O_KILL_SUIDGID` when the
 /// kernel asked that a truncating open drop set-uid/set-gid.
 fn open_flags(flags: i32, kill_suidgid: bool) -> i32 {
@@ -185,6 +200,7 @@ impl Server {
                 evict: Default::default(),
                 server_opendir,
                 no_opendir: Default::default(),
+                locks: Default::default(),
             }),
         })
     }
@@ -341,6 +357,13 @@ impl Filesystem for Server {
         // asks GETXATTR security.capability before every write (the
         // superblock lacks SB_NOSEC), one round trip per write.
         let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+        // File locks go to the file system when it keeps them (a
+        // passthrough's land on the backing files); otherwise the kernel
+        // keeps its own, local to this mount.
+        if self.inner.fs.forwards_locks() {
+            let _ = config.add_capabilities(InitFlags::FUSE_POSIX_LOCKS);
+            let _ = config.add_capabilities(InitFlags::FUSE_FLOCK_LOCKS);
+        }
         for cap in [
             InitFlags::FUSE_PARALLEL_DIROPS,
             InitFlags::FUSE_DO_READDIRPLUS,
@@ -663,11 +686,16 @@ impl Filesystem for Server {
         _req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
-        _lock_owner: LockOwner,
+        lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
         let r = self.guard("flush", |i| {
             let of = i.handles.get(fh.0)?;
+            // A close: POSIX drops every record lock its owner holds on
+            // the file (the kernel leaves that to us with FUSE_POSIX_LOCKS).
+            if i.fs.forwards_locks() {
+                i.fs.unlock_owner(&of.vp, lock_owner.0)?;
+            }
             i.fs.flush(&of.vp, of.fh)
         });
         Self::reply_empty(reply, r);
@@ -952,6 +980,99 @@ impl Filesystem for Server {
         // node goes when its last open file does (or once `link` named it,
         // as any other).
         self.reply_created(reply, r, flags, None);
+    }
+
+    fn getlk(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        reply: fuser::ReplyLock,
+    ) {
+        let lock = FileLock {
+            start,
+            end,
+            typ,
+            pid,
+        };
+        let r = self.guard("getlk", |i| {
+            if !i.fs.forwards_locks() {
+                return Err(Errno::ENOSYS); // the kernel's own locks
+            }
+            no_lock_without_handle(fh.0)?;
+            let of = i.handles.get(fh.0)?;
+            i.fs.getlk(&of.vp, of.fh, lock_owner.0, &lock)
+        });
+        match r {
+            Ok(l) => reply.locked(l.start, l.end, l.typ, l.pid),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn setlk(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        flock: bool,
+        reply: ReplyEmpty,
+    ) {
+        let lock = FileLock {
+            start,
+            end,
+            typ,
+            pid,
+        };
+        // Never waits here: a SETLKW that meets a conflict is parked
+        // (`lockwait.rs`) and this request loop moves on.
+        let r = self.guard("setlk", |i| {
+            if !i.fs.forwards_locks() {
+                return Err(Errno::ENOSYS); // the kernel's own locks
+            }
+            no_lock_without_handle(fh.0)?;
+            let of = i.handles.get(fh.0)?;
+            match i.fs.setlk(&of.vp, of.fh, lock_owner.0, &lock, flock) {
+                Err(e) if e == Errno::EAGAIN && sleep => Ok(Some(of)),
+                r => r.map(|()| None),
+            }
+        });
+        match r {
+            // A lock taken is answered after the kernel's cached pages of
+            // the file are dropped (lockwait.rs: fresh data under a lock).
+            Ok(None) if typ != libc::F_UNLCK => {
+                self.inner.locks.granted(&self.inner.fs, ino.0, reply)
+            }
+            Ok(None) => reply.ok(),
+            Ok(Some(of)) => {
+                let parked = crate::lockwait::Parked {
+                    unique: req.unique().0,
+                    nodeid: ino.0,
+                    vp: of.vp,
+                    fh: of.fh,
+                    owner: lock_owner.0,
+                    lock,
+                    flock,
+                    reply,
+                };
+                self.inner.locks.park(&self.inner.fs, parked);
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn interrupt(&self, _req: &Request, unique: fuser::RequestId) {
+        self.inner.locks.interrupt(unique.0);
     }
 
     fn fallocate(

@@ -85,6 +85,11 @@ pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
         handles,
         "Open file and directory handles",
     );
+    put(
+        "fuse.locks.waiting",
+        inner.locks.parked() as u64,
+        "Lock requests (SETLKW) waiting for a conflicting lock to go",
+    );
     let ec = &inner.evict.counters;
     put(
         "fuse.evict.queued",
@@ -165,7 +170,7 @@ pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
 
 /// Opcodes counted one by one, most frequent first (the names
 /// `Server::guard` is given); anything else counts as `other`.
-const OPS: [&str; 34] = [
+const OPS: [&str; 36] = [
     "lookup",
     "getattr",
     "readdirplus",
@@ -199,6 +204,8 @@ const OPS: [&str; 34] = [
     "removexattr",
     "copy_file_range",
     "lseek",
+    "getlk",
+    "setlk",
     "other",
 ];
 

@@ -9,7 +9,8 @@ use common::{
     ACL_USER_OBJ, NO_ID,
 };
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
 use uvfs_fuse::{BackgroundMount, ServeConfig, Timeouts};
 use uvfs_passthrough::{PassthroughConfig, PassthroughFs};
@@ -25,6 +26,11 @@ struct Pt {
 
 impl Pt {
     fn new(tag: &str) -> Option<Pt> {
+        Pt::with_timeouts(tag, ATTR)
+    }
+
+    /// With the kernel trusting entries and attributes for `attr`.
+    fn with_timeouts(tag: &str, attr: Duration) -> Option<Pt> {
         if let Err(why) = fuse_usable() {
             eprintln!("SKIP: {why}");
             return None;
@@ -52,10 +58,7 @@ impl Pt {
         let cfg = ServeConfig {
             mountpoint: base.join("mnt"),
             threads: 2,
-            timeouts: Timeouts {
-                entry: ATTR,
-                attr: ATTR,
-            },
+            timeouts: Timeouts { entry: attr, attr },
             fsname: format!("uvfs-pt-{tag}"),
             control: false,
             server_opendir: false,
@@ -244,4 +247,200 @@ fn set_ids_go_as_natively() {
         ours, theirs,
         "passthrough (left) against its source's file system (right)"
     );
+}
+
+/// A python helper process taking a lock on `path`: `how` is `flock`,
+/// `flock-nb`, `posix`, `posix-nb` (bytes 0..10) or `getlk`. It prints what
+/// it got, then holds the lock until its stdin closes.
+fn locker(how: &str, path: &Path) -> std::process::Child {
+    let script = r#"
+import fcntl, os, struct, sys
+how, path = sys.argv[1], sys.argv[2]
+fd = os.open(path, os.O_RDWR)
+try:
+    if how == "flock": fcntl.flock(fd, fcntl.LOCK_EX)
+    elif how == "flock-nb": fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    elif how == "posix": fcntl.lockf(fd, fcntl.LOCK_EX, 10, 0)
+    elif how == "posix-nb": fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 10, 0)
+    elif how == "getlk":
+        fl = struct.pack("hhqqi", fcntl.F_WRLCK, 0, 0, 10, 0)
+        t, _, s, l, pid = struct.unpack("hhqqi", fcntl.fcntl(fd, fcntl.F_GETLK, fl))
+        print("getlk", "unlocked" if t == fcntl.F_UNLCK else f"locked {s} {l} pid {pid}", flush=True)
+        sys.exit(0)
+    elif how == "two-fds":
+        fcntl.lockf(fd, fcntl.LOCK_EX, 10, 0)
+        fd2 = os.open(path, os.O_RDWR)
+        fcntl.lockf(fd2, fcntl.LOCK_EX | fcntl.LOCK_NB, 5, 5)
+        os.close(fd2)
+    print("held", flush=True)
+except OSError as e:
+    print("errno", e.errno, flush=True)
+    sys.exit(1)
+sys.stdin.read()
+"#;
+    Command::new("python3")
+        .args(["-c", script, how])
+        .arg(path)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The first line a locker printed.
+fn said(c: &mut std::process::Child) -> String {
+    use std::io::BufRead;
+    let mut line = String::new();
+    std::io::BufReader::new(c.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    line.trim().to_string()
+}
+
+/// Lets a locker go (closes its stdin) and waits for it.
+fn release(mut c: std::process::Child) -> std::process::ExitStatus {
+    drop(c.stdin.take());
+    c.wait().unwrap()
+}
+
+#[test]
+fn locks_meet_the_sources_other_users() {
+    // flock and POSIX locks taken through the mount land on the backing
+    // file: they conflict with the source's other users both ways, waits
+    // end when the holder goes, a waiter can be interrupted, and a close
+    // drops its process's POSIX locks.
+    let Some(t) = Pt::new("locks") else { return };
+    std::fs::write(t.src("f"), b"0123456789").unwrap();
+    let (host, mnt) = (t.src("f"), t.m("f"));
+    let counter = |name: &str| {
+        t.mount.as_ref().unwrap().report(false)["counters"][name]
+            .as_u64()
+            .unwrap()
+    };
+
+    for (lock, nb) in [("flock", "flock-nb"), ("posix", "posix-nb")] {
+        // Held on the host: the mount is refused, then waits its turn.
+        let mut h = locker(lock, &host);
+        assert_eq!(said(&mut h), "held");
+        let mut r = locker(nb, &mnt);
+        assert_eq!(
+            said(&mut r),
+            "errno 11",
+            "{lock}: the host's lock was not seen"
+        );
+        r.wait().unwrap();
+        let mut w = locker(lock, &mnt);
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(w.try_wait().unwrap().is_none(), "{lock}: got a held lock");
+        assert_eq!(counter("fuse.locks.waiting"), 1);
+        assert!(release(h).success());
+        assert_eq!(said(&mut w), "held", "{lock}: the wait did not end");
+        // Held through the mount: the host is refused until it goes.
+        let mut r = locker(nb, &host);
+        assert_eq!(
+            said(&mut r),
+            "errno 11",
+            "{lock}: the host got a mount-held lock"
+        );
+        r.wait().unwrap();
+        assert!(release(w).success());
+        let mut r = locker(nb, &host);
+        assert_eq!(said(&mut r), "held", "{lock}: the lock outlived its holder");
+        assert!(release(r).success());
+    }
+
+    // F_GETLK through the mount names the host's holder.
+    let mut h = locker("posix", &host);
+    assert_eq!(said(&mut h), "held");
+    let pid = h.id();
+    let mut g = locker("getlk", &mnt);
+    assert_eq!(said(&mut g), format!("getlk locked 0 10 pid {pid}"));
+    g.wait().unwrap();
+    // A waiter given a signal is answered at once (EINTR), not left
+    // waiting on the server.
+    let w = locker("posix", &mnt);
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(w.id() as i32, libc::SIGKILL) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut w = w;
+    while w.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "a killed lock waiter is stuck");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(counter("fuse.locks.waiting"), 0);
+    assert!(release(h).success());
+
+    // One process's POSIX locks never conflict among themselves, and its
+    // close of any descriptor of the file drops them all.
+    let mut p = locker("two-fds", &mnt);
+    assert_eq!(said(&mut p), "held");
+    let mut r = locker("posix-nb", &host);
+    assert_eq!(
+        said(&mut r),
+        "held",
+        "closing the second fd dropped nothing"
+    );
+    assert!(release(r).success());
+    assert!(release(p).success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while counter("passthrough.locks.owners") != 0 {
+        assert!(Instant::now() < deadline, "lock descriptions left behind");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sqlite_writers_on_the_mount_and_the_host_lose_nothing() {
+    // SQLite locks the database (POSIX locks) and then reads it again: the
+    // locks must meet the host's, and a granted lock must not leave this
+    // mount reading pages the host has changed since (they are dropped
+    // before the lock is answered). Writers on both sides, each inserting
+    // rows in transactions that read the row count first.
+    // `uvfs mount`'s default timeouts (1 s): the kernel's cache of the
+    // file outlives a transaction of another user.
+    let Some(t) = Pt::with_timeouts("sqlite", Duration::from_secs(1)) else {
+        return;
+    };
+    let script = r#"
+import sqlite3, sys
+db, tag, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+c = sqlite3.connect(db, timeout=60)
+if tag == "init":
+    c.execute("create table t(x)")
+    c.commit()
+    sys.exit(0)
+if tag == "check":
+    print(c.execute("select count(*) from t").fetchone()[0],
+          c.execute("pragma integrity_check").fetchone()[0])
+    sys.exit(0)
+for i in range(n):
+    with c:
+        seen = c.execute("select count(*) from t").fetchone()[0]
+        c.execute("insert into t values (?)", (f"{tag}-{i}-{seen}",))
+"#;
+    let py = |db: &Path, tag: &str| {
+        Command::new("python3")
+            .args(["-c", script])
+            .arg(db)
+            .args([tag, "300"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    if !py(&t.src("db"), "init").wait().unwrap().success() {
+        eprintln!("SKIP: python3 has no sqlite3 module");
+        return;
+    }
+    let writers = [
+        py(&t.m("db"), "mount-a"),
+        py(&t.src("db"), "host"),
+        py(&t.m("db"), "mount-b"),
+    ];
+    for w in writers {
+        let out = w.wait_with_output().unwrap();
+        assert!(out.status.success(), "a writer failed: {out:?}");
+    }
+    let out = py(&t.src("db"), "check").wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "900 ok");
 }

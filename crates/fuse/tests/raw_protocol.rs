@@ -58,6 +58,7 @@ const RELEASEDIR: u32 = 29;
 const FSYNCDIR: u32 = 30;
 const GETLK: u32 = 31;
 const SETLK: u32 = 32;
+const SETLKW: u32 = 33;
 const ACCESS: u32 = 34;
 const CREATE: u32 = 35;
 const INTERRUPT: u32 = 36;
@@ -381,6 +382,20 @@ impl CopyIn {
             .u64(self.flags)
             .done()
     }
+}
+
+/// `fuse_lk_in`: a lock on `start..=end` of type `typ` by `owner`
+/// through handle `fh` (`flock`: FUSE_LK_FLOCK).
+fn lock_in(fh: u64, owner: u64, start: u64, end: u64, typ: i32, flock: bool) -> Vec<u8> {
+    b().u64(fh)
+        .u64(owner)
+        .u64(start)
+        .u64(end)
+        .u32(typ as u32)
+        .u32(1)
+        .u32(flock as u32)
+        .u32(0)
+        .done()
 }
 
 fn interrupt_in(unique: u64) -> Vec<u8> {
@@ -1885,8 +1900,12 @@ fn odd_requests(k: &mut Kernel) {
     for op in UNKNOWN_OPS {
         k.expect_err(op, ROOT, &[0; 64], &[ENOSYS]);
     }
-    k.expect_err(GETLK, ROOT, &lk_in(0), &[ENOSYS]);
-    k.expect_err(SETLK, ROOT, &lk_in(0), &[ENOSYS]);
+    // Locks: memfs leaves them to the kernel (ENOSYS); passthrough keeps
+    // them, and refuses one through no handle (ENOLCK) or one it never
+    // gave out (EBADF).
+    k.expect_err(GETLK, ROOT, &lk_in(0), &[ENOSYS, libc::ENOLCK]);
+    k.expect_err(SETLK, ROOT, &lk_in(0), &[ENOSYS, libc::ENOLCK]);
+    k.expect_err(SETLK, ROOT, &lk_in(u64::MAX), &[ENOSYS, EBADF]);
     k.expect_err(BMAP, ROOT, &b().u64(0).u32(4096).u32(0).done(), &[ENOSYS]);
     k.expect_err(
         IOCTL,
@@ -2026,6 +2045,79 @@ fn sane(k: &mut Kernel, tag: &[u8]) {
     k.settle();
 }
 
+/// Locks of a file system that keeps them (passthrough): a SETLKW that
+/// meets a conflict is answered only when the lock is free, or with EINTR
+/// once the kernel interrupts it, even if the INTERRUPT came first; a
+/// FLUSH drops its owner's locks.
+fn locks(k: &mut Kernel) {
+    const EOF: u64 = i64::MAX as u64;
+    let (f, h1) = k.create(ROOT, b"locked");
+    let h2 = u64_at(&k.call(OPEN, f, &open_in(libc::O_RDWR)).body, 0);
+    for flock in [false, true] {
+        let held = k.call(SETLK, f, &lock_in(h1, 1, 0, EOF, libc::F_WRLCK, flock));
+        assert!(held.ok(), "{}lock refused: {}", k.tag, held.error);
+        let other = lock_in(h2, 2, 0, EOF, libc::F_WRLCK, flock);
+        k.expect_err(SETLK, f, &other, &[libc::EAGAIN]);
+        // Parked: nothing comes back for it before the next STATFS.
+        let waiting = k.send(SETLKW, f, &other);
+        if let Some(r) = k.drain_until_statfs(waiting, "a SETLKW on a held lock") {
+            k.fail(&format!(
+                "a SETLKW on a held lock was answered: {}",
+                r.error
+            ));
+        }
+        let intr = k.next_unique() | 1;
+        let msg = k.message(
+            INTERRUPT,
+            intr,
+            0,
+            (HEADER + 8) as u32,
+            &interrupt_in(waiting),
+        );
+        k.send_raw(&msg);
+        let r = k.recv_for(waiting, "an interrupted SETLKW");
+        assert_eq!(r.error, -libc::EINTR, "{}interrupted SETLKW", k.tag);
+        // An INTERRUPT that overtakes its request.
+        let intr = k.next_unique() | 1;
+        let next = k.unique + 2;
+        let msg = k.message(INTERRUPT, intr, 0, (HEADER + 8) as u32, &interrupt_in(next));
+        k.send_raw(&msg);
+        let early = k.send(SETLKW, f, &other);
+        assert_eq!(early, next);
+        let r = k.recv_for(early, "a SETLKW interrupted before it came");
+        assert_eq!(r.error, -libc::EINTR, "{}early-interrupted SETLKW", k.tag);
+        // Released, the wait ends with the lock.
+        let waiting = k.send(SETLKW, f, &other);
+        if k.drain_until_statfs(waiting, "a SETLKW on a held lock")
+            .is_some()
+        {
+            k.fail("a SETLKW on a held lock was answered");
+        }
+        assert!(k
+            .call(SETLK, f, &lock_in(h1, 1, 0, EOF, libc::F_UNLCK, flock))
+            .ok());
+        let r = k.recv_for(waiting, "a SETLKW once the lock was free");
+        assert!(r.ok(), "{}SETLKW after the unlock: {}", k.tag, r.error);
+        if flock {
+            assert!(k
+                .call(SETLK, f, &lock_in(h2, 2, 0, EOF, libc::F_UNLCK, true))
+                .ok());
+        } else {
+            // A close (FLUSH) by the owner drops its POSIX locks.
+            assert!(k
+                .call(FLUSH, f, &b().u64(h2).u32(0).u32(0).u64(2).done())
+                .ok());
+        }
+        let again = k.call(SETLK, f, &lock_in(h1, 1, 0, EOF, libc::F_WRLCK, flock));
+        assert!(again.ok(), "{}lock left behind: {}", k.tag, again.error);
+        assert!(k
+            .call(SETLK, f, &lock_in(h1, 1, 0, EOF, libc::F_UNLCK, flock))
+            .ok());
+    }
+    assert!(k.call(RELEASE, f, &release_in(h1)).ok());
+    assert!(k.call(RELEASE, f, &release_in(h2)).ok());
+}
+
 fn targeted(k: &mut Kernel, memfs: bool) {
     k.tag = "targeted: ".into();
     unknown_nodes(k);
@@ -2035,6 +2127,10 @@ fn targeted(k: &mut Kernel, memfs: bool) {
     k.settle();
     io(k, memfs);
     k.settle();
+    if !memfs {
+        locks(k);
+        k.settle();
+    }
     odd_requests(k);
     k.settle();
     sane(k, b"sane");
@@ -2336,10 +2432,32 @@ impl Gen<'_> {
                 let (id, fh) = (self.node(), self.fh());
                 let op = self
                     .rng
-                    .pick(&[RELEASE, RELEASEDIR, FLUSH, FSYNC, FSYNCDIR]);
+                    .pick(&[RELEASE, RELEASEDIR, FLUSH, FSYNC, FSYNCDIR, GETLK, SETLK]);
                 let body = match op {
                     RELEASE | RELEASEDIR => release_in(fh),
                     FLUSH => flush_in(fh),
+                    // Never SETLKW: a conflicting one waits (by design)
+                    // and the storm wants every request answered.
+                    GETLK | SETLK => {
+                        let typ = self
+                            .rng
+                            .pick(&[libc::F_RDLCK, libc::F_WRLCK, libc::F_UNLCK, 7]);
+                        let start = self.offset();
+                        let end = if self.rng.chance(50) {
+                            u64::MAX
+                        } else {
+                            self.offset()
+                        };
+                        b().u64(fh)
+                            .u64(self.rng.below(4)) // lock owner
+                            .u64(start)
+                            .u64(end)
+                            .u32(typ as u32)
+                            .u32(1)
+                            .u32(self.rng.below(2) as u32) // FUSE_LK_FLOCK
+                            .u32(0)
+                            .done()
+                    }
                     _ => fsync_in(fh, self.rng.below(2) as u32),
                 };
                 self.k.call(op, id, &body);

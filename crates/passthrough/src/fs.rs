@@ -77,6 +77,8 @@ pub struct PassthroughFs {
     pub(crate) inodes: InodeMap,
     pub(crate) root: Arc<Node>,
     pub(crate) opens: OpenTable,
+    /// POSIX record locks held through the mount (`locks.rs`).
+    pub(crate) posix_locks: crate::locks::PosixLocks,
     /// READDIRPLUS requests in progress and their overlaps (`dir.rs`
     /// probes in parallel only when one has been alone for a while).
     pub(crate) plus_load: crate::dir::PlusLoad,
@@ -186,6 +188,7 @@ impl PassthroughFs {
             inodes,
             root,
             opens: OpenTable::default(),
+            posix_locks: Default::default(),
             plus_load: Default::default(),
             own_dev: AtomicU64::new(NO_DEV),
             counters: PtCounters::default(),

@@ -181,7 +181,10 @@ impl PassthroughFs {
     }
 
     pub(crate) fn do_release(&self, fh: Fh) -> VfsResult<()> {
-        self.opens.remove(fh)
+        let node = self.opens.get(fh)?.node.clone();
+        self.opens.remove(fh)?;
+        self.posix_locks.drop_node(&node);
+        Ok(())
     }
 
     pub(crate) fn do_fallocate(

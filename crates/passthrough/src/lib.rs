@@ -30,8 +30,9 @@
 //! `sys` (system calls) · `fdpool` (budget, CLOCK) · `handle` ·
 //! `inodes` (node ids) · `node` (per-vnode data) · `creds` (creating as
 //! the caller) · `fs` (construction, lookup, reopen) · `namei`, `io`,
-//! `dir`, `attrs` (the operations) · `open` (open files) · `vops` (the
-//! `FileSystem` impl) · `stats`.
+//! `dir`, `attrs` (the operations) · `open` (open files) · `locks` (file
+//! locks kept on the backing files) · `vops` (the `FileSystem` impl) ·
+//! `stats`.
 
 mod attrs;
 mod creds;
@@ -41,6 +42,7 @@ mod fs;
 pub mod handle;
 pub mod inodes;
 mod io;
+mod locks;
 mod namei;
 pub mod node;
 mod open;

@@ -33,6 +33,11 @@ impl PassthroughFs {
                 "Open files and directories now",
             ),
             (
+                "passthrough.locks.owners",
+                self.posix_locks.len() as u64,
+                "Backing descriptions holding POSIX locks of a lock owner now",
+            ),
+            (
                 "passthrough.fds.opened",
                 ld(&pc.opened),
                 "Backing fds opened",

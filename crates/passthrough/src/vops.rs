@@ -4,8 +4,8 @@
 use crate::fs::PassthroughFs;
 use std::sync::Arc;
 use uvfs_vfs::{
-    Attr, Ctx, DirPlusSink, DirSink, FallocMode, Fh, FileSystem, Mount, RenameFlags, SetAttr,
-    StatFs, VfsResult, VnodeRef, XattrFlags,
+    Attr, Ctx, DirPlusSink, DirSink, FallocMode, Fh, FileLock, FileSystem, Mount, RenameFlags,
+    SetAttr, StatFs, VfsResult, VnodeRef, XattrFlags,
 };
 
 impl FileSystem for PassthroughFs {
@@ -21,6 +21,29 @@ impl FileSystem for PassthroughFs {
     /// ACLs in the source are enforced through the mount as natively.
     fn posix_acls(&self) -> bool {
         true
+    }
+
+    fn forwards_locks(&self) -> bool {
+        true
+    }
+
+    fn getlk(&self, vp: &VnodeRef, _fh: Fh, owner: u64, lock: &FileLock) -> VfsResult<FileLock> {
+        self.do_getlk(vp, owner, lock)
+    }
+
+    fn setlk(
+        &self,
+        vp: &VnodeRef,
+        fh: Fh,
+        owner: u64,
+        lock: &FileLock,
+        flock: bool,
+    ) -> VfsResult<()> {
+        self.do_setlk(vp, fh, owner, lock, flock)
+    }
+
+    fn unlock_owner(&self, vp: &VnodeRef, owner: u64) -> VfsResult<()> {
+        self.do_unlock_owner(vp, owner)
     }
 
     fn mount(&self) -> &Arc<Mount> {

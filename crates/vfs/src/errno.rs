@@ -61,6 +61,9 @@ errnos!(
     EOPNOTSUPP,
     ESTALE,
     ENOTSUP,
+    ENOLCK,
+    EINTR,
+    EDEADLK,
 );
 
 impl Errno {

@@ -13,6 +13,7 @@ mod ctx;
 mod dirent;
 mod errno;
 mod flags;
+mod lock;
 mod name;
 mod ops;
 mod statfs;
@@ -24,6 +25,7 @@ pub use ctx::Ctx;
 pub use dirent::DirEntry;
 pub use errno::{Errno, VfsResult};
 pub use flags::{FallocMode, RenameFlags, XattrFlags, O_KILL_SUIDGID};
+pub use lock::{FileLock, LOCK_TO_EOF};
 pub use name::{
     check_name, check_new_name, check_symlink_target, is_dot_or_dotdot, NAME_MAX, SYMLINK_MAX,
 };

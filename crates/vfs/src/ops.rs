@@ -26,6 +26,7 @@ use crate::ctx::Ctx;
 use crate::dirent::DirEntry;
 use crate::errno::{Errno, VfsResult};
 use crate::flags::{FallocMode, RenameFlags, XattrFlags};
+use crate::lock::FileLock;
 use crate::statfs::StatFs;
 use std::sync::Arc;
 use uvfs_vnode::{Ino, Mount, VType, VnodeRef};
@@ -275,6 +276,42 @@ pub trait FileSystem: Send + Sync + 'static {
     /// (`FUSE_AUTO_INVAL_DATA`); otherwise it keeps them across opens.
     fn changes_outside(&self) -> bool {
         false
+    }
+
+    /// Whether file locks are this file system's to keep (passed on to a
+    /// backing file system, where they meet its other users' locks) rather
+    /// than the kernel's own, local to the mount (the default: then
+    /// `getlk`, `setlk` and `unlock_owner` are never called).
+    fn forwards_locks(&self) -> bool {
+        false
+    }
+
+    /// The first lock that would conflict with `lock` asked by POSIX lock
+    /// owner `owner`, or `lock` itself with `typ: F_UNLCK` if none would.
+    fn getlk(&self, _vp: &VnodeRef, _fh: Fh, _owner: u64, _lock: &FileLock) -> VfsResult<FileLock> {
+        Err(Errno::ENOSYS)
+    }
+
+    /// Takes, changes or drops `lock` without waiting (`EAGAIN` while
+    /// another holder's lock conflicts; the server does the waiting). With
+    /// `flock` it is a `flock(2)` lock, held by the open file `fh`;
+    /// otherwise a POSIX record lock held by `owner`.
+    fn setlk(
+        &self,
+        _vp: &VnodeRef,
+        _fh: Fh,
+        _owner: u64,
+        _lock: &FileLock,
+        _flock: bool,
+    ) -> VfsResult<()> {
+        Err(Errno::ENOSYS)
+    }
+
+    /// `owner` closed a descriptor of `vp`: POSIX drops every record lock
+    /// it holds on the file (the kernel says so with the FLUSH of each
+    /// close).
+    fn unlock_owner(&self, _vp: &VnodeRef, _owner: u64) -> VfsResult<()> {
+        Ok(())
     }
 
     /// Whether the file system stores POSIX ACLs (the `system.posix_acl_*`

@@ -911,7 +911,18 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
+    /// The kernel asks that request `unique` (sent earlier, perhaps still
+    /// being handled) be given up: its caller got a signal. No reply; the
+    /// file system may answer that request with `EINTR` instead of waiting
+    /// on. The default ignores it (the request finishes normally). Without
+    /// this hook fuser answered `ENOSYS`, after which the kernel never
+    /// interrupts a request again, so a caller waiting on a request that
+    /// blocks (a lock) could not even be killed.
+    fn interrupt(&self, _req: &Request, _unique: RequestId) {}
+
     /// Acquire, modify or release a POSIX file lock.
+    /// `flock`: a `flock(2)` lock (FUSE_LK_FLOCK, with FUSE_FLOCK_LOCKS
+    /// negotiated), owned by the open file rather than by `lock_owner`.
     /// For POSIX threads (NPTL) there's a 1-1 relation between pid and owner, but
     /// otherwise this is not always the case.  For checking lock ownership,
     /// 'fi->owner' must be used. The `l_pid` field in 'struct flock' should only be
@@ -929,6 +940,7 @@ pub trait Filesystem: Send + Sync + 'static {
         typ: i32,
         pid: u32,
         sleep: bool,
+        _flock: bool,
         reply: ReplyEmpty,
     ) {
         warn!(

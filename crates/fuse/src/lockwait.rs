@@ -1,0 +1,273 @@
+//! Lock requests (SETLK, SETLKW) of a file system that keeps locks, answered
+//! off the request loops: those that must wait, and the page-cache
+//! invalidation every granted lock is answered after.
+//!
+//! # Waiting
+//!
+//! A file system that keeps locks (`FileSystem::forwards_locks`) takes them
+//! without waiting (`setlk` answers `EAGAIN` while another holder's lock
+//! conflicts). A SETLKW that meets a conflict is parked here, and one
+//! thread tries the parked ones again, sooner after a request arrives and
+//! less often the longer nothing changes (1 ms doubling to 50 ms), until
+//! each is granted, fails, or is interrupted. So a lock held for an hour
+//! ties up no request loop (a process holding one and asking the server
+//! for anything else must still be answered), and one thread serves every
+//! waiting lock.
+//!
+//! # Interrupts
+//!
+//! A process waiting in `fcntl(F_SETLKW)` or `flock` that gets a signal
+//! makes the kernel send INTERRUPT naming the request; the parked request
+//! is then answered `EINTR`. Without that the caller could not even be
+//! killed: once a request has reached the server, the kernel waits for its
+//! answer uninterruptibly. An INTERRUPT may overtake the request it names
+//! (they travel on different request loops), so the ids of INTERRUPTs that
+//! found nothing parked are remembered (the last [`REMEMBERED`]), and a
+//! request parked later under one of them is answered at once.
+//!
+//! # Fresh data under a lock
+//!
+//! Locks are how programs that share a file with other users (SQLite, say)
+//! know when to read it again; but the kernel caches this mount's pages
+//! and attributes of the file (kept across opens), and another user of the
+//! source may have changed it while the lock was elsewhere. So a granted
+//! lock is answered only after the kernel has dropped the file's cached
+//! pages and attributes (FUSE_NOTIFY_INVAL_INODE), as NFS revalidates on
+//! locking. Done here, not on a request loop: the invalidation waits for
+//! pages under I/O, whose READ or WRITE needs a request loop to answer.
+
+use crate::convert::errno;
+use fuser::{INodeNo, Notifier, ReplyEmpty};
+use parking_lot::{Condvar, Mutex};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+use uvfs_vfs::{Errno, Fh, FileLock, FileSystem, VnodeRef};
+
+/// INTERRUPTs remembered for requests not parked (yet).
+const REMEMBERED: usize = 64;
+/// First and longest pause between tries.
+const FIRST_PAUSE: Duration = Duration::from_millis(1);
+const LONGEST_PAUSE: Duration = Duration::from_millis(50);
+
+/// A SETLKW that met a conflict.
+pub(crate) struct Parked {
+    /// The request's id (what an INTERRUPT names).
+    pub unique: u64,
+    /// The node the lock is on (what the invalidation names).
+    pub nodeid: u64,
+    pub vp: VnodeRef,
+    pub fh: Fh,
+    pub owner: u64,
+    pub lock: FileLock,
+    pub flock: bool,
+    pub reply: ReplyEmpty,
+}
+
+/// A granted lock whose answer waits for the invalidation.
+struct Granted {
+    nodeid: u64,
+    reply: ReplyEmpty,
+}
+
+#[derive(Default)]
+struct State {
+    parked: Vec<Parked>,
+    granted: Vec<Granted>,
+    /// Ids of INTERRUPTs that found nothing parked, newest last.
+    early: VecDeque<u64>,
+    /// A request was parked since the thread last looked: try soon.
+    arrived: bool,
+    /// The server is gone: answer what is parked and stop.
+    shutdown: bool,
+    running: bool,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    cv: Condvar,
+}
+
+/// The parked requests and the thread that retries them.
+pub(crate) struct LockWaiter {
+    shared: Arc<Shared>,
+    /// Set once the session runs (`start`); without it (a channel with no
+    /// kernel cache to invalidate) grants are answered at once.
+    notifier: std::sync::OnceLock<Notifier>,
+}
+
+impl Default for LockWaiter {
+    fn default() -> Self {
+        LockWaiter {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State::default()),
+                cv: Condvar::new(),
+            }),
+            notifier: std::sync::OnceLock::new(),
+        }
+    }
+}
+
+impl LockWaiter {
+    /// Gives the waiter the session's notifier.
+    pub(crate) fn set_notifier(&self, n: Notifier) {
+        let _ = self.notifier.set(n);
+    }
+
+    /// Answers a lock granted on a request loop: after the invalidation,
+    /// on the waiter's thread.
+    pub(crate) fn granted(&self, fs: &Arc<dyn FileSystem>, nodeid: u64, reply: ReplyEmpty) {
+        if self.notifier.get().is_none() {
+            reply.ok();
+            return;
+        }
+        let mut st = self.shared.state.lock();
+        if st.shutdown || !self.ensure_thread(&mut st, fs) {
+            drop(st);
+            reply.ok();
+            return;
+        }
+        st.granted.push(Granted { nodeid, reply });
+        self.shared.cv.notify_one();
+    }
+
+    /// Parks `p` (answering at once if it was already interrupted),
+    /// starting the waiter thread on first use.
+    pub(crate) fn park(&self, fs: &Arc<dyn FileSystem>, p: Parked) {
+        let mut st = self.shared.state.lock();
+        if let Some(i) = st.early.iter().position(|&u| u == p.unique) {
+            st.early.remove(i);
+            drop(st);
+            p.reply.error(errno(Errno::EINTR));
+            return;
+        }
+        if st.shutdown {
+            drop(st);
+            p.reply.error(errno(Errno::EINTR));
+            return;
+        }
+        if !self.ensure_thread(&mut st, fs) {
+            // No thread: nothing can wait. Answer as the kernel does when
+            // it cannot take a lock.
+            drop(st);
+            p.reply.error(errno(Errno::ENOLCK));
+            return;
+        }
+        st.parked.push(p);
+        st.arrived = true;
+        self.shared.cv.notify_one();
+    }
+
+    /// Starts the thread unless it runs; false if it cannot be started.
+    fn ensure_thread(&self, st: &mut State, fs: &Arc<dyn FileSystem>) -> bool {
+        if st.running {
+            return true;
+        }
+        let (shared, fs) = (self.shared.clone(), fs.clone());
+        let notifier = self.notifier.get().cloned();
+        let spawned = std::thread::Builder::new()
+            .name("uvfs-lockwait".into())
+            .spawn(move || run(shared, fs, notifier));
+        st.running = spawned.is_ok();
+        st.running
+    }
+
+    /// The kernel gave up request `unique` (its caller got a signal).
+    pub(crate) fn interrupt(&self, unique: u64) {
+        let mut st = self.shared.state.lock();
+        if let Some(i) = st.parked.iter().position(|p| p.unique == unique) {
+            let p = st.parked.swap_remove(i);
+            drop(st);
+            p.reply.error(errno(Errno::EINTR));
+            return;
+        }
+        if st.early.len() == REMEMBERED {
+            st.early.pop_front();
+        }
+        st.early.push_back(unique);
+    }
+
+    /// Requests waiting now.
+    pub(crate) fn parked(&self) -> usize {
+        self.shared.state.lock().parked.len()
+    }
+}
+
+impl Drop for LockWaiter {
+    fn drop(&mut self) {
+        self.shared.state.lock().shutdown = true;
+        self.shared.cv.notify_all();
+    }
+}
+
+/// The waiter thread: answers grants, tries every parked request, pauses,
+/// again. Invalidations and replies happen outside the state lock (an
+/// invalidation may wait for a READ, and request loops take the lock to
+/// park and interrupt).
+fn run(shared: Arc<Shared>, fs: Arc<dyn FileSystem>, notifier: Option<Notifier>) {
+    let answer = |g: Granted| {
+        if let Some(n) = &notifier {
+            // The node may be gone from the kernel's cache (ENOENT): then
+            // there is nothing stale to drop.
+            let _ = n.inval_inode(INodeNo(g.nodeid), 0, 0);
+        }
+        g.reply.ok();
+    };
+    let mut pause = FIRST_PAUSE;
+    let mut st = shared.state.lock();
+    loop {
+        if st.shutdown {
+            let (parked, granted) = (
+                std::mem::take(&mut st.parked),
+                std::mem::take(&mut st.granted),
+            );
+            st.running = false;
+            drop(st);
+            parked
+                .into_iter()
+                .for_each(|p| p.reply.error(errno(Errno::EINTR)));
+            granted.into_iter().for_each(|g| g.reply.ok());
+            return;
+        }
+        let mut done = std::mem::take(&mut st.granted);
+        // Tried under the state lock (`setlk` never waits): an INTERRUPT
+        // then finds its request still parked, or already answered.
+        let mut failed = Vec::new();
+        let mut i = 0;
+        while i < st.parked.len() {
+            let p = &st.parked[i];
+            match fs.setlk(&p.vp, p.fh, p.owner, &p.lock, p.flock) {
+                Err(e) if e == Errno::EAGAIN => i += 1,
+                Ok(()) => {
+                    let p = st.parked.swap_remove(i);
+                    done.push(Granted {
+                        nodeid: p.nodeid,
+                        reply: p.reply,
+                    });
+                }
+                Err(e) => failed.push((st.parked.swap_remove(i), e)),
+            }
+        }
+        let idle = st.parked.is_empty();
+        if std::mem::take(&mut st.arrived) {
+            pause = FIRST_PAUSE;
+        } else {
+            pause = (pause * 2).min(LONGEST_PAUSE);
+        }
+        if !done.is_empty() || !failed.is_empty() {
+            drop(st);
+            done.into_iter().for_each(answer);
+            failed
+                .into_iter()
+                .for_each(|(p, e)| p.reply.error(errno(e)));
+            st = shared.state.lock();
+            continue;
+        }
+        if idle {
+            shared.cv.wait(&mut st);
+            pause = FIRST_PAUSE;
+        } else {
+            shared.cv.wait_for(&mut st, pause);
+        }
+    }
+}

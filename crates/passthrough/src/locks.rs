@@ -1,0 +1,194 @@
+//! File locks kept on the backing files, so that a lock taken through the
+//! mount meets the locks of the source's other users (processes on the
+//! host, other mounts) as it would natively. The kernel sends them to us
+//! (FUSE_POSIX_LOCKS, FUSE_FLOCK_LOCKS) instead of keeping its own.
+//!
+//! # Who owns a lock
+//!
+//! * A `flock(2)` lock belongs to the open file. Each FUSE handle is one
+//!   kernel open file and has its own backing fd (`open.rs`), so the lock
+//!   goes on that fd as it is: dup'd and inherited descriptors share the
+//!   handle, and the lock goes when its last one closes (RELEASE closes
+//!   the fd).
+//! * A POSIX record lock belongs to a process (the kernel's lock owner id),
+//!   whatever descriptor it used, and every close of any descriptor of the
+//!   file drops all of that owner's locks on it. Each (node, owner) gets an
+//!   open file description of its own on the backing file, holding the
+//!   owner's locks as OFD locks (`F_OFD_SETLK`): they conflict with classic
+//!   POSIX and OFD locks of other users like POSIX locks of different
+//!   processes, and merge and split among themselves like one process's.
+//!   The description is closed, dropping its locks, when the owner closes a
+//!   descriptor of the file (the kernel's FLUSH carries the owner,
+//!   `unlock_owner`) or unlocks the whole file, and at the latest when the
+//!   last open file of the node is released.
+//!
+//! Nothing here waits: a conflicting lock is `EAGAIN`, and the FUSE server
+//! retries a waiting request (SETLKW) off its request loops, so a lock held
+//! for an hour ties up no thread, and a signal can interrupt the wait.
+
+use crate::fdpool::Fd;
+use crate::fs::PassthroughFs;
+use crate::node::Node;
+use crate::sys;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+use uvfs_vfs::{Errno, Fh, FileLock, Ino, VfsResult, VnodeRef, LOCK_TO_EOF};
+
+/// (node id, lock owner) -> the owner's open file description.
+#[derive(Default)]
+pub(crate) struct PosixLocks {
+    map: Mutex<HashMap<(Ino, u64), Arc<Fd>>>,
+}
+
+impl PosixLocks {
+    /// Closes every owner's description of `node` if no open file of it is
+    /// left (then no POSIX lock through the mount can remain; the FLUSH of
+    /// each close has normally dropped them already). Checked under the
+    /// map's lock: a SETLK needs an open file, and installs under it.
+    pub(crate) fn drop_node(&self, node: &Node) {
+        let mut m = self.map.lock();
+        if m.is_empty() || node.open_count() > 0 {
+            return;
+        }
+        m.retain(|&(id, _), _| id != node.id);
+    }
+
+    /// Descriptions held now (locks in use).
+    pub(crate) fn len(&self) -> usize {
+        self.map.lock().len()
+    }
+}
+
+/// `struct flock` for `lock` (`l_len` 0 runs to the end of the file).
+fn to_flock(lock: &FileLock) -> VfsResult<libc::flock> {
+    let start = i64::try_from(lock.start).map_err(|_| Errno::EINVAL)?;
+    let len = if lock.end >= LOCK_TO_EOF {
+        0
+    } else if lock.end < lock.start {
+        return Err(Errno::EINVAL);
+    } else {
+        i64::try_from(lock.end - lock.start + 1).map_err(|_| Errno::EINVAL)?
+    };
+    // SAFETY: `flock` is a plain C struct; all-zero bytes are a valid value.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = i16::try_from(lock.typ).map_err(|_| Errno::EINVAL)?;
+    fl.l_whence = libc::SEEK_SET as i16;
+    fl.l_start = start;
+    fl.l_len = len;
+    Ok(fl)
+}
+
+fn fcntl_lock(fd: &Fd, cmd: libc::c_int, fl: &mut libc::flock) -> VfsResult<()> {
+    // SAFETY: `fl` is a valid, writable `struct flock` for the call.
+    sys::cvt(unsafe { libc::fcntl(fd.raw(), cmd, fl as *mut libc::flock) }).map(drop)
+}
+
+impl PassthroughFs {
+    /// A new open file description of `node`'s backing file for lock
+    /// owners: read-write when allowed (write locks need it), else
+    /// read-only. Counted against the fd budget like an open file.
+    fn lock_description(&self, node: &Arc<Node>) -> VfsResult<Arc<Fd>> {
+        let fd = self.fd_of(node)?;
+        let res = self.pool.reserve_open().map_err(|_| Errno::ENOLCK)?;
+        let f = sys::reopen(fd.raw(), libc::O_RDWR)
+            .or_else(|_| sys::reopen(fd.raw(), libc::O_RDONLY))?;
+        Ok(Arc::new(res.into_fd(f)))
+    }
+
+    pub(crate) fn do_setlk(
+        &self,
+        vp: &VnodeRef,
+        fh: Fh,
+        owner: u64,
+        lock: &FileLock,
+        flock: bool,
+    ) -> VfsResult<()> {
+        if flock {
+            let of = self.opens.get(fh)?;
+            let op = match lock.typ {
+                libc::F_RDLCK => libc::LOCK_SH,
+                libc::F_WRLCK => libc::LOCK_EX,
+                libc::F_UNLCK => libc::LOCK_UN,
+                _ => return Err(Errno::EINVAL),
+            };
+            // SAFETY: plain integer arguments on an fd we hold. A conflict
+            // is EWOULDBLOCK, which is EAGAIN on Linux.
+            return sys::cvt(unsafe { libc::flock(of.fd.raw(), op | libc::LOCK_NB) }).map(drop);
+        }
+        let node = self.node_of(vp)?;
+        let key = (node.id, owner);
+        let mut fl = to_flock(lock)?;
+        if lock.typ == libc::F_UNLCK {
+            let held = self.posix_locks.map.lock().get(&key).cloned();
+            let Some(ofd) = held else {
+                return Ok(()); // nothing held: nothing to drop
+            };
+            fcntl_lock(&ofd, libc::F_OFD_SETLK, &mut fl)?;
+            if lock.whole_file() {
+                self.posix_locks.map.lock().remove(&key);
+            }
+            return Ok(());
+        }
+        // One description per owner: found or made under the map's lock
+        // would hold it across an open; made outside and installed unless
+        // another request of the owner got there first.
+        let found = self.posix_locks.map.lock().get(&key).cloned();
+        let ofd = match found {
+            Some(d) => d,
+            None => {
+                let d = self.lock_description(&node)?;
+                self.posix_locks.map.lock().entry(key).or_insert(d).clone()
+            }
+        };
+        fcntl_lock(&ofd, libc::F_OFD_SETLK, &mut fl).map_err(|e| {
+            if e == Errno::EACCES {
+                Errno::EAGAIN
+            } else {
+                e
+            }
+        })
+    }
+
+    pub(crate) fn do_getlk(
+        &self,
+        vp: &VnodeRef,
+        owner: u64,
+        lock: &FileLock,
+    ) -> VfsResult<FileLock> {
+        let node = self.node_of(vp)?;
+        let mut fl = to_flock(lock)?;
+        // The owner's own locks never conflict with it: ask through its
+        // description if it has one, else through a fresh one.
+        let held = self.posix_locks.map.lock().get(&(node.id, owner)).cloned();
+        let ofd = match held {
+            Some(d) => d,
+            None => self.lock_description(&node)?,
+        };
+        fcntl_lock(&ofd, libc::F_OFD_GETLK, &mut fl)?;
+        if i32::from(fl.l_type) == libc::F_UNLCK {
+            return Ok(FileLock {
+                typ: libc::F_UNLCK,
+                ..*lock
+            });
+        }
+        let start = u64::try_from(fl.l_start).unwrap_or(0);
+        let end = match u64::try_from(fl.l_len) {
+            Ok(0) | Err(_) => LOCK_TO_EOF,
+            Ok(n) => start + n - 1,
+        };
+        Ok(FileLock {
+            start,
+            end,
+            typ: i32::from(fl.l_type),
+            // A classic lock's holder is named; an OFD lock's (-1) is not.
+            pid: u32::try_from(fl.l_pid).unwrap_or(0),
+        })
+    }
+
+    pub(crate) fn do_unlock_owner(&self, vp: &VnodeRef, owner: u64) -> VfsResult<()> {
+        let node = self.node_of(vp)?;
+        self.posix_locks.map.lock().remove(&(node.id, owner));
+        Ok(())
+    }
+}
