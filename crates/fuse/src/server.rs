@@ -145,19 +145,6 @@ fn ctx_making(req: &Request, umask: u32) -> Ctx {
     }
 }
 
-/// A lock request naming no handle (what a directory the kernel opened by
-/// itself would carry) is refused (`ENOLCK`): its close is never told to
-/// us, so the lock could never be dropped. Defensive: the kernel keeps
-/// directory locks itself (FUSE's directory operations have no lock
-/// methods), and every open file has a handle.
-fn no_lock_without_handle(fh: u64) -> VfsResult<()> {
-    if fh == NO_HANDLE {
-        Err(Errno::ENOLCK)
-    } else {
-        Ok(())
-    }
-}
-
 /// `open(2)` flags for the file system, with `O_KILL_SUIDGID` when the
 /// kernel asked that a truncating open drop set-uid/set-gid.
 fn open_flags(flags: i32, kill_suidgid: bool) -> i32 {
@@ -312,6 +299,23 @@ impl Server {
 }
 
 impl Inner {
+    /// The open file a GETLK or SETLK is about. `ENOSYS` where the kernel
+    /// keeps locks itself (the file system does not). A request naming no
+    /// handle (what a directory the kernel opened by itself would carry) is
+    /// refused (`ENOLCK`): its close is never told to us, so the lock could
+    /// never be dropped. Defensive: the kernel keeps directory locks itself
+    /// (FUSE's directory operations have no lock methods), and every open
+    /// file has a handle.
+    fn lock_target(&self, fh: u64) -> VfsResult<OpenFile> {
+        if !self.fs.forwards_locks() {
+            return Err(Errno::ENOSYS);
+        }
+        if fh == NO_HANDLE {
+            return Err(Errno::ENOLCK);
+        }
+        self.handles.get(fh)
+    }
+
     fn note_new(&self, id: u64, parent: u64, name: &[u8], dir: bool) {
         let count = self.fs.mount().vnode_count();
         self.evict
@@ -1001,11 +1005,7 @@ impl Filesystem for Server {
             pid,
         };
         let r = self.guard("getlk", |i| {
-            if !i.fs.forwards_locks() {
-                return Err(Errno::ENOSYS); // the kernel's own locks
-            }
-            no_lock_without_handle(fh.0)?;
-            let of = i.handles.get(fh.0)?;
+            let of = i.lock_target(fh.0)?;
             i.fs.getlk(&of.vp, of.fh, lock_owner.0, &lock)
         });
         match r {
@@ -1037,11 +1037,7 @@ impl Filesystem for Server {
         // Never waits here: a SETLKW that meets a conflict is parked
         // (`lockwait.rs`) and this request loop moves on.
         let r = self.guard("setlk", |i| {
-            if !i.fs.forwards_locks() {
-                return Err(Errno::ENOSYS); // the kernel's own locks
-            }
-            no_lock_without_handle(fh.0)?;
-            let of = i.handles.get(fh.0)?;
+            let of = i.lock_target(fh.0)?;
             match i.fs.setlk(&of.vp, of.fh, lock_owner.0, &lock, flock) {
                 Err(e) if e == Errno::EAGAIN && sleep => Ok(Some(of)),
                 r => r.map(|()| None),
