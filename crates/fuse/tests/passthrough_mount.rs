@@ -317,6 +317,15 @@ fn locks_meet_the_sources_other_users() {
             .as_u64()
             .unwrap()
     };
+    // Until `n` lock requests are parked on the server (the locker may
+    // take a while to start).
+    let until_waiting = |n: u64| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while counter("fuse.locks.waiting") != n {
+            assert!(Instant::now() < deadline, "no lock request parked");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
 
     for (lock, nb) in [("flock", "flock-nb"), ("posix", "posix-nb")] {
         // Held on the host: the mount is refused, then waits its turn.
@@ -330,9 +339,8 @@ fn locks_meet_the_sources_other_users() {
         );
         r.wait().unwrap();
         let mut w = locker(lock, &mnt);
-        std::thread::sleep(Duration::from_millis(300));
+        until_waiting(1);
         assert!(w.try_wait().unwrap().is_none(), "{lock}: got a held lock");
-        assert_eq!(counter("fuse.locks.waiting"), 1);
         assert!(release(h).success());
         assert_eq!(said(&mut w), "held", "{lock}: the wait did not end");
         // Held through the mount: the host is refused until it goes.
@@ -359,7 +367,7 @@ fn locks_meet_the_sources_other_users() {
     // A waiter given a signal is answered at once (EINTR), not left
     // waiting on the server.
     let w = locker("posix", &mnt);
-    std::thread::sleep(Duration::from_millis(300));
+    until_waiting(1);
     // SAFETY: signalling our own child.
     unsafe { libc::kill(w.id() as i32, libc::SIGKILL) };
     let deadline = Instant::now() + Duration::from_secs(10);
