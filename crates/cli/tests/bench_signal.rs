@@ -3,22 +3,12 @@
 //! Skipped (with a message) where mounting is not possible: not root, or
 //! no usable /dev/fuse.
 
+mod common;
+
+use common::can_mount;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn can_mount() -> Result<(), String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err("not root".into());
-    }
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-        .map(drop)
-        .map_err(|e| format!("/dev/fuse: {e}"))
-}
 
 /// Mount points whose path contains `tag`.
 fn mounts_with(tag: &str) -> Vec<String> {
