@@ -9,6 +9,10 @@
 #   2. fsx with FSX_OPS operations for each seed in FSX_SEEDS,
 #   2b. scripts/difftest.py: DIFF_SEEDS x 2,000 random operations on memfs
 #      and on a tmpfs directory, every result compared,
+#   2c. where the kernel offers FUSE over io_uring (install-deps turns it
+#      on), the main mount takes its requests that way; then a second
+#      mount reading /dev/fuse (--transport dev) gets pjdfstest and
+#      difftest too, so both transports are checked,
 #   3. a multi-process namespace stress (scripts/stress.py) with cache
 #      drops racing lookups against FORGETs, then stress-ng's dentry,
 #      rename, link and dir stressors,
@@ -51,6 +55,7 @@ SECONDARY=$(mktemp -d /tmp/uvfs-secondary.XXXXXX)
 WRAP=$(mktemp -d /tmp/uvfs-wrap.XXXXXX)
 cleanup() {
     umount "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null
+    if [ -n "${DEV:-}" ]; then umount "$DEV" 2>/dev/null || umount -l "$DEV" 2>/dev/null; rmdir "$DEV" 2>/dev/null; fi
     rm -rf "$SECONDARY" "$WRAP"
     rmdir "$MNT" 2>/dev/null
 }
@@ -58,6 +63,9 @@ trap cleanup EXIT
 
 "$UVFS" mount --size 4g "$MNT" || { echo "mount failed"; exit 1; }
 echo "mounted memfs on $MNT: $(grep " $MNT " /proc/mounts)"
+URING=$(cat /sys/module/fuse/parameters/enable_uring 2>/dev/null || echo -)
+counter() { "$UVFS" stat --json "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)['counters']['$2'])"; }
+echo "transport: $( [ "$(counter "$MNT" fuse.uring)" = 1 ] && echo "io_uring" || echo "/dev/fuse") (fuse module enable_uring=$URING)"
 
 # --- 1. pjdfstest ---------------------------------------------------------
 # Two runs. The main run leaves the EROFS tests out (allow_remount =
@@ -123,6 +131,47 @@ else
     fail "difftest vs tmpfs"
 fi
 rm -rf "$MNT/diff" "$DIFF_REF"
+
+# --- 2c. both transports ----------------------------------------------------
+if [ "$URING" = Y ]; then
+    total=$(counter "$MNT" fuse.requests)
+    ring=$(counter "$MNT" fuse.requests.uring)
+    if [ "$(counter "$MNT" fuse.uring)" = 1 ] && [ $((ring * 100)) -ge $((total * 99)) ]; then
+        pass "memfs served through io_uring: $ring of $total requests"
+    else
+        fail "memfs not served through io_uring: $ring of $total requests"
+    fi
+else
+    echo "SKIP: io_uring transport: the kernel does not offer FUSE over io_uring (enable_uring=$URING)"
+fi
+DEV=$(mktemp -d /tmp/uvfs-conf-dev.XXXXXX)
+if "$UVFS" mount --transport dev "$DEV"; then
+    mkdir -p "$DEV/pjd"
+    (cd "$DEV/pjd" && pjdfstest -c "$ROOT/scripts/pjdfstest.toml" -p "$DEV/pjd" -s "$SECONDARY") > "$WRAP/pjd-dev.log" 2>&1
+    summary_dev=$(grep '^Summary:' "$WRAP/pjd-dev.log")
+    if [ "$(echo "$summary_dev" | sed -n 's/^Summary: \([0-9]*\) failed.*/\1/p')" = 0 ]; then
+        pass "pjdfstest through /dev/fuse: $summary_dev"
+    else
+        grep -B1 -A6 'FAILED$' "$WRAP/pjd-dev.log" | head -40
+        fail "pjdfstest through /dev/fuse: ${summary_dev:-no summary}"
+    fi
+    rm -rf "$DEV/pjd"
+    DIFF_REF=$(mktemp -d /dev/shm/uvfs-diff-ref.XXXXXX)
+    mkdir -p "$DEV/diff"
+    if python3 "$ROOT/scripts/difftest.py" "$DEV/diff" "$DIFF_REF" --tmpfile \
+        --seed 1000 --seeds 10 --ops 2000 > "$WRAP/diff-dev.log" 2>&1; then
+        pass "difftest through /dev/fuse: $(tail -1 "$WRAP/diff-dev.log")"
+    else
+        grep -A40 '^DIVERGENCE' "$WRAP/diff-dev.log" | head -60
+        fail "difftest through /dev/fuse"
+    fi
+    rm -rf "$DEV/diff" "$DIFF_REF"
+    [ "$(counter "$DEV" fuse.requests.uring)" = 0 ] || fail "--transport dev took requests through io_uring"
+    umount "$DEV" || fail "umount of the /dev/fuse mount"
+else
+    fail "mount --transport dev"
+fi
+rmdir "$DEV" 2>/dev/null
 
 # --- 3. stress ------------------------------------------------------------
 if python3 "$ROOT/scripts/stress.py" "$MNT/stress" "$STRESS_SECS" "$STRESS_PROCS"; then

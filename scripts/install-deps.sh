@@ -11,6 +11,10 @@
 #   cargo:   pjdfstest 0.2.x, fsx 0.3.x   (cargo install --locked)
 #   users:   "tests", the dummy user pjdfstest switches to besides "nobody"
 #            (as root only; pjdfstest refuses to start without it)
+#   kernel:  FUSE over io_uring turned on (the `fuse` module's enable_uring,
+#            Linux 6.14+; as root, where the parameter exists), so `uvfs
+#            mount` serves through it and the conformance runs test it
+#            (UVFS_KEEP_URING_OFF=1 leaves it as it is)
 #   peers:   scripts/build-peers.sh (the FUSE servers `uvfs bench fuse-stat`
 #            compares with; well under a second once built). Never fails
 #            this script: the benchmark builds a missing peer itself, and
@@ -97,6 +101,18 @@ _uvfs_install_deps() {
                 --shell /usr/sbin/nologin --comment "Dummy user for pjdfstest" tests
         else
             echo "install-deps: WARNING: user 'tests' missing and not root; pjdfstest will not run" >&2
+        fi
+    fi
+
+    # ---- FUSE over io_uring ----------------------------------------------
+    local uring_param=/sys/module/fuse/parameters/enable_uring
+    if [ "${UVFS_KEEP_URING_OFF:-0}" != 1 ] && [ -e "$uring_param" ]; then
+        if [ "$(cat "$uring_param")" = Y ]; then
+            :
+        elif [ "$(id -u)" -eq 0 ] && echo Y > "$uring_param" 2>/dev/null; then
+            echo "install-deps: FUSE over io_uring turned on ($uring_param = Y)"
+        else
+            echo "install-deps: WARNING: cannot turn on FUSE over io_uring ($uring_param); mounts use /dev/fuse" >&2
         fi
     fi
 

@@ -62,6 +62,7 @@ server_pid() {
 mount_pt() { # mount_pt SRC [ARGS...]
     local src=$1; shift
     "$UVFS" mount --source "$src" "$@" "$MNT" || { fail "mount --source $src"; return 1; }
+    echo "  mounted $src: transport $([ "$(counter fuse.uring)" = 1 ] && echo io_uring || echo /dev/fuse)"
 }
 
 # --- 1. pjdfstest on an ext4 source -------------------------------------

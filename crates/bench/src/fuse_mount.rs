@@ -378,6 +378,10 @@ impl ServerMount {
     /// Mounts on `scratch_path(tag)` with `uvfs mount MNT --foreground
     /// <extra>` and waits until the mount is there.
     pub fn start(tag: &str, extra: &[String]) -> io::Result<ServerMount> {
+        with_uring_offered(|| Self::start_now(tag, extra))
+    }
+
+    fn start_now(tag: &str, extra: &[String]) -> io::Result<ServerMount> {
         check_fuse()?;
         let exe = std::env::current_exe()?;
         let mountpoint = scratch_path(tag);
@@ -424,6 +428,9 @@ impl ServerMount {
         let deadline = Instant::now() + MOUNT_WAIT;
         loop {
             if is_mounted(&m.mountpoint)? {
+                // A first request waits for the server's INIT reply, so the
+                // connection's terms are settled when this returns.
+                let _ = statfs_path(&m.mountpoint);
                 return Ok(m);
             }
             if let Some(status) = m.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
@@ -584,6 +591,39 @@ impl Drop for ServerMount {
         if let Err(e) = self.shutdown() {
             eprintln!("uvfs bench: {e}");
         }
+    }
+}
+
+/// The `fuse` module's switch for FUSE over io_uring.
+const URING_PARAMETER: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Runs `start` (a `uvfs mount` up to its INIT reply) with the kernel
+/// offering FUSE over io_uring: if the switch is off and this process may
+/// turn it on (root), it is on for the mount's INIT only and then back off.
+/// A connection keeps what its INIT agreed, so the server's queues still
+/// register afterwards; other FUSE servers mounted meanwhile are offered
+/// io_uring too, and use it only if they ask.
+fn with_uring_offered<T>(start: impl FnOnce() -> T) -> T {
+    let off = std::fs::read_to_string(URING_PARAMETER).is_ok_and(|s| s.trim() == "N");
+    let turned_on = off && std::fs::write(URING_PARAMETER, "Y").is_ok();
+    let r = start();
+    if turned_on {
+        let _ = std::fs::write(URING_PARAMETER, "N");
+    }
+    r
+}
+
+/// statfs(2) of `p` (its result is not needed, only that it returned).
+fn statfs_path(p: &Path) -> io::Result<()> {
+    let c = CString::new(p.as_os_str().as_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: `c` is a valid C string and `buf` a writable statfs struct.
+    let mut buf: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::statfs(c.as_ptr(), &mut buf) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 

@@ -47,8 +47,12 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 const MEMFS: &str = "uvfs-memfs";
+/// The same server with requests read from /dev/fuse (`--transport dev`),
+/// beside the default (io_uring where the kernel offers it).
+const MEMFS_DEV: &str = "uvfs-memfs-dev";
 const TMPFS: &str = "tmpfs";
 const PASSTHROUGH: &str = "uvfs-passthrough";
+const PASSTHROUGH_DEV: &str = "uvfs-passthrough-dev";
 const NATIVE: &str = "native";
 const LIBFUSE: &str = PeerKind::LibfusePassthroughLl.name();
 const FBR: &str = PeerKind::FuseBackendRs.name();
@@ -72,9 +76,12 @@ pub struct FuseStatOpts {
     /// Files per leaf directory.
     #[arg(long, default_value_t = 100, value_parser = crate::at_least_one())]
     pub per_dir: usize,
-    /// File systems to walk (default: uvfs-memfs,tmpfs, plus
+    /// File systems to walk (default: uvfs-memfs,uvfs-memfs-dev,tmpfs, plus
     /// native,uvfs-passthrough,libfuse-passthrough_ll,fuse-backend-rs when
-    /// `uvfs mount --source` exists).
+    /// `uvfs mount --source` exists; also uvfs-passthrough-dev). The
+    /// uvfs-*-dev servers read requests from /dev/fuse; the others take
+    /// them through io_uring where the kernel can (the run turns the `fuse`
+    /// module's enable_uring on while it mounts them, if it may).
     #[arg(long, value_delimiter = ',')]
     pub fs: Option<Vec<String>>,
     /// Entry and attribute timeouts of the uvfs mounts, in seconds.
@@ -159,7 +166,12 @@ struct PassSample {
     walker_cpu_secs: f64,
 }
 
-fn server_args(o: &FuseStatOpts, shape: &TreeShape, source: Option<&Path>) -> Vec<String> {
+fn server_args(
+    o: &FuseStatOpts,
+    shape: &TreeShape,
+    source: Option<&Path>,
+    dev: bool,
+) -> Vec<String> {
     let t = o.timeout.to_string();
     let mut a = vec![
         "--entry-timeout".into(),
@@ -177,6 +189,9 @@ fn server_args(o: &FuseStatOpts, shape: &TreeShape, source: Option<&Path>) -> Ve
     if let Some(s) = source {
         a.extend(["--source".into(), s.display().to_string()]);
     }
+    if dev {
+        a.extend(["--transport".into(), "dev".into()]);
+    }
     a
 }
 
@@ -186,27 +201,44 @@ fn bad(msg: String) -> io::Error {
 
 /// The file systems to run, checked, in setup order.
 fn choose_fs(o: &FuseStatOpts, passthrough: bool) -> io::Result<Vec<&'static str>> {
-    let all = [MEMFS, TMPFS, NATIVE, PASSTHROUGH, LIBFUSE, FBR];
+    let all = [
+        MEMFS,
+        MEMFS_DEV,
+        TMPFS,
+        NATIVE,
+        PASSTHROUGH,
+        PASSTHROUGH_DEV,
+        LIBFUSE,
+        FBR,
+    ];
     let wanted: Vec<String> = match &o.fs {
         Some(v) => v.clone(),
-        None if passthrough => all.iter().map(|s| s.to_string()).collect(),
-        None => vec![MEMFS.into(), TMPFS.into()],
+        None if passthrough => all
+            .iter()
+            .filter(|&&a| a != PASSTHROUGH_DEV)
+            .map(|s| s.to_string())
+            .collect(),
+        None => vec![MEMFS.into(), MEMFS_DEV.into(), TMPFS.into()],
     };
     for w in &wanted {
         if !all.contains(&w.as_str()) {
             return Err(bad(format!("unknown --fs {w:?} ({})", all.join(", "))));
         }
     }
-    if wanted.iter().any(|w| w == PASSTHROUGH) && !passthrough {
+    if wanted
+        .iter()
+        .any(|w| w == PASSTHROUGH || w == PASSTHROUGH_DEV)
+        && !passthrough
+    {
         return Err(bad(
             "uvfs-passthrough needs `uvfs mount --source DIR`, which this build lacks".into(),
         ));
     }
     // The passthrough mount and the peers serve the native tree, so they
     // need it built.
-    let native = wanted
-        .iter()
-        .any(|w| w == NATIVE || w == PASSTHROUGH || PEERS.contains(&w.as_str()));
+    let native = wanted.iter().any(|w| {
+        w == NATIVE || w == PASSTHROUGH || w == PASSTHROUGH_DEV || PEERS.contains(&w.as_str())
+    });
     Ok(all
         .into_iter()
         .filter(|a| (*a == NATIVE && native) || wanted.iter().any(|w| w == a))
@@ -232,8 +264,9 @@ fn build_target(
         build_secs: 0.0,
     };
     match name {
-        MEMFS => {
-            let m = ServerMount::start("memfs", &server_args(o, shape, None))?;
+        MEMFS | MEMFS_DEV => {
+            let tag = name.trim_start_matches("uvfs-");
+            let m = ServerMount::start(tag, &server_args(o, shape, None, name == MEMFS_DEV))?;
             t.root = m.root().to_path_buf();
             t.fd_limit = m.pid().and_then(|p| procstat::fd_limit(p).ok().flatten());
             t.server = Some(m);
@@ -251,9 +284,13 @@ fn build_target(
             t.root = d.path.clone();
             t._dir = Some(d);
         }
-        PASSTHROUGH => {
+        PASSTHROUGH | PASSTHROUGH_DEV => {
             let src = native_root.ok_or_else(|| bad("passthrough without a native tree".into()))?;
-            let m = ServerMount::start("passthrough", &server_args(o, shape, Some(src)))?;
+            let tag = name.trim_start_matches("uvfs-");
+            let m = ServerMount::start(
+                tag,
+                &server_args(o, shape, Some(src), name == PASSTHROUGH_DEV),
+            )?;
             t.root = m.root().to_path_buf();
             t.fd_limit = m.pid().and_then(|p| procstat::fd_limit(p).ok().flatten());
             t.fd_budget = m
@@ -506,7 +543,7 @@ fn add_ratios(report: &mut Report) {
             r.insert("vs_tmpfs".into(), json!(v / b));
         }
         let fs = r["fs"].as_str().unwrap_or("");
-        if fs == PASSTHROUGH || PEERS.contains(&fs) {
+        if fs == PASSTHROUGH || fs == PASSTHROUGH_DEV || PEERS.contains(&fs) {
             if let Some(b) = get(NATIVE, &p, &t) {
                 r.insert("vs_native".into(), json!(v / b));
             }
@@ -693,6 +730,9 @@ pub fn run(o: &FuseStatOpts) -> io::Result<Report> {
                     r.insert("entry_timeout".into(), json!(o.timeout));
                     r.insert("attr_timeout".into(), json!(o.timeout));
                 }
+                if let Some(m) = &target.server {
+                    r.insert("transport".into(), json!(transport_of(m)));
+                }
                 if target.server.is_some() {
                     let done: Vec<PassSample> =
                         ss.iter().filter(|s| s.error.is_none()).cloned().collect();
@@ -720,9 +760,24 @@ pub fn run(o: &FuseStatOpts) -> io::Result<Report> {
     Ok(report)
 }
 
+/// How a uvfs server took its requests: "uring" (FUSE over io_uring) or
+/// "dev" (/dev/fuse), from its statistics.
+fn transport_of(m: &ServerMount) -> &'static str {
+    let on = m
+        .report()
+        .ok()
+        .and_then(|v| v.pointer("/counters/fuse.uring")?.as_u64());
+    if on == Some(1) {
+        "uring"
+    } else {
+        "dev"
+    }
+}
+
 /// Table columns for `emit`.
 pub const COLUMNS: &[&str] = &[
     "fs",
+    "transport",
     "pass",
     "threads",
     "entries",
@@ -788,6 +843,27 @@ pub fn summary(r: &Report) -> Vec<String> {
                 verdict(v, 0.8),
                 num(x, "requests_per_stat").unwrap_or(f64::NAN),
             ));
+        }
+    }
+    // The same server, requests through io_uring against /dev/fuse.
+    for (a, b) in [(MEMFS, MEMFS_DEV), (PASSTHROUGH, PASSTHROUGH_DEV)] {
+        for pass in ["cold", "warm"] {
+            for x in rows(a, pass) {
+                let Some(y) = rows(b, pass)
+                    .into_iter()
+                    .find(|y| y["threads"] == x["threads"])
+                else {
+                    continue;
+                };
+                if let (Some(u), Some(d)) = (num(x, "stats_per_sec"), num(y, "stats_per_sec")) {
+                    out.push(format!(
+                        "{pass} T={}: {a} ({}) / {b} = {:.2}x",
+                        x["threads"],
+                        x["transport"].as_str().unwrap_or("?"),
+                        u / d
+                    ));
+                }
+            }
         }
     }
     for fs in [MEMFS, PASSTHROUGH] {
@@ -1062,6 +1138,32 @@ mod tests {
     }
 
     #[test]
+    fn transports_compared_per_pass_and_thread_count() {
+        let mut r = Report::new("fuse-stat");
+        for (fs, t, v, transport) in [
+            (MEMFS, 1, 150.0, "uring"),
+            (MEMFS_DEV, 1, 100.0, "dev"),
+            (MEMFS, 2, 300.0, "uring"),
+            (MEMFS_DEV, 2, 250.0, "dev"),
+        ] {
+            r.rows.push(row!(
+                "fs" => fs, "pass" => "warm", "threads" => t,
+                "stats_per_sec" => v, "transport" => transport
+            ));
+        }
+        let s = summary(&r).join("\n");
+        assert!(
+            s.contains("warm T=1: uvfs-memfs (uring) / uvfs-memfs-dev = 1.50x"),
+            "{s}"
+        );
+        assert!(
+            s.contains("warm T=2: uvfs-memfs (uring) / uvfs-memfs-dev = 1.20x"),
+            "{s}"
+        );
+        assert!(!s.contains("cold T="), "{s}");
+    }
+
+    #[test]
     fn fs_choice() {
         let mut o = FuseStatOpts {
             common: CommonOpts::default(),
@@ -1073,14 +1175,18 @@ mod tests {
             server_threads: None,
             native_dir: "/tmp".into(),
         };
-        assert_eq!(choose_fs(&o, false).unwrap(), vec![MEMFS, TMPFS]);
+        assert_eq!(choose_fs(&o, false).unwrap(), vec![MEMFS, MEMFS_DEV, TMPFS]);
         assert_eq!(
             choose_fs(&o, true).unwrap(),
-            vec![MEMFS, TMPFS, NATIVE, PASSTHROUGH, LIBFUSE, FBR]
+            vec![MEMFS, MEMFS_DEV, TMPFS, NATIVE, PASSTHROUGH, LIBFUSE, FBR]
         );
         o.fs = Some(vec![PASSTHROUGH.into()]);
         assert!(choose_fs(&o, false).is_err());
         assert_eq!(choose_fs(&o, true).unwrap(), vec![NATIVE, PASSTHROUGH]);
+        // The /dev/fuse passthrough only when asked, with its source tree.
+        o.fs = Some(vec![PASSTHROUGH_DEV.into()]);
+        assert!(choose_fs(&o, false).is_err());
+        assert_eq!(choose_fs(&o, true).unwrap(), vec![NATIVE, PASSTHROUGH_DEV]);
         // A peer alone brings the native tree it serves, and needs no
         // `uvfs mount --source`.
         o.fs = Some(vec![FBR.into()]);

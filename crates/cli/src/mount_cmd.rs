@@ -30,6 +30,14 @@ pub enum FsKind {
     Passthrough,
 }
 
+/// How requests reach the server (`--transport`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Transport {
+    Auto,
+    Uring,
+    Dev,
+}
+
 /// Options of `uvfs mount`.
 #[derive(Args, Debug)]
 pub struct MountOpts {
@@ -59,6 +67,13 @@ pub struct MountOpts {
     /// beyond it fail with ENOSPC; nothing already written is lost.
     #[arg(long, default_value = "50%")]
     pub size: String,
+    /// How requests reach the server: `uring` (FUSE over io_uring: one
+    /// queue per CPU, each served by a thread on that CPU, so a round trip
+    /// stays on the caller's CPU; Linux 6.14+ with `echo Y >
+    /// /sys/module/fuse/parameters/enable_uring`), `dev` (reads of
+    /// /dev/fuse), or `auto`: io_uring where the kernel offers it.
+    #[arg(long, value_enum, default_value_t = Transport::Auto)]
+    pub transport: Transport,
     /// Serve in the foreground instead of detaching.
     #[arg(short, long)]
     pub foreground: bool,
@@ -183,6 +198,21 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
             "--threads and --vnodes must be at least 1",
         ));
     }
+    let uring = match o.transport {
+        Transport::Dev => false,
+        Transport::Auto => uvfs_fuse::uring_available(),
+        Transport::Uring if uvfs_fuse::uring_available() => true,
+        Transport::Uring => {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!(
+                    "--transport uring: this kernel does not serve FUSE over io_uring now \
+                     (Linux 6.14+ with `echo Y > {}`)",
+                    uvfs_fuse::URING_PARAMETER
+                ),
+            ))
+        }
+    };
     let size_limit = parse_size(&o.size)?;
     let fallback = default_timeout(source.is_some());
     let timeouts = Timeouts {
@@ -238,6 +268,7 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
             fsname: src.display().to_string(),
             control: true,
             server_opendir: o.opendir,
+            uring,
         };
         return serve(fs, layer, &cfg, signals, &mut ready);
     }
@@ -259,6 +290,7 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
         fsname: "uvfs-memfs".into(),
         control: true,
         server_opendir: o.opendir,
+        uring,
     };
     serve(fs, layer, &cfg, signals, &mut ready)
 }
@@ -334,6 +366,7 @@ mod tests {
             source: source.map(PathBuf::from),
             fd_budget: None,
             opendir: false,
+            transport: Transport::Auto,
         }
     }
 

@@ -34,3 +34,12 @@ pub use nodes::ROOT_ID;
 pub use server::{Server, Timeouts, MAX_WRITE};
 pub use signals::BlockedSignals;
 pub use stats::human as format_stats;
+
+/// Whether this kernel serves FUSE over io_uring (`ServeConfig::uring`):
+/// Linux 6.14+ with the `fuse` module's `enable_uring` parameter on.
+pub fn uring_available() -> bool {
+    fuser::uring_enabled_in_kernel()
+}
+
+/// Where the kernel's switch for FUSE over io_uring lives.
+pub const URING_PARAMETER: &str = "/sys/module/fuse/parameters/enable_uring";

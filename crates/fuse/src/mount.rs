@@ -32,6 +32,11 @@ pub struct ServeConfig {
     /// RELEASEDIR on every open) instead of alone: two more round trips
     /// per directory walked, for file systems that need to see opens.
     pub server_opendir: bool,
+    /// FUSE over io_uring (Linux 6.14+, the `fuse` module's `enable_uring`
+    /// on): requests reach a server thread on the caller's CPU instead of
+    /// whichever thread reads /dev/fuse. Without kernel support the mount
+    /// serves through /dev/fuse as usual.
+    pub uring: bool,
 }
 
 /// Mounts `fs` and serves it until unmounted (by `umount`, `fusermount3
@@ -169,6 +174,9 @@ fn new_server(
     let server = Server::new(fs, layer, cfg.timeouts, cfg.server_opendir)
         .map_err(|e| std::io::Error::from_raw_os_error(e.raw()))?;
     let inner = server.inner().clone();
+    inner
+        .uring
+        .store(cfg.uring, std::sync::atomic::Ordering::Relaxed);
     Ok((server, inner))
 }
 

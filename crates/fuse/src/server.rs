@@ -59,6 +59,8 @@ pub struct RequestCounters {
     pub errors: AtomicU64,
     /// Handlers that panicked (answered EIO).
     pub panics: AtomicU64,
+    /// Requests that came through an io_uring queue (`--uring`).
+    pub uring: AtomicU64,
     /// Requests handled, per opcode.
     pub by_op: crate::stats::OpCounters,
 }
@@ -88,6 +90,17 @@ pub struct Inner {
     pub no_opendir: std::sync::atomic::AtomicBool,
     /// Lock requests waiting for a conflicting lock to go (`lockwait.rs`).
     pub(crate) locks: crate::lockwait::LockWaiter,
+    /// Ask the kernel for FUSE over io_uring (one request queue per CPU).
+    pub uring: std::sync::atomic::AtomicBool,
+    /// The kernel agreed to it.
+    pub uring_on: std::sync::atomic::AtomicBool,
+}
+
+thread_local! {
+    /// Whether this thread serves an io_uring queue (fuser names them).
+    static ON_URING_QUEUE: bool = std::thread::current()
+        .name()
+        .is_some_and(|n| n.starts_with("fuser-uring-"));
 }
 
 /// The handle READDIR carries when the kernel opened the directory itself.
@@ -188,6 +201,8 @@ impl Server {
                 server_opendir,
                 no_opendir: Default::default(),
                 locks: Default::default(),
+                uring: Default::default(),
+                uring_on: Default::default(),
             }),
         })
     }
@@ -202,6 +217,9 @@ impl Server {
         let i = &*self.inner;
         i.counters.requests.fetch_add(1, Ordering::Relaxed);
         i.counters.by_op.bump(what);
+        if ON_URING_QUEUE.with(|u| *u) {
+            i.counters.uring.fetch_add(1, Ordering::Relaxed);
+        }
         let r = match catch_unwind(AssertUnwindSafe(|| f(i))) {
             Ok(r) => r,
             Err(_) => {
@@ -361,6 +379,15 @@ impl Filesystem for Server {
         // asks GETXATTR security.capability before every write (the
         // superblock lacks SB_NOSEC), one round trip per write.
         let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+        // FUSE over io_uring, if asked: requests then reach a queue thread
+        // on the caller's CPU (third_party/fuser/src/uring.rs).
+        if self.inner.uring.load(Ordering::Relaxed)
+            && config
+                .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
+                .is_ok()
+        {
+            self.inner.uring_on.store(true, Ordering::Relaxed);
+        }
         // File locks go to the file system when it keeps them (a
         // passthrough's land on the backing files); otherwise the kernel
         // keeps its own, local to this mount.

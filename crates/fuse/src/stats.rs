@@ -133,6 +133,16 @@ pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
         "Requests answered with an errno",
     );
     put(
+        "fuse.requests.uring",
+        rc.uring.load(Ordering::Relaxed),
+        "Requests that came through an io_uring queue (--uring)",
+    );
+    put(
+        "fuse.uring",
+        u64::from(inner.uring_on.load(Ordering::Relaxed)),
+        "1: the kernel agreed to FUSE over io_uring (requests may still use /dev/fuse until every CPU's queue is up)",
+    );
+    put(
         "fuse.requests.panics",
         rc.panics.load(Ordering::Relaxed),
         "Handlers that panicked (answered EIO)",

@@ -325,6 +325,7 @@ impl Stack {
             fsname: format!("uvfs-faults-{tag}"),
             control: false,
             server_opendir: false,
+            uring: common::uring(),
         };
         let top = BackgroundMount::start(fs, layer, &scfg).expect("mount the passthrough");
         Some(Stack {

@@ -36,6 +36,7 @@ fn a_source_holding_the_mountpoint_gets_eloop_not_a_hang() {
         fsname: "uvfs-own-mount-test".into(),
         control: false,
         server_opendir: false,
+        uring: common::uring(),
     };
     let m = BackgroundMount::start(fs, layer, &cfg).expect("mount");
 

@@ -62,6 +62,7 @@ impl Pt {
             fsname: format!("uvfs-pt-{tag}"),
             control: false,
             server_opendir: false,
+            uring: common::uring(),
         };
         let mount = BackgroundMount::start(fs, layer, &cfg).expect("mount");
         Some(Pt {
@@ -82,6 +83,9 @@ impl Pt {
 impl Drop for Pt {
     fn drop(&mut self) {
         if let Some(m) = self.mount.take() {
+            if common::uring() && !std::thread::panicking() {
+                common::assert_uring_served(&m.report(false));
+            }
             let r = m.unmount();
             if !std::thread::panicking() {
                 r.expect("unmount");

@@ -622,6 +622,7 @@ impl Kernel {
             fsname: "uvfs-raw".into(),
             control: false,
             server_opendir,
+            uring: false,
         };
         k.mount = Some(serve_fd(fs, layer, theirs, &cfg).expect("serve_fd"));
         let r = k.recv_for(unique, "INIT");

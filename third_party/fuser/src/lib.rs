@@ -50,6 +50,8 @@ pub use crate::ll::request::Version;
 pub use crate::mnt::mount_options::Config;
 pub use crate::mnt::mount_options::MountOption;
 pub use crate::notify::Notifier;
+#[cfg(target_os = "linux")]
+pub use crate::uring::kernel_enabled as uring_enabled_in_kernel;
 pub use crate::notify::PollHandle;
 pub use crate::notify::PollNotifier;
 pub use crate::open_flags::OpenAccMode;
@@ -101,6 +103,8 @@ mod request;
 mod request_param;
 mod session;
 mod time;
+#[cfg(target_os = "linux")]
+mod uring;
 
 /// We generally support async reads
 #[cfg(not(target_os = "macos"))]

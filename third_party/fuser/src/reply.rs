@@ -38,6 +38,9 @@ use crate::passthrough::BackingId;
 #[derive(Debug)]
 pub(crate) enum ReplySender {
     Channel(ChannelSender),
+    /// A request that came through an io_uring queue: the reply fills its
+    /// entry and commits it; backing files still go through /dev/fuse.
+    Uring(crate::uring::UringReply, ChannelSender),
     #[cfg(test)]
     Assert(AssertSender),
     #[cfg(test)]
@@ -49,6 +52,7 @@ impl ReplySender {
     pub(crate) fn send(&self, data: &[IoSlice<'_>]) -> std::io::Result<()> {
         match self {
             ReplySender::Channel(sender) => sender.send(data),
+            ReplySender::Uring(slot, _) => slot.send(data),
             #[cfg(test)]
             ReplySender::Assert(sender) => sender.send(data),
             #[cfg(test)]
@@ -62,7 +66,9 @@ impl ReplySender {
     /// Open a backing file
     pub(crate) fn open_backing(&self, fd: BorrowedFd<'_>) -> std::io::Result<BackingId> {
         match self {
-            ReplySender::Channel(sender) => sender.open_backing(fd),
+            ReplySender::Channel(sender) | ReplySender::Uring(_, sender) => {
+                sender.open_backing(fd)
+            }
             #[cfg(test)]
             ReplySender::Assert(_) => unreachable!(),
             #[cfg(test)]
@@ -73,7 +79,9 @@ impl ReplySender {
     /// Wraps a raw backing file ID
     pub(crate) unsafe fn wrap_backing(&self, id: u32) -> BackingId {
         match self {
-            ReplySender::Channel(sender) => unsafe { sender.wrap_backing(id) },
+            ReplySender::Channel(sender) | ReplySender::Uring(_, sender) => unsafe {
+                sender.wrap_backing(id)
+            },
             #[cfg(test)]
             ReplySender::Assert(_) => unreachable!(),
             #[cfg(test)]

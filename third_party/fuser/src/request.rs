@@ -34,6 +34,9 @@ use crate::session::SessionEventLoop;
 pub(crate) struct RequestWithSender<'a> {
     /// Channel sender for sending the reply
     ch: ChannelSender,
+    /// Where the reply goes when the request came through an io_uring
+    /// queue (`uring.rs`) instead of a read of /dev/fuse.
+    uring: Option<crate::uring::UringReply>,
     /// Parsed request
     pub(crate) request: ll::AnyRequest<'a>,
 }
@@ -49,7 +52,31 @@ impl<'a> RequestWithSender<'a> {
             }
         };
 
-        Some(Self { ch, request })
+        Some(Self {
+            ch,
+            uring: None,
+            request,
+        })
+    }
+
+    /// A request taken from an io_uring queue entry; its reply commits the
+    /// entry instead of writing to /dev/fuse.
+    pub(crate) fn new_uring(
+        ch: ChannelSender,
+        uring: crate::uring::UringReply,
+        data: &'a [u8],
+    ) -> Option<RequestWithSender<'a>> {
+        let mut r = Self::new(ch, data)?;
+        r.uring = Some(uring);
+        Some(r)
+    }
+
+    /// The reply path of this request.
+    fn sender(&self) -> ReplySender {
+        match &self.uring {
+            Some(u) => ReplySender::Uring(u.clone(), self.ch.clone()),
+            None => ReplySender::Channel(self.ch.clone()),
+        }
     }
 
     /// Dispatch request to the given filesystem.
@@ -307,7 +334,7 @@ impl<'a> RequestWithSender<'a> {
                     x.offset(),
                     ReplyDirectory::new(
                         self.request.unique(),
-                        ReplySender::Channel(self.ch.clone()),
+                        self.sender(),
                         x.size() as usize,
                     ),
                 );
@@ -494,7 +521,7 @@ impl<'a> RequestWithSender<'a> {
                     x.offset(),
                     ReplyDirectoryPlus::new(
                         self.request.unique(),
-                        ReplySender::Channel(self.ch.clone()),
+                        self.sender(),
                         x.size() as usize,
                     ),
                 );
@@ -567,7 +594,7 @@ impl<'a> RequestWithSender<'a> {
     /// Create a reply object for this request that can be passed to the filesystem
     /// implementation and makes sure that a request is replied exactly once
     pub(crate) fn reply<T: Reply>(&self) -> T {
-        Reply::new(self.request.unique(), ReplySender::Channel(self.ch.clone()))
+        Reply::new(self.request.unique(), self.sender())
     }
 
     /// Returns a Request reference for this request

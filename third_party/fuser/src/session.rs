@@ -139,6 +139,9 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
+    /// Set when INIT negotiated FUSE_OVER_IO_URING: the payload buffer size
+    /// each ring entry needs (the kernel's `max_payload_sz`).
+    pub(crate) uring_payload: Option<usize>,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -186,6 +189,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config: options.clone(),
+            uring_payload: None,
         };
 
         session.handshake()?;
@@ -214,6 +218,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
+            uring_payload: None,
         };
 
         session.handshake()?;
@@ -252,6 +257,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
+            uring_payload,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -286,9 +292,45 @@ impl<FS: Filesystem> Session<FS> {
                 channels.push(ch.clone());
             }
         }
+        #[cfg(target_os = "linux")]
+        let uring_ch = uring_payload.map(|_| ch.clone());
         channels.push(ch);
 
         let mut threads = Vec::with_capacity(n_threads);
+
+        // FUSE over io_uring: one queue thread per possible CPU, beside the
+        // /dev/fuse loops (which still get FORGETs and INTERRUPTs, and all
+        // requests until every queue is registered).
+        #[cfg(target_os = "linux")]
+        if let (Some(payload), Some(uch)) = (uring_payload, uring_ch) {
+            use std::os::fd::AsRawFd;
+            let queues = crate::uring::possible_cpus();
+            let activity = crate::uring::Activity::new(queues);
+            for qid in 0..queues {
+                let thread_name = format!("fuser-uring-{qid}");
+                let event_loop = SessionEventLoop {
+                    thread_name: thread_name.clone(),
+                    filesystem: filesystem.clone(),
+                    ch: uch.clone(),
+                    allowed,
+                    session_owner,
+                };
+                let sender = uch.sender();
+                let fd = uch.as_fd().as_raw_fd();
+                let activity = activity.clone();
+                threads.push(thread::Builder::new().name(thread_name).spawn(move || {
+                    // A queue that cannot be set up keeps the connection on
+                    // /dev/fuse (the kernel switches only once every queue
+                    // is registered): reported, not fatal.
+                    if let Err(e) =
+                        crate::uring::run_queue(event_loop, sender, fd, qid as u16, payload, activity)
+                    {
+                        warn!("fuse io_uring queue {qid}: {e}");
+                    }
+                    Ok(())
+                })?);
+            }
+        }
 
         for (i, ch) in channels.into_iter().enumerate() {
             let thread_name = format!("fuser-{i}");
@@ -431,6 +473,15 @@ impl<FS: Filesystem> Session<FS> {
 
             // Remember the ABI version supported by kernel and mark the session initialized.
             self.proto_version = Some(v);
+            if config.requested.contains(InitFlags::FUSE_OVER_IO_URING)
+                && init.capabilities().contains(InitFlags::FUSE_OVER_IO_URING)
+            {
+                let page = page_size::get();
+                self.uring_payload = Some(
+                    8192.max(config.max_write as usize)
+                        .max(usize::from(config.max_pages()) * page),
+                );
+            }
 
             // Log capability status for debugging
             for bit in 0..64 {

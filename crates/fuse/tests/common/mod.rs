@@ -102,6 +102,7 @@ pub fn serve_memfs(dir: &Path, size: Option<u64>, vnodes: usize) -> BackgroundMo
         fsname: "uvfs-test".into(),
         control: false,
         server_opendir: false,
+        uring: uring(),
     };
     BackgroundMount::start(fs, layer, &cfg).expect("mount")
 }
@@ -147,6 +148,9 @@ impl Mnt {
 impl Drop for Mnt {
     fn drop(&mut self) {
         if let Some(m) = self.mount.take() {
+            if uring() && !std::thread::panicking() {
+                assert_uring_served(&m.report(false));
+            }
             m.unmount().expect("unmount");
         }
         let _ = fs::remove_dir(&self.dir);
@@ -365,4 +369,35 @@ pub fn set_id_transcript(dir: &Path) -> Vec<String> {
         ));
     }
     out
+}
+
+/// Whether test mounts take requests through io_uring: with
+/// `UVFS_TEST_URING=1` (CI runs the mount tests once each way). Asked for
+/// where the kernel cannot, it fails rather than test /dev/fuse twice.
+#[allow(dead_code)]
+pub fn uring() -> bool {
+    let asked = std::env::var_os("UVFS_TEST_URING").is_some_and(|v| v == "1");
+    assert!(
+        !asked || uvfs_fuse::uring_available(),
+        "UVFS_TEST_URING=1, but this kernel does not serve FUSE over io_uring now \
+         (echo Y > {})",
+        uvfs_fuse::URING_PARAMETER
+    );
+    asked
+}
+
+/// With `UVFS_TEST_URING=1`: the mount's requests did come through the
+/// io_uring queues (the first few may precede the queues' registration).
+#[allow(dead_code)]
+pub fn assert_uring_served(report: &serde_json::Value) {
+    let c = &report["counters"];
+    let (all, ring) = (
+        c["fuse.requests"].as_u64().unwrap(),
+        c["fuse.requests.uring"].as_u64().unwrap(),
+    );
+    assert_eq!(c["fuse.uring"], 1, "io_uring not negotiated: {c}");
+    assert!(
+        all < 20 || ring * 2 > all,
+        "{ring} of {all} requests came through io_uring"
+    );
 }
