@@ -334,6 +334,18 @@ impl Inner {
         self.handles.get(fh)
     }
 
+    /// Before a request that may hand the kernel new nodes: wait (bounded)
+    /// while the mount is past its vnode limit's throttle mark
+    /// (`evict.rs`, "Keeping up"). Only on io_uring queue threads: the
+    /// FORGETs the wait is for come through the /dev/fuse loops, so those
+    /// must never wait (and their own round trips pace a walk enough).
+    fn throttle_new_nodes(&self) {
+        if ON_URING_QUEUE.with(|u| *u) {
+            self.evict
+                .throttle(self.fs.mount(), self.layer.config().limit);
+        }
+    }
+
     fn note_new(&self, id: u64, parent: u64, name: &[u8], dir: bool) {
         let count = self.fs.mount().vnode_count();
         self.evict
@@ -423,6 +435,7 @@ impl Filesystem for Server {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
+        self.inner.throttle_new_nodes();
         let r = self.guard("lookup", |i| {
             let dir = match i.nodes.get(parent.0) {
                 Ok(dir) => dir,
@@ -826,6 +839,7 @@ impl Filesystem for Server {
         mut reply: ReplyDirectoryPlus,
     ) {
         let ttl = self.inner.timeouts.entry;
+        self.inner.throttle_new_nodes();
         let r = self.guard("readdirplus", |i| {
             with_dir(i, &ctx(req), _ino.0, fh.0, |of| {
                 i.fs.readdirplus(&ctx(req), &of.vp, of.fh, offset, &mut |e, found| {

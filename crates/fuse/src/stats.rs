@@ -117,6 +117,11 @@ pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
         "Highest vnode count of the mount seen when handing a node to the kernel",
     );
     put(
+        "fuse.evict.throttled",
+        ec.throttled.load(Ordering::Relaxed),
+        "Requests that waited for the evictor: the mount held more than 15/16 of its vnode limit",
+    );
+    put(
         "fuse.evict.passes",
         ec.passes.load(Ordering::Relaxed),
         "Evictor passes over the vnode high water mark",

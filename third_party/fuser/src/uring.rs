@@ -91,11 +91,35 @@ pub fn kernel_enabled() -> bool {
         .is_ok_and(|s| s.trim() == "Y")
 }
 
-/// The queues the kernel expects: one per possible CPU.
+/// The queues the kernel expects: one per possible CPU
+/// (`num_possible_cpus()`), counted from /sys/devices/system/cpu/possible
+/// ("0-1", "0-3,6"); sysconf's count of configured CPUs if that is
+/// unreadable. Too few queues keep the connection on /dev/fuse, too many
+/// are refused: neither loses a request.
 pub(crate) fn possible_cpus() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
-    n.max(1) as usize
+    let from_sys = std::fs::read_to_string("/sys/devices/system/cpu/possible")
+        .ok()
+        .and_then(|s| count_cpu_list(s.trim()));
+    from_sys.unwrap_or_else(|| {
+        // SAFETY: sysconf has no preconditions.
+        let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+        n.max(1) as usize
+    })
+}
+
+/// The number of CPUs in a kernel CPU list ("0-3,6" is 5).
+fn count_cpu_list(list: &str) -> Option<usize> {
+    let mut n = 0usize;
+    for part in list.split(',') {
+        n += match part.split_once('-') {
+            Some((a, b)) => b.parse::<usize>().ok()?.checked_sub(a.parse().ok()?)? + 1,
+            None => {
+                part.parse::<usize>().ok()?;
+                1
+            }
+        };
+    }
+    (n > 0).then_some(n)
 }
 
 /// One entry's buffers, shared with the kernel (see the module docs for
@@ -392,17 +416,22 @@ struct Placement {
 }
 
 impl Placement {
-    /// Usable if this thread runs under SCHED_OTHER and may switch to
-    /// SCHED_IDLE and back (tried once here); `UVFS_URING_IDLE_WAIT=0`
-    /// turns it off for comparisons.
+    /// Usable if this thread runs under SCHED_OTHER as root: an
+    /// unprivileged thread may enter SCHED_IDLE but, with the usual
+    /// RLIMIT_NICE of 0, never leave it. Tried once here;
+    /// `UVFS_URING_IDLE_WAIT=0` turns it off for comparisons.
     fn new() -> Placement {
         let off = std::env::var_os("UVFS_URING_IDLE_WAIT").is_some_and(|v| v == "0");
-        // SAFETY: sched_getscheduler(0) reads this thread's policy.
-        let other = unsafe { libc::sched_getscheduler(0) } == libc::SCHED_OTHER;
-        let usable = !off && other && set_policy(libc::SCHED_IDLE) && set_policy(libc::SCHED_OTHER);
-        if other && !usable {
-            set_policy(libc::SCHED_OTHER);
-        }
+        // SAFETY: geteuid and sched_getscheduler(0) only read this
+        // thread's credentials and policy.
+        let (root, other) = unsafe {
+            (
+                libc::geteuid() == 0,
+                libc::sched_getscheduler(0) == libc::SCHED_OTHER,
+            )
+        };
+        let usable =
+            !off && root && other && set_policy(libc::SCHED_IDLE) && set_policy(libc::SCHED_OTHER);
         Placement {
             usable,
             others_seen: 0,
