@@ -28,7 +28,14 @@ impl PassthroughFs {
     pub(crate) fn do_open(&self, ctx: &Ctx, vp: &VnodeRef, flags: i32) -> VfsResult<Fh> {
         let node = self.node_of(vp)?;
         match node.kind() {
-            VType::Lnk => return Err(Errno::ELOOP),
+            // The kernel never opens what it knows to be a symlink (it
+            // follows it, or refuses O_NOFOLLOW itself), so an OPEN for one
+            // comes from an inode the kernel holds for a file that is gone:
+            // its inode number was freed and reused by this symlink, and the
+            // node rebound to it (`vnode_from`), before the kernel learned
+            // (a stress run met it: unlink, then a symlink at another name).
+            // The file the caller meant no longer exists.
+            VType::Lnk => return Err(Errno::ENOENT),
             VType::Dir if flags & libc::O_ACCMODE != libc::O_RDONLY => return Err(Errno::EISDIR),
             _ => {}
         }

@@ -39,6 +39,9 @@ fn namespace_operations() {
     let d = e.fs.mkdir(&ROOT, &e.root, b"d", 0o755).unwrap();
     let s = e.fs.symlink(&ROOT, &d, b"s", b"../target").unwrap();
     assert_eq!(e.fs.readlink(&s).unwrap(), b"../target");
+    // An OPEN of a symlink node can only come from a kernel inode of a file
+    // that is gone (its inode number now the symlink's): no such file.
+    assert_eq!(e.fs.open(&ROOT, &s, libc::O_RDONLY), Err(Errno::ENOENT));
     let n =
         e.fs.mknod(&ROOT, &d, b"fifo", libc::S_IFIFO | 0o600, 0)
             .unwrap();
