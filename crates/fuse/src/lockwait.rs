@@ -205,6 +205,9 @@ impl Drop for LockWaiter {
 /// invalidation may wait for a READ, and request loops take the lock to
 /// park and interrupt).
 fn run(shared: Arc<Shared>, fs: Arc<dyn FileSystem>, notifier: Option<Notifier>) {
+    // Started by the first parked request, perhaps on an io_uring queue
+    // thread pinned to one CPU, whose affinity a new thread inherits.
+    unpin_current_thread();
     let answer = |g: Granted| {
         if let Some(n) = &notifier {
             // The node may be gone from the kernel's cache (ENOENT): then
@@ -269,5 +272,18 @@ fn run(shared: Arc<Shared>, fs: Arc<dyn FileSystem>, notifier: Option<Notifier>)
         } else {
             shared.cv.wait_for(&mut st, pause);
         }
+    }
+}
+
+/// Lets the calling thread run on every CPU again (see `run`).
+fn unpin_current_thread() {
+    // SAFETY: an all-ones cpu_set_t is a valid set (the kernel keeps the
+    // CPUs that exist and are allowed); sched_setaffinity only reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for cpu in 0..libc::CPU_SETSIZE as usize {
+            libc::CPU_SET(cpu, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
     }
 }

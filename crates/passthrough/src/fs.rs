@@ -125,6 +125,13 @@ impl PassthroughFs {
         source: &Path,
         cfg: PassthroughConfig,
     ) -> std::io::Result<Arc<PassthroughFs>> {
+        // Start READDIRPLUS's probe pool (rayon's global one) here, before
+        // any request thread runs: threads inherit their creator's CPU
+        // affinity, and started from an io_uring queue thread (pinned to its
+        // CPU) every worker would share that one CPU. Measured so: a cold
+        // walk of 15,000 files 0.84x as fast through io_uring as through
+        // /dev/fuse.
+        let _ = rayon::current_num_threads();
         let nofile = sys::raise_nofile_limit();
         let budget = cfg
             .fd_budget
