@@ -206,8 +206,10 @@ impl Drop for LockWaiter {
 /// park and interrupt).
 fn run(shared: Arc<Shared>, fs: Arc<dyn FileSystem>, notifier: Option<Notifier>) {
     // Started by the first parked request, perhaps on an io_uring queue
-    // thread pinned to one CPU, whose affinity a new thread inherits.
+    // thread pinned to one CPU and serving at SCHED_IDLE, whose affinity and
+    // policy a new thread inherits.
     unpin_current_thread();
+    normal_policy();
     let answer = |g: Granted| {
         if let Some(n) = &notifier {
             // The node may be gone from the kernel's cache (ENOENT): then
@@ -273,6 +275,14 @@ fn run(shared: Arc<Shared>, fs: Arc<dyn FileSystem>, notifier: Option<Notifier>)
             shared.cv.wait_for(&mut st, pause);
         }
     }
+}
+
+/// Gives the calling thread the normal time-sharing policy (see `run`); a
+/// no-op for a thread that has it.
+fn normal_policy() {
+    let p = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 is this thread; `p` is a valid param for SCHED_OTHER.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &p) };
 }
 
 /// Lets the calling thread run on every CPU again (see `run`).

@@ -291,6 +291,41 @@ sys.stdin.read()
         .unwrap()
 }
 
+/// The server's lock-wait thread (this process serves the mount) may run
+/// on every CPU at the normal policy, though the first parked request may
+/// have started it from an io_uring queue thread pinned to one CPU and
+/// serving at SCHED_IDLE, both of which a new thread inherits.
+fn lock_waiter_runs_anywhere() {
+    let tid = std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .find(|e| {
+            std::fs::read_to_string(e.path().join("comm"))
+                .is_ok_and(|c| c.trim() == "uvfs-lockwait")
+        })
+        .and_then(|e| e.file_name().to_str()?.parse::<libc::pid_t>().ok())
+        .expect("a parked lock request but no uvfs-lockwait thread");
+    // SAFETY: `tid` is a thread of this process (it may have exited, in
+    // which case these fail); the set is a valid, writable cpu_set_t.
+    let (policy, cpus, online) = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let r = libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set);
+        assert_eq!(
+            r,
+            0,
+            "sched_getaffinity: {}",
+            std::io::Error::last_os_error()
+        );
+        (
+            libc::sched_getscheduler(tid),
+            libc::CPU_COUNT(&set),
+            libc::sysconf(libc::_SC_NPROCESSORS_ONLN),
+        )
+    };
+    assert_eq!(policy, libc::SCHED_OTHER, "the lock-wait thread's policy");
+    assert_eq!(i64::from(cpus), online, "the lock-wait thread's CPUs");
+}
+
 /// The first line a locker printed.
 fn said(c: &mut std::process::Child) -> String {
     use std::io::BufRead;
@@ -344,6 +379,7 @@ fn locks_meet_the_sources_other_users() {
         r.wait().unwrap();
         let mut w = locker(lock, &mnt);
         until_waiting(1);
+        lock_waiter_runs_anywhere();
         assert!(w.try_wait().unwrap().is_none(), "{lock}: got a held lock");
         assert!(release(h).success());
         assert_eq!(said(&mut w), "held", "{lock}: the wait did not end");
