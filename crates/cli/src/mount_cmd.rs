@@ -90,6 +90,12 @@ pub struct MountOpts {
     /// saving two round trips per directory walked).
     #[arg(long)]
     pub opendir: bool,
+    /// Passthrough: no directory readahead. By default, while one walker
+    /// lists directories, a thread at idle priority looks up the entries of
+    /// the next few subdirectories on the source first, so the walker's
+    /// listings find them cached.
+    #[arg(long)]
+    pub no_dir_readahead: bool,
 }
 
 /// Options of `uvfs stat`.
@@ -259,6 +265,7 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
             uvfs_passthrough::PassthroughConfig {
                 fd_budget: o.fd_budget,
                 no_handles: false,
+                no_dir_readahead: o.no_dir_readahead,
             },
         )?;
         let cfg = ServeConfig {
@@ -366,6 +373,7 @@ mod tests {
             source: source.map(PathBuf::from),
             fd_budget: None,
             opendir: false,
+            no_dir_readahead: false,
             transport: Transport::Auto,
         }
     }

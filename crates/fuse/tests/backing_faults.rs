@@ -311,6 +311,7 @@ impl Stack {
         let cfg = PassthroughConfig {
             fd_budget: Some(fd_budget),
             no_handles: false,
+            no_dir_readahead: false,
         };
         let fs = PassthroughFs::new(layer.clone(), &src, cfg).expect("passthrough of FaultFs");
         let scfg = ServeConfig {

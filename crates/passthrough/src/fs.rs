@@ -44,6 +44,9 @@ pub struct PassthroughConfig {
     pub fd_budget: Option<usize>,
     /// Never use file handles (every node reopens through its parent).
     pub no_handles: bool,
+    /// No directory readahead (`prefetch.rs`): a lone walker's listings
+    /// wait for every backing lookup.
+    pub no_dir_readahead: bool,
 }
 
 /// `own_dev` before the mount is known (no device has this number).
@@ -82,6 +85,8 @@ pub struct PassthroughFs {
     /// READDIRPLUS requests in progress and their overlaps (`dir.rs`
     /// probes in parallel only when one has been alone for a while).
     pub(crate) plus_load: crate::dir::PlusLoad,
+    /// Directory readahead for a lone walker (`prefetch.rs`).
+    pub(crate) prefetch: Option<crate::prefetch::Prefetcher>,
     /// The device of the mount serving this file system ([`NO_DEV`] until told,
     /// `FileSystem::mounted_as`): a backing entry on it is the mount
     /// itself, reached through the source (a bind mount of a directory
@@ -187,6 +192,13 @@ impl PassthroughFs {
         // SAFETY: umask takes a plain mode and cannot fail.
         unsafe { libc::umask(0) };
         let mnt = layer.mount("passthrough", Arc::new(Hooks));
+        // Started here, like the probe pool, so it inherits no request
+        // thread's CPU pin.
+        let prefetch = if cfg.no_dir_readahead {
+            None
+        } else {
+            crate::prefetch::Prefetcher::start(pool.clone())
+        };
         Ok(Arc::new(PassthroughFs {
             layer,
             mnt,
@@ -197,6 +209,7 @@ impl PassthroughFs {
             opens: OpenTable::default(),
             posix_locks: Default::default(),
             plus_load: Default::default(),
+            prefetch,
             own_dev: AtomicU64::new(NO_DEV),
             counters: PtCounters::default(),
             _mount_fd_slot: mount_fd_slot,

@@ -46,6 +46,7 @@ mod locks;
 mod namei;
 pub mod node;
 mod open;
+mod prefetch;
 mod stats;
 mod sys;
 mod vops;

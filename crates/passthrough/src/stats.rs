@@ -103,6 +103,25 @@ impl PassthroughFs {
                 "Files of other devices numbered",
             ),
             (
+                "passthrough.readahead.dirs",
+                self.prefetch.as_ref().map_or(0, |p| ld(&p.counters().dirs)),
+                "Directories read ahead of a lone walker (their entries looked up)",
+            ),
+            (
+                "passthrough.readahead.entries",
+                self.prefetch
+                    .as_ref()
+                    .map_or(0, |p| ld(&p.counters().entries)),
+                "Entries looked up ahead of a lone walker",
+            ),
+            (
+                "passthrough.readahead.overtaken",
+                self.prefetch
+                    .as_ref()
+                    .map_or(0, |p| ld(&p.counters().overtaken)),
+                "Readaheads stopped because the walker got there first",
+            ),
+            (
                 "passthrough.open.handles",
                 self.opens.len() as u64,
                 "Open file handles",

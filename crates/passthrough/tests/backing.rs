@@ -87,6 +87,7 @@ fn fd_budget_is_never_exceeded_with_thousands_of_files() {
         PassthroughConfig {
             fd_budget: Some(BUDGET),
             no_handles: false,
+            no_dir_readahead: false,
         },
     );
     for d in 0..10 {
@@ -156,6 +157,7 @@ fn fallback_without_handles_follows_renames() {
         PassthroughConfig {
             fd_budget: Some(8),
             no_handles: true,
+            no_dir_readahead: false,
         },
     );
     let a = e.fs.mkdir(&ROOT, &e.root, b"a", 0o755).unwrap();
@@ -192,6 +194,7 @@ fn a_budget_beyond_the_fd_limit_is_refused() {
             PassthroughConfig {
                 fd_budget: Some(budget),
                 no_handles: false,
+                no_dir_readahead: false,
             },
         )
     };

@@ -236,6 +236,7 @@ fn deleted_files_are_not_pinned_by_cached_fds() {
             PassthroughConfig {
                 fd_budget: None,
                 no_handles,
+                no_dir_readahead: false,
             },
         );
         let mk = |name: &[u8]| {
@@ -285,6 +286,7 @@ fn removed_directories_and_fifos_keep_answering_while_the_kernel_holds_them() {
             PassthroughConfig {
                 fd_budget: None,
                 no_handles,
+                no_dir_readahead: false,
             },
         );
         let d = e.fs.mkdir(&ROOT, &e.root, b"d", 0o755).unwrap();
@@ -344,6 +346,7 @@ fn removing_more_directories_than_the_fd_budget_pins_nothing() {
         PassthroughConfig {
             fd_budget: Some(16),
             no_handles: false,
+            no_dir_readahead: false,
         },
     );
     for i in 0..200 {
@@ -361,4 +364,75 @@ fn removing_more_directories_than_the_fd_budget_pins_nothing() {
             .unwrap()
             .1;
     assert!(used <= 2, "{used} fds still pinned after the removals");
+}
+
+#[test]
+fn a_lone_listing_reads_ahead_a_window_of_subdirectories_and_no_further() {
+    // prefetch.rs: after a listing, the readahead thread looks up the
+    // entries of the first WINDOW (8) subdirectories, and moves on only as
+    // the walker lists them; it never touches their access times.
+    let e = env("readahead");
+    let two_days_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(2 * 86400);
+    let times = std::fs::FileTimes::new()
+        .set_accessed(two_days_ago)
+        .set_modified(two_days_ago);
+    for i in 0..12 {
+        let d = e.src.path().join(format!("s{i:02}"));
+        std::fs::create_dir(&d).unwrap();
+        for f in 0..5 {
+            std::fs::write(d.join(format!("f{f}")), b"").unwrap();
+        }
+        std::fs::File::open(&d).unwrap().set_times(times).unwrap();
+    }
+    let counter = |name: &str| {
+        e.fs.stats()
+            .into_iter()
+            .find(|s| s.0 == name)
+            .unwrap_or_else(|| panic!("no counter {name}"))
+            .1
+    };
+    // Waits until `name` reaches `n`, then gives the thread time to go
+    // further (it must not).
+    let settles_at = |name: &str, n: u64| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while counter(name) < n {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{name} stuck at {}",
+                counter(name)
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert_eq!(counter(name), n, "{name}");
+    };
+    let listing = |dir: &uvfs_vfs::VnodeRef| {
+        let fh = e.fs.opendir(&ROOT, dir, 0).unwrap();
+        let mut names = Vec::new();
+        e.fs.readdirplus(&ROOT, dir, fh, 0, &mut |ent, _| {
+            names.push(String::from_utf8(ent.name.clone()).unwrap());
+            false
+        })
+        .unwrap();
+        e.fs.releasedir(dir, fh).unwrap();
+        names.retain(|n| n != "." && n != "..");
+        names
+    };
+    let order = listing(&e.root);
+    assert_eq!(order.len(), 12);
+    settles_at("passthrough.readahead.dirs", 8);
+    assert_eq!(counter("passthrough.readahead.entries"), 8 * 5);
+    // The walker lists the first subdirectory: the window moves by one.
+    let first = e.lookup(&e.root, &order[0]).unwrap();
+    assert_eq!(listing(&first).len(), 5);
+    settles_at("passthrough.readahead.dirs", 9);
+    assert_eq!(counter("passthrough.readahead.entries"), 9 * 5);
+    for name in &order[1..] {
+        let md = std::fs::metadata(e.src.path().join(name)).unwrap();
+        assert_eq!(
+            md.accessed().unwrap(),
+            two_days_ago,
+            "{name}: read ahead, its access time moved"
+        );
+    }
 }
