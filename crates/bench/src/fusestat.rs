@@ -53,6 +53,10 @@ const MEMFS_DEV: &str = "uvfs-memfs-dev";
 const TMPFS: &str = "tmpfs";
 const PASSTHROUGH: &str = "uvfs-passthrough";
 const PASSTHROUGH_DEV: &str = "uvfs-passthrough-dev";
+/// The passthrough without directory readahead (`--no-dir-readahead`).
+const PASSTHROUGH_NORA: &str = "uvfs-passthrough-noreadahead";
+/// The passthrough servers, as `--fs` names them.
+const PASSTHROUGHS: [&str; 3] = [PASSTHROUGH, PASSTHROUGH_DEV, PASSTHROUGH_NORA];
 const NATIVE: &str = "native";
 const LIBFUSE: &str = PeerKind::LibfusePassthroughLl.name();
 const FBR: &str = PeerKind::FuseBackendRs.name();
@@ -78,10 +82,12 @@ pub struct FuseStatOpts {
     pub per_dir: usize,
     /// File systems to walk (default: uvfs-memfs,uvfs-memfs-dev,tmpfs, plus
     /// native,uvfs-passthrough,libfuse-passthrough_ll,fuse-backend-rs when
-    /// `uvfs mount --source` exists; also uvfs-passthrough-dev). The
-    /// uvfs-*-dev servers read requests from /dev/fuse; the others take
-    /// them through io_uring where the kernel can (the run turns the `fuse`
-    /// module's enable_uring on while it mounts them, if it may).
+    /// `uvfs mount --source` exists; also uvfs-passthrough-dev and
+    /// uvfs-passthrough-noreadahead). The uvfs-*-dev servers read requests
+    /// from /dev/fuse; the others take them through io_uring where the
+    /// kernel can (the run turns the `fuse` module's enable_uring on while
+    /// it mounts them, if it may). uvfs-passthrough-noreadahead is the
+    /// passthrough with `--no-dir-readahead`.
     #[arg(long, value_delimiter = ',')]
     pub fs: Option<Vec<String>>,
     /// Entry and attribute timeouts of the uvfs mounts, in seconds.
@@ -170,7 +176,7 @@ fn server_args(
     o: &FuseStatOpts,
     shape: &TreeShape,
     source: Option<&Path>,
-    dev: bool,
+    name: &str,
 ) -> Vec<String> {
     let t = o.timeout.to_string();
     let mut a = vec![
@@ -189,8 +195,11 @@ fn server_args(
     if let Some(s) = source {
         a.extend(["--source".into(), s.display().to_string()]);
     }
-    if dev {
+    if name == MEMFS_DEV || name == PASSTHROUGH_DEV {
         a.extend(["--transport".into(), "dev".into()]);
+    }
+    if name == PASSTHROUGH_NORA {
+        a.push("--no-dir-readahead".into());
     }
     a
 }
@@ -208,6 +217,7 @@ fn choose_fs(o: &FuseStatOpts, passthrough: bool) -> io::Result<Vec<&'static str
         NATIVE,
         PASSTHROUGH,
         PASSTHROUGH_DEV,
+        PASSTHROUGH_NORA,
         LIBFUSE,
         FBR,
     ];
@@ -215,7 +225,7 @@ fn choose_fs(o: &FuseStatOpts, passthrough: bool) -> io::Result<Vec<&'static str
         Some(v) => v.clone(),
         None if passthrough => all
             .iter()
-            .filter(|&&a| a != PASSTHROUGH_DEV)
+            .filter(|&&a| a != PASSTHROUGH_DEV && a != PASSTHROUGH_NORA)
             .map(|s| s.to_string())
             .collect(),
         None => vec![MEMFS.into(), MEMFS_DEV.into(), TMPFS.into()],
@@ -225,20 +235,16 @@ fn choose_fs(o: &FuseStatOpts, passthrough: bool) -> io::Result<Vec<&'static str
             return Err(bad(format!("unknown --fs {w:?} ({})", all.join(", "))));
         }
     }
-    if wanted
-        .iter()
-        .any(|w| w == PASSTHROUGH || w == PASSTHROUGH_DEV)
-        && !passthrough
-    {
+    if wanted.iter().any(|w| PASSTHROUGHS.contains(&w.as_str())) && !passthrough {
         return Err(bad(
             "uvfs-passthrough needs `uvfs mount --source DIR`, which this build lacks".into(),
         ));
     }
     // The passthrough mount and the peers serve the native tree, so they
     // need it built.
-    let native = wanted.iter().any(|w| {
-        w == NATIVE || w == PASSTHROUGH || w == PASSTHROUGH_DEV || PEERS.contains(&w.as_str())
-    });
+    let native = wanted
+        .iter()
+        .any(|w| w == NATIVE || PASSTHROUGHS.contains(&w.as_str()) || PEERS.contains(&w.as_str()));
     Ok(all
         .into_iter()
         .filter(|a| (*a == NATIVE && native) || wanted.iter().any(|w| w == a))
@@ -266,7 +272,7 @@ fn build_target(
     match name {
         MEMFS | MEMFS_DEV => {
             let tag = name.trim_start_matches("uvfs-");
-            let m = ServerMount::start(tag, &server_args(o, shape, None, name == MEMFS_DEV))?;
+            let m = ServerMount::start(tag, &server_args(o, shape, None, name))?;
             t.root = m.root().to_path_buf();
             t.fd_limit = m.pid().and_then(|p| procstat::fd_limit(p).ok().flatten());
             t.server = Some(m);
@@ -284,13 +290,10 @@ fn build_target(
             t.root = d.path.clone();
             t._dir = Some(d);
         }
-        PASSTHROUGH | PASSTHROUGH_DEV => {
+        PASSTHROUGH | PASSTHROUGH_DEV | PASSTHROUGH_NORA => {
             let src = native_root.ok_or_else(|| bad("passthrough without a native tree".into()))?;
             let tag = name.trim_start_matches("uvfs-");
-            let m = ServerMount::start(
-                tag,
-                &server_args(o, shape, Some(src), name == PASSTHROUGH_DEV),
-            )?;
+            let m = ServerMount::start(tag, &server_args(o, shape, Some(src), name))?;
             t.root = m.root().to_path_buf();
             t.fd_limit = m.pid().and_then(|p| procstat::fd_limit(p).ok().flatten());
             t.fd_budget = m
@@ -543,7 +546,7 @@ fn add_ratios(report: &mut Report) {
             r.insert("vs_tmpfs".into(), json!(v / b));
         }
         let fs = r["fs"].as_str().unwrap_or("");
-        if fs == PASSTHROUGH || fs == PASSTHROUGH_DEV || PEERS.contains(&fs) {
+        if PASSTHROUGHS.contains(&fs) || PEERS.contains(&fs) {
             if let Some(b) = get(NATIVE, &p, &t) {
                 r.insert("vs_native".into(), json!(v / b));
             }
@@ -845,8 +848,13 @@ pub fn summary(r: &Report) -> Vec<String> {
             ));
         }
     }
-    // The same server, requests through io_uring against /dev/fuse.
-    for (a, b) in [(MEMFS, MEMFS_DEV), (PASSTHROUGH, PASSTHROUGH_DEV)] {
+    // The same server, requests through io_uring against /dev/fuse, and
+    // the passthrough with directory readahead against without.
+    for (a, b) in [
+        (MEMFS, MEMFS_DEV),
+        (PASSTHROUGH, PASSTHROUGH_DEV),
+        (PASSTHROUGH, PASSTHROUGH_NORA),
+    ] {
         for pass in ["cold", "warm"] {
             for x in rows(a, pass) {
                 let Some(y) = rows(b, pass)
@@ -1183,7 +1191,10 @@ mod tests {
         o.fs = Some(vec![PASSTHROUGH.into()]);
         assert!(choose_fs(&o, false).is_err());
         assert_eq!(choose_fs(&o, true).unwrap(), vec![NATIVE, PASSTHROUGH]);
-        // The /dev/fuse passthrough only when asked, with its source tree.
+        // The /dev/fuse and readahead-less passthroughs only when asked,
+        // with their source tree.
+        o.fs = Some(vec![PASSTHROUGH_NORA.into()]);
+        assert_eq!(choose_fs(&o, true).unwrap(), vec![NATIVE, PASSTHROUGH_NORA]);
         o.fs = Some(vec![PASSTHROUGH_DEV.into()]);
         assert!(choose_fs(&o, false).is_err());
         assert_eq!(choose_fs(&o, true).unwrap(), vec![NATIVE, PASSTHROUGH_DEV]);
