@@ -13,7 +13,10 @@
 //! first, on that other core, so the server's lookups find the backing
 //! inodes and dentries cached. It only warms the backing kernel's caches:
 //! answers are still made from the file system at request time, so nothing
-//! it does can be stale.
+//! it does can be stale. Measured (`uvfs bench fuse-stat --files 15000 --fs
+//! uvfs-passthrough,uvfs-passthrough-noreadahead,...`): a lone walker's
+//! cold walk 1.71x as fast as without it; two walkers 1.03x (both cores
+//! were busy already).
 //!
 //! # Bounds
 //! It works only [`WINDOW`] directories ahead of where the walker is, at
@@ -22,8 +25,8 @@
 //! directory's node, not an fd: the thread borrows the node's cached fd
 //! while it opens a subdirectory (if the pool took it back meanwhile, that
 //! list is skipped), and the one fd it opens takes a slot of the budget
-//! like every backing fd. A listing that no walker follows (`ls -l`) costs at most
-//! [`WINDOW`] directories' lookups. It is fed only while one READDIRPLUS
+//! like every backing fd. A listing that no walker follows (`ls -l`)
+//! costs at most [`WINDOW`] directories' lookups. It is fed only while one READDIRPLUS
 //! runs at a time (`PlusLoad::alone`): with two walkers both cores are busy
 //! and there is nothing to win.
 //!
@@ -253,6 +256,7 @@ impl Drop for Prefetcher {
 
 fn run(shared: Arc<Shared>) {
     idle_policy();
+    let mut buf = vec![0u8; 32 << 10];
     loop {
         let job = {
             let mut st = shared.state.lock();
@@ -274,13 +278,13 @@ fn run(shared: Arc<Shared>) {
             }
         };
         let (dir, name, dev, _) = job;
-        warm(&shared, &dir, &name, dev);
+        warm(&shared, &dir, &name, dev, &mut buf);
     }
 }
 
 /// Looks up every entry of `dir`/`name` (a directory on device `dev`),
 /// unless the walker gets there first.
-fn warm(shared: &Shared, dir: &Node, name: &CString, dev: u64) {
+fn warm(shared: &Shared, dir: &Node, name: &CString, dev: u64, buf: &mut [u8]) {
     // A slot of the budget, like any backing fd; none left: skip.
     let Ok(slot) = shared.pool.reserve() else {
         return;
@@ -297,9 +301,8 @@ fn warm(shared: &Shared, dir: &Node, name: &CString, dev: u64) {
     if !sys::statx_fd(fd.raw()).is_ok_and(|st| sys::stx_dev(&st) == dev) {
         return;
     }
-    let mut buf = vec![0u8; 32 << 10];
     let mut looked = 0u64;
-    'read: while let Ok(n @ 1..) = sys::getdents(fd.raw(), &mut buf) {
+    'read: while let Ok(n @ 1..) = sys::getdents(fd.raw(), buf) {
         for d in sys::dirents(&buf[..n]) {
             if shared.stop.load(Ordering::Relaxed) {
                 shared.counters.overtaken.fetch_add(1, Ordering::Relaxed);
@@ -310,8 +313,9 @@ fn warm(shared: &Shared, dir: &Node, name: &CString, dev: u64) {
             }
             if let Ok(c) = sys::cstr(d.name) {
                 // Only the lookup's side effect matters: the entry's
-                // dentry and inode cached by the backing kernel.
-                let _ = sys::statx_at(fd.raw(), &c, 0);
+                // dentry and inode cached by the backing kernel. Never an
+                // automount: nothing the walker asked for.
+                let _ = sys::statx_at(fd.raw(), &c, libc::AT_NO_AUTOMOUNT);
                 looked += 1;
             }
         }
