@@ -147,7 +147,7 @@ impl PassthroughFs {
         let ino = match d.name {
             b"." => dir.id,
             b".." if dir.id == self.root.id => self.root.id,
-            _ => self.inodes.node_id(dir.dev, d.ino),
+            _ => self.inodes.newest_id(dir.dev, d.ino),
         };
         let kind = dtype(d.dtype)
             .or_else(|| {

@@ -4,16 +4,20 @@
 //! # Lookup
 //! A lookup opens the name `O_PATH | O_NOFOLLOW` beneath the directory's
 //! fd (`sys::open_beneath`), reads its (dev, ino) and handle, and asks the
-//! vnode layer for node id `inodes.node_id(dev, ino)`: single flight, so
-//! racing lookups of one file build one node. The fresh fd becomes the
-//! node's cached fd (or is offered to an existing node that has none).
+//! vnode layer for node id `inodes.id_of(dev, ino, generation)`: single
+//! flight, so racing lookups of one file build one node. The fresh fd
+//! becomes the node's cached fd (or is offered to an existing node that
+//! has none).
 //!
 //! # A different file behind a known inode number
 //! If the vnode already exists but the lookup found a different file (the
 //! old one was removed behind the server's back and its inode number
-//! reused, perhaps for a file of another type), the node is rebound to
-//! the new file: new handle, type and generation, old fd dropped. The
-//! kernel sees the new generation (or type) and drops its stale inode.
+//! reused, perhaps for a file of another type), what happens depends on
+//! whether the kernel still remembers the old node. If not, the node is
+//! rebound to the new file: new handle, type and generation, old fd
+//! dropped. If it does, its requests for the old inode would reach the
+//! new file, so the new file gets an alias id instead (`inodes.rs`) and
+//! the old node, keeping its handle, answers `ESTALE`.
 
 use crate::creds::AsCaller;
 use crate::fdpool::{Fd, FdPool, Reservation};
@@ -63,6 +67,9 @@ pub struct PtCounters {
     pub stale: AtomicU64,
     /// Nodes rebound to a new file behind their inode number.
     pub rebinds: AtomicU64,
+    /// New files given an alias id: their inode number's old file was
+    /// still remembered by the kernel (`inodes.rs`).
+    pub aliases: AtomicU64,
     /// Lookups that reached the backing file system.
     pub lookups: AtomicU64,
     /// Lookups refused with ELOOP: the name led into this mount itself.
@@ -382,7 +389,6 @@ impl PassthroughFs {
             self.counters.own_mount.fetch_add(1, Ordering::Relaxed);
             return Err(Errno::ELOOP);
         }
-        let id = self.inodes.node_id(dev, ino);
         let handle = handle
             .ok()
             .filter(|h| self.handles.accepts(h))
@@ -398,24 +404,41 @@ impl PassthroughFs {
             parent,
             name,
         };
-        let mut fresh = None;
-        let vp = self.layer.get(&self.mnt, id, || {
-            let node = Arc::new(Node::new(id, dev, ino, ident.clone(), false));
-            fresh = Some(node.clone());
-            Ok((kind, Box::new(node)))
-        })?;
-        let node = match fresh {
-            Some(node) => node,
-            None => {
-                let node = self.node_of(&vp)?;
-                if !node.same_file(&ident) {
-                    self.counters.rebinds.fetch_add(1, Ordering::Relaxed);
-                    node.set_ident(ident, true);
-                } else if let Some((p, n)) = at {
+        let mut id = self.inodes.id_of(dev, ino, ident.gen);
+        let (vp, node) = loop {
+            let mut fresh = None;
+            let vp = self.layer.get(&self.mnt, id, || {
+                let node = Arc::new(Node::new(id, dev, ino, ident.clone(), false));
+                fresh = Some(node.clone());
+                Ok((kind, Box::new(node)))
+            })?;
+            if let Some(node) = fresh {
+                break (vp, node);
+            }
+            let node = self.node_of(&vp)?;
+            if node.same_file(&ident) {
+                if let Some((p, n)) = at {
                     node.set_location(p, n);
                 }
-                node
+                break (vp, node);
             }
+            let alias = id != self.inodes.node_id(dev, ino);
+            if vp.ext_count() == 0 || alias {
+                // No kernel inode names the old file (or, without handles,
+                // an alias changed type: aliasing it again would find it
+                // again): the id moves to the new file, and an alias of an
+                // older file behind this number is forgotten.
+                self.counters.rebinds.fetch_add(1, Ordering::Relaxed);
+                if !alias {
+                    self.inodes.drop_alias(dev, ino);
+                }
+                node.set_ident(ident, true);
+                break (vp, node);
+            }
+            // The kernel may still send requests for the old file under
+            // this id (`inodes.rs`): the new file gets an alias.
+            self.counters.aliases.fetch_add(1, Ordering::Relaxed);
+            id = self.inodes.make_alias(dev, ino, ident.gen);
         };
         if let Some(fd) = fd {
             drop(self.cache_fd(&node, Arc::new(fd)));

@@ -17,23 +17,57 @@
 //! The generation comes from the file handle (`Handle::generation`): same
 //! file, same number, on every lookup and after restarts; a new file that
 //! reuses an inode number gets a different one.
+//!
+//! # A reused inode number the kernel still remembers
+//! A file removed behind the server's back frees its inode number once no
+//! fd pins it (an idle node gives its fd back), and the backing file
+//! system may hand the number to the next file created. If the kernel
+//! still remembers the old file's node (a process's cwd, a dentry not yet
+//! revalidated), the node id cannot move to the new file: a request the
+//! kernel sends for its old inode carries only the node id, and would act
+//! on the new file (a `mkdir` in a removed cwd landing in another
+//! directory). The new file gets an *alias*: an id from the foreign range,
+//! remembered with its generation, which lookups of that file keep
+//! finding for the server's life; the old node keeps its own file's
+//! handle and answers `ESTALE`. The alias is also the new file's
+//! `st_ino` (fuser sends the node id as the inode number), so that file's
+//! `st_ino` differs from the backing one; it stays the same while the
+//! server runs. Reuse while the kernel holds the old node is rare, so the
+//! map is usually empty, and then costs lookups one relaxed load.
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use uvfs_vfs::Ino;
 
-/// First node id handed to foreign (other-device) files.
+/// First node id handed to foreign (other-device) files and aliases.
 pub const FOREIGN_BASE: Ino = 1 << 62;
 
 /// (dev, ino) -> node id.
 pub struct InodeMap {
     root_dev: u64,
+    /// Whether `Foreign::aliases` has an entry (changed under the lock):
+    /// lookups skip the lock while it is false. One that reads `false`
+    /// while another thread makes the first alias finds the old node
+    /// behind the inode number, not its file, and asks `make_alias`, which
+    /// hands it the alias just made.
+    any_alias: AtomicBool,
     foreign: Mutex<Foreign>,
 }
 
 struct Foreign {
     ids: HashMap<(u64, u64), Ino>,
+    /// (dev, ino) -> (generation of the file behind it, its alias id).
+    aliases: HashMap<(u64, u64), (u64, Ino)>,
     next: Ino,
+}
+
+impl Foreign {
+    fn number(&mut self) -> Ino {
+        let id = self.next;
+        self.next += 1;
+        id
+    }
 }
 
 impl InodeMap {
@@ -41,31 +75,101 @@ impl InodeMap {
     pub fn new(root_dev: u64) -> InodeMap {
         InodeMap {
             root_dev,
+            any_alias: AtomicBool::new(false),
             foreign: Mutex::new(Foreign {
                 ids: HashMap::new(),
+                aliases: HashMap::new(),
                 next: FOREIGN_BASE,
             }),
         }
     }
 
-    /// The node id of backing inode (dev, ino).
+    fn own(&self, dev: u64, ino: u64) -> bool {
+        dev == self.root_dev && ino != 0 && ino < FOREIGN_BASE
+    }
+
+    /// The id of backing inode (dev, ino) when no alias applies: the
+    /// inode number itself, or a foreign id.
     pub fn node_id(&self, dev: u64, ino: u64) -> Ino {
-        if dev == self.root_dev && ino != 0 && ino < FOREIGN_BASE {
+        if self.own(dev, ino) {
             return ino;
         }
         let mut f = self.foreign.lock();
         if let Some(&id) = f.ids.get(&(dev, ino)) {
             return id;
         }
-        let id = f.next;
-        f.next += 1;
+        let id = f.number();
         f.ids.insert((dev, ino), id);
         id
     }
 
+    /// The id of the file of generation `gen` at (dev, ino): its alias if
+    /// it has one, else `node_id`.
+    pub fn id_of(&self, dev: u64, ino: u64, gen: u64) -> Ino {
+        if self.any_alias.load(Ordering::Acquire) {
+            let f = self.foreign.lock();
+            if let Some(&(g, id)) = f.aliases.get(&(dev, ino)) {
+                if g == gen {
+                    return id;
+                }
+            }
+        }
+        self.node_id(dev, ino)
+    }
+
+    /// The id the newest file seen at (dev, ino) has (an alias, if one
+    /// was made), for callers that know no generation: directory
+    /// listings' `d_ino`, renames finding the nodes they move.
+    pub fn newest_id(&self, dev: u64, ino: u64) -> Ino {
+        self.alias_of(dev, ino)
+            .unwrap_or_else(|| self.node_id(dev, ino))
+    }
+
+    fn alias_of(&self, dev: u64, ino: u64) -> Option<Ino> {
+        if !self.any_alias.load(Ordering::Acquire) {
+            return None;
+        }
+        self.foreign
+            .lock()
+            .aliases
+            .get(&(dev, ino))
+            .map(|&(_, id)| id)
+    }
+
+    /// A new alias for the file of generation `gen` at (dev, ino), whose
+    /// `node_id` still names another file the kernel remembers. Replaces
+    /// an older alias of (dev, ino) (its file is gone too).
+    pub fn make_alias(&self, dev: u64, ino: u64, gen: u64) -> Ino {
+        let mut f = self.foreign.lock();
+        self.any_alias.store(true, Ordering::Release);
+        if let Some(&(g, id)) = f.aliases.get(&(dev, ino)) {
+            if g == gen {
+                return id; // another lookup of the same file made it first
+            }
+        }
+        let id = f.number();
+        f.aliases.insert((dev, ino), (gen, id));
+        id
+    }
+
+    /// Forgets the alias of (dev, ino): `node_id` names its newest file
+    /// again (the kernel no longer remembers the file that blocked it).
+    pub fn drop_alias(&self, dev: u64, ino: u64) {
+        if self.any_alias.load(Ordering::Acquire) {
+            let mut f = self.foreign.lock();
+            f.aliases.remove(&(dev, ino));
+            if f.aliases.is_empty() {
+                self.any_alias.store(false, Ordering::Release);
+            }
+        }
+    }
+
     /// The node id of (dev, ino) if it has one (numbers nothing new).
     pub fn known_id(&self, dev: u64, ino: u64) -> Option<Ino> {
-        if dev == self.root_dev && ino != 0 && ino < FOREIGN_BASE {
+        if let Some(id) = self.alias_of(dev, ino) {
+            return Some(id);
+        }
+        if self.own(dev, ino) {
             return Some(ino);
         }
         self.foreign.lock().ids.get(&(dev, ino)).copied()
@@ -74,6 +178,12 @@ impl InodeMap {
     /// Foreign files numbered so far.
     pub fn foreign_count(&self) -> usize {
         self.foreign.lock().ids.len()
+    }
+
+    /// Aliases in use (reused inode numbers whose old file the kernel
+    /// remembered).
+    pub fn alias_count(&self) -> usize {
+        self.foreign.lock().aliases.len()
     }
 }
 
@@ -92,5 +202,28 @@ mod tests {
         let big = m.node_id(7, u64::MAX);
         assert!(big >= FOREIGN_BASE && big != a && big != b);
         assert_eq!(m.foreign_count(), 3);
+    }
+
+    #[test]
+    fn an_alias_names_one_generation_until_dropped() {
+        let m = InodeMap::new(7);
+        assert_eq!(m.id_of(7, 12, 100), 12);
+        let a = m.make_alias(7, 12, 101);
+        assert!(a >= FOREIGN_BASE);
+        assert_eq!(m.make_alias(7, 12, 101), a, "same file, same alias");
+        assert_eq!(m.id_of(7, 12, 101), a);
+        // The old file (or an unknown third one) keeps the inode number.
+        assert_eq!(m.id_of(7, 12, 100), 12);
+        assert_eq!(m.id_of(7, 12, 102), 12);
+        assert_eq!((m.newest_id(7, 12), m.known_id(7, 12)), (a, Some(a)));
+        assert_eq!(m.newest_id(7, 13), 13);
+        // A third file while the kernel still holds the first: new alias.
+        let b = m.make_alias(7, 12, 102);
+        assert!(b != a && b >= FOREIGN_BASE && b != m.node_id(8, 1));
+        assert_eq!((m.id_of(7, 12, 101), m.id_of(7, 12, 102)), (12, b));
+        assert_eq!(m.alias_count(), 1);
+        m.drop_alias(7, 12);
+        assert_eq!((m.id_of(7, 12, 102), m.newest_id(7, 12)), (12, 12));
+        assert_eq!(m.alias_count(), 0);
     }
 }

@@ -16,7 +16,8 @@
 //!   `handle.rs`), and reopens on demand, checking it found the same
 //!   (dev, ino);
 //! - node ids are the backing inode numbers (`inodes.rs`), stable with no
-//!   table, so forgetting a node costs nothing.
+//!   table, so forgetting a node costs nothing; a number reused while the
+//!   kernel still remembers its old file gets a new id for the new file.
 //!
 //! # Safety of resolution
 //! Nothing outside the source directory is reachable: every name is one

@@ -206,7 +206,7 @@ impl PassthroughFs {
         let moved = |fd, n: &std::ffi::CStr| {
             sys::statx_at(fd, n, 0)
                 .ok()
-                .map(|st| self.inodes.node_id(sys::stx_dev(&st), st.stx_ino))
+                .map(|st| self.inodes.newest_id(sys::stx_dev(&st), st.stx_ino))
         };
         let (m1, m2) = if fallback {
             (moved(d1.raw(), &c1), moved(d2.raw(), &c2))

@@ -88,6 +88,16 @@ impl PassthroughFs {
                 "Nodes rebound to a new file reusing their inode number",
             ),
             (
+                "passthrough.aliases",
+                ld(&c.aliases),
+                "New files given an alias id (the kernel still held their inode number's old file)",
+            ),
+            (
+                "passthrough.inodes.aliases",
+                self.inodes.alias_count() as u64,
+                "Alias ids in use",
+            ),
+            (
                 "passthrough.lookups",
                 ld(&c.lookups),
                 "Lookups that reached the backing file system",

@@ -210,3 +210,63 @@ fn a_budget_beyond_the_fd_limit_is_refused() {
     assert!(most < hard);
     assert_eq!(with(most).unwrap().pool().budget(), most);
 }
+
+/// Creates directories `name0`, `name1`, ... in `dir` until one gets inode
+/// number `ino` (ext4 hands a freed number to the next file at once).
+fn mkdir_reusing(dir: &std::path::Path, name: &str, ino: u64) -> std::path::PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    for i in 0..64 {
+        let p = dir.join(format!("{name}{i}"));
+        std::fs::create_dir(&p).unwrap();
+        if std::fs::metadata(&p).unwrap().ino() == ino {
+            return p;
+        }
+    }
+    panic!("the backing file system (of {dir:?}) reused no inode number: run on ext4");
+}
+
+#[test]
+fn a_reused_inode_number_the_kernel_still_remembers_gets_an_alias() {
+    use std::os::unix::fs::MetadataExt;
+    let e = env("alias");
+    std::fs::create_dir(e.src.path().join("old")).unwrap();
+    let ino = std::fs::metadata(e.src.path().join("old")).unwrap().ino();
+    let old = e.lookup(&e.root, "old").unwrap();
+    let old_gen = e.fs.generation(&old);
+    // The kernel remembers it (a process's cwd, say).
+    assert!(old.ext_acquire(1));
+    std::fs::remove_dir(e.src.path().join("old")).unwrap();
+    e.fs.drop_idle_fds();
+    let new_path = mkdir_reusing(e.src.path(), "new", ino);
+    let new_name = new_path.file_name().unwrap().to_str().unwrap().to_owned();
+    let new = e.lookup(&e.root, &new_name).unwrap();
+    // The new directory has its own node id; the old one keeps its file.
+    assert_ne!(new.ino(), old.ino());
+    assert_eq!(old.ino(), ino);
+    assert_eq!(e.fs.generation(&old), old_gen);
+    assert_ne!(e.fs.generation(&new), old_gen);
+    // Requests for the old inode fail; none reaches the new directory.
+    assert_eq!(e.fs.getattr(&old).err(), Some(Errno::ESTALE));
+    assert_eq!(
+        e.fs.mkdir(&ROOT, &old, b"x", 0o755).err(),
+        Some(Errno::ESTALE)
+    );
+    assert!(!new_path.join("x").exists());
+    // The new one works, keeps its id, and its listing entry agrees.
+    assert_eq!(e.fs.getattr(&new).unwrap().kind, VType::Dir);
+    e.fs.mkdir(&ROOT, &new, b"y", 0o755).unwrap();
+    assert!(new_path.join("y").is_dir());
+    let entry = e.entries(&e.root).into_iter().find(|(n, _)| *n == new_name);
+    assert_eq!(entry.map(|(_, i)| i), Some(new.ino()));
+    old.ext_release(1);
+    drop(old);
+    let again = e.lookup(&e.root, &new_name).unwrap();
+    assert_eq!(again.ino(), new.ino(), "stable while the server runs");
+    // Without a kernel reference the number moves to the newest file.
+    drop((new, again));
+    std::fs::remove_dir_all(&new_path).unwrap();
+    e.fs.drop_idle_fds();
+    let third = mkdir_reusing(e.src.path(), "third", ino);
+    let t = e.lookup(&e.root, third.file_name().unwrap().to_str().unwrap());
+    assert_eq!(t.unwrap().ino(), ino);
+}

@@ -81,11 +81,16 @@ impl Env {
     }
 
     pub fn names(&self, dir: &VnodeRef) -> Vec<String> {
+        self.entries(dir).into_iter().map(|(n, _)| n).collect()
+    }
+
+    /// (name, inode number) of each entry of `dir`, sorted by name.
+    pub fn entries(&self, dir: &VnodeRef) -> Vec<(String, u64)> {
         let fh = self.fs.opendir(&ROOT, dir, 0).unwrap();
         let mut v = Vec::new();
         self.fs
             .readdir(dir, fh, 0, &mut |e| {
-                v.push(String::from_utf8_lossy(&e.name).into_owned());
+                v.push((String::from_utf8_lossy(&e.name).into_owned(), e.ino));
                 false
             })
             .unwrap();
