@@ -11,6 +11,9 @@
 //!   `clone_fd`) or serving a given channel (`serve_fd`), `kmount.rs` mount(2) and unmounting only our own mount, `signals.rs` clean unmount on SIGINT/SIGTERM,
 //!   `daemon.rs` detaching.
 //! - `control.rs` and `stats.rs`: the control socket behind `uvfs stat`.
+//! - `lockwait.rs` and `offload.rs`: requests answered off the request
+//!   loops (lock waits; syncs that wait for a disk), `threads.rs` what
+//!   their threads must not inherit.
 
 mod control;
 mod convert;
@@ -22,10 +25,12 @@ mod lockwait;
 mod mount;
 mod mountinfo;
 mod nodes;
+mod offload;
 mod prune;
 mod server;
 mod signals;
 mod stats;
+mod threads;
 
 pub use control::{query, socket_path, CONTROL_DIR};
 pub use daemon::{daemonize, Readiness};

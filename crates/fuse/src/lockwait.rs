@@ -206,10 +206,8 @@ impl Drop for LockWaiter {
 /// park and interrupt).
 fn run(shared: Arc<Shared>, fs: Arc<dyn FileSystem>, notifier: Option<Notifier>) {
     // Started by the first parked request, perhaps on an io_uring queue
-    // thread pinned to one CPU and serving at SCHED_IDLE, whose affinity and
-    // policy a new thread inherits.
-    unpin_current_thread();
-    normal_policy();
+    // thread (`threads.rs`).
+    crate::threads::detach_from_creator();
     let answer = |g: Granted| {
         if let Some(n) = &notifier {
             // The node may be gone from the kernel's cache (ENOENT): then
@@ -274,26 +272,5 @@ fn run(shared: Arc<Shared>, fs: Arc<dyn FileSystem>, notifier: Option<Notifier>)
         } else {
             shared.cv.wait_for(&mut st, pause);
         }
-    }
-}
-
-/// Gives the calling thread the normal time-sharing policy (see `run`); a
-/// no-op for a thread that has it.
-fn normal_policy() {
-    let p = libc::sched_param { sched_priority: 0 };
-    // SAFETY: pid 0 is this thread; `p` is a valid param for SCHED_OTHER.
-    unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &p) };
-}
-
-/// Lets the calling thread run on every CPU again (see `run`).
-fn unpin_current_thread() {
-    // SAFETY: an all-ones cpu_set_t is a valid set (the kernel keeps the
-    // CPUs that exist and are allowed); sched_setaffinity only reads it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for cpu in 0..libc::CPU_SETSIZE as usize {
-            libc::CPU_SET(cpu, &mut set);
-        }
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
     }
 }

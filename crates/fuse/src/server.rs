@@ -61,6 +61,9 @@ pub struct RequestCounters {
     pub panics: AtomicU64,
     /// Requests that came through an io_uring queue (`--uring`).
     pub uring: AtomicU64,
+    /// Of those, requests answered from the offload threads
+    /// (`offload.rs`).
+    pub offloaded: AtomicU64,
     /// Requests handled, per opcode.
     pub by_op: crate::stats::OpCounters,
 }
@@ -90,6 +93,8 @@ pub struct Inner {
     pub no_opendir: std::sync::atomic::AtomicBool,
     /// Lock requests waiting for a conflicting lock to go (`lockwait.rs`).
     pub(crate) locks: crate::lockwait::LockWaiter,
+    /// Threads for requests that may wait for a disk (`offload.rs`).
+    pub(crate) offload: crate::offload::Offload,
     /// Ask the kernel for FUSE over io_uring (one request queue per CPU).
     pub uring: std::sync::atomic::AtomicBool,
     /// The kernel agreed to it.
@@ -201,6 +206,7 @@ impl Server {
                 server_opendir,
                 no_opendir: Default::default(),
                 locks: Default::default(),
+                offload: Default::default(),
                 uring: Default::default(),
                 uring_on: Default::default(),
             }),
@@ -236,6 +242,21 @@ impl Server {
             i.counters.errors.fetch_add(1, Ordering::Relaxed);
         }
         r
+    }
+
+    /// Handles a request that may wait for a disk: on a pool thread if
+    /// this is an io_uring queue thread and the file system's syncs may
+    /// wait (`offload.rs`), here otherwise. `f` answers the request.
+    fn maybe_offload(&self, f: impl FnOnce(&Server) + Send + 'static) {
+        let i = &self.inner;
+        if !(ON_URING_QUEUE.with(|u| *u) && i.fs.syncs_may_wait()) {
+            return f(self);
+        }
+        // Counted here: `guard` runs on the pool thread.
+        i.counters.uring.fetch_add(1, Ordering::Relaxed);
+        i.counters.offloaded.fetch_add(1, Ordering::Relaxed);
+        let me = Server { inner: i.clone() };
+        i.offload.run(Box::new(move || f(&me)));
     }
 
     /// Answers with a node handed out as `name` in directory node
@@ -770,11 +791,13 @@ impl Filesystem for Server {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let r = self.guard("fsync", |i| {
-            let of = i.handles.get(fh.0)?;
-            i.fs.fsync(&of.vp, of.fh, datasync)
+        self.maybe_offload(move |s| {
+            let r = s.guard("fsync", |i| {
+                let of = i.handles.get(fh.0)?;
+                i.fs.fsync(&of.vp, of.fh, datasync)
+            });
+            Self::reply_empty(reply, r);
         });
-        Self::reply_empty(reply, r);
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -912,18 +935,21 @@ impl Filesystem for Server {
 
     fn fsyncdir(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let r = self.guard("fsyncdir", |i| {
-            with_dir(i, &ctx(_req), _ino.0, fh.0, |of| {
-                i.fs.fsync(&of.vp, of.fh, datasync)
-            })
+        let cx = ctx(req);
+        self.maybe_offload(move |s| {
+            let r = s.guard("fsyncdir", |i| {
+                with_dir(i, &cx, ino.0, fh.0, |of| {
+                    i.fs.fsync(&of.vp, of.fh, datasync)
+                })
+            });
+            Self::reply_empty(reply, r);
         });
-        Self::reply_empty(reply, r);
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -1122,11 +1148,13 @@ impl Filesystem for Server {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let r = self.guard("fallocate", |i| {
-            let of = i.handles.get(fh.0)?;
-            i.fs.fallocate(&of.vp, of.fh, FallocMode(mode), offset, length)
+        self.maybe_offload(move |s| {
+            let r = s.guard("fallocate", |i| {
+                let of = i.handles.get(fh.0)?;
+                i.fs.fallocate(&of.vp, of.fh, FallocMode(mode), offset, length)
+            });
+            Self::reply_empty(reply, r);
         });
-        Self::reply_empty(reply, r);
     }
 
     fn copy_file_range(
@@ -1142,18 +1170,21 @@ impl Filesystem for Server {
         flags: fuser::CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        let r = self.guard("copy_file_range", |i| {
-            let (a, b) = (i.handles.get(fh_in.0)?, i.handles.get(fh_out.0)?);
-            let flags = u32::try_from(flags.bits()).map_err(|_| Errno::EINVAL)?;
-            let n =
-                i.fs.copy_file_range(&a.vp, a.fh, offset_in, &b.vp, b.fh, offset_out, len, flags)?;
-            // A reply carries 32 bits; the kernel asks for no more anyway.
-            Ok(u32::try_from(n).unwrap_or(u32::MAX))
+        self.maybe_offload(move |s| {
+            let r = s.guard("copy_file_range", |i| {
+                let (a, b) = (i.handles.get(fh_in.0)?, i.handles.get(fh_out.0)?);
+                let flags = u32::try_from(flags.bits()).map_err(|_| Errno::EINVAL)?;
+                let n = i
+                    .fs
+                    .copy_file_range(&a.vp, a.fh, offset_in, &b.vp, b.fh, offset_out, len, flags)?;
+                // A reply carries 32 bits; the kernel asks for no more anyway.
+                Ok(u32::try_from(n).unwrap_or(u32::MAX))
+            });
+            match r {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(errno(e)),
+            }
         });
-        match r {
-            Ok(n) => reply.written(n),
-            Err(e) => reply.error(errno(e)),
-        }
     }
 
     // The kernel asks only for SEEK_DATA and SEEK_HOLE (it answers the

@@ -143,6 +143,16 @@ pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
         "Requests that came through an io_uring queue (--uring)",
     );
     put(
+        "fuse.requests.offloaded",
+        rc.offloaded.load(Ordering::Relaxed),
+        "Requests from an io_uring queue answered from a pool thread: syncs that may wait for a disk",
+    );
+    put(
+        "fuse.offload.threads",
+        inner.offload.workers() as u64,
+        "Offload threads running now (they leave after 5 s without work)",
+    );
+    put(
         "fuse.uring",
         u64::from(inner.uring_on.load(Ordering::Relaxed)),
         "1: the kernel agreed to FUSE over io_uring (requests may still use /dev/fuse until every CPU's queue is up)",

@@ -53,6 +53,7 @@ const ENTRIES: &[(&str, u64, FileType)] = &[
     ("many", MANY_DIR, FileType::Directory),
     ("flaky", 10, FileType::RegularFile),
     ("halfdir", HALF_DIR, FileType::Directory),
+    ("slowsync", 12, FileType::RegularFile),
 ];
 
 fn ino_of(name: &str) -> u64 {
@@ -73,6 +74,18 @@ struct Switches {
     half_fails: AtomicBool,
     /// Requests answered with EIO (so the test knows they reached us).
     injected: AtomicUsize,
+    /// While true, an FSYNC of `slowsync` waits (a disk that takes its
+    /// time); `fsyncs_waiting` counts those waiting.
+    hold_fsync: std::sync::Mutex<bool>,
+    fsync_released: std::sync::Condvar,
+    fsyncs_waiting: AtomicUsize,
+}
+
+impl Switches {
+    fn release_fsyncs(&self) {
+        *self.hold_fsync.lock().unwrap() = false;
+        self.fsync_released.notify_all();
+    }
 }
 
 struct FaultFs {
@@ -220,6 +233,14 @@ impl fuser::Filesystem for FaultFs {
         if ino.0 == ino_of("badwrite") {
             return reply.error(self.eio());
         }
+        if ino.0 == ino_of("slowsync") {
+            let mut held = self.sw.hold_fsync.lock().unwrap();
+            self.sw.fsyncs_waiting.fetch_add(1, Ordering::SeqCst);
+            while *held {
+                held = self.sw.fsync_released.wait(held).unwrap();
+            }
+            self.sw.fsyncs_waiting.fetch_sub(1, Ordering::SeqCst);
+        }
         reply.ok();
     }
 
@@ -301,7 +322,8 @@ impl Stack {
         let sw = Arc::new(Switches::default());
         let mut fcfg = fuser::Config::default();
         fcfg.mount_options = vec![fuser::MountOption::FSName("uvfs-faultfs".into())];
-        fcfg.n_threads = Some(1);
+        // Two loops: one may wait in a held FSYNC while the other serves.
+        fcfg.n_threads = Some(2);
         let faulty = fuser::Session::new(FaultFs { sw: sw.clone() }, &src, &fcfg)
             .expect("mount the faulty file system")
             .spawn()
@@ -523,4 +545,67 @@ fn nodes_outlive_backing_inodes_without_persistent_handles() {
     );
     assert!(c("passthrough.fds.max_used") <= BUDGET as u64, "{r}");
     assert_eq!(c("passthrough.stale"), 0, "{r}");
+}
+
+/// Pins the calling thread to `cpu`: requests it makes go to that CPU's
+/// io_uring queue.
+fn pin_to(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t with one CPU set is a valid set;
+    // sched_setaffinity only reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+            0
+        );
+    }
+}
+
+#[test]
+fn an_fsync_waiting_for_the_disk_holds_up_no_other_request() {
+    let Some(s) = Stack::new("slowsync", 64) else {
+        return;
+    };
+    const WAIT: Duration = Duration::from_secs(30);
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(s.p("slowsync"))
+        .unwrap();
+    *s.sw.hold_fsync.lock().unwrap() = true;
+    // The fsync and the stat come from the same CPU, so through io_uring
+    // they reach the same queue (one request at a time).
+    let syncer = std::thread::spawn(move || {
+        pin_to(0);
+        f.sync_all()
+    });
+    let deadline = std::time::Instant::now() + WAIT;
+    while s.sw.fsyncs_waiting.load(Ordering::SeqCst) == 0 {
+        assert!(std::time::Instant::now() < deadline, "no FSYNC arrived");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let good = s.p("good");
+    std::thread::spawn(move || {
+        pin_to(0);
+        let _ = tx.send(std::fs::read(good));
+    });
+    // Bounded, so that a server that does hold it up fails the test
+    // instead of hanging it; the fsync is let go either way.
+    let read = rx.recv_timeout(WAIT);
+    s.sw.release_fsyncs();
+    syncer
+        .join()
+        .unwrap()
+        .expect("the fsync completes once released");
+    let read = read.expect("a read waited for another file's fsync to finish");
+    assert_eq!(read.unwrap(), content(ino_of("good")));
+    if common::uring() {
+        let r = s.top.as_ref().unwrap().report(false);
+        assert!(
+            r["counters"]["fuse.requests.offloaded"].as_u64().unwrap() >= 1,
+            "the FSYNC was not offloaded: {}",
+            r["counters"]
+        );
+    }
 }

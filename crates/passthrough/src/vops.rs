@@ -27,6 +27,10 @@ impl FileSystem for PassthroughFs {
         true
     }
 
+    fn syncs_may_wait(&self) -> bool {
+        true
+    }
+
     fn getlk(&self, vp: &VnodeRef, _fh: Fh, owner: u64, lock: &FileLock) -> VfsResult<FileLock> {
         self.do_getlk(vp, owner, lock)
     }

@@ -278,6 +278,15 @@ pub trait FileSystem: Send + Sync + 'static {
         false
     }
 
+    /// Whether `fsync`, `fallocate` and `copy_file_range` may wait for a
+    /// device (a backing file system's disk) rather than finish in memory:
+    /// a server whose request loops serve one request at a time each (an
+    /// io_uring queue per CPU) then runs them elsewhere, so they hold up
+    /// no other request.
+    fn syncs_may_wait(&self) -> bool {
+        false
+    }
+
     /// Whether file locks are this file system's to keep (passed on to a
     /// backing file system, where they meet its other users' locks) rather
     /// than the kernel's own, local to the mount (the default: then
