@@ -4,9 +4,10 @@
 //! (`uring.rs`): while it waits in a passthrough's `fsync` of a large
 //! file on a slow disk, every other request from programs on that CPU (a
 //! shell's `stat`) waits too, where /dev/fuse had `--threads` loops to
-//! share them. So the requests a file system says may wait for a device
-//! (`FileSystem::syncs_may_wait`: FSYNC, FSYNCDIR, FALLOCATE,
-//! COPY_FILE_RANGE) are handed to the threads here and answered from them
+//! share them. So on a file system that may wait for a device
+//! (`FileSystem::waits_for_devices`) FSYNC, FSYNCDIR, FALLOCATE,
+//! COPY_FILE_RANGE, and READs whose data is not in memory (`read_nowait`
+//! said `EAGAIN`) are handed to the threads here and answered from them
 //! (fuser passes a reply sent from another thread back to its queue), and
 //! the queue thread goes on with its next request. The kernel still orders
 //! what it must: an fsync holds its inode's lock, so the file's writes

@@ -218,7 +218,7 @@ impl Server {
         &self.inner
     }
 
-    /// Runs `f`, turning a panic into `EIO` and counting errors.
+    /// Counts a request and runs its handler `f` (see `shielded`).
     fn guard<T>(&self, what: &str, f: impl FnOnce(&Inner) -> VfsResult<T>) -> VfsResult<T> {
         let i = &*self.inner;
         i.counters.requests.fetch_add(1, Ordering::Relaxed);
@@ -226,6 +226,12 @@ impl Server {
         if ON_URING_QUEUE.with(|u| *u) {
             i.counters.uring.fetch_add(1, Ordering::Relaxed);
         }
+        self.shielded(what, f)
+    }
+
+    /// Runs `f`, turning a panic into `EIO` and counting errors.
+    fn shielded<T>(&self, what: &str, f: impl FnOnce(&Inner) -> VfsResult<T>) -> VfsResult<T> {
+        let i = &*self.inner;
         let r = match catch_unwind(AssertUnwindSafe(|| f(i))) {
             Ok(r) => r,
             Err(_) => {
@@ -245,15 +251,26 @@ impl Server {
     }
 
     /// Handles a request that may wait for a disk: on a pool thread if
-    /// this is an io_uring queue thread and the file system's syncs may
-    /// wait (`offload.rs`), here otherwise. `f` answers the request.
+    /// this is an io_uring queue thread and the file system may wait for
+    /// a device (`offload.rs`), here otherwise. `f` answers the request.
     fn maybe_offload(&self, f: impl FnOnce(&Server) + Send + 'static) {
-        let i = &self.inner;
-        if !(ON_URING_QUEUE.with(|u| *u) && i.fs.syncs_may_wait()) {
+        if !self.offloading() {
             return f(self);
         }
         // Counted here: `guard` runs on the pool thread.
-        i.counters.uring.fetch_add(1, Ordering::Relaxed);
+        self.inner.counters.uring.fetch_add(1, Ordering::Relaxed);
+        self.offload(f);
+    }
+
+    /// Whether requests that may wait for a device go to the pool: this
+    /// is an io_uring queue thread, and the file system's requests may.
+    fn offloading(&self) -> bool {
+        ON_URING_QUEUE.with(|u| *u) && self.inner.fs.waits_for_devices()
+    }
+
+    /// Runs `f` on the pool (`offload.rs`).
+    fn offload(&self, f: impl FnOnce(&Server) + Send + 'static) {
+        let i = &self.inner;
         i.counters.offloaded.fetch_add(1, Ordering::Relaxed);
         let me = Server { inner: i.clone() };
         i.offload.run(Box::new(move || f(&me)));
@@ -709,12 +726,36 @@ impl Filesystem for Server {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let size = size.min(MAX_READ);
+        let answer = |reply: ReplyData, r: VfsResult<Vec<u8>>| match r {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(errno(e)),
+        };
+        if !self.offloading() {
+            let r = self.guard("read", |i| {
+                let of = i.handles.get(fh.0)?;
+                i.fs.read(&of.vp, of.fh, offset, size)
+            });
+            return answer(reply, r);
+        }
+        // Served here if it needs no disk; else on the pool, so that the
+        // queue's other requests do not wait for the disk too.
         let r = self.guard("read", |i| {
             let of = i.handles.get(fh.0)?;
-            i.fs.read(&of.vp, of.fh, offset, size.min(MAX_READ))
+            match i.fs.read_nowait(&of.vp, of.fh, offset, size) {
+                Err(Errno::EAGAIN) => Ok(None),
+                r => r.map(Some),
+            }
         });
         match r {
-            Ok(d) => reply.data(&d),
+            Ok(Some(d)) => reply.data(&d),
+            Ok(None) => self.offload(move |s| {
+                let r = s.shielded("read", |i| {
+                    let of = i.handles.get(fh.0)?;
+                    i.fs.read(&of.vp, of.fh, offset, size)
+                });
+                answer(reply, r)
+            }),
             Err(e) => reply.error(errno(e)),
         }
     }

@@ -54,6 +54,7 @@ const ENTRIES: &[(&str, u64, FileType)] = &[
     ("flaky", 10, FileType::RegularFile),
     ("halfdir", HALF_DIR, FileType::Directory),
     ("slowsync", 12, FileType::RegularFile),
+    ("slowread", 13, FileType::RegularFile),
 ];
 
 fn ino_of(name: &str) -> u64 {
@@ -74,17 +75,27 @@ struct Switches {
     half_fails: AtomicBool,
     /// Requests answered with EIO (so the test knows they reached us).
     injected: AtomicUsize,
-    /// While true, an FSYNC of `slowsync` waits (a disk that takes its
-    /// time); `fsyncs_waiting` counts those waiting.
-    hold_fsync: std::sync::Mutex<bool>,
-    fsync_released: std::sync::Condvar,
-    fsyncs_waiting: AtomicUsize,
+    /// While true, an FSYNC of `slowsync` and a READ of `slowread` wait
+    /// (a disk that takes its time); `waiting` counts those waiting.
+    hold: std::sync::Mutex<bool>,
+    released: std::sync::Condvar,
+    waiting: AtomicUsize,
 }
 
 impl Switches {
-    fn release_fsyncs(&self) {
-        *self.hold_fsync.lock().unwrap() = false;
-        self.fsync_released.notify_all();
+    /// Waits while `hold` is set.
+    fn wait_if_held(&self) {
+        let mut held = self.hold.lock().unwrap();
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        while *held {
+            held = self.released.wait(held).unwrap();
+        }
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn release(&self) {
+        *self.hold.lock().unwrap() = false;
+        self.released.notify_all();
     }
 }
 
@@ -198,6 +209,9 @@ impl fuser::Filesystem for FaultFs {
         if ino.0 == ino_of("badread") || flaky {
             return reply.error(self.eio());
         }
+        if ino.0 == ino_of("slowread") {
+            self.sw.wait_if_held();
+        }
         let data = content(ino.0);
         let start = (offset as usize).min(data.len());
         let end = (start + size as usize).min(data.len());
@@ -234,12 +248,7 @@ impl fuser::Filesystem for FaultFs {
             return reply.error(self.eio());
         }
         if ino.0 == ino_of("slowsync") {
-            let mut held = self.sw.hold_fsync.lock().unwrap();
-            self.sw.fsyncs_waiting.fetch_add(1, Ordering::SeqCst);
-            while *held {
-                held = self.sw.fsync_released.wait(held).unwrap();
-            }
-            self.sw.fsyncs_waiting.fetch_sub(1, Ordering::SeqCst);
+            self.sw.wait_if_held();
         }
         reply.ok();
     }
@@ -562,26 +571,20 @@ fn pin_to(cpu: usize) {
     }
 }
 
-#[test]
-fn an_fsync_waiting_for_the_disk_holds_up_no_other_request() {
-    let Some(s) = Stack::new("slowsync", 64) else {
-        return;
-    };
+/// While `slow` (run on CPU 0) waits in `FaultFs`, a read of another file
+/// from the same CPU must be answered: through io_uring both reach CPU
+/// 0's queue, which serves one request at a time. `what` names the
+/// request the server must have offloaded.
+fn others_are_served_while(s: &Stack, what: &str, slow: impl FnOnce() + Send + 'static) {
     const WAIT: Duration = Duration::from_secs(30);
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(s.p("slowsync"))
-        .unwrap();
-    *s.sw.hold_fsync.lock().unwrap() = true;
-    // The fsync and the stat come from the same CPU, so through io_uring
-    // they reach the same queue (one request at a time).
-    let syncer = std::thread::spawn(move || {
+    *s.sw.hold.lock().unwrap() = true;
+    let slow = std::thread::spawn(move || {
         pin_to(0);
-        f.sync_all()
+        slow()
     });
     let deadline = std::time::Instant::now() + WAIT;
-    while s.sw.fsyncs_waiting.load(Ordering::SeqCst) == 0 {
-        assert!(std::time::Instant::now() < deadline, "no FSYNC arrived");
+    while s.sw.waiting.load(Ordering::SeqCst) == 0 {
+        assert!(std::time::Instant::now() < deadline, "no {what} arrived");
         std::thread::sleep(Duration::from_millis(5));
     }
     let (tx, rx) = std::sync::mpsc::channel();
@@ -591,21 +594,44 @@ fn an_fsync_waiting_for_the_disk_holds_up_no_other_request() {
         let _ = tx.send(std::fs::read(good));
     });
     // Bounded, so that a server that does hold it up fails the test
-    // instead of hanging it; the fsync is let go either way.
+    // instead of hanging it; the slow request is let go either way.
     let read = rx.recv_timeout(WAIT);
-    s.sw.release_fsyncs();
-    syncer
-        .join()
-        .unwrap()
-        .expect("the fsync completes once released");
-    let read = read.expect("a read waited for another file's fsync to finish");
+    s.sw.release();
+    slow.join().unwrap();
+    let read = read.unwrap_or_else(|_| panic!("a read waited for another file's {what}"));
     assert_eq!(read.unwrap(), content(ino_of("good")));
     if common::uring() {
         let r = s.top.as_ref().unwrap().report(false);
         assert!(
             r["counters"]["fuse.requests.offloaded"].as_u64().unwrap() >= 1,
-            "the FSYNC was not offloaded: {}",
+            "the {what} was not offloaded: {}",
             r["counters"]
         );
     }
+}
+
+#[test]
+fn an_fsync_waiting_for_the_disk_holds_up_no_other_request() {
+    let Some(s) = Stack::new("slowsync", 64) else {
+        return;
+    };
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(s.p("slowsync"))
+        .unwrap();
+    others_are_served_while(&s, "FSYNC", move || {
+        f.sync_all().expect("the fsync completes once released")
+    });
+}
+
+#[test]
+fn a_read_waiting_for_the_disk_holds_up_no_other_request() {
+    let Some(s) = Stack::new("slowread", 64) else {
+        return;
+    };
+    let p = s.p("slowread");
+    others_are_served_while(&s, "READ", move || {
+        let got = std::fs::read(p).expect("the read completes once released");
+        assert_eq!(got, content(ino_of("slowread")));
+    });
 }

@@ -85,6 +85,8 @@ pub struct PassthroughFs {
     pub(crate) pool: Arc<FdPool>,
     pub(crate) handles: HandleOpener,
     pub(crate) inodes: InodeMap,
+    /// The source refused `RWF_NOWAIT` reads (`io.rs`'s `do_read_nowait`).
+    pub(crate) no_nowait_reads: std::sync::atomic::AtomicBool,
     pub(crate) root: Arc<Node>,
     pub(crate) opens: OpenTable,
     /// POSIX record locks held through the mount (`locks.rs`).
@@ -212,6 +214,7 @@ impl PassthroughFs {
             pool,
             handles,
             inodes,
+            no_nowait_reads: Default::default(),
             root,
             opens: OpenTable::default(),
             posix_locks: Default::default(),

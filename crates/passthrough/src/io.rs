@@ -9,6 +9,8 @@
 use crate::creds::AsCaller;
 use crate::fs::PassthroughFs;
 use crate::sys;
+use std::os::fd::RawFd;
+use std::sync::atomic::Ordering;
 use uvfs_vfs::{Ctx, Errno, FallocMode, Fh, SetAttr, VType, VfsResult, VnodeRef, O_KILL_SUIDGID};
 
 /// Flags the server never passes on: creation is `create`'s business,
@@ -129,11 +131,42 @@ impl PassthroughFs {
     }
 
     pub(crate) fn do_read(&self, fh: Fh, offset: u64, size: u32) -> VfsResult<Vec<u8>> {
+        self.read_with(fh, offset, size, sys::pread)
+    }
+
+    /// `do_read`, or `EAGAIN` if any of it must come from the disk. Data
+    /// read before that is dropped, not answered: a short READ reply is
+    /// end of file to the kernel. A source without `RWF_NOWAIT` (a FUSE
+    /// one) is remembered, and its reads answer `EAGAIN` at once.
+    pub(crate) fn do_read_nowait(&self, fh: Fh, offset: u64, size: u32) -> VfsResult<Vec<u8>> {
+        if self.no_nowait_reads.load(Ordering::Relaxed) {
+            return Err(Errno::EAGAIN);
+        }
+        self.read_with(fh, offset, size, sys::pread_nowait)
+            .map_err(|e| {
+                if e == Errno::EOPNOTSUPP {
+                    self.no_nowait_reads.store(true, Ordering::Relaxed);
+                    Errno::EAGAIN
+                } else {
+                    e
+                }
+            })
+    }
+
+    /// Reads up to `size` bytes at `offset` with `pread`, until full or
+    /// end of file.
+    fn read_with(
+        &self,
+        fh: Fh,
+        offset: u64,
+        size: u32,
+        pread: fn(RawFd, &mut [u8], u64) -> VfsResult<usize>,
+    ) -> VfsResult<Vec<u8>> {
         let of = self.opens.get(fh)?;
         let mut buf = vec![0u8; size.min(MAX_READ) as usize];
         let mut got = 0;
         while got < buf.len() {
-            let n = sys::pread(of.fd.raw(), &mut buf[got..], offset + got as u64)?;
+            let n = pread(of.fd.raw(), &mut buf[got..], offset + got as u64)?;
             if n == 0 {
                 break;
             }

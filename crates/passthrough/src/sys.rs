@@ -181,6 +181,19 @@ pub(crate) fn pread(fd: RawFd, buf: &mut [u8], offset: u64) -> VfsResult<usize> 
     Ok(cvt_long(n as i64)? as usize)
 }
 
+/// Like `pread`, but `EAGAIN` where the data is not in the page cache
+/// (`RWF_NOWAIT`; a file system without it answers `EOPNOTSUPP`).
+pub(crate) fn pread_nowait(fd: RawFd, buf: &mut [u8], offset: u64) -> VfsResult<usize> {
+    let off = i64::try_from(offset).map_err(|_| Errno::EINVAL)?;
+    let iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: one iovec describing `buf`, valid for writes of its length.
+    let n = unsafe { libc::preadv2(fd, &iov, 1, off, libc::RWF_NOWAIT) };
+    Ok(cvt_long(n as i64)? as usize)
+}
+
 /// Writes `buf` at `offset`; returns the bytes written.
 pub(crate) fn pwrite(fd: RawFd, buf: &[u8], offset: u64) -> VfsResult<usize> {
     let off = i64::try_from(offset).map_err(|_| Errno::EINVAL)?;

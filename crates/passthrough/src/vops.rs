@@ -27,7 +27,7 @@ impl FileSystem for PassthroughFs {
         true
     }
 
-    fn syncs_may_wait(&self) -> bool {
+    fn waits_for_devices(&self) -> bool {
         true
     }
 
@@ -150,6 +150,10 @@ impl FileSystem for PassthroughFs {
 
     fn read(&self, _vp: &VnodeRef, fh: Fh, offset: u64, size: u32) -> VfsResult<Vec<u8>> {
         self.do_read(fh, offset, size)
+    }
+
+    fn read_nowait(&self, _vp: &VnodeRef, fh: Fh, offset: u64, size: u32) -> VfsResult<Vec<u8>> {
+        self.do_read_nowait(fh, offset, size)
     }
 
     fn write(&self, _vp: &VnodeRef, fh: Fh, offset: u64, data: &[u8]) -> VfsResult<u32> {

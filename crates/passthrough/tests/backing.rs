@@ -270,3 +270,41 @@ fn a_reused_inode_number_the_kernel_still_remembers_gets_an_alias() {
     let t = e.lookup(&e.root, third.file_name().unwrap().to_str().unwrap());
     assert_eq!(t.unwrap().ino(), ino);
 }
+
+#[test]
+fn a_nowait_read_answers_eagain_until_the_data_is_cached() {
+    use std::os::unix::io::AsRawFd;
+    let e = env("nowait");
+    let data: Vec<u8> = (0..256 * 1024).map(|i| (i % 251) as u8).collect();
+    let path = e.src.path().join("f");
+    std::fs::write(&path, &data).unwrap();
+    let f = std::fs::File::open(&path).unwrap();
+    f.sync_all().unwrap();
+    // Clean pages of a file nobody maps: dropped from the page cache.
+    // SAFETY: plain integer arguments on an fd we hold.
+    let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(r, 0);
+    let vp = e.lookup(&e.root, "f").unwrap();
+    let fh = e.fs.open(&ROOT, &vp, libc::O_RDONLY).unwrap();
+    assert_eq!(
+        e.fs.read_nowait(&vp, fh, 0, 128 * 1024).err(),
+        Some(Errno::EAGAIN),
+        "uncached data read without waiting (is {:?} on a disk file system?)",
+        e.src.path()
+    );
+    assert_eq!(
+        e.fs.read(&vp, fh, 0, 128 * 1024).unwrap(),
+        data[..128 * 1024]
+    );
+    // Cached now (the read above, and what readahead brought with it).
+    let got = e.fs.read_nowait(&vp, fh, 4096, 8192).unwrap();
+    assert_eq!(got, data[4096..4096 + 8192]);
+    // End of file: short, as `read` would be.
+    let tail = e.fs.read(&vp, fh, 250 * 1024, 64 * 1024).unwrap();
+    assert_eq!(
+        e.fs.read_nowait(&vp, fh, 250 * 1024, 64 * 1024).unwrap(),
+        tail
+    );
+    assert_eq!(tail, data[250 * 1024..]);
+    e.fs.release(&vp, fh).unwrap();
+}

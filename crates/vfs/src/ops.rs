@@ -278,13 +278,21 @@ pub trait FileSystem: Send + Sync + 'static {
         false
     }
 
-    /// Whether `fsync`, `fallocate` and `copy_file_range` may wait for a
-    /// device (a backing file system's disk) rather than finish in memory:
-    /// a server whose request loops serve one request at a time each (an
-    /// io_uring queue per CPU) then runs them elsewhere, so they hold up
-    /// no other request.
-    fn syncs_may_wait(&self) -> bool {
+    /// Whether operations may wait for a device (a backing file system's
+    /// disk) rather than finish in memory. A server whose request loops
+    /// serve one request at a time each (an io_uring queue per CPU) then
+    /// runs `fsync`, `fallocate` and `copy_file_range` elsewhere, and
+    /// tries reads with `read_nowait` first, so that none of them holds up
+    /// the loop's other requests.
+    fn waits_for_devices(&self) -> bool {
         false
+    }
+
+    /// Like `read`, but `EAGAIN` instead of waiting for a device (the
+    /// data is not in memory yet); the caller then reads it where waiting
+    /// holds up nothing. The default reads.
+    fn read_nowait(&self, vp: &VnodeRef, fh: Fh, offset: u64, size: u32) -> VfsResult<Vec<u8>> {
+        self.read(vp, fh, offset, size)
     }
 
     /// Whether file locks are this file system's to keep (passed on to a
