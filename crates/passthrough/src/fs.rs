@@ -85,8 +85,8 @@ pub struct PassthroughFs {
     pub(crate) pool: Arc<FdPool>,
     pub(crate) handles: HandleOpener,
     pub(crate) inodes: InodeMap,
-    /// The source refused `RWF_NOWAIT` reads (`io.rs`'s `do_read_nowait`).
-    pub(crate) no_nowait_reads: std::sync::atomic::AtomicBool,
+    /// How the root's device answers `RWF_NOWAIT` reads (`io.rs`).
+    pub(crate) nowait: std::sync::atomic::AtomicU8,
     pub(crate) root: Arc<Node>,
     pub(crate) opens: OpenTable,
     /// POSIX record locks held through the mount (`locks.rs`).
@@ -214,7 +214,7 @@ impl PassthroughFs {
             pool,
             handles,
             inodes,
-            no_nowait_reads: Default::default(),
+            nowait: std::sync::atomic::AtomicU8::new(crate::io::NOWAIT_UNKNOWN),
             root,
             opens: OpenTable::default(),
             posix_locks: Default::default(),

@@ -8,6 +8,7 @@
 
 use crate::creds::AsCaller;
 use crate::fs::PassthroughFs;
+use crate::open::OpenFile;
 use crate::sys;
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
@@ -131,49 +132,38 @@ impl PassthroughFs {
     }
 
     pub(crate) fn do_read(&self, fh: Fh, offset: u64, size: u32) -> VfsResult<Vec<u8>> {
-        self.read_with(fh, offset, size, sys::pread)
+        read_with(&*self.opens.get(fh)?, offset, size, sys::pread)
     }
 
     /// `do_read`, or `EAGAIN` if any of it must come from the disk. Data
     /// read before that is dropped, not answered: a short READ reply is
-    /// end of file to the kernel. A source without `RWF_NOWAIT` (a FUSE
-    /// one) is remembered, and its reads answer `EAGAIN` at once.
+    /// end of file to the kernel. Sources without `RWF_NOWAIT` (tmpfs, a
+    /// FUSE source) are read here if they keep files in memory, else
+    /// answered `EAGAIN`; for the source root's device, which holds
+    /// nearly every file, that is found out once.
     pub(crate) fn do_read_nowait(&self, fh: Fh, offset: u64, size: u32) -> VfsResult<Vec<u8>> {
-        if self.no_nowait_reads.load(Ordering::Relaxed) {
-            return Err(Errno::EAGAIN);
-        }
-        self.read_with(fh, offset, size, sys::pread_nowait)
-            .map_err(|e| {
-                if e == Errno::EOPNOTSUPP {
-                    self.no_nowait_reads.store(true, Ordering::Relaxed);
-                    Errno::EAGAIN
-                } else {
-                    e
-                }
-            })
-    }
-
-    /// Reads up to `size` bytes at `offset` with `pread`, until full or
-    /// end of file.
-    fn read_with(
-        &self,
-        fh: Fh,
-        offset: u64,
-        size: u32,
-        pread: fn(RawFd, &mut [u8], u64) -> VfsResult<usize>,
-    ) -> VfsResult<Vec<u8>> {
         let of = self.opens.get(fh)?;
-        let mut buf = vec![0u8; size.min(MAX_READ) as usize];
-        let mut got = 0;
-        while got < buf.len() {
-            let n = pread(of.fd.raw(), &mut buf[got..], offset + got as u64)?;
-            if n == 0 {
-                break;
-            }
-            got += n;
+        let own = of.node.dev == self.root.dev;
+        match own.then(|| self.nowait.load(Ordering::Relaxed)) {
+            Some(NOWAIT_MEMORY) => return read_with(&of, offset, size, sys::pread),
+            Some(NOWAIT_NONE) => return Err(Errno::EAGAIN),
+            _ => {}
         }
-        buf.truncate(got);
-        Ok(buf)
+        match read_with(&of, offset, size, sys::pread_nowait) {
+            Err(Errno::EOPNOTSUPP) => {
+                let memory = sys::in_memory_fs(of.fd.raw());
+                if own {
+                    let how = if memory { NOWAIT_MEMORY } else { NOWAIT_NONE };
+                    self.nowait.store(how, Ordering::Relaxed);
+                }
+                if memory {
+                    read_with(&of, offset, size, sys::pread)
+                } else {
+                    Err(Errno::EAGAIN)
+                }
+            }
+            r => r,
+        }
     }
 
     /// The backing file system's own answer (its extents, not pages).
@@ -261,4 +251,32 @@ impl PassthroughFs {
             unsafe { libc::copy_file_range(a.fd.raw(), &mut oi, b.fd.raw(), &mut oo, len, flags) };
         Ok(sys::cvt_long(n as i64)? as u64)
     }
+}
+
+/// How the source root's device answers `RWF_NOWAIT` reads
+/// (`PassthroughFs::nowait`): not known yet, supported, refused but files
+/// are in memory (read at once), refused (every read may wait).
+pub(crate) const NOWAIT_UNKNOWN: u8 = 0;
+const NOWAIT_MEMORY: u8 = 1;
+const NOWAIT_NONE: u8 = 2;
+
+/// Reads up to `size` bytes at `offset` of `of` with `pread`, until full
+/// or end of file.
+fn read_with(
+    of: &OpenFile,
+    offset: u64,
+    size: u32,
+    pread: fn(RawFd, &mut [u8], u64) -> VfsResult<usize>,
+) -> VfsResult<Vec<u8>> {
+    let mut buf = vec![0u8; size.min(MAX_READ) as usize];
+    let mut got = 0;
+    while got < buf.len() {
+        let n = pread(of.fd.raw(), &mut buf[got..], offset + got as u64)?;
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    buf.truncate(got);
+    Ok(buf)
 }

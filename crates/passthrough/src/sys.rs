@@ -194,6 +194,22 @@ pub(crate) fn pread_nowait(fd: RawFd, buf: &mut [u8], offset: u64) -> VfsResult<
     Ok(cvt_long(n as i64)? as usize)
 }
 
+/// Whether the file system of `fd` keeps its files in memory (tmpfs,
+/// ramfs, hugetlbfs): its reads never wait for a device. Unknown
+/// (fstatfs failed): assume not.
+pub(crate) fn in_memory_fs(fd: RawFd) -> bool {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    const HUGETLBFS_MAGIC: i64 = 0x9584_58f6;
+    // SAFETY: all-zero bytes are a valid statfs64 (plain integers).
+    let mut s: libc::statfs64 = unsafe { std::mem::zeroed() };
+    // SAFETY: `s` is writable; `fd` is a valid fd of the caller's.
+    if unsafe { libc::fstatfs64(fd, &mut s) } != 0 {
+        return false;
+    }
+    matches!(s.f_type as i64, TMPFS_MAGIC | RAMFS_MAGIC | HUGETLBFS_MAGIC)
+}
+
 /// Writes `buf` at `offset`; returns the bytes written.
 pub(crate) fn pwrite(fd: RawFd, buf: &[u8], offset: u64) -> VfsResult<usize> {
     let off = i64::try_from(offset).map_err(|_| Errno::EINVAL)?;

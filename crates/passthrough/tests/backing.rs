@@ -308,3 +308,25 @@ fn a_nowait_read_answers_eagain_until_the_data_is_cached() {
     assert_eq!(tail, data[250 * 1024..]);
     e.fs.release(&vp, fh).unwrap();
 }
+
+#[test]
+fn a_nowait_read_of_a_memory_source_is_served_at_once() {
+    // tmpfs refuses RWF_NOWAIT (EOPNOTSUPP) but never waits for a device:
+    // its reads must not be sent elsewhere as if they might.
+    let shm = std::path::Path::new("/dev/shm");
+    assert!(shm.is_dir(), "no /dev/shm (a tmpfs) here");
+    let src = common::TempDir::new_in(shm, "nowait-shm");
+    let e = common::env_of(src, "nowait-shm", 4096, PassthroughConfig::default());
+    let data: Vec<u8> = (0..64 * 1024).map(|i| (i % 253) as u8).collect();
+    std::fs::write(e.src.path().join("f"), &data).unwrap();
+    let vp = e.lookup(&e.root, "f").unwrap();
+    let fh = e.fs.open(&ROOT, &vp, libc::O_RDONLY).unwrap();
+    for _ in 0..2 {
+        // (The second time from what the first found out.)
+        assert_eq!(
+            e.fs.read_nowait(&vp, fh, 1000, 5000).unwrap(),
+            data[1000..6000]
+        );
+    }
+    e.fs.release(&vp, fh).unwrap();
+}

@@ -17,7 +17,12 @@ pub struct TempDir(pub PathBuf);
 
 impl TempDir {
     pub fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!(
+        TempDir::new_in(&std::env::temp_dir(), tag)
+    }
+
+    /// A fresh directory under `base`.
+    pub fn new_in(base: &Path, tag: &str) -> TempDir {
+        let p = base.join(format!(
             "uvfs-pt-{tag}-{}-{}",
             std::process::id(),
             SEQ.fetch_add(1, Ordering::Relaxed)
@@ -47,7 +52,12 @@ pub struct Env {
 }
 
 pub fn env_with(tag: &str, vnodes: usize, cfg: PassthroughConfig) -> Env {
-    let src = TempDir::new(tag);
+    env_of(TempDir::new(tag), tag, vnodes, cfg)
+}
+
+/// An `Env` serving `src` (made by the caller: a source on another file
+/// system than the temp dir's).
+pub fn env_of(src: TempDir, tag: &str, vnodes: usize, cfg: PassthroughConfig) -> Env {
     let outside = TempDir::new(&format!("{tag}-outside"));
     std::fs::write(outside.path().join("secret"), b"outside").unwrap();
     let layer = VnodeLayer::new(Config::with_limit(vnodes));
