@@ -22,6 +22,8 @@ const ATTR: Duration = Duration::from_millis(200);
 struct Pt {
     base: PathBuf,
     mount: Option<BackgroundMount>,
+    /// The file system served (for what only the server can do).
+    fs: std::sync::Arc<PassthroughFs>,
 }
 
 impl Pt {
@@ -64,10 +66,11 @@ impl Pt {
             server_opendir: false,
             uring: common::uring(),
         };
-        let mount = BackgroundMount::start(fs, layer, &cfg).expect("mount");
+        let mount = BackgroundMount::start(fs.clone(), layer, &cfg).expect("mount");
         Some(Pt {
             base,
             mount: Some(mount),
+            fs,
         })
     }
 
@@ -491,4 +494,50 @@ for i in range(n):
     }
     let out = py(&t.src("db"), "check").wait_with_output().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "900 ok");
+}
+
+#[test]
+fn a_removed_directory_the_kernel_holds_keeps_its_node_when_its_number_is_reused() {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::io::AsRawFd;
+    let Some(t) = Pt::with_timeouts("reuse", Duration::ZERO) else {
+        return;
+    };
+    std::fs::create_dir(t.src("old")).unwrap();
+    // Held open through the mount (as a shell's cwd would be).
+    let old = std::fs::File::open(t.m("old")).unwrap();
+    let ino = std::fs::metadata(t.src("old")).unwrap().ino();
+    std::fs::remove_dir(t.src("old")).unwrap();
+    // No fd of the server's may pin the removed inode.
+    t.fs.drop_idle_fds();
+    // ext4 hands the freed number to the next directory made.
+    let name = (0..64)
+        .map(|i| format!("new{i}"))
+        .find(|n| {
+            std::fs::create_dir(t.src(n)).unwrap();
+            std::fs::metadata(t.src(n)).unwrap().ino() == ino
+        })
+        .expect("the source file system (/var/tmp) reused no inode number");
+    // The kernel meets the new directory while it still holds the old one.
+    let st = std::fs::metadata(t.m(&name)).unwrap();
+    assert!(st.is_dir());
+    assert_ne!(st.ino(), ino, "the new directory took the old one's node");
+    // A request for the old one answers ESTALE and touches nothing else.
+    let x = std::ffi::CString::new("x").unwrap();
+    // SAFETY: a valid directory fd and a NUL-terminated name.
+    let r = unsafe { libc::mkdirat(old.as_raw_fd(), x.as_ptr(), 0o755) };
+    let err = std::io::Error::last_os_error().raw_os_error();
+    assert_eq!((r, err), (-1, Some(libc::ESTALE)));
+    assert!(!t.src(&name).join("x").exists());
+    // The new one works through the mount, under its own number.
+    std::fs::create_dir(t.m(&name).join("y")).unwrap();
+    assert!(t.src(&name).join("y").is_dir());
+    assert_eq!(std::fs::metadata(t.m(&name)).unwrap().ino(), st.ino());
+    let listed = std::fs::read_dir(t.m(""))
+        .unwrap()
+        .map(|e| e.unwrap())
+        .find(|e| e.file_name().as_bytes() == name.as_bytes())
+        .unwrap();
+    assert_eq!(std::os::unix::fs::DirEntryExt::ino(&listed), st.ino());
 }
