@@ -727,16 +727,16 @@ impl Filesystem for Server {
         reply: ReplyData,
     ) {
         let size = size.min(MAX_READ);
+        let read = move |i: &Inner| {
+            let of = i.handles.get(fh.0)?;
+            i.fs.read(&of.vp, of.fh, offset, size)
+        };
         let answer = |reply: ReplyData, r: VfsResult<Vec<u8>>| match r {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(errno(e)),
         };
         if !self.offloading() {
-            let r = self.guard("read", |i| {
-                let of = i.handles.get(fh.0)?;
-                i.fs.read(&of.vp, of.fh, offset, size)
-            });
-            return answer(reply, r);
+            return answer(reply, self.guard("read", read));
         }
         // Served here if it needs no disk; else on the pool, so that the
         // queue's other requests do not wait for the disk too.
@@ -749,13 +749,7 @@ impl Filesystem for Server {
         });
         match r {
             Ok(Some(d)) => reply.data(&d),
-            Ok(None) => self.offload(move |s| {
-                let r = s.shielded("read", |i| {
-                    let of = i.handles.get(fh.0)?;
-                    i.fs.read(&of.vp, of.fh, offset, size)
-                });
-                answer(reply, r)
-            }),
+            Ok(None) => self.offload(move |s| answer(reply, s.shielded("read", read))),
             Err(e) => reply.error(errno(e)),
         }
     }

@@ -254,8 +254,9 @@ impl PassthroughFs {
 }
 
 /// How the source root's device answers `RWF_NOWAIT` reads
-/// (`PassthroughFs::nowait`): not known yet, supported, refused but files
-/// are in memory (read at once), refused (every read may wait).
+/// (`PassthroughFs::nowait`): takes them (or not tried yet), refuses them
+/// but keeps files in memory (read at once), refuses them (every read
+/// may wait).
 pub(crate) const NOWAIT_UNKNOWN: u8 = 0;
 const NOWAIT_MEMORY: u8 = 1;
 const NOWAIT_NONE: u8 = 2;
