@@ -26,9 +26,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Most threads at once: as many slow syncs in progress as the /dev/fuse
-/// transport's default loops and more; further ones queue.
-pub(crate) const MAX_WORKERS: usize = 4;
+/// Most threads at once; further jobs queue. Generous, because jobs are
+/// served in order: an uncached read queued behind syncs waits for them
+/// (a database's commits), and an idle thread costs nothing for long.
+pub(crate) const MAX_WORKERS: usize = 16;
 /// How long a thread waits for work before it leaves.
 pub(crate) const IDLE: Duration = Duration::from_secs(5);
 
