@@ -178,6 +178,44 @@ mod tests {
     }
 
     #[test]
+    fn pool_threads_inherit_no_pin_or_idle_policy() {
+        // Started from a thread pinned to one CPU at SCHED_IDLE, as an
+        // io_uring queue thread may be.
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            // SAFETY: a zeroed cpu_set_t with CPU 0 set is a valid set;
+            // the param is valid for SCHED_IDLE; pid 0 is this thread.
+            unsafe {
+                let mut one: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(0, &mut one);
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one);
+                let p = libc::sched_param { sched_priority: 0 };
+                libc::sched_setscheduler(0, libc::SCHED_IDLE, &p);
+            }
+            let pool = Offload::default();
+            pool.run(Box::new(move || {
+                // SAFETY: a zeroed cpu_set_t is valid for the kernel to fill.
+                let (policy, cpus) = unsafe {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set);
+                    (libc::sched_getscheduler(0), libc::CPU_COUNT(&set))
+                };
+                tx.send((policy, cpus)).unwrap();
+            }));
+            std::thread::sleep(Duration::from_millis(50));
+        });
+        let (policy, cpus) = rx.recv_timeout(WAIT).unwrap();
+        // SAFETY: sysconf has no preconditions.
+        let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        assert_eq!(policy, libc::SCHED_OTHER);
+        assert_eq!(
+            i64::from(cpus),
+            online as i64,
+            "the pool thread stayed pinned"
+        );
+    }
+
+    #[test]
     fn a_panicking_job_loses_no_thread_and_idle_threads_leave() {
         let pool = Offload::with_idle(Duration::from_millis(20));
         pool.run(Box::new(|| panic!("a job that panics")));
