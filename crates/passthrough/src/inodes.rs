@@ -33,7 +33,7 @@
 //! `st_ino` (fuser sends the node id as the inode number), so that file's
 //! `st_ino` differs from the backing one; it stays the same while the
 //! server runs. Reuse while the kernel holds the old node is rare, so the
-//! map is usually empty, and then costs lookups one relaxed load.
+//! map is usually empty, and then costs lookups one atomic load.
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
