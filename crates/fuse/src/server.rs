@@ -327,7 +327,7 @@ impl Server {
                     &file_attr(&attr, id),
                     generation,
                     FileHandle(h),
-                    FopenFlags::FOPEN_KEEP_CACHE,
+                    i.fopen_flags(),
                 );
             }
             Err(e) => reply.error(errno(e)),
@@ -355,6 +355,19 @@ impl Server {
 }
 
 impl Inner {
+    /// How the kernel is to treat an open file. Its page
+    /// cache stays valid across opens: changes pass through it (those made
+    /// behind a passthrough's back show through FUSE_AUTO_INVAL_DATA).
+    /// FLUSH is skipped where the file system has no use for it (see
+    /// `FileSystem::needs_flush`).
+    fn fopen_flags(&self) -> FopenFlags {
+        let mut f = FopenFlags::FOPEN_KEEP_CACHE;
+        if !self.fs.needs_flush() && !self.fs.forwards_locks() {
+            f |= FopenFlags::FOPEN_NOFLUSH;
+        }
+        f
+    }
+
     /// The open file a GETLK or SETLK is about. `ENOSYS` where the kernel
     /// keeps locks itself (the file system does not). A request naming no
     /// handle (what a directory the kernel opened by itself would carry) is
@@ -708,9 +721,7 @@ impl Filesystem for Server {
             Ok(i.handles.insert(vp, fh, writes(flags.0)))
         });
         match r {
-            // All changes pass through this kernel, so its page cache
-            // stays valid across opens.
-            Ok(h) => reply.opened(FileHandle(h), FopenFlags::FOPEN_KEEP_CACHE),
+            Ok(h) => reply.opened(FileHandle(h), self.inner.fopen_flags()),
             Err(e) => reply.error(errno(e)),
         }
     }

@@ -293,6 +293,74 @@ fn set_ids_go_as_on_tmpfs_and_writes_ask_nothing_more() {
 }
 
 #[test]
+fn closes_cost_no_flush_and_mapped_writes_still_land() {
+    // memfs has nothing to do on a close, so opens tell the kernel to skip
+    // FLUSH (a round trip per close). The kernel writes what a shared
+    // mapping dirtied back when it is unmapped, so the server still has
+    // it by the time the file is released.
+    let Some(m) = Mnt::new(Some(64 * 4096)) else {
+        return;
+    };
+    let flushes = || {
+        m.report(false)["counters"]["fuse.requests.op.flush"]
+            .as_u64()
+            .unwrap()
+    };
+    fs::write(m.p("f"), vec![0u8; 8192]).unwrap();
+    let before = flushes();
+    for _ in 0..50 {
+        let mut buf = Vec::new();
+        fs::File::open(m.p("f"))
+            .unwrap()
+            .read_to_end(&mut buf)
+            .unwrap();
+        assert_eq!(buf.len(), 8192);
+        let mut w = fs::OpenOptions::new().append(true).open(m.p("f")).unwrap();
+        w.write_all(b"").unwrap();
+    }
+    assert_eq!(flushes(), before, "FLUSHes for closes");
+
+    // Written through a shared mapping, unmapped, closed: the page is the
+    // server's (SEEK_DATA finds it) once the file is released.
+    let mut child = map_and_write(&m.p("mapped"), 3 * 4096, 4096);
+    child.stdin.take();
+    assert_eq!(said(&mut child), "fsync ok");
+    assert!(child.wait().unwrap().success());
+    // RELEASE follows close asynchronously; until it lands the server
+    // answers "all data" for a file open for writing.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let f = fs::File::open(m.p("mapped")).unwrap();
+    loop {
+        // SAFETY: lseek on an open descriptor.
+        let data = unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_DATA) };
+        if data == 4096 {
+            break;
+        }
+        assert_eq!(data, 0, "SEEK_DATA skipped the mapped page");
+        assert!(Instant::now() < deadline, "file still open for writing");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut page = vec![0u8; 4096];
+    std::os::unix::fs::FileExt::read_exact_at(&f, &mut page, 4096).unwrap();
+    assert!(page.iter().all(|&c| c == b'D'));
+
+    // A mapped page that does not fit (--size) is reported by fsync, not
+    // lost silently, and what was written before stays.
+    let mut fill = fs::File::create(m.p("fill")).unwrap();
+    let mut filled = 0;
+    while fill.write_all(&[1u8; 4096]).is_ok() {
+        filled += 4096;
+    }
+    drop(fill);
+    let mut child = map_and_write(&m.p("too-big"), 4 * 4096, 3 * 4096);
+    child.stdin.take();
+    assert_eq!(said(&mut child), "fsync errno 28", "a page past --size");
+    assert!(child.wait().unwrap().success());
+    assert_eq!(fs::metadata(m.p("fill")).unwrap().len(), filled);
+    assert!(fs::read(m.p("fill")).unwrap().iter().all(|&c| c == 1));
+}
+
+#[test]
 fn enospc_keeps_data() {
     let Some(m) = Mnt::new(Some(256 * 1024)) else {
         return;
@@ -589,6 +657,52 @@ fn extreme_times_do_not_stop_the_server() {
     assert_eq!(m.report(false)["counters"]["fuse.requests.panics"], 0);
 }
 
+/// A child process that maps `len` bytes of a new file at `path` shared,
+/// fills the page at `at`, and once its stdin closes unmaps the file,
+/// fsyncs it (saying "fsync ok" or "fsync errno N") and closes it. Mapped in another process because this one serves the
+/// mount: a page fault here holds this process's mmap lock while a
+/// request thread may need it to grow its heap, and neither would move.
+fn map_and_write(path: &Path, len: usize, at: usize) -> std::process::Child {
+    let script = r#"
+import mmap, os, sys
+path, n, at = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+os.ftruncate(fd, n)
+m = mmap.mmap(fd, n, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+m[at:at + 4096] = b"D" * 4096
+print("mapped", flush=True)
+sys.stdin.read()
+m.close()
+try:
+    os.fsync(fd)
+    print("fsync ok", flush=True)
+except OSError as e:
+    print("fsync errno", e.errno, flush=True)
+os.close(fd)
+"#;
+    let mut c = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(path)
+        .args([len.to_string(), at.to_string()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert_eq!(said(&mut c), "mapped");
+    c
+}
+
+/// The next line a child printed.
+fn said(c: &mut std::process::Child) -> String {
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(c.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    line.trim().to_string()
+}
+
 #[test]
 fn seek_data_sees_dirty_pages_of_a_shared_mapping() {
     // The kernel asks LSEEK without writing its dirty pages back: a hole
@@ -596,30 +710,8 @@ fn seek_data_sees_dirty_pages_of_a_shared_mapping() {
     // by SEEK_DATA (a copy by SEEK_DATA would lose the data).
     let Some(m) = Mnt::new(None) else { return };
     const MB: usize = 1 << 20;
-    let w = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(m.p("mapped"))
-        .unwrap();
-    w.set_len(4 * MB as u64).unwrap();
+    let mut w = map_and_write(&m.p("mapped"), 4 * MB, MB);
     let r = fs::File::open(m.p("mapped")).unwrap();
-    // SAFETY: a shared mapping of 4 MiB of an open file of that size,
-    // unmapped below before the file is closed.
-    let map = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            4 * MB,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            w.as_raw_fd(),
-            0,
-        )
-    };
-    assert_ne!(map, libc::MAP_FAILED);
-    // SAFETY: the page at 1 MiB lies inside the mapping.
-    unsafe { std::ptr::write_bytes(map.cast::<u8>().add(MB), b'D', 4096) };
     let seek = |f: &fs::File, whence| {
         // SAFETY: plain integer arguments on an fd we hold.
         unsafe { libc::lseek(f.as_raw_fd(), 0, whence) }
@@ -629,9 +721,8 @@ fn seek_data_sees_dirty_pages_of_a_shared_mapping() {
         (0..=MB as i64).contains(&data),
         "SEEK_DATA skipped the mapped page: {data}"
     );
-    // SAFETY: the mapping made above, unmapped once.
-    assert_eq!(unsafe { libc::munmap(map, 4 * MB) }, 0);
-    drop(w);
+    w.stdin.take();
+    assert!(w.wait().unwrap().success());
     // close() wrote the page back (FLUSH), but the kernel sends RELEASE
     // asynchronously: until the server has it, the file still counts as
     // open for writing and the answer stays "all data". It must never

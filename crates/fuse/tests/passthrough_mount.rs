@@ -279,6 +279,9 @@ try:
         fd2 = os.open(path, os.O_RDWR)
         fcntl.lockf(fd2, fcntl.LOCK_EX | fcntl.LOCK_NB, 5, 5)
         os.close(fd2)
+    elif how == "read-only-close":
+        fcntl.lockf(fd, fcntl.LOCK_EX, 10, 0)
+        os.close(os.open(path, os.O_RDONLY))
     print("held", flush=True)
 except OSError as e:
     print("errno", e.errno, flush=True)
@@ -431,6 +434,18 @@ fn locks_meet_the_sources_other_users() {
         said(&mut r),
         "held",
         "closing the second fd dropped nothing"
+    );
+    assert!(release(r).success());
+    assert!(release(p).success());
+    // So does closing a read-only descriptor (the kernel must send its
+    // FLUSH even though the file system writes nothing back on it).
+    let mut p = locker("read-only-close", &mnt);
+    assert_eq!(said(&mut p), "held");
+    let mut r = locker("posix-nb", &host);
+    assert_eq!(
+        said(&mut r),
+        "held",
+        "closing a read-only fd dropped nothing"
     );
     assert!(release(r).success());
     assert!(release(p).success());

@@ -20,6 +20,12 @@ impl FileSystem for MemFs {
         self.vnode_by_ino(crate::table::ROOT_INO)
     }
 
+    /// A close changes nothing here: writes land at once (no write-back
+    /// cache) and record locks are the kernel's.
+    fn needs_flush(&self) -> bool {
+        false
+    }
+
     fn lookup(&self, _ctx: &Ctx, dir: &VnodeRef, name: &[u8]) -> VfsResult<VnodeRef> {
         self.do_lookup(dir, name)
     }

@@ -151,6 +151,19 @@ pub trait FileSystem: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Whether `flush` must hear of every close. `false` lets the server
+    /// tell the kernel to skip FLUSH (FOPEN_NOFLUSH), which spares every
+    /// `close(2)` a round trip: half of what opening and closing a cached
+    /// file costs. The kernel still writes a shared mapping's dirty pages
+    /// back when it is unmapped; what a close no longer reports is an
+    /// error of that write-back, which `fsync` reports (as on a native
+    /// file system, whose close reports none). A file system that keeps
+    /// locks (`forwards_locks`) gets every FLUSH whatever this says, as
+    /// POSIX drops a process's record locks on any close of the file.
+    fn needs_flush(&self) -> bool {
+        true
+    }
+
     /// Makes data (and, unless `datasync`, metadata) durable.
     fn fsync(&self, _vp: &VnodeRef, _fh: Fh, _datasync: bool) -> VfsResult<()> {
         Ok(())
