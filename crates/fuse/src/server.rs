@@ -494,21 +494,26 @@ impl Filesystem for Server {
                 // FUSE_EXPORT_SUPPORT it asks for `.` of the handle's node
                 // id (and checks the generation itself).
                 Err(Errno::ESTALE) if name(n) == b"." => {
-                    return i.with_attr(i.fs.vget(i.nodes.node_id(parent.0))?);
+                    return i.with_attr(i.fs.vget(i.nodes.node_id(parent.0))?).map(Some);
                 }
                 Err(e) => return Err(e),
             };
-            i.with_attr(i.fs.lookup(&ctx(req), &dir, name(n))?)
+            match i.fs.lookup(&ctx(req), &dir, name(n)) {
+                // Answered with a negative entry, not an errno.
+                Err(e) if e == Errno::ENOENT && !i.timeouts.entry.is_zero() => Ok(None),
+                r => i.with_attr(r?).map(Some),
+            }
         });
         match r {
             // A negative entry the kernel may cache for the entry timeout
             // (node id 0 counts no reference).
-            Err(e) if e == Errno::ENOENT && !self.inner.timeouts.entry.is_zero() => {
+            Ok(None) => {
                 let mut a = dot_attr(0);
                 a.kind = fuser::FileType::RegularFile;
                 reply.entry(&self.inner.timeouts.entry, &a, Generation(0));
             }
-            r => self.reply_entry_at(reply, r, parent.0, name(n)),
+            Ok(Some(e)) => self.reply_entry_at(reply, Ok(e), parent.0, name(n)),
+            Err(e) => self.reply_entry_at(reply, Err(e), parent.0, name(n)),
         }
     }
 

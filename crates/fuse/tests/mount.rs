@@ -361,6 +361,24 @@ fn closes_cost_no_flush_and_mapped_writes_still_land() {
 }
 
 #[test]
+fn missing_names_are_negative_entries_not_errors() {
+    // A LOOKUP that finds nothing is answered with an entry the kernel
+    // caches (further stats of the name ask nothing) and is no error.
+    let Some(m) = Mnt::new(None) else { return };
+    let counter = |name: &str| m.report(false)["counters"][name].as_u64().unwrap();
+    let (lookups, errors) = (
+        counter("fuse.requests.op.lookup"),
+        counter("fuse.requests.errors"),
+    );
+    for _ in 0..10 {
+        let e = fs::symlink_metadata(m.p("missing")).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
+    }
+    assert_eq!(counter("fuse.requests.op.lookup"), lookups + 1);
+    assert_eq!(counter("fuse.requests.errors"), errors);
+}
+
+#[test]
 fn enospc_keeps_data() {
     let Some(m) = Mnt::new(Some(256 * 1024)) else {
         return;
