@@ -44,6 +44,11 @@ pub fn socket_path(mountpoint: &Path) -> std::io::Result<PathBuf> {
     Ok(Path::new(CONTROL_DIR).join(format!("{h:016x}.sock")))
 }
 
+/// Whether a server answers on the control socket of `mountpoint`.
+pub fn answers(mountpoint: &Path) -> bool {
+    socket_path(mountpoint).is_ok_and(|p| UnixStream::connect(p).is_ok())
+}
+
 /// A listening control socket; removes its file when dropped.
 pub struct ControlSocket {
     path: PathBuf,

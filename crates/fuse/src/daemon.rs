@@ -21,8 +21,9 @@ impl Readiness {
         Readiness { pipe: None }
     }
 
-    /// Tells the waiting parent how the mount went; after success the
-    /// standard streams go to `/dev/null`.
+    /// Tells the waiting parent how the mount went; then the standard
+    /// streams go to `/dev/null` (after a failure too: the parent prints
+    /// the message, and the child's own report of it would repeat it).
     pub fn report(&mut self, r: &std::io::Result<()>) {
         let Some(mut p) = self.pipe.take() else {
             return;
@@ -33,9 +34,7 @@ impl Readiness {
         };
         let _ = p.write_all(msg.as_bytes());
         drop(p);
-        if r.is_ok() {
-            redirect_stdio();
-        }
+        redirect_stdio();
     }
 }
 

@@ -103,6 +103,22 @@ fn mount(
     cfg: &ServeConfig,
 ) -> std::io::Result<Mounted> {
     let mountpoint = normalize_mountpoint(&cfg.mountpoint)?;
+    // A live server there: mounting over it would stack a second mount
+    // whose control socket cannot be had (the first one's answers), and
+    // fail only after waiting for the first to exit (`bind_replacing`).
+    // A server still answering with nothing mounted is on its way out.
+    if cfg.control
+        && crate::control::answers(&mountpoint)
+        && mountinfo::device_of(&mountpoint).is_some()
+    {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            format!(
+                "{} is already served by uvfs (`uvfs stat` reads it); unmount it first",
+                mountpoint.display()
+            ),
+        ));
+    }
     let (server, inner) = new_server(fs.clone(), layer, cfg)?;
     let mut config = fuser::Config::default();
     config.mount_options = vec![
