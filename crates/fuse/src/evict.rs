@@ -381,7 +381,11 @@ mod tests {
 
     #[test]
     fn requests_wait_only_while_held_vnodes_pass_the_mark() {
-        let layer = VnodeLayer::new(Config::with_limit(64));
+        // No background reclaimer: the free vnodes below must stay.
+        let layer = VnodeLayer::new(Config {
+            reclaimer: false,
+            ..Config::with_limit(64)
+        });
         let fs = MemFs::new(layer.clone(), MemFsConfig::default());
         let root = fs.root().unwrap();
         let ev = Evictor::default();
