@@ -355,10 +355,10 @@ impl Server {
 }
 
 impl Inner {
-    /// How the kernel is to treat an open file. Its page
-    /// cache stays valid across opens: changes pass through it (those made
-    /// behind a passthrough's back show through FUSE_AUTO_INVAL_DATA).
-    /// FLUSH is skipped where the file system has no use for it (see
+    /// How the kernel is to treat an open file. Its page cache stays
+    /// valid across opens: changes pass through it (those made behind a
+    /// passthrough's back show through FUSE_AUTO_INVAL_DATA). FLUSH is
+    /// skipped where the file system has no use for it (see
     /// `FileSystem::needs_flush`).
     fn fopen_flags(&self) -> FopenFlags {
         let mut f = FopenFlags::FOPEN_KEEP_CACHE;

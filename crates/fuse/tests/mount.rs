@@ -677,9 +677,10 @@ fn extreme_times_do_not_stop_the_server() {
 
 /// A child process that maps `len` bytes of a new file at `path` shared,
 /// fills the page at `at`, and once its stdin closes unmaps the file,
-/// fsyncs it (saying "fsync ok" or "fsync errno N") and closes it. Mapped in another process because this one serves the
-/// mount: a page fault here holds this process's mmap lock while a
-/// request thread may need it to grow its heap, and neither would move.
+/// fsyncs it (saying "fsync ok" or "fsync errno N") and closes it.
+/// Mapped in another process because this one serves the mount: a page
+/// fault here holds this process's mmap lock while a request thread may
+/// need it to grow its heap, and neither would move.
 fn map_and_write(path: &Path, len: usize, at: usize) -> std::process::Child {
     let script = r#"
 import mmap, os, sys
@@ -741,7 +742,7 @@ fn seek_data_sees_dirty_pages_of_a_shared_mapping() {
     );
     w.stdin.take();
     assert!(w.wait().unwrap().success());
-    // close() wrote the page back (FLUSH), but the kernel sends RELEASE
+    // munmap wrote the page back, but the kernel sends RELEASE
     // asynchronously: until the server has it, the file still counts as
     // open for writing and the answer stays "all data". It must never
     // skip the page, and must become exact once RELEASE arrives.
