@@ -457,6 +457,49 @@ fn locks_meet_the_sources_other_users() {
 }
 
 #[test]
+fn a_file_removed_on_the_host_is_not_opened_by_its_cached_name() {
+    // The kernel keeps the name for the entry timeout; the server still
+    // reaches the removed file through its cached fd. An open by that
+    // name must meet what the source holds now: a new file for O_CREAT
+    // (seen by the host), ENOENT without. (It opened the removed file:
+    // writes went nowhere, and SQLite on both sides failed at random.)
+    let Some(t) = Pt::with_timeouts("removed-host", Duration::from_secs(60)) else {
+        return;
+    };
+    std::fs::write(t.src("j"), b"old").unwrap();
+    assert_eq!(std::fs::read(t.m("j")).unwrap(), b"old");
+    std::fs::remove_file(t.src("j")).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(t.m("j"))
+        .unwrap();
+    std::io::Write::write_all(&mut f, b"new").unwrap();
+    drop(f);
+    assert_eq!(
+        std::fs::read(t.src("j")).unwrap(),
+        b"new",
+        "written nowhere"
+    );
+
+    assert_eq!(std::fs::read(t.m("j")).unwrap(), b"new");
+    std::fs::remove_file(t.src("j")).unwrap();
+    let e = std::fs::File::open(t.m("j")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
+
+    // A file removed through the mount while open is still open to its
+    // holders, and to /proc's links to it.
+    std::fs::write(t.m("held"), b"held").unwrap();
+    let held = std::fs::File::open(t.m("held")).unwrap();
+    std::fs::remove_file(t.m("held")).unwrap();
+    let fd = std::os::unix::io::AsRawFd::as_raw_fd(&held);
+    let again = std::fs::read(format!("/proc/self/fd/{fd}")).unwrap();
+    assert_eq!(again, b"held");
+}
+
+#[test]
 fn sqlite_writers_on_the_mount_and_the_host_lose_nothing() {
     // SQLite locks the database (POSIX locks) and then reads it again: the
     // locks must meet the host's, and a granted lock must not leave this

@@ -10,7 +10,7 @@ use crate::creds::AsCaller;
 use crate::fs::PassthroughFs;
 use crate::open::OpenFile;
 use crate::sys;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering;
 use uvfs_vfs::{Ctx, Errno, FallocMode, Fh, SetAttr, VType, VfsResult, VnodeRef, O_KILL_SUIDGID};
 
@@ -46,6 +46,20 @@ impl PassthroughFs {
         let res = self.pool.reserve_open()?;
         let f = sys::reopen(fd.raw(), flags & !STRIP)?;
         drop(fd);
+        // The kernel opens by a name it caches until the entry times out;
+        // a file removed behind the server's back meanwhile is still
+        // reachable through our fd, and opening it would hand the caller
+        // a file nobody else can see (SQLite, on the host and through the
+        // mount, wrote its journal into one and failed at the unlink).
+        // ESTALE makes the kernel look the name up again (LOOKUP_REVAL)
+        // and open, or create, what the name holds now.
+        if node.kind() == VType::Reg
+            && !node.nameless_by_mount()
+            && sys::statx_fd(f.as_raw_fd())?.stx_nlink == 0
+        {
+            self.counters.stale.fetch_add(1, Ordering::Relaxed);
+            return Err(Errno::ESTALE);
+        }
         let fh = self.opens.insert(res.into_fd(f), node);
         // Truncated as root, who keeps set-uid: drop it as the caller's
         // own O_TRUNC would have (`create` truncates as the caller).

@@ -249,6 +249,13 @@ impl Node {
         self.orphan.load(Ordering::Relaxed)
     }
 
+    /// Whether the mount itself left the file nameless: removed its last
+    /// name while it was open, or made it with `O_TMPFILE` (a nameless
+    /// file is then expected, not a sign of a removal behind our back).
+    pub fn nameless_by_mount(&self) -> bool {
+        self.orphan.load(Ordering::Relaxed) || self.unlinked.load(Ordering::SeqCst)
+    }
+
     /// Whether an fd is cached now.
     pub fn has_fd(&self) -> bool {
         self.fd.lock().is_some()
