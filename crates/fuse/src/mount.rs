@@ -319,6 +319,12 @@ impl Drop for BackgroundMount {
         if let (Some(t), Some(u)) = (self.thread.take(), &mut self.unmounter) {
             if u.unmount().is_ok() {
                 let _ = t.join();
+            } else {
+                // Busy: a process still uses it. Detached from the tree, it
+                // goes once they let go instead of outliving this process
+                // as a dead mount (ENOTCONN) that someone must unmount;
+                // its users are served while this process lasts.
+                let _ = u.detach();
             }
         }
     }

@@ -361,6 +361,40 @@ fn closes_cost_no_flush_and_mapped_writes_still_land() {
 }
 
 #[test]
+fn a_mount_dropped_while_busy_leaves_the_tree() {
+    // Dropping a BackgroundMount that a process still uses (a failing
+    // test's unwinding, say) used to leave the mount in place, dead once
+    // this process exits. It is detached instead; its user keeps its file.
+    if let Err(why) = common::fuse_usable() {
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("uvfs-fuse-busy-drop-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let m = serve_memfs(&dir, None, 1024);
+    fs::write(dir.join("f"), b"still here").unwrap();
+    let mut held = fs::File::open(dir.join("f")).unwrap();
+    drop(m);
+    let listed = fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(dir.to_str().unwrap()));
+    let mut data = String::new();
+    let read = held.read_to_string(&mut data);
+    drop(held);
+    if listed {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&dir)
+            .status();
+    }
+    let _ = fs::remove_dir(&dir);
+    assert!(!listed, "the busy mount stayed in the tree");
+    read.unwrap();
+    assert_eq!(data, "still here");
+}
+
+#[test]
 fn missing_names_are_negative_entries_not_errors() {
     // A LOOKUP that finds nothing is answered with an entry the kernel
     // caches (further stats of the name ask nothing) and is no error.
