@@ -96,6 +96,12 @@ pub struct MountOpts {
     /// listings find them cached.
     #[arg(long)]
     pub no_dir_readahead: bool,
+    /// Serve read-only (passthrough): the mount is read-only, the server
+    /// refuses every change even after a `mount -o remount,rw`, and files
+    /// and directories are read with O_NOATIME, so the source is left
+    /// exactly as it was.
+    #[arg(short, long)]
+    pub read_only: bool,
 }
 
 /// Options of `uvfs stat`.
@@ -190,6 +196,13 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
         (_, Some(s)) => Some(std::path::absolute(s)?),
         (_, None) => None,
     };
+    if o.read_only && source.is_none() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "--read-only serves a host directory as it is (--source DIR); a memfs \
+             starts empty and would stay so",
+        ));
+    }
     if let Some(s) = &source {
         if !s.is_dir() {
             return Err(io::Error::new(
@@ -266,6 +279,7 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
                 fd_budget: o.fd_budget,
                 no_handles: false,
                 no_dir_readahead: o.no_dir_readahead,
+                no_atime: o.read_only,
             },
         )?;
         let cfg = ServeConfig {
@@ -276,6 +290,7 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
             control: true,
             server_opendir: o.opendir,
             uring,
+            read_only: o.read_only,
         };
         return serve(fs, layer, &cfg, signals, &mut ready);
     }
@@ -298,6 +313,7 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
         control: true,
         server_opendir: o.opendir,
         uring,
+        read_only: false,
     };
     serve(fs, layer, &cfg, signals, &mut ready)
 }
@@ -375,6 +391,7 @@ mod tests {
             opendir: false,
             no_dir_readahead: false,
             transport: Transport::Auto,
+            read_only: false,
         }
     }
 

@@ -5,72 +5,13 @@
 
 mod common;
 
-use common::can_mount;
-use serde_json::Value;
+use common::{can_mount, Mounted};
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::Duration;
 
 /// Longer than the one-second timeout memfs had, and than a passthrough's.
 const PAST_A_SECOND: Duration = Duration::from_millis(1500);
-
-/// A `uvfs mount` of its own, unmounted (and its directories removed) on
-/// drop, so a failing assertion leaves nothing mounted.
-struct Mounted {
-    mnt: PathBuf,
-    scratch: PathBuf,
-}
-
-impl Mounted {
-    fn new(tag: &str, args: &[&str]) -> Mounted {
-        let scratch =
-            std::env::temp_dir().join(format!("uvfs-mount-defaults-{tag}-{}", std::process::id()));
-        let mnt = scratch.join("mnt");
-        fs::create_dir_all(&mnt).unwrap();
-        fs::create_dir_all(scratch.join("src")).unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_uvfs"))
-            .arg("mount")
-            .args(args)
-            .arg(&mnt)
-            .current_dir(&scratch)
-            .output()
-            .unwrap();
-        let m = Mounted { mnt, scratch };
-        assert!(
-            out.status.success(),
-            "uvfs mount {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        m
-    }
-
-    fn src(&self) -> PathBuf {
-        self.scratch.join("src")
-    }
-
-    /// The server's request counter for `op`.
-    fn requests(&self, op: &str) -> u64 {
-        let out = Command::new(env!("CARGO_BIN_EXE_uvfs"))
-            .args(["stat", "--json"])
-            .arg(&self.mnt)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "uvfs stat: {out:?}");
-        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-        let key = format!("fuse.requests.op.{op}");
-        v["counters"][&key]
-            .as_u64()
-            .unwrap_or_else(|| panic!("no counter {key} in {v}"))
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.mnt).status();
-        let _ = fs::remove_dir_all(&self.scratch);
-    }
-}
 
 fn stat_all(dir: &Path, n: usize) {
     for i in 0..n {

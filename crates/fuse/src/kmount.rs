@@ -42,9 +42,14 @@ fn cstring(b: &[u8]) -> std::io::Result<CString> {
 }
 
 /// Mounts a FUSE file system on `mountpoint` with mount(2): device and
-/// setuid files honoured, read-write, permissions checked by the kernel,
-/// and usable by every user when `allow_other`.
-pub fn mount(mountpoint: &Path, fsname: &str, allow_other: bool) -> std::io::Result<Mounted> {
+/// setuid files honoured, read-write unless `read_only`, permissions
+/// checked by the kernel, and usable by every user when `allow_other`.
+pub fn mount(
+    mountpoint: &Path,
+    fsname: &str,
+    allow_other: bool,
+    read_only: bool,
+) -> std::io::Result<Mounted> {
     let mp = mountpoint_cstring(mountpoint)?;
     let source = cstring(fsname.as_bytes())?;
     // SAFETY: an all-zero `stat` is a valid value for stat(2) to fill.
@@ -79,7 +84,7 @@ pub fn mount(mountpoint: &Path, fsname: &str, allow_other: bool) -> std::io::Res
             source.as_ptr(),
             mp.as_ptr(),
             c"fuse".as_ptr(),
-            0,
+            if read_only { libc::MS_RDONLY } else { 0 },
             opts.as_ptr().cast(),
         )
     };

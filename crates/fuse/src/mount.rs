@@ -37,6 +37,12 @@ pub struct ServeConfig {
     /// whichever thread reads /dev/fuse. Without kernel support the mount
     /// serves through /dev/fuse as usual.
     pub uring: bool,
+    /// Serve read-only: the mount is made read-only (the kernel refuses
+    /// changes with EROFS before they reach us), and the server answers
+    /// EROFS to any request that would change the file system all the
+    /// same, so the promise holds after `mount -o remount,rw` and against
+    /// a peer that is not a kernel (`serve_fd`).
+    pub read_only: bool,
 }
 
 /// Mounts `fs` and serves it until unmounted (by `umount`, `fusermount3
@@ -128,7 +134,11 @@ fn mount(
         MountOption::DefaultPermissions,
         MountOption::Dev,
         MountOption::Suid,
-        MountOption::RW,
+        if cfg.read_only {
+            MountOption::RO
+        } else {
+            MountOption::RW
+        },
     ];
     // SAFETY: geteuid has no preconditions and cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
@@ -143,25 +153,28 @@ fn mount(
     config.clone_fd = true;
     // As root, mount(2) ourselves so that fuser never unmounts by path
     // (kmount.rs says why); otherwise fuser mounts through fusermount3.
-    let (session, mut unmounter) =
-        match kmount::mount(&mountpoint, &cfg.fsname, config.acl == SessionACL::All)? {
-            kmount::Mounted::Yes(fd, km) => {
-                let km = Arc::new(km);
-                let session =
-                    Session::from_fd(server, fd, config.acl, config).inspect_err(|_| {
-                        let _ = km.unmount().or_else(|_| km.detach());
-                    })?;
-                (session, Unmounter::Kernel(km))
-            }
-            kmount::Mounted::NotPermitted => {
-                let mut session = Session::new(server, &mountpoint, &config)?;
-                let u = session.unmount_callable();
-                (
-                    session,
-                    Unmounter::Fuser(u, kmount::mountpoint_cstring(&mountpoint)?),
-                )
-            }
-        };
+    let (session, mut unmounter) = match kmount::mount(
+        &mountpoint,
+        &cfg.fsname,
+        config.acl == SessionACL::All,
+        cfg.read_only,
+    )? {
+        kmount::Mounted::Yes(fd, km) => {
+            let km = Arc::new(km);
+            let session = Session::from_fd(server, fd, config.acl, config).inspect_err(|_| {
+                let _ = km.unmount().or_else(|_| km.detach());
+            })?;
+            (session, Unmounter::Kernel(km))
+        }
+        kmount::Mounted::NotPermitted => {
+            let mut session = Session::new(server, &mountpoint, &config)?;
+            let u = session.unmount_callable();
+            (
+                session,
+                Unmounter::Fuser(u, kmount::mountpoint_cstring(&mountpoint)?),
+            )
+        }
+    };
     // Before any request is answered: the mount's device, so that a file
     // system reaching back into it by path refuses (mountinfo.rs).
     if let Some(dev) = mountinfo::device_of(&mountpoint) {
@@ -187,7 +200,7 @@ fn new_server(
     layer: Arc<VnodeLayer>,
     cfg: &ServeConfig,
 ) -> std::io::Result<(Server, Arc<Inner>)> {
-    let server = Server::new(fs, layer, cfg.timeouts, cfg.server_opendir)
+    let server = Server::new(fs, layer, cfg.timeouts, cfg.server_opendir, cfg.read_only)
         .map_err(|e| std::io::Error::from_raw_os_error(e.raw()))?;
     let inner = server.inner().clone();
     inner

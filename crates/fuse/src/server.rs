@@ -99,6 +99,9 @@ pub struct Inner {
     pub uring: std::sync::atomic::AtomicBool,
     /// The kernel agreed to it.
     pub uring_on: std::sync::atomic::AtomicBool,
+    /// Served read-only: requests that would change the file system are
+    /// answered EROFS (`Server::changing`).
+    pub read_only: bool,
 }
 
 thread_local! {
@@ -185,12 +188,14 @@ fn name(n: &OsStr) -> &[u8] {
 impl Server {
     /// Serves `fs`, whose vnodes live in `layer`. With `server_opendir`
     /// the kernel sends OPENDIR/RELEASEDIR for every directory open;
-    /// otherwise it opens directories alone where it can.
+    /// otherwise it opens directories alone where it can. With
+    /// `read_only` nothing that changes `fs` is served (EROFS).
     pub fn new(
         fs: Arc<dyn FileSystem>,
         layer: Arc<VnodeLayer>,
         timeouts: Timeouts,
         server_opendir: bool,
+        read_only: bool,
     ) -> VfsResult<Server> {
         let root = fs.root()?;
         let nodes = NodeTable::new(layer.clone(), fs.mount().clone(), &root);
@@ -209,6 +214,7 @@ impl Server {
                 offload: Default::default(),
                 uring: Default::default(),
                 uring_on: Default::default(),
+                read_only,
             }),
         })
     }
@@ -227,6 +233,21 @@ impl Server {
             i.counters.uring.fetch_add(1, Ordering::Relaxed);
         }
         self.shielded(what, f)
+    }
+
+    /// Like `guard`, for a request that changes the file system: answered
+    /// EROFS on a read-only server. The kernel refuses these itself on a
+    /// read-only mount, so this is what keeps the promise when it does not
+    /// (remounted read-write, or a peer that is not a kernel): every
+    /// request that writes data, metadata or names goes through here, and
+    /// OPEN checks its flags itself.
+    fn changing<T>(&self, what: &str, f: impl FnOnce(&Inner) -> VfsResult<T>) -> VfsResult<T> {
+        self.guard(what, |i| {
+            if i.read_only {
+                return Err(Errno::EROFS);
+            }
+            f(i)
+        })
     }
 
     /// Runs `f`, turning a panic into `EIO` and counting errors.
@@ -572,7 +593,7 @@ impl Filesystem for Server {
                 .or_else(|| chown_without_ids.then(Timespec::now)),
             kill_suidgid: kill_suidgid || chown_without_ids,
         };
-        let r = self.guard("setattr", |i| {
+        let r = self.changing("setattr", |i| {
             i.fs.setattr(&ctx(req), &i.nodes.get(ino.0)?, &set)
         });
         match r {
@@ -598,7 +619,7 @@ impl Filesystem for Server {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let r = self.guard("mknod", |i| {
+        let r = self.changing("mknod", |i| {
             let dir = i.nodes.get(parent.0)?;
             i.with_attr(i.fs.mknod(
                 &ctx_making(req, umask),
@@ -620,7 +641,7 @@ impl Filesystem for Server {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let r = self.guard("mkdir", |i| {
+        let r = self.changing("mkdir", |i| {
             let dir = i.nodes.get(parent.0)?;
             i.with_attr(i.fs.mkdir(&ctx_making(req, umask), &dir, name(n), mode)?)
         });
@@ -628,14 +649,14 @@ impl Filesystem for Server {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        let r = self.guard("unlink", |i| {
+        let r = self.changing("unlink", |i| {
             i.fs.unlink(&ctx(req), &i.nodes.get(parent.0)?, name(n))
         });
         Self::reply_empty(reply, r);
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        let r = self.guard("rmdir", |i| {
+        let r = self.changing("rmdir", |i| {
             i.fs.rmdir(&ctx(req), &i.nodes.get(parent.0)?, name(n))
         });
         Self::reply_empty(reply, r);
@@ -649,7 +670,7 @@ impl Filesystem for Server {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let r = self.guard("symlink", |i| {
+        let r = self.changing("symlink", |i| {
             let dir = i.nodes.get(parent.0)?;
             i.with_attr(i.fs.symlink(
                 &ctx(req),
@@ -671,7 +692,7 @@ impl Filesystem for Server {
         flags: FuseRenameFlags,
         reply: ReplyEmpty,
     ) {
-        let r = self.guard("rename", |i| {
+        let r = self.changing("rename", |i| {
             let (d, nd) = (i.nodes.get(parent.0)?, i.nodes.get(newparent.0)?);
             i.fs.rename(
                 &ctx(req),
@@ -693,7 +714,7 @@ impl Filesystem for Server {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let r = self.guard("link", |i| {
+        let r = self.changing("link", |i| {
             let (vp, dir) = (i.nodes.get(ino.0)?, i.nodes.get(newparent.0)?);
             i.fs.link(&ctx(req), &vp, &dir, name(newname))?;
             i.with_attr(vp)
@@ -720,6 +741,11 @@ impl Filesystem for Server {
                 VType::Fifo | VType::Sock | VType::Chr | VType::Blk
             ) {
                 return Err(Errno::ENXIO);
+            }
+            // (A truncating open changes the file; the kernel sends
+            // O_TRUNC only where it leaves truncation to us.)
+            if i.read_only && (writes(flags.0) || flags.0 & libc::O_TRUNC != 0) {
+                return Err(Errno::EROFS);
             }
             let fh =
                 i.fs.open(&ctx(req), &vp, open_flags(flags.0, kill_suidgid))?;
@@ -782,7 +808,7 @@ impl Filesystem for Server {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let r = self.guard("write", |i| {
+        let r = self.changing("write", |i| {
             let of = i.handles.get(fh.0)?;
             // FUSE_HANDLE_KILLPRIV_V2: a writer without CAP_FSETID drops
             // set-uid/set-gid, and it is ours to do.
@@ -1022,7 +1048,7 @@ impl Filesystem for Server {
         position: u32,
         reply: ReplyEmpty,
     ) {
-        let r = self.guard("setxattr", |i| {
+        let r = self.changing("setxattr", |i| {
             if position != 0 {
                 return Err(Errno::EINVAL);
             }
@@ -1048,7 +1074,7 @@ impl Filesystem for Server {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        let r = self.guard("removexattr", |i| {
+        let r = self.changing("removexattr", |i| {
             i.fs.removexattr(&ctx(req), &i.nodes.get(ino.0)?, name(n))
         });
         Self::reply_empty(reply, r);
@@ -1072,7 +1098,7 @@ impl Filesystem for Server {
         kill_suidgid: bool,
         reply: ReplyCreate,
     ) {
-        let r = self.guard("create", |i| {
+        let r = self.changing("create", |i| {
             let dir = i.nodes.get(parent.0)?;
             let c = ctx_making(req, umask);
             let (vp, fh) =
@@ -1092,7 +1118,7 @@ impl Filesystem for Server {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let r = self.guard("tmpfile", |i| {
+        let r = self.changing("tmpfile", |i| {
             let dir = i.nodes.get(parent.0)?;
             let (vp, fh) = i.fs.tmpfile(&ctx_making(req, umask), &dir, mode, flags)?;
             let attr = i.fs.getattr(&vp)?;
@@ -1200,7 +1226,7 @@ impl Filesystem for Server {
         reply: ReplyEmpty,
     ) {
         self.maybe_offload(move |s| {
-            let r = s.guard("fallocate", |i| {
+            let r = s.changing("fallocate", |i| {
                 let of = i.handles.get(fh.0)?;
                 i.fs.fallocate(&of.vp, of.fh, FallocMode(mode), offset, length)
             });
@@ -1222,7 +1248,7 @@ impl Filesystem for Server {
         reply: ReplyWrite,
     ) {
         self.maybe_offload(move |s| {
-            let r = s.guard("copy_file_range", |i| {
+            let r = s.changing("copy_file_range", |i| {
                 let (a, b) = (i.handles.get(fh_in.0)?, i.handles.get(fh_out.0)?);
                 let flags = u32::try_from(flags.bits()).map_err(|_| Errno::EINVAL)?;
                 let n = i

@@ -181,6 +181,7 @@ pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
         "mountpoint": mountpoint,
         "fs_type": inner.fs.fs_type(),
         "pid": std::process::id(),
+        "read_only": inner.read_only,
         "counters": counters,
         "descriptions": descr,
         "accounting": {
@@ -279,8 +280,13 @@ fn process_cpu_us() -> u64 {
 pub fn human(v: &Value) -> String {
     let mut out = String::new();
     let s = |k: &str| v.get(k).map(|x| x.to_string()).unwrap_or_default();
+    let ro = if v.get("read_only").and_then(Value::as_bool) == Some(true) {
+        "  read-only"
+    } else {
+        ""
+    };
     out.push_str(&format!(
-        "mountpoint {}  fs {}  pid {}\n",
+        "mountpoint {}  fs {}  pid {}{ro}\n",
         s("mountpoint"),
         s("fs_type"),
         s("pid")

@@ -343,6 +343,7 @@ impl Stack {
             fd_budget: Some(fd_budget),
             no_handles: false,
             no_dir_readahead: false,
+            no_atime: false,
         };
         let fs = PassthroughFs::new(layer.clone(), &src, cfg).expect("passthrough of FaultFs");
         let scfg = ServeConfig {
@@ -358,6 +359,7 @@ impl Stack {
             control: false,
             server_opendir: false,
             uring: common::uring(),
+            read_only: false,
         };
         let top = BackgroundMount::start(fs, layer, &scfg).expect("mount the passthrough");
         Some(Stack {

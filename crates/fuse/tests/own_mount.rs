@@ -37,6 +37,7 @@ fn a_source_holding_the_mountpoint_gets_eloop_not_a_hang() {
         control: false,
         server_opendir: false,
         uring: common::uring(),
+        read_only: false,
     };
     let m = BackgroundMount::start(fs, layer, &cfg).expect("mount");
 

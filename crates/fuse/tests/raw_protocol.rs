@@ -623,6 +623,7 @@ impl Kernel {
             control: false,
             server_opendir,
             uring: false,
+            read_only: false,
         };
         k.mount = Some(serve_fd(fs, layer, theirs, &cfg).expect("serve_fd"));
         let r = k.recv_for(unique, "INIT");

@@ -51,6 +51,12 @@ pub struct PassthroughConfig {
     /// No directory readahead (`prefetch.rs`): a lone walker's listings
     /// wait for every backing lookup.
     pub no_dir_readahead: bool,
+    /// Read files and list directories of the source with `O_NOATIME`, so
+    /// reading through the mount leaves the source's access times alone:
+    /// for a read-only mount, whose source must not change at all.
+    /// (Reading a symlink still moves its atime: `readlinkat` has no such
+    /// flag.)
+    pub no_atime: bool,
 }
 
 /// `own_dev` before the mount is known (no device has this number).
@@ -96,6 +102,8 @@ pub struct PassthroughFs {
     pub(crate) plus_load: crate::dir::PlusLoad,
     /// Directory readahead for a lone walker (`prefetch.rs`).
     pub(crate) prefetch: Option<crate::prefetch::Prefetcher>,
+    /// `O_NOATIME` if reads must leave atimes alone (`no_atime`), else 0.
+    pub(crate) read_flags: libc::c_int,
     /// The device of the mount serving this file system ([`NO_DEV`] until told,
     /// `FileSystem::mounted_as`): a backing entry on it is the mount
     /// itself, reached through the source (a bind mount of a directory
@@ -220,6 +228,7 @@ impl PassthroughFs {
             posix_locks: Default::default(),
             plus_load: Default::default(),
             prefetch,
+            read_flags: if cfg.no_atime { libc::O_NOATIME } else { 0 },
             own_dev: AtomicU64::new(NO_DEV),
             counters: PtCounters::default(),
             _mount_fd_slot: mount_fd_slot,

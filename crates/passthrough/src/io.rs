@@ -10,7 +10,7 @@ use crate::creds::AsCaller;
 use crate::fs::PassthroughFs;
 use crate::open::OpenFile;
 use crate::sys;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
 use uvfs_vfs::{Ctx, Errno, FallocMode, Fh, SetAttr, VType, VfsResult, VnodeRef, O_KILL_SUIDGID};
 
@@ -44,7 +44,7 @@ impl PassthroughFs {
         }
         let fd = self.fd_of(&node)?;
         let res = self.pool.reserve_open()?;
-        let f = sys::reopen(fd.raw(), flags & !STRIP)?;
+        let f = self.reading(flags & !STRIP, |f| sys::reopen(fd.raw(), f))?;
         drop(fd);
         // The kernel opens by a name it caches until the entry times out;
         // a file removed behind the server's back meanwhile is still
@@ -79,9 +79,29 @@ impl PassthroughFs {
         }
         let fd = self.fd_of(&node)?;
         let res = self.pool.reserve_open()?;
-        let d = sys::openat(fd.raw(), c".", libc::O_RDONLY | libc::O_DIRECTORY)?;
+        let d = self.reading(libc::O_RDONLY | libc::O_DIRECTORY, |f| {
+            sys::openat(fd.raw(), c".", f)
+        })?;
         drop(fd);
         Ok(self.opens.insert(res.into_fd(d), node))
+    }
+
+    /// Opens with `open(flags)`, adding `O_NOATIME` where reads must leave
+    /// atimes alone. `O_NOATIME` needs the file's owner or CAP_FOWNER: a
+    /// server without them for this file (in a user namespace, say) opens
+    /// it as it can rather than failing the caller.
+    fn reading(
+        &self,
+        flags: libc::c_int,
+        open: impl Fn(libc::c_int) -> VfsResult<OwnedFd>,
+    ) -> VfsResult<OwnedFd> {
+        if self.read_flags == 0 {
+            return open(flags);
+        }
+        match open(flags | self.read_flags) {
+            Err(Errno::EPERM) => open(flags),
+            r => r,
+        }
     }
 
     pub(crate) fn do_create(

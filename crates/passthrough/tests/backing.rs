@@ -88,6 +88,7 @@ fn fd_budget_is_never_exceeded_with_thousands_of_files() {
             fd_budget: Some(BUDGET),
             no_handles: false,
             no_dir_readahead: false,
+            no_atime: false,
         },
     );
     for d in 0..10 {
@@ -158,6 +159,7 @@ fn fallback_without_handles_follows_renames() {
             fd_budget: Some(8),
             no_handles: true,
             no_dir_readahead: false,
+            no_atime: false,
         },
     );
     let a = e.fs.mkdir(&ROOT, &e.root, b"a", 0o755).unwrap();
@@ -195,6 +197,7 @@ fn a_budget_beyond_the_fd_limit_is_refused() {
                 fd_budget: Some(budget),
                 no_handles: false,
                 no_dir_readahead: false,
+                no_atime: false,
             },
         )
     };

@@ -135,6 +135,7 @@ fn handles_of_another_file_system_are_not_used() {
             fd_budget: Some(8),
             no_handles: false,
             no_dir_readahead: false,
+            no_atime: false,
         },
     );
     let m = e.src.path().join("m");

@@ -237,6 +237,7 @@ fn deleted_files_are_not_pinned_by_cached_fds() {
                 fd_budget: None,
                 no_handles,
                 no_dir_readahead: false,
+                no_atime: false,
             },
         );
         let mk = |name: &[u8]| {
@@ -287,6 +288,7 @@ fn removed_directories_and_fifos_keep_answering_while_the_kernel_holds_them() {
                 fd_budget: None,
                 no_handles,
                 no_dir_readahead: false,
+                no_atime: false,
             },
         );
         let d = e.fs.mkdir(&ROOT, &e.root, b"d", 0o755).unwrap();
@@ -347,6 +349,7 @@ fn removing_more_directories_than_the_fd_budget_pins_nothing() {
             fd_budget: Some(16),
             no_handles: false,
             no_dir_readahead: false,
+            no_atime: false,
         },
     );
     for i in 0..200 {

@@ -1,4 +1,11 @@
-//! Helpers shared by the CLI's integration tests.
+//! Helpers shared by the CLI's integration tests (each test binary uses
+//! some of them).
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::fs;
+use std::path::PathBuf;
+use std::process::Command;
 
 /// Ok when this process may mount FUSE file systems (root and a usable
 /// /dev/fuse); otherwise why not, for the skip message.
@@ -13,4 +20,61 @@ pub fn can_mount() -> Result<(), String> {
         .open("/dev/fuse")
         .map(drop)
         .map_err(|e| format!("/dev/fuse: {e}"))
+}
+
+/// A `uvfs mount` of its own, unmounted (and its directories removed) on
+/// drop, so a failing assertion leaves nothing mounted.
+pub struct Mounted {
+    pub mnt: PathBuf,
+    pub scratch: PathBuf,
+}
+
+impl Mounted {
+    pub fn new(tag: &str, args: &[&str]) -> Mounted {
+        let scratch =
+            std::env::temp_dir().join(format!("uvfs-cli-mount-{tag}-{}", std::process::id()));
+        let mnt = scratch.join("mnt");
+        fs::create_dir_all(&mnt).unwrap();
+        fs::create_dir_all(scratch.join("src")).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_uvfs"))
+            .arg("mount")
+            .args(args)
+            .arg(&mnt)
+            .current_dir(&scratch)
+            .output()
+            .unwrap();
+        let m = Mounted { mnt, scratch };
+        assert!(
+            out.status.success(),
+            "uvfs mount {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        m
+    }
+
+    pub fn src(&self) -> PathBuf {
+        self.scratch.join("src")
+    }
+
+    /// The server's request counter for `op`.
+    pub fn requests(&self, op: &str) -> u64 {
+        let out = Command::new(env!("CARGO_BIN_EXE_uvfs"))
+            .args(["stat", "--json"])
+            .arg(&self.mnt)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "uvfs stat: {out:?}");
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let key = format!("fuse.requests.op.{op}");
+        v["counters"][&key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no counter {key} in {v}"))
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.mnt).status();
+        let _ = fs::remove_dir_all(&self.scratch);
+    }
 }

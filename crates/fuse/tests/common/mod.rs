@@ -103,6 +103,7 @@ pub fn serve_memfs(dir: &Path, size: Option<u64>, vnodes: usize) -> BackgroundMo
         control: false,
         server_opendir: false,
         uring: uring(),
+        read_only: false,
     };
     BackgroundMount::start(fs, layer, &cfg).expect("mount")
 }
