@@ -67,6 +67,13 @@ pub struct MountOpts {
     /// beyond it fail with ENOSPC; nothing already written is lost.
     #[arg(long, default_value = "50%")]
     pub size: String,
+    /// Most inodes memfs holds (tmpfs's `nr_inodes`): a count with an
+    /// optional k/m/g suffix, or `unlimited`. Extra hard links and
+    /// extended attributes take from the same budget (1 KiB per inode or
+    /// link, an attribute its size); past it, creating fails with ENOSPC
+    /// [default: half the physical memory's pages, as tmpfs].
+    #[arg(long)]
+    pub inodes: Option<String>,
     /// How requests reach the server: `uring` (FUSE over io_uring: one
     /// queue per CPU, each served by a thread on that CPU, so a round trip
     /// stays on the caller's CPU; Linux 6.14+ with `echo Y >
@@ -150,6 +157,32 @@ fn parse_size(s: &str) -> io::Result<Option<u64>> {
     Ok(Some(n.checked_mul(mult).ok_or_else(bad)?))
 }
 
+/// `--inodes`: a count with an optional binary k/m/g suffix (as tmpfs's
+/// `nr_inodes`), `unlimited`, or, unset, tmpfs's default: half the pages
+/// of physical memory.
+fn parse_inodes(s: Option<&str>) -> io::Result<Option<u64>> {
+    let Some(s) = s.map(str::trim) else {
+        // SAFETY: sysconf has no preconditions.
+        let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
+        return Ok(Some((pages.max(2) as u64) / 2));
+    };
+    if s == "unlimited" {
+        return Ok(None);
+    }
+    let bad = || io::Error::new(io::ErrorKind::InvalidInput, format!("bad --inodes {s:?}"));
+    let (num, mult) = match s.chars().last().map(|c| c.to_ascii_lowercase()) {
+        Some('k') => (&s[..s.len() - 1], 1u64 << 10),
+        Some('m') => (&s[..s.len() - 1], 1 << 20),
+        Some('g') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    match n.checked_mul(mult) {
+        Some(n) if n > 0 => Ok(Some(n)),
+        _ => Err(bad()),
+    }
+}
+
 /// The entry and attribute timeout a file system gets unless told.
 ///
 /// memfs: a day. Every change to a memfs passes through this kernel (no
@@ -196,6 +229,12 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
         (_, Some(s)) => Some(std::path::absolute(s)?),
         (_, None) => None,
     };
+    if o.inodes.is_some() && source.is_some() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "--inodes bounds a memfs; a passthrough's inodes are its source's",
+        ));
+    }
     if o.read_only && source.is_none() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -233,6 +272,7 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
         }
     };
     let size_limit = parse_size(&o.size)?;
+    let inode_limit = parse_inodes(o.inodes.as_deref())?;
     let fallback = default_timeout(source.is_some());
     let timeouts = Timeouts {
         entry: timeout(o.entry_timeout.unwrap_or(fallback), "--entry-timeout")?,
@@ -303,6 +343,7 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
             root_mode: 0o755,
             root_uid: uid,
             root_gid: gid,
+            inode_limit,
         },
     );
     let cfg = ServeConfig {
@@ -385,6 +426,7 @@ mod tests {
             entry_timeout: None,
             attr_timeout: None,
             size: "1m".into(),
+            inodes: None,
             foreground: true,
             source: source.map(PathBuf::from),
             fd_budget: None,
@@ -428,5 +470,17 @@ mod tests {
         assert!(parse_size("50%").unwrap().unwrap() > 0);
         assert!(parse_size("x").is_err());
         assert!(parse_size("0%").is_err());
+    }
+
+    #[test]
+    fn inode_counts() {
+        assert_eq!(parse_inodes(Some("100")).unwrap(), Some(100));
+        assert_eq!(parse_inodes(Some("2k")).unwrap(), Some(2048));
+        assert_eq!(parse_inodes(Some("1M")).unwrap(), Some(1 << 20));
+        assert_eq!(parse_inodes(Some("unlimited")).unwrap(), None);
+        assert!(parse_inodes(None).unwrap().unwrap() > 0);
+        for bad in ["0", "x", "-1", "1t", "99999999999999999999"] {
+            assert!(parse_inodes(Some(bad)).is_err(), "{bad}");
+        }
     }
 }

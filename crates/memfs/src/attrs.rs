@@ -3,6 +3,7 @@
 use crate::acl::{self, Acl};
 use crate::fs::MemFs;
 use crate::inode::{Body, Inode};
+use crate::ispace::xattr_cost;
 use crate::pages::PAGE_SIZE;
 use crate::xattr;
 use uvfs_vfs::{
@@ -114,7 +115,15 @@ impl MemFs {
             return set_acl(ctx, inode, name, Some(value));
         }
         let mut m = inode.meta.lock();
-        m.xattrs.set(name, value, flags)?;
+        // The value's inode space, or what it grows by, before it is
+        // stored (`ispace.rs`); a failed set gives it back.
+        let (old, new) = (m.xattrs.cost_of(name), xattr_cost(name, value.len()));
+        self.take_ispace(new.saturating_sub(old))?;
+        if let Err(e) = m.xattrs.set(name, value, flags) {
+            self.ispace.give(new.saturating_sub(old));
+            return Err(e);
+        }
+        self.ispace.give(old.saturating_sub(new));
         m.ctime = Timespec::now();
         Ok(())
     }
@@ -130,7 +139,9 @@ impl MemFs {
             return set_acl(ctx, inode, name, None);
         }
         let mut m = inode.meta.lock();
+        let cost = m.xattrs.cost_of(name);
         m.xattrs.remove(name)?;
+        self.ispace.give(cost);
         m.ctime = Timespec::now();
         Ok(())
     }
@@ -142,13 +153,13 @@ impl MemFs {
             l => l,
         };
         let free = blocks.saturating_sub(used);
-        let files = FILES_TOTAL;
+        let (files, ffree) = self.ispace.statfs(FILES_TOTAL);
         Ok(StatFs {
             blocks,
             bfree: free,
             bavail: free,
             files,
-            ffree: files.saturating_sub(self.alive_count() as u64),
+            ffree,
             bsize: PAGE_SIZE as u32,
             namelen: NAME_MAX as u32,
             frsize: PAGE_SIZE as u32,

@@ -7,10 +7,10 @@ use crate::budget::Budget;
 use crate::dir::Directory;
 use crate::inode::{Body, Inode, Meta};
 use crate::io_lock;
+use crate::ispace::Ispace;
 use crate::pages::PAGE_SIZE;
 use crate::table::{InodeTable, ROOT_INO};
 use parking_lot::{Mutex, RwLock};
-use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use uvfs_vfs::{Errno, Ino, Mount, Timespec, VType, VfsResult, VnodeLayer, VnodeRef};
 use uvfs_vnode::{FsHooks, Vnode};
@@ -26,6 +26,9 @@ pub struct MemFsConfig {
     pub root_uid: u32,
     /// Group of the root directory.
     pub root_gid: u32,
+    /// Most inodes (tmpfs's `nr_inodes`; links and extended attributes
+    /// take from the same budget, `ispace.rs`); `None` = no limit.
+    pub inode_limit: Option<u64>,
 }
 
 impl Default for MemFsConfig {
@@ -35,9 +38,13 @@ impl Default for MemFsConfig {
             root_mode: 0o755,
             root_uid: 0,
             root_gid: 0,
+            inode_limit: None,
         }
     }
 }
+
+/// Longest `take_ispace` waits for removed files' inodes to be freed.
+const SPACE_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// An in-memory file system mounted on a vnode layer.
 pub struct MemFs {
@@ -48,8 +55,8 @@ pub struct MemFs {
     /// Serialises cross-directory renames (Linux's `s_vfs_rename_mutex`),
     /// which makes directory parents stable for the ancestry walk.
     pub(crate) rename_lock: Mutex<()>,
-    /// Inodes in memory, linked or not (see `Inode::alive`).
-    pub(crate) alive: Arc<AtomicUsize>,
+    /// Inodes in memory and the inode budget (`ispace.rs`).
+    pub(crate) ispace: Arc<Ispace>,
 }
 
 impl std::fmt::Debug for MemFs {
@@ -99,7 +106,7 @@ impl MemFs {
             table: InodeTable::new(),
             budget: Arc::new(Budget::new(limit)),
             rename_lock: Mutex::new(()),
-            alive: Arc::new(AtomicUsize::new(0)),
+            ispace: Arc::new(Ispace::new(cfg.inode_limit)),
         };
         let now = Timespec::now();
         let root = Inode::new(
@@ -119,7 +126,8 @@ impl MemFs {
                 xattrs: Default::default(),
             },
             Body::Dir(RwLock::new(Directory::new(ROOT_INO))),
-            fs.alive.clone(),
+            // (Its cost is taken: a new budget starts with the root's.)
+            fs.ispace.clone(),
         );
         fs.table.insert(Arc::new(root));
         Arc::new(fs)
@@ -137,7 +145,32 @@ impl MemFs {
 
     /// Inodes in memory, linked or kept alive by a vnode after unlink.
     pub fn alive_count(&self) -> usize {
-        self.alive.load(std::sync::atomic::Ordering::Relaxed)
+        self.ispace.alive()
+    }
+
+    /// Takes `bytes` of inode space (`ispace.rs`), or fails with `ENOSPC`.
+    ///
+    /// A file removed through FUSE keeps its inode until the kernel's
+    /// FORGET for it arrives: queued during the removal, but read by a
+    /// /dev/fuse loop while the next request may already be served from
+    /// an io_uring queue. So `rm f; mkdir d` on a full memfs could fail
+    /// where tmpfs, which frees at once, succeeds. When the budget is
+    /// spent while nameless inodes hold some of it, this waits (at most
+    /// `SPACE_WAIT`, only on this error path) for them to go; an inode
+    /// kept open by someone just costs the caller that wait.
+    pub(crate) fn take_ispace(&self, bytes: u64) -> VfsResult<()> {
+        let deadline = std::time::Instant::now() + SPACE_WAIT;
+        loop {
+            match self.ispace.take(bytes) {
+                Err(Errno::ENOSPC)
+                    if self.ispace.alive() > self.table.len()
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_micros(250));
+                }
+                r => return r,
+            }
+        }
     }
 
     /// Bytes of file data allocated.

@@ -17,10 +17,10 @@
 //! | `Body::Symlink` | immutable |
 
 use crate::dir::Directory;
+use crate::ispace::{Ispace, INODE_COST};
 use crate::pages::FileData;
 use crate::xattr::Xattrs;
 use parking_lot::{Mutex, RwLock};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use uvfs_vfs::{Attr, Ino, Timespec, VType};
 
@@ -102,23 +102,28 @@ pub struct Inode {
     pub meta: Mutex<Meta>,
     /// Contents.
     pub body: Body,
-    /// The file system's count of inodes in memory, linked or not;
-    /// decremented when this inode is freed.
-    alive: Arc<AtomicUsize>,
+    /// The file system's inode budget: this inode's cost was taken from
+    /// it before it was built, and goes back with what its attributes
+    /// hold when it is freed (`ispace.rs`).
+    ispace: Arc<Ispace>,
 }
 
 impl Drop for Inode {
     fn drop(&mut self) {
-        self.alive.fetch_sub(1, Ordering::Relaxed);
+        let attrs = self.meta.get_mut().xattrs.space();
+        self.ispace.give(INODE_COST + attrs);
+        self.ispace.died();
     }
 }
 
 impl Inode {
-    /// A new inode with the given metadata and body.
-    pub fn new(ino: Ino, kind: VType, meta: Meta, body: Body, alive: Arc<AtomicUsize>) -> Inode {
-        alive.fetch_add(1, Ordering::Relaxed);
+    /// A new inode with the given metadata and body, whose `INODE_COST`
+    /// (and the cost of any attributes in `meta`) the caller has taken
+    /// from `ispace`.
+    pub fn new(ino: Ino, kind: VType, meta: Meta, body: Body, ispace: Arc<Ispace>) -> Inode {
+        ispace.born();
         Inode {
-            alive,
+            ispace,
             ino,
             kind,
             meta: Mutex::new(meta),

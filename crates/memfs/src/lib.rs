@@ -29,6 +29,7 @@ mod fs;
 mod inode;
 mod io;
 mod io_lock;
+mod ispace;
 mod namei;
 mod pages;
 mod rename;

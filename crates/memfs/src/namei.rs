@@ -14,6 +14,7 @@ use crate::acl::{self, Acl};
 use crate::dir::{Directory, Target, DOTDOT_COOKIE, DOT_COOKIE};
 use crate::fs::MemFs;
 use crate::inode::{Body, Inode, Meta};
+use crate::ispace::INODE_COST;
 use crate::pages::FileData;
 use crate::xattr::Xattrs;
 use parking_lot::RwLock;
@@ -77,14 +78,17 @@ impl MemFs {
 
     /// A new inode for `dir` to hold (not yet linked anywhere): owner,
     /// group and mode as Linux gives them, from the caller, the
-    /// directory's set-gid bit and default ACL, and the umask.
+    /// directory's set-gid bit and default ACL, and the umask. `ENOSPC`
+    /// when the inode budget is spent (`ispace.rs`); nothing is changed
+    /// until this succeeded.
     pub(crate) fn new_inode(
         &self,
         ctx: &Ctx,
         dinode: &Inode,
         new: NewNode<'_>,
         now: Timespec,
-    ) -> Arc<Inode> {
+    ) -> VfsResult<Arc<Inode>> {
+        self.take_ispace(INODE_COST)?;
         let mut perm = (new.perm & 0o7777) as u16;
         // Set-gid directories hand their group down, and their set-gid bit
         // to subdirectories (the kernel already stripped set-gid from a
@@ -138,7 +142,13 @@ impl MemFs {
             btime: now,
             xattrs,
         };
-        Arc::new(Inode::new(ino, new.kind, meta, body, self.alive.clone()))
+        Ok(Arc::new(Inode::new(
+            ino,
+            new.kind,
+            meta,
+            body,
+            self.ispace.clone(),
+        )))
     }
 
     /// Makes a new inode named `name` in `dir`.
@@ -160,7 +170,7 @@ impl MemFs {
         }
         let now = Timespec::now();
         let kind = new.kind;
-        let inode = self.new_inode(ctx, dinode, new, now);
+        let inode = self.new_inode(ctx, dinode, new, now)?;
         self.table.insert(inode.clone());
         g.insert(
             name,
@@ -201,7 +211,7 @@ impl MemFs {
             rdev: 0,
             target: b"",
         };
-        let inode = self.new_inode(ctx, dinode, new, Timespec::now());
+        let inode = self.new_inode(ctx, dinode, new, Timespec::now())?;
         {
             let mut m = inode.meta.lock();
             m.nlink = 0;
@@ -362,6 +372,11 @@ impl MemFs {
             if m.nlink == u32::MAX {
                 return Err(Errno::EMLINK);
             }
+            // A second name costs inode space; an O_TMPFILE file's first
+            // is its inode's own (`ispace.rs`).
+            if m.nlink > 0 {
+                self.take_ispace(INODE_COST)?;
+            }
             m.nlink += 1;
             m.ctime = now;
         }
@@ -395,6 +410,11 @@ impl MemFs {
         dinode.meta.lock().touch_modified(now);
         let last = inode.as_ref().is_some_and(|i| {
             let mut m = i.meta.lock();
+            // Names beyond the last give their inode space back; the last
+            // one's goes with the inode.
+            if m.nlink > 1 {
+                self.ispace.give(INODE_COST);
+            }
             m.nlink = m.nlink.saturating_sub(1);
             m.ctime = now;
             m.nlink == 0

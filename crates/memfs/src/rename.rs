@@ -27,6 +27,7 @@
 use crate::dir::Target;
 use crate::fs::MemFs;
 use crate::inode::Inode;
+use crate::ispace::INODE_COST;
 use crate::namei::NewNode;
 use crate::table::ROOT_INO;
 use parking_lot::RwLockWriteGuard;
@@ -139,11 +140,16 @@ impl MemFs {
     }
 
     /// The link count and ctime of a replaced inode; true if it is gone.
-    fn unlink_replaced(r: &Inode, now: Timespec) -> bool {
+    /// A name that was not the file's last gives its inode space back
+    /// (`ispace.rs`).
+    fn unlink_replaced(&self, r: &Inode, now: Timespec) -> bool {
         let mut m = r.meta.lock();
         m.nlink = if r.kind == VType::Dir {
             0
         } else {
+            if m.nlink > 1 {
+                self.ispace.give(INODE_COST);
+            }
             m.nlink.saturating_sub(1)
         };
         m.ctime = now;
@@ -151,21 +157,28 @@ impl MemFs {
     }
 
     /// `RENAME_WHITEOUT`: the whiteout to put at the old name in `dir`
-    /// (its entries write-locked by the caller), made as `mknod` would.
-    fn whiteout(&self, ctx: &Ctx, dir: &Inode, now: Timespec) -> Target {
+    /// (its entries write-locked by the caller), made as `mknod` would,
+    /// before anything changes: it may fail (`ENOSPC`).
+    fn whiteout(&self, ctx: &Ctx, dir: &Inode, now: Timespec) -> VfsResult<Arc<Inode>> {
         let new = NewNode {
             kind: VType::Chr,
             perm: 0,
             rdev: 0,
             target: b"",
         };
-        let w = self.new_inode(ctx, dir, new, now);
-        let t = Target {
-            ino: w.ino,
-            kind: VType::Chr,
-        };
+        self.new_inode(ctx, dir, new, now)
+    }
+
+    /// Puts whiteout `w` at `name` in `g` (and in the inode table).
+    fn place_whiteout(&self, g: &mut Directory, name: &[u8], w: Arc<Inode>) {
+        g.insert(
+            name,
+            Target {
+                ino: w.ino,
+                kind: VType::Chr,
+            },
+        );
         self.table.insert(w);
-        t
     }
 
     fn rename_within(
@@ -212,14 +225,18 @@ impl MemFs {
             Some(t) => Some(self.table.get(t.ino).ok_or(Errno::ENOENT)?),
             None => None,
         };
+        let wh = match flags.whiteout() {
+            true => Some(self.whiteout(ctx, di, now)?),
+            false => None,
+        };
         let victims = Self::lock_victims(&[], replaced.as_ref())?;
         if dst.is_some() {
             g.remove(dname);
         }
         g.remove(sname);
         g.insert(dname, src);
-        if flags.whiteout() {
-            g.insert(sname, self.whiteout(ctx, di, now));
+        if let Some(w) = wh {
+            self.place_whiteout(&mut g, sname, w);
         }
         nc.remove(dir, sname);
         nc.remove(dir, dname);
@@ -232,7 +249,7 @@ impl MemFs {
             }
         }
         moved.meta.lock().ctime = now;
-        let gone = replaced.filter(|r| Self::unlink_replaced(r, now));
+        let gone = replaced.filter(|r| self.unlink_replaced(r, now));
         drop(g);
         if let Some(r) = gone {
             self.forget_unlinked(&r);
@@ -353,6 +370,10 @@ impl MemFs {
                 other.meta.lock().ctime = now;
                 return Ok(Some(()));
             }
+            let wh = match flags.whiteout() {
+                true => Some(self.whiteout(ctx, si, now)?),
+                false => None,
+            };
             let mut victims = Self::lock_victims(&[&moved], other.as_ref())?;
             for (ino, g) in victims.iter_mut() {
                 if *ino == moved.ino {
@@ -364,8 +385,8 @@ impl MemFs {
             }
             gs.remove(sname);
             gd.insert(dname, src);
-            if flags.whiteout() {
-                gs.insert(sname, self.whiteout(ctx, si, now));
+            if let Some(w) = wh {
+                self.place_whiteout(&mut gs, sname, w);
             }
             nc.remove(sdir, sname);
             nc.remove(ddir, dname);
@@ -383,7 +404,7 @@ impl MemFs {
                 m.nlink = (m.nlink + is_dir).saturating_sub(replaced_dir);
             }
             moved.meta.lock().ctime = now;
-            let gone = other.filter(|r| Self::unlink_replaced(r, now));
+            let gone = other.filter(|r| self.unlink_replaced(r, now));
             drop(gs);
             drop(gd);
             if let Some(r) = gone {

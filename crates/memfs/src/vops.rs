@@ -210,6 +210,16 @@ impl FileSystem for MemFs {
                 "inodes in memory, including unlinked ones still in use",
             ),
             (
+                "memfs.inodes.limit",
+                self.ispace.limit().unwrap_or(0),
+                "the --inodes limit (0: none)",
+            ),
+            (
+                "memfs.inodes.space_bytes",
+                self.ispace.used(),
+                "inode space in use: 1 KiB per inode and per extra link, plus extended attributes",
+            ),
+            (
                 "memfs.data.bytes",
                 self.bytes_used(),
                 "bytes of file data allocated (whole pages)",

@@ -89,6 +89,21 @@ impl Xattrs {
         self.map.remove(name).map(|_| ()).ok_or(Errno::ENODATA)
     }
 
+    /// The inode space `name`'s value takes now (0 if there is none).
+    pub fn cost_of(&self, name: &[u8]) -> u64 {
+        self.map
+            .get(name)
+            .map_or(0, |v| crate::ispace::xattr_cost(name, v.len()))
+    }
+
+    /// The inode space all attributes take.
+    pub fn space(&self) -> u64 {
+        self.map
+            .iter()
+            .map(|(k, v)| crate::ispace::xattr_cost(k, v.len()))
+            .sum()
+    }
+
     /// All names, each followed by a NUL.
     pub fn list(&self) -> Vec<u8> {
         let mut out = Vec::new();
