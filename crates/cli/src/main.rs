@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use uvfs_bench::report::Report;
 
 mod bench_all;
+mod fstab;
 mod mount_cmd;
 
 /// Counts heap bytes when the memory workload asks (off otherwise).
@@ -78,6 +79,19 @@ fn finish(
 
 fn main() -> ExitCode {
     uvfs_bench::alloc::mark_installed();
+    // Run by mount(8) as /sbin/mount.uvfs (a link to this binary).
+    if std::env::args_os()
+        .next()
+        .is_some_and(|a| fstab::is_helper(&a))
+    {
+        return match fstab::helper(&fstab::HelperArgs::parse()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("mount.uvfs: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let cli = Cli::parse();
     // Before any thread starts: Ctrl-C during a benchmark then unmounts and
     // removes what it made (tmpfs, servers, trees) instead of leaving it.

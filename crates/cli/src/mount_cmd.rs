@@ -39,7 +39,7 @@ pub enum Transport {
 }
 
 /// Options of `uvfs mount`.
-#[derive(Args, Debug)]
+#[derive(Args, Clone, Debug)]
 pub struct MountOpts {
     /// Directory to mount on.
     pub mountpoint: PathBuf,
@@ -109,6 +109,35 @@ pub struct MountOpts {
     /// exactly as it was.
     #[arg(short, long)]
     pub read_only: bool,
+    /// memfs: permission bits of the root directory, in octal (tmpfs's
+    /// `mode`; 1777 for a /tmp) [default: 755].
+    #[arg(long, value_parser = parse_mode)]
+    pub mode: Option<u32>,
+    /// memfs: owner of the root directory [default: the caller].
+    #[arg(long)]
+    pub uid: Option<u32>,
+    /// memfs: group of the root directory [default: the caller's].
+    #[arg(long)]
+    pub gid: Option<u32>,
+    /// Mount options as in /etc/fstab, comma-separated: `ro`, the mount
+    /// flags `nosuid`, `nodev`, `noexec`, `noatime`, `nodiratime`, `sync`,
+    /// `dirsync`, and any option above as `name=value` (`size=1g`,
+    /// `inodes=10k`, `mode=1777`, `threads=4`, `fd_budget=1000`, ...);
+    /// fstab's own (`defaults`, `noauto`, `nofail`, `x-*`, ...) are
+    /// ignored.
+    #[arg(short = 'o', long = "options")]
+    pub options: Option<String>,
+    /// mount(2) flags from `-o` (`MOUNT_FLAGS`).
+    #[arg(skip)]
+    pub mount_flags: libc::c_ulong,
+}
+
+/// `--mode`: octal permission bits.
+pub fn parse_mode(s: &str) -> Result<u32, String> {
+    match u32::from_str_radix(s, 8) {
+        Ok(m) if m <= 0o7777 => Ok(m),
+        _ => Err(format!("{s:?} is not an octal mode (at most 7777)")),
+    }
 }
 
 /// Options of `uvfs stat`.
@@ -210,6 +239,11 @@ fn timeout(secs: f64, what: &str) -> io::Result<Duration> {
 
 /// `uvfs mount`.
 pub fn mount(o: &MountOpts) -> io::Result<()> {
+    let mut o = o.clone();
+    if let Some(opts) = o.options.take() {
+        crate::fstab::apply(&mut o, &opts, false)?;
+    }
+    let o = &o;
     // Everything that can be refused is checked before detaching, so the
     // error reaches the terminal.
     let source = match (o.fs, &o.source) {
@@ -229,10 +263,12 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
         (_, Some(s)) => Some(std::path::absolute(s)?),
         (_, None) => None,
     };
-    if o.inodes.is_some() && source.is_some() {
+    if source.is_some()
+        && (o.inodes.is_some() || o.mode.is_some() || o.uid.is_some() || o.gid.is_some())
+    {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            "--inodes bounds a memfs; a passthrough's inodes are its source's",
+            "--inodes, --mode, --uid and --gid shape a memfs; a passthrough's are its source's",
         ));
     }
     if o.read_only && source.is_none() {
@@ -331,6 +367,7 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
             server_opendir: o.opendir,
             uring,
             read_only: o.read_only,
+            mount_flags: o.mount_flags,
         };
         return serve(fs, layer, &cfg, signals, &mut ready);
     }
@@ -340,9 +377,9 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
         layer.clone(),
         MemFsConfig {
             size_limit,
-            root_mode: 0o755,
-            root_uid: uid,
-            root_gid: gid,
+            root_mode: o.mode.unwrap_or(0o755),
+            root_uid: o.uid.unwrap_or(uid),
+            root_gid: o.gid.unwrap_or(gid),
             inode_limit,
         },
     );
@@ -355,6 +392,7 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
         server_opendir: o.opendir,
         uring,
         read_only: false,
+        mount_flags: o.mount_flags,
     };
     serve(fs, layer, &cfg, signals, &mut ready)
 }
@@ -434,6 +472,11 @@ mod tests {
             no_dir_readahead: false,
             transport: Transport::Auto,
             read_only: false,
+            mode: None,
+            uid: None,
+            gid: None,
+            options: None,
+            mount_flags: 0,
         }
     }
 

@@ -42,13 +42,15 @@ fn cstring(b: &[u8]) -> std::io::Result<CString> {
 }
 
 /// Mounts a FUSE file system on `mountpoint` with mount(2): device and
-/// setuid files honoured, read-write unless `read_only`, permissions
-/// checked by the kernel, and usable by every user when `allow_other`.
+/// setuid files honoured unless `flags` (MS_NOSUID, MS_NODEV, ...) say
+/// otherwise, read-write unless `read_only`, permissions checked by the
+/// kernel, and usable by every user when `allow_other`.
 pub fn mount(
     mountpoint: &Path,
     fsname: &str,
     allow_other: bool,
     read_only: bool,
+    flags: libc::c_ulong,
 ) -> std::io::Result<Mounted> {
     let mp = mountpoint_cstring(mountpoint)?;
     let source = cstring(fsname.as_bytes())?;
@@ -83,8 +85,10 @@ pub fn mount(
         libc::mount(
             source.as_ptr(),
             mp.as_ptr(),
-            c"fuse".as_ptr(),
-            if read_only { libc::MS_RDONLY } else { 0 },
+            // `fuse.uvfs`: findmnt and mount(8) show (and look for a
+            // `mount.fuse.uvfs` helper for) uvfs, not any FUSE server.
+            c"fuse.uvfs".as_ptr(),
+            flags | if read_only { libc::MS_RDONLY } else { 0 },
             opts.as_ptr().cast(),
         )
     };

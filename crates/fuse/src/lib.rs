@@ -34,7 +34,7 @@ mod threads;
 
 pub use control::{query, socket_path, CONTROL_DIR};
 pub use daemon::{daemonize, Readiness};
-pub use mount::{serve, serve_fd, BackgroundMount, ServeConfig};
+pub use mount::{serve, serve_fd, BackgroundMount, ServeConfig, MOUNT_FLAGS};
 pub use nodes::ROOT_ID;
 pub use server::{Server, Timeouts, MAX_WRITE};
 pub use signals::BlockedSignals;

@@ -43,6 +43,37 @@ pub struct ServeConfig {
     /// same, so the promise holds after `mount -o remount,rw` and against
     /// a peer that is not a kernel (`serve_fd`).
     pub read_only: bool,
+    /// Further per-mount flags of mount(2), as fstab options name them:
+    /// any of `MOUNT_FLAGS` (`nosuid`, `nodev`, `noexec`, ...); 0 for
+    /// none.
+    pub mount_flags: libc::c_ulong,
+}
+
+/// The mount(2) flags `ServeConfig::mount_flags` may hold, with their
+/// fstab names: those that only change what the kernel allows or records
+/// (the server needs to know none of them).
+pub const MOUNT_FLAGS: &[(&str, libc::c_ulong)] = &[
+    ("nosuid", libc::MS_NOSUID),
+    ("nodev", libc::MS_NODEV),
+    ("noexec", libc::MS_NOEXEC),
+    ("noatime", libc::MS_NOATIME),
+    ("nodiratime", libc::MS_NODIRATIME),
+    ("sync", libc::MS_SYNCHRONOUS),
+    ("dirsync", libc::MS_DIRSYNC),
+];
+
+/// fusermount3's spelling of a `MOUNT_FLAGS` flag.
+fn fuser_option(flag: libc::c_ulong) -> Option<MountOption> {
+    Some(match flag {
+        libc::MS_NOSUID => MountOption::NoSuid,
+        libc::MS_NODEV => MountOption::NoDev,
+        libc::MS_NOEXEC => MountOption::NoExec,
+        libc::MS_NOATIME => MountOption::NoAtime,
+        libc::MS_SYNCHRONOUS => MountOption::Sync,
+        libc::MS_DIRSYNC => MountOption::DirSync,
+        libc::MS_NODIRATIME => MountOption::CUSTOM("nodiratime".into()),
+        _ => return None,
+    })
 }
 
 /// Mounts `fs` and serves it until unmounted (by `umount`, `fusermount3
@@ -125,11 +156,18 @@ fn mount(
             ),
         ));
     }
+    let known = MOUNT_FLAGS.iter().fold(0, |a, &(_, f)| a | f);
+    if cfg.mount_flags & !known != 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("unsupported mount flags {:#x}", cfg.mount_flags & !known),
+        ));
+    }
     let (server, inner) = new_server(fs.clone(), layer, cfg)?;
     let mut config = fuser::Config::default();
     config.mount_options = vec![
         MountOption::FSName(cfg.fsname.clone()),
-        MountOption::Subtype(fs.fs_type().to_string()),
+        MountOption::Subtype("uvfs".to_string()),
         // The kernel checks permissions with the caller's full credentials.
         MountOption::DefaultPermissions,
         MountOption::Dev,
@@ -140,6 +178,12 @@ fn mount(
             MountOption::RW
         },
     ];
+    // (For fusermount3, these come after `Dev` and `Suid` above.)
+    for &(_, flag) in MOUNT_FLAGS {
+        if cfg.mount_flags & flag != 0 {
+            config.mount_options.extend(fuser_option(flag));
+        }
+    }
     // SAFETY: geteuid has no preconditions and cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
     // Everyone may use the mount when root serves it (allow_other), as a
@@ -158,6 +202,7 @@ fn mount(
         &cfg.fsname,
         config.acl == SessionACL::All,
         cfg.read_only,
+        cfg.mount_flags,
     )? {
         kmount::Mounted::Yes(fd, km) => {
             let km = Arc::new(km);

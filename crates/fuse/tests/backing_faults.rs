@@ -360,6 +360,7 @@ impl Stack {
             server_opendir: false,
             uring: common::uring(),
             read_only: false,
+            mount_flags: 0,
         };
         let top = BackgroundMount::start(fs, layer, &scfg).expect("mount the passthrough");
         Some(Stack {

@@ -38,6 +38,7 @@ fn a_source_holding_the_mountpoint_gets_eloop_not_a_hang() {
         server_opendir: false,
         uring: common::uring(),
         read_only: false,
+        mount_flags: 0,
     };
     let m = BackgroundMount::start(fs, layer, &cfg).expect("mount");
 

@@ -80,6 +80,7 @@ impl Pt {
             server_opendir: false,
             uring: common::uring(),
             read_only,
+            mount_flags: 0,
         };
         let mount = BackgroundMount::start(fs.clone(), layer, &cfg).expect("mount");
         Some(Pt {

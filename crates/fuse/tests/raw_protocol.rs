@@ -624,6 +624,7 @@ impl Kernel {
             server_opendir,
             uring: false,
             read_only: false,
+            mount_flags: 0,
         };
         k.mount = Some(serve_fd(fs, layer, theirs, &cfg).expect("serve_fd"));
         let r = k.recv_for(unique, "INIT");

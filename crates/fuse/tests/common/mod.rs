@@ -104,6 +104,7 @@ pub fn serve_memfs(dir: &Path, size: Option<u64>, vnodes: usize) -> BackgroundMo
         server_opendir: false,
         uring: uring(),
         read_only: false,
+        mount_flags: 0,
     };
     BackgroundMount::start(fs, layer, &cfg).expect("mount")
 }

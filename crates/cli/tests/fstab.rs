@@ -1,0 +1,129 @@
+//! fstab-style options (`uvfs mount -o`) and `uvfs` run as mount(8)'s
+//! helper (`mount.uvfs SOURCE TARGET -o OPTIONS`, through a link of that
+//! name), through the real binary. Skipped (with a message) where
+//! mounting is not possible.
+
+mod common;
+
+use common::{can_mount, Mounted};
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The mount's (per-mount options, fs type) from mountinfo.
+fn mountinfo(mnt: &Path) -> Option<(String, String)> {
+    let text = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line = text.lines().find(|l| l.split(' ').nth(4) == mnt.to_str())?;
+    let f: Vec<&str> = line.split(' ').collect();
+    let dash = f.iter().position(|x| *x == "-")?;
+    Some((f[5].to_string(), f[dash + 1].to_string()))
+}
+
+fn has(opts: &str, o: &str) -> bool {
+    opts.split(',').any(|x| x == o)
+}
+
+#[test]
+fn options_shape_a_memfs_and_its_mount() {
+    if let Err(why) = can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let m = Mounted::new(
+        "fstab-o",
+        &[
+            "-o",
+            "size=1m,inodes=100,mode=1777,uid=1000,gid=1000,nosuid,nodev,noauto",
+        ],
+    );
+    let (opts, fstype) = mountinfo(&m.mnt).expect("mounted");
+    assert!(has(&opts, "nosuid") && has(&opts, "nodev"), "{opts}");
+    assert!(!has(&opts, "noexec"), "{opts}");
+    assert_eq!(fstype, "fuse.uvfs");
+    let root = fs::metadata(&m.mnt).unwrap();
+    assert_eq!(root.permissions().mode() & 0o7777, 0o1777);
+    assert_eq!((root.uid(), root.gid()), (1000, 1000));
+    // SAFETY: all-zero bytes are a valid statvfs; the path is NUL-terminated.
+    let files = unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        let p = std::ffi::CString::new(m.mnt.as_os_str().as_encoded_bytes()).unwrap();
+        assert_eq!(libc::statvfs(p.as_ptr(), &mut st), 0);
+        st.f_files
+    };
+    assert_eq!(files, 100);
+    let e = fs::write(m.mnt.join("big"), vec![1u8; 2 << 20]).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+}
+
+/// A mount made by the helper, unmounted on drop.
+struct HelperMount(PathBuf);
+
+impl Drop for HelperMount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn the_mount_helper_mounts_remounts_and_refuses_what_it_does_not_know() {
+    if let Err(why) = can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let scratch = std::env::temp_dir().join(format!("uvfs-cli-helper-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&scratch);
+    for d in ["src", "mnt", "mnt2", "bin"] {
+        fs::create_dir_all(scratch.join(d)).unwrap();
+    }
+    let helper = scratch.join("bin/mount.uvfs");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_uvfs"), &helper).unwrap();
+    fs::write(scratch.join("src/f"), b"from the source").unwrap();
+    let run = |args: &[&str]| -> Output { Command::new(&helper).args(args).output().unwrap() };
+    let (src, mnt, mnt2) = (
+        scratch.join("src"),
+        scratch.join("mnt"),
+        scratch.join("mnt2"),
+    );
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+
+    // As mount(8) calls it for `SRC MNT uvfs ro,noexec,nofail`.
+    let out = run(&[&s(&src), &s(&mnt), "-n", "-o", "ro,noexec,nofail"]);
+    assert!(out.status.success(), "{out:?}");
+    let _guard = HelperMount(mnt.clone());
+    let (opts, _) = mountinfo(&mnt).expect("mounted");
+    assert!(has(&opts, "ro") && has(&opts, "noexec"), "{opts}");
+    assert_eq!(fs::read(mnt.join("f")).unwrap(), b"from the source");
+
+    // `mount -o remount,rw`: the mount turns read-write, the server still
+    // refuses (read-only is its promise); the kernel's own options that
+    // mount(8) repeats are no error.
+    let out = run(&[&s(&src), &s(&mnt), "-o", "remount,rw,user_id=0,group_id=0"]);
+    assert!(out.status.success(), "{out:?}");
+    let (opts, _) = mountinfo(&mnt).unwrap();
+    assert!(has(&opts, "rw"), "{opts}");
+    let e = fs::write(mnt.join("g"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    assert!(!src.join("g").exists());
+
+    // Unknown options fail (and mount nothing) unless sloppy; -f mounts
+    // nothing either way.
+    let out = run(&["memfs", &s(&mnt2), "-o", "size=1m,bogus"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("\"bogus\""),
+        "{out:?}"
+    );
+    assert!(mountinfo(&mnt2).is_none());
+    let out = run(&["memfs", &s(&mnt2), "-f", "-s", "-o", "size=1m,bogus"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(mountinfo(&mnt2).is_none(), "-f mounted");
+    let out = run(&["memfs", &s(&mnt2), "-s", "-o", "size=1m,bogus"]);
+    assert!(out.status.success(), "{out:?}");
+    let _guard2 = HelperMount(mnt2.clone());
+    fs::write(mnt2.join("h"), b"memfs").unwrap();
+    assert_eq!(fs::read(mnt2.join("h")).unwrap(), b"memfs");
+    drop(_guard2);
+    drop(_guard);
+    let _ = fs::remove_dir_all(&scratch);
+}
