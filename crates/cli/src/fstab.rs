@@ -57,6 +57,14 @@ fn flag(name: &str) -> Option<libc::c_ulong> {
         .map(|&(_, f)| f)
 }
 
+/// The flag that option `name` (`suid`, `dev`, ...) turns off.
+fn negated(name: &str) -> Option<libc::c_ulong> {
+    FLAG_NEGATIONS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .and_then(|&(_, off)| flag(off))
+}
+
 /// Applies comma-separated fstab `options` to `o`; an option it does not
 /// know is an error unless `sloppy` (mount(8)'s `-s`).
 pub fn apply(o: &mut MountOpts, options: &str, sloppy: bool) -> io::Result<()> {
@@ -108,12 +116,8 @@ pub fn apply(o: &mut MountOpts, options: &str, sloppy: bool) -> io::Result<()> {
                 }
             }
             (k, None) if flag(k).is_some() => o.mount_flags |= flag(k).unwrap_or(0),
-            (k, None) if FLAG_NEGATIONS.iter().any(|(n, _)| *n == k) => {
-                let (_, off) = FLAG_NEGATIONS
-                    .iter()
-                    .find(|(n, _)| *n == k)
-                    .unwrap_or(&("", ""));
-                o.mount_flags &= !flag(off).unwrap_or(0);
+            (k, None) if negated(k).is_some() => {
+                o.mount_flags &= !negated(k).unwrap_or(0);
             }
             (k, None) if IGNORED.contains(&k) => {}
             (k, _) if k.starts_with("x_") || k == "comment" => {}

@@ -44,14 +44,7 @@ fn options_shape_a_memfs_and_its_mount() {
     let root = fs::metadata(&m.mnt).unwrap();
     assert_eq!(root.permissions().mode() & 0o7777, 0o1777);
     assert_eq!((root.uid(), root.gid()), (1000, 1000));
-    // SAFETY: all-zero bytes are a valid statvfs; the path is NUL-terminated.
-    let files = unsafe {
-        let mut st: libc::statvfs = std::mem::zeroed();
-        let p = std::ffi::CString::new(m.mnt.as_os_str().as_encoded_bytes()).unwrap();
-        assert_eq!(libc::statvfs(p.as_ptr(), &mut st), 0);
-        st.f_files
-    };
-    assert_eq!(files, 100);
+    assert_eq!(common::statvfs(&m.mnt).f_files, 100);
     let e = fs::write(m.mnt.join("big"), vec![1u8; 2 << 20]).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
 }

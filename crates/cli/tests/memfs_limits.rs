@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{can_mount, Mounted};
+use common::{can_mount, statvfs, Mounted};
 use std::fs;
 
 #[test]
@@ -44,13 +44,4 @@ fn creating_past_the_inode_limit_fails_with_enospc() {
             panic!("round {round}: {e}");
         }
     }
-}
-
-fn statvfs(p: &std::path::Path) -> libc::statvfs {
-    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: all-zero bytes are a valid statvfs (plain integers).
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: NUL-terminated path; `st` is a valid out-pointer.
-    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
-    st
 }

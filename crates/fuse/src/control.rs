@@ -58,6 +58,7 @@ impl ControlSocket {
     /// Binds the socket for `mountpoint` and serves it on a thread.
     pub fn start(inner: Arc<Inner>, mountpoint: &Path) -> std::io::Result<ControlSocket> {
         std::fs::create_dir_all(CONTROL_DIR)?;
+        sweep_stale(Path::new(CONTROL_DIR), STALE_AGE);
         let path = socket_path(mountpoint)?;
         let listener = bind_replacing(&path)?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
@@ -97,6 +98,38 @@ fn bind_replacing(path: &Path) -> std::io::Result<UnixListener> {
     }
 }
 
+/// How old a socket nobody listens on must be before a new server
+/// removes it: a server binds its socket a moment before it listens, and
+/// a younger one may be that moment.
+const STALE_AGE: Duration = Duration::from_secs(10);
+
+/// Removes the sockets in `dir` of servers that are gone (killed with
+/// SIGKILL, say, which leaves no time to remove them): nothing listens on
+/// them (ECONNREFUSED) and they are older than `min_age`. Without this
+/// they stayed until a mount at the same path replaced them.
+fn sweep_stale(dir: &Path, min_age: Duration) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        if path.extension().is_none_or(|x| x != "sock") {
+            continue;
+        }
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().is_ok_and(|a| a >= min_age));
+        let refused = matches!(
+            UnixStream::connect(&path),
+            Err(ref err) if err.kind() == std::io::ErrorKind::ConnectionRefused
+        );
+        if old && refused {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
 impl Drop for ControlSocket {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
@@ -107,6 +140,11 @@ fn serve_one(inner: &Inner, mp: &str, conn: UnixStream) -> std::io::Result<()> {
     conn.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut line = String::new();
     BufReader::new(&conn).take(64).read_line(&mut line)?;
+    if line.is_empty() {
+        // Connected and gone without asking (`answers`, `sweep_stale`):
+        // no report to build.
+        return Ok(());
+    }
     let check = line.trim() == "check";
     let v = stats::report(inner, mp, check);
     let mut w = &conn;
@@ -133,4 +171,36 @@ pub fn query(mountpoint: &Path, check: bool) -> std::io::Result<serde_json::Valu
     let mut buf = String::new();
     s.read_to_string(&mut buf)?;
     serde_json::from_str(&buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_old_sockets_nobody_listens_on_are_swept() {
+        let dir = std::env::temp_dir().join(format!("uvfs-sweep-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // A live server's socket, a dead one's, and a file that is not a
+        // socket of ours.
+        let live = UnixListener::bind(dir.join("live.sock")).unwrap();
+        drop(UnixListener::bind(dir.join("dead.sock")).unwrap());
+        std::fs::write(dir.join("other.txt"), b"").unwrap();
+        // Young: kept, whatever answers.
+        sweep_stale(&dir, Duration::from_secs(3600));
+        assert!(dir.join("dead.sock").exists());
+        sweep_stale(&dir, Duration::ZERO);
+        assert!(
+            !dir.join("dead.sock").exists(),
+            "a dead server's socket stayed"
+        );
+        assert!(
+            dir.join("live.sock").exists(),
+            "a live server's socket went"
+        );
+        assert!(dir.join("other.txt").exists());
+        drop(live);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -178,7 +178,8 @@ fn mount(
             MountOption::RW
         },
     ];
-    // (For fusermount3, these come after `Dev` and `Suid` above.)
+    // (fusermount3 applies options in order: these override `Dev` and
+    // `Suid` above.)
     for &(_, flag) in MOUNT_FLAGS {
         if cfg.mount_flags & flag != 0 {
             config.mount_options.extend(fuser_option(flag));

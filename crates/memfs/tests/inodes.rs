@@ -7,6 +7,8 @@ use uvfs_memfs::{MemFs, MemFsConfig};
 use uvfs_vfs::{Ctx, Errno, Fh, FileSystem, RenameFlags, VType, VnodeRef, XattrFlags};
 use uvfs_vnode::{Config, VnodeLayer};
 
+mod common;
+
 const C: Ctx = Ctx::ROOT;
 const ANY: XattrFlags = XattrFlags(0);
 
@@ -26,13 +28,9 @@ fn inodes(fs: &MemFs) -> (u64, u64) {
     (s.files, s.ffree)
 }
 
+/// The names in `dir` without `.` and `..`.
 fn names(fs: &MemFs, dir: &VnodeRef) -> Vec<String> {
-    let mut out = Vec::new();
-    fs.readdir(dir, Fh(0), 0, &mut |e| {
-        out.push(String::from_utf8(e.name.clone()).unwrap());
-        false
-    })
-    .unwrap();
+    let mut out = common::names(fs, dir);
     out.retain(|n| n != "." && n != "..");
     out
 }

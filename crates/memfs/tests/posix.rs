@@ -1,5 +1,9 @@
 //! POSIX semantics of memfs at the VOP level, without FUSE.
 
+mod common;
+
+use common::names;
+
 use std::sync::Arc;
 use uvfs_memfs::{MemFs, MemFsConfig};
 use uvfs_vfs::{
@@ -29,16 +33,6 @@ fn file(fs: &MemFs, dir: &VnodeRef, name: &str) -> VnodeRef {
     fs.create(&C, dir, name.as_bytes(), 0o644, libc::O_RDWR)
         .unwrap()
         .0
-}
-
-fn names(fs: &MemFs, dir: &VnodeRef) -> Vec<String> {
-    let mut out = Vec::new();
-    fs.readdir(dir, Fh(0), 0, &mut |e| {
-        out.push(String::from_utf8(e.name.clone()).unwrap());
-        false
-    })
-    .unwrap();
-    out
 }
 
 #[test]

@@ -7,6 +7,16 @@ use std::fs;
 use std::path::PathBuf;
 use std::process::Command;
 
+/// `statvfs(2)` of `p`.
+pub fn statvfs(p: &std::path::Path) -> libc::statvfs {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: all-zero bytes are a valid statvfs (plain integers).
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: NUL-terminated path; `st` is a valid out-pointer.
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+    st
+}
+
 /// Ok when this process may mount FUSE file systems (root and a usable
 /// /dev/fuse); otherwise why not, for the skip message.
 pub fn can_mount() -> Result<(), String> {
