@@ -132,6 +132,31 @@ else
 fi
 rm -rf "$MNT/diff" "$DIFF_REF"
 
+# A tiny inode budget on both sides (memfs --inodes, tmpfs nr_inodes):
+# which creates, links, whiteout renames, tmpfiles and attributes fail with
+# ENOSPC must match too, as must the space they give back.
+INO_MNT=$(mktemp -d /tmp/uvfs-conf-ino.XXXXXX)
+INO_REF=$(mktemp -d /tmp/uvfs-conf-inoref.XXXXXX)
+ino_ok=1
+for n in 6 11 20; do
+    "$UVFS" mount --inodes "$n" "$INO_MNT" || { ino_ok=0; break; }
+    mount -t tmpfs -o "nr_inodes=$n,size=1g" tmpfs "$INO_REF" || { umount "$INO_MNT"; ino_ok=0; break; }
+    mkdir "$INO_MNT/diff" "$INO_REF/diff"
+    if ! python3 "$ROOT/scripts/difftest.py" "$INO_MNT/diff" "$INO_REF/diff" --tmpfile \
+        --seed "$((100 * n))" --seeds 8 --ops 2000 > "$WRAP/diff-ino-$n.log" 2>&1; then
+        grep -A40 '^DIVERGENCE' "$WRAP/diff-ino-$n.log" | head -60
+        ino_ok=0
+    fi
+    umount "$INO_MNT"; umount "$INO_REF"
+    [ "$ino_ok" = 1 ] || break
+done
+rmdir "$INO_MNT" "$INO_REF"
+if [ "$ino_ok" = 1 ]; then
+    pass "difftest with 6, 11 and 20 inodes vs tmpfs nr_inodes: 8 seeds x 2,000 operations each, no divergence"
+else
+    fail "difftest with a tiny inode budget"
+fi
+
 # --- 2c. both transports ----------------------------------------------------
 if [ "$URING" = Y ]; then
     total=$(counter "$MNT" fuse.requests)

@@ -283,6 +283,22 @@ impl Server {
         self.offload(f);
     }
 
+    /// Handles a request that needs new inode space (a new file, name or
+    /// attribute): on a pool thread if this is an io_uring queue thread and
+    /// the file system says such a request may wait for space that files
+    /// being let go still hold (`FileSystem::short_of_space`), here
+    /// otherwise. What it waits for is the RELEASE and FORGET of those
+    /// files, and a RELEASE may be queued on this very thread, behind it:
+    /// served here, it would wait for nothing and fail with ENOSPC (seen
+    /// with O_TMPFILE on a full memfs: close, then make another).
+    fn making(&self, f: impl FnOnce(&Server) + Send + 'static) {
+        if !(ON_URING_QUEUE.with(|u| *u) && self.inner.fs.short_of_space()) {
+            return f(self);
+        }
+        self.inner.counters.uring.fetch_add(1, Ordering::Relaxed);
+        self.offload(f);
+    }
+
     /// Whether requests that may wait for a device go to the pool: this
     /// is an io_uring queue thread, and the file system's requests may.
     fn offloading(&self) -> bool {
@@ -619,17 +635,14 @@ impl Filesystem for Server {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let r = self.changing("mknod", |i| {
-            let dir = i.nodes.get(parent.0)?;
-            i.with_attr(i.fs.mknod(
-                &ctx_making(req, umask),
-                &dir,
-                name(n),
-                mode,
-                u64::from(rdev),
-            )?)
+        let (c, n) = (ctx_making(req, umask), n.to_owned());
+        self.making(move |s| {
+            let r = s.changing("mknod", |i| {
+                let dir = i.nodes.get(parent.0)?;
+                i.with_attr(i.fs.mknod(&c, &dir, name(&n), mode, u64::from(rdev))?)
+            });
+            s.reply_entry_at(reply, r, parent.0, name(&n));
         });
-        self.reply_entry_at(reply, r, parent.0, name(n));
     }
 
     fn mkdir(
@@ -641,11 +654,14 @@ impl Filesystem for Server {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let r = self.changing("mkdir", |i| {
-            let dir = i.nodes.get(parent.0)?;
-            i.with_attr(i.fs.mkdir(&ctx_making(req, umask), &dir, name(n), mode)?)
+        let (c, n) = (ctx_making(req, umask), n.to_owned());
+        self.making(move |s| {
+            let r = s.changing("mkdir", |i| {
+                let dir = i.nodes.get(parent.0)?;
+                i.with_attr(i.fs.mkdir(&c, &dir, name(&n), mode)?)
+            });
+            s.reply_entry_at(reply, r, parent.0, name(&n));
         });
-        self.reply_entry_at(reply, r, parent.0, name(n));
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
@@ -670,16 +686,14 @@ impl Filesystem for Server {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let r = self.changing("symlink", |i| {
-            let dir = i.nodes.get(parent.0)?;
-            i.with_attr(i.fs.symlink(
-                &ctx(req),
-                &dir,
-                name(link_name),
-                target.as_os_str().as_bytes(),
-            )?)
+        let (c, n, target) = (ctx(req), link_name.to_owned(), target.to_owned());
+        self.making(move |s| {
+            let r = s.changing("symlink", |i| {
+                let dir = i.nodes.get(parent.0)?;
+                i.with_attr(i.fs.symlink(&c, &dir, name(&n), target.as_os_str().as_bytes())?)
+            });
+            s.reply_entry_at(reply, r, parent.0, name(&n));
         });
-        self.reply_entry_at(reply, r, parent.0, name(link_name));
     }
 
     fn rename(
@@ -692,18 +706,22 @@ impl Filesystem for Server {
         flags: FuseRenameFlags,
         reply: ReplyEmpty,
     ) {
-        let r = self.changing("rename", |i| {
-            let (d, nd) = (i.nodes.get(parent.0)?, i.nodes.get(newparent.0)?);
-            i.fs.rename(
-                &ctx(req),
-                &d,
-                name(n),
-                &nd,
-                name(newname),
-                RenameFlags(flags.bits()),
-            )
+        // (RENAME_WHITEOUT makes an inode.)
+        let (c, n, newname) = (ctx(req), n.to_owned(), newname.to_owned());
+        self.making(move |s| {
+            let r = s.changing("rename", |i| {
+                let (d, nd) = (i.nodes.get(parent.0)?, i.nodes.get(newparent.0)?);
+                i.fs.rename(
+                    &c,
+                    &d,
+                    name(&n),
+                    &nd,
+                    name(&newname),
+                    RenameFlags(flags.bits()),
+                )
+            });
+            Self::reply_empty(reply, r);
         });
-        Self::reply_empty(reply, r);
     }
 
     fn link(
@@ -714,12 +732,15 @@ impl Filesystem for Server {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let r = self.changing("link", |i| {
-            let (vp, dir) = (i.nodes.get(ino.0)?, i.nodes.get(newparent.0)?);
-            i.fs.link(&ctx(req), &vp, &dir, name(newname))?;
-            i.with_attr(vp)
+        let (c, newname) = (ctx(req), newname.to_owned());
+        self.making(move |s| {
+            let r = s.changing("link", |i| {
+                let (vp, dir) = (i.nodes.get(ino.0)?, i.nodes.get(newparent.0)?);
+                i.fs.link(&c, &vp, &dir, name(&newname))?;
+                i.with_attr(vp)
+            });
+            s.reply_entry_at(reply, r, newparent.0, name(&newname));
         });
-        self.reply_entry_at(reply, r, newparent.0, name(newname));
     }
 
     fn open(
@@ -1048,19 +1069,22 @@ impl Filesystem for Server {
         position: u32,
         reply: ReplyEmpty,
     ) {
-        let r = self.changing("setxattr", |i| {
-            if position != 0 {
-                return Err(Errno::EINVAL);
-            }
-            i.fs.setxattr(
-                &ctx(req),
-                &i.nodes.get(ino.0)?,
-                name(n),
-                value,
-                XattrFlags(flags),
-            )
+        let (c, n, value) = (ctx(req), n.to_owned(), value.to_vec());
+        self.making(move |s| {
+            let r = s.changing("setxattr", |i| {
+                if position != 0 {
+                    return Err(Errno::EINVAL);
+                }
+                i.fs.setxattr(
+                    &c,
+                    &i.nodes.get(ino.0)?,
+                    name(&n),
+                    &value,
+                    XattrFlags(flags),
+                )
+            });
+            Self::reply_empty(reply, r);
         });
-        Self::reply_empty(reply, r);
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
@@ -1098,15 +1122,17 @@ impl Filesystem for Server {
         kill_suidgid: bool,
         reply: ReplyCreate,
     ) {
-        let r = self.changing("create", |i| {
-            let dir = i.nodes.get(parent.0)?;
-            let c = ctx_making(req, umask);
-            let (vp, fh) =
-                i.fs.create(&c, &dir, name(n), mode, open_flags(flags, kill_suidgid))?;
-            let attr = i.fs.getattr(&vp)?;
-            Ok((vp, fh, attr))
+        let (c, n) = (ctx_making(req, umask), n.to_owned());
+        self.making(move |s| {
+            let r = s.changing("create", |i| {
+                let dir = i.nodes.get(parent.0)?;
+                let (vp, fh) =
+                    i.fs.create(&c, &dir, name(&n), mode, open_flags(flags, kill_suidgid))?;
+                let attr = i.fs.getattr(&vp)?;
+                Ok((vp, fh, attr))
+            });
+            s.reply_created(reply, r, flags, Some((parent.0, name(&n))));
         });
-        self.reply_created(reply, r, flags, Some((parent.0, name(n))));
     }
 
     fn tmpfile(
@@ -1118,16 +1144,19 @@ impl Filesystem for Server {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let r = self.changing("tmpfile", |i| {
-            let dir = i.nodes.get(parent.0)?;
-            let (vp, fh) = i.fs.tmpfile(&ctx_making(req, umask), &dir, mode, flags)?;
-            let attr = i.fs.getattr(&vp)?;
-            Ok((vp, fh, attr))
+        let c = ctx_making(req, umask);
+        self.making(move |s| {
+            let r = s.changing("tmpfile", |i| {
+                let dir = i.nodes.get(parent.0)?;
+                let (vp, fh) = i.fs.tmpfile(&c, &dir, mode, flags)?;
+                let attr = i.fs.getattr(&vp)?;
+                Ok((vp, fh, attr))
+            });
+            // No name for the evictor to ask the kernel to forget it by: the
+            // node goes when its last open file does (or once `link` named
+            // it, as any other).
+            s.reply_created(reply, r, flags, None);
         });
-        // No name for the evictor to ask the kernel to forget it by: the
-        // node goes when its last open file does (or once `link` named it,
-        // as any other).
-        self.reply_created(reply, r, flags, None);
     }
 
     fn getlk(

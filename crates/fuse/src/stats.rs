@@ -145,7 +145,7 @@ pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
     put(
         "fuse.requests.offloaded",
         rc.offloaded.load(Ordering::Relaxed),
-        "Requests from an io_uring queue answered from a pool thread: syncs and uncached reads, which may wait for a disk",
+        "Requests from an io_uring queue answered from a pool thread: syncs and uncached reads, which may wait for a disk, and requests that may wait for inode space",
     );
     put(
         "fuse.offload.threads",

@@ -115,15 +115,17 @@ impl MemFs {
             return set_acl(ctx, inode, name, Some(value));
         }
         let mut m = inode.meta.lock();
-        // The value's inode space, or what it grows by, before it is
-        // stored (`ispace.rs`); a failed set gives it back.
+        // The new value's inode space is taken whole before it is stored,
+        // and a replaced value's given back after, as tmpfs does (so a
+        // replace needs room for both at once); a failed set gives it back
+        // (`ispace.rs`).
         let (old, new) = (m.xattrs.cost_of(name), xattr_cost(name, value.len()));
-        self.take_ispace(new.saturating_sub(old))?;
+        self.take_ispace(new)?;
         if let Err(e) = m.xattrs.set(name, value, flags) {
-            self.ispace.give(new.saturating_sub(old));
+            self.ispace.give(new);
             return Err(e);
         }
-        self.ispace.give(old.saturating_sub(new));
+        self.ispace.give(old);
         m.ctime = Timespec::now();
         Ok(())
     }

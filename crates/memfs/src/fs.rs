@@ -173,6 +173,15 @@ impl MemFs {
         }
     }
 
+    /// Whether a request needing inode space may have to wait in
+    /// `take_ispace`: less than the largest single charge (an attribute of
+    /// 64 KiB with its name, or an inode) is free while nameless inodes
+    /// hold some (`FileSystem::short_of_space`).
+    pub(crate) fn short_of_ispace(&self) -> bool {
+        const LARGEST: u64 = (64 << 10) + 255 + 40 + crate::ispace::INODE_COST;
+        self.ispace.free() < LARGEST && self.ispace.alive() > self.table.len()
+    }
+
     /// Bytes of file data allocated.
     pub fn bytes_used(&self) -> u64 {
         self.budget.used() * PAGE_SIZE as u64

@@ -104,6 +104,11 @@ impl Ispace {
         self.space.used()
     }
 
+    /// Bytes of inode space free (`u64::MAX` if unlimited).
+    pub fn free(&self) -> u64 {
+        self.space.limit().saturating_sub(self.used())
+    }
+
     /// The inode limit, `None` if unlimited.
     pub fn limit(&self) -> Option<u64> {
         self.inodes
@@ -140,6 +145,8 @@ mod tests {
         assert_eq!(s.take(1), Err(Errno::ENOSPC));
         s.give(INODE_COST);
         assert_eq!(s.statfs(0), (3, 1));
+        assert_eq!(s.free(), INODE_COST);
+        assert_eq!(Ispace::new(None).free(), u64::MAX - INODE_COST);
         // A limit of 0 still holds the root.
         assert_eq!(Ispace::new(Some(0)).statfs(0), (1, 0));
         let u = Ispace::new(None);

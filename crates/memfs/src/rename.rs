@@ -107,7 +107,8 @@ impl MemFs {
     }
 
     /// Locks the child directories that change, in inode order, and checks
-    /// that a replaced directory is empty (marking it removed).
+    /// that a replaced directory is empty (`mark_removed` marks it once
+    /// nothing can fail any more).
     fn lock_victims<'a>(
         moved: &[&'a Arc<Inode>],
         replaced: Option<&'a Arc<Inode>>,
@@ -129,14 +130,25 @@ impl MemFs {
             }
         }
         if let Some(r) = replaced.filter(|r| r.kind == VType::Dir) {
-            if let Some((_, g)) = guards.iter_mut().find(|(ino, _)| *ino == r.ino) {
+            if let Some((_, g)) = guards.iter().find(|(ino, _)| *ino == r.ino) {
                 if !g.is_empty() {
                     return Err(Errno::ENOTEMPTY);
                 }
-                g.removed = true;
             }
         }
         Ok(guards)
+    }
+
+    /// Marks the replaced directory (locked by `lock_victims`) removed.
+    fn mark_removed(
+        guards: &mut [(Ino, RwLockWriteGuard<'_, Directory>)],
+        replaced: Option<&Arc<Inode>>,
+    ) {
+        if let Some(r) = replaced.filter(|r| r.kind == VType::Dir) {
+            if let Some((_, g)) = guards.iter_mut().find(|(ino, _)| *ino == r.ino) {
+                g.removed = true;
+            }
+        }
     }
 
     /// The link count and ctime of a replaced inode; true if it is gone.
@@ -225,11 +237,14 @@ impl MemFs {
             Some(t) => Some(self.table.get(t.ino).ok_or(Errno::ENOENT)?),
             None => None,
         };
+        let mut victims = Self::lock_victims(&[], replaced.as_ref())?;
+        // After the checks (tmpfs answers ENOTEMPTY before it makes the
+        // whiteout), before any change.
         let wh = match flags.whiteout() {
             true => Some(self.whiteout(ctx, di, now)?),
             false => None,
         };
-        let victims = Self::lock_victims(&[], replaced.as_ref())?;
+        Self::mark_removed(&mut victims, replaced.as_ref());
         if dst.is_some() {
             g.remove(dname);
         }
@@ -370,11 +385,12 @@ impl MemFs {
                 other.meta.lock().ctime = now;
                 return Ok(Some(()));
             }
+            let mut victims = Self::lock_victims(&[&moved], other.as_ref())?;
             let wh = match flags.whiteout() {
                 true => Some(self.whiteout(ctx, si, now)?),
                 false => None,
             };
-            let mut victims = Self::lock_victims(&[&moved], other.as_ref())?;
+            Self::mark_removed(&mut victims, other.as_ref());
             for (ino, g) in victims.iter_mut() {
                 if *ino == moved.ino {
                     g.parent = di.ino;

@@ -197,6 +197,10 @@ impl FileSystem for MemFs {
         self.do_fallocate(vp, mode, offset, len)
     }
 
+    fn short_of_space(&self) -> bool {
+        self.short_of_ispace()
+    }
+
     fn fs_stats(&self) -> Vec<(&'static str, u64, &'static str)> {
         vec![
             (

@@ -301,6 +301,17 @@ pub trait FileSystem: Send + Sync + 'static {
         false
     }
 
+    /// Whether a request that makes a file, a name or an attribute may
+    /// now have to wait for space that files being let go still hold (a
+    /// nearly full inode budget while unlinked or nameless files await
+    /// their RELEASE and FORGET). A server whose request loops serve one
+    /// request at a time (io_uring queues) then serves such requests
+    /// elsewhere, so that the RELEASE they wait for is not queued behind
+    /// them. Checked per request: must be cheap. The default: never.
+    fn short_of_space(&self) -> bool {
+        false
+    }
+
     /// Like `read`, but `EAGAIN` instead of waiting for a device (the
     /// data is not in memory yet); the caller then reads it where waiting
     /// holds up nothing. The default reads.
