@@ -1,10 +1,11 @@
-//! The space budget behind `--size`.
+//! The space budget behind `--size` (and, counted in bytes, the inode
+//! budget behind `--inodes`, `ispace.rs`).
 //!
 //! # What is counted
-//! Data pages only: each allocated 4 KiB page of a regular file costs one
-//! unit; holes cost nothing. Metadata (inodes, names, xattrs, symlink
-//! targets) is small next to data and is not counted, as in tmpfs, whose
-//! `size=` limit also counts pages.
+//! For `--size`, data pages only: each allocated 4 KiB page of a regular
+//! file costs one unit; holes cost nothing. Metadata (inodes, names,
+//! xattrs) is bounded by the inode budget instead, as in tmpfs, whose
+//! `size=` limit also counts pages and `nr_inodes` the rest.
 //!
 //! # Why reservations
 //! A write reserves the pages it needs before touching any file data, so
@@ -13,7 +14,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Pages in use against a limit; shared by every file of one memfs.
+/// Units (pages, or bytes of inode space) in use against a limit;
+/// shared by every file of one memfs.
 #[derive(Debug)]
 pub struct Budget {
     /// Maximum pages (`u64::MAX` = unlimited). Immutable.
@@ -82,12 +84,12 @@ impl Budget {
         }
     }
 
-    /// Pages in use.
+    /// Units in use.
     pub fn used(&self) -> u64 {
         self.used.load(Ordering::Relaxed)
     }
 
-    /// The limit in pages (`u64::MAX` = unlimited).
+    /// The limit in units (`u64::MAX` = unlimited).
     pub fn limit(&self) -> u64 {
         self.limit
     }

@@ -22,8 +22,10 @@
 //! - a link's: taken by `link` for a file that already had a name, given
 //!   back when a name goes while others remain (`unlink`, a rename over
 //!   it); the last name's is the inode's own;
-//! - an attribute's: taken (or the difference, on replace) by `setxattr`,
-//!   given back by `removexattr` or with the inode.
+//! - an attribute's: taken whole by `setxattr` before it is stored (a
+//!   replace needs room for the new value while the old one is still
+//!   there, as in tmpfs), then the replaced value's given back; given
+//!   back by `removexattr` or with the inode.
 
 use crate::budget::Budget;
 use std::sync::atomic::{AtomicUsize, Ordering};
