@@ -175,15 +175,20 @@ fn parse_size(s: &str) -> io::Result<Option<u64>> {
         let total = (pages.max(0) as u64).saturating_mul(psize.max(0) as u64);
         return Ok(Some((total as f64 * pct / 100.0) as u64));
     }
-    let (num, mult) = match s.chars().last().map(|c| c.to_ascii_lowercase()) {
-        Some('k') => (&s[..s.len() - 1], 1u64 << 10),
-        Some('m') => (&s[..s.len() - 1], 1 << 20),
-        Some('g') => (&s[..s.len() - 1], 1 << 30),
-        Some('t') => (&s[..s.len() - 1], 1 << 40),
-        _ => (s, 1),
+    binary_suffixed(s, &['k', 'm', 'g', 't'])
+        .map(Some)
+        .ok_or_else(bad)
+}
+
+/// A number with an optional binary suffix among `suffixes` (k, m, g, t:
+/// 2^10 ... 2^40, either case); `None` if it is not one or overflows.
+fn binary_suffixed(s: &str, suffixes: &[char]) -> Option<u64> {
+    let last = s.chars().last()?.to_ascii_lowercase();
+    let (num, shift) = match ['k', 'm', 'g', 't'].iter().position(|&c| c == last) {
+        Some(i) if suffixes.contains(&last) => (&s[..s.len() - 1], 10 * (i as u32 + 1)),
+        _ => (s, 0),
     };
-    let n: u64 = num.parse().map_err(|_| bad())?;
-    Ok(Some(n.checked_mul(mult).ok_or_else(bad)?))
+    num.parse::<u64>().ok()?.checked_mul(1u64 << shift)
 }
 
 /// `--inodes`: a count with an optional binary k/m/g suffix (as tmpfs's
@@ -198,17 +203,12 @@ fn parse_inodes(s: Option<&str>) -> io::Result<Option<u64>> {
     if s == "unlimited" {
         return Ok(None);
     }
-    let bad = || io::Error::new(io::ErrorKind::InvalidInput, format!("bad --inodes {s:?}"));
-    let (num, mult) = match s.chars().last().map(|c| c.to_ascii_lowercase()) {
-        Some('k') => (&s[..s.len() - 1], 1u64 << 10),
-        Some('m') => (&s[..s.len() - 1], 1 << 20),
-        Some('g') => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    let n: u64 = num.parse().map_err(|_| bad())?;
-    match n.checked_mul(mult) {
+    match binary_suffixed(s, &['k', 'm', 'g']) {
         Some(n) if n > 0 => Ok(Some(n)),
-        _ => Err(bad()),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("bad --inodes {s:?}"),
+        )),
     }
 }
 

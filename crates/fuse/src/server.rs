@@ -275,7 +275,13 @@ impl Server {
     /// this is an io_uring queue thread and the file system may wait for
     /// a device (`offload.rs`), here otherwise. `f` answers the request.
     fn maybe_offload(&self, f: impl FnOnce(&Server) + Send + 'static) {
-        if !self.offloading() {
+        self.offload_if(self.offloading(), f);
+    }
+
+    /// Runs `f` (which answers the request) on the pool if `elsewhere`,
+    /// here otherwise.
+    fn offload_if(&self, elsewhere: bool, f: impl FnOnce(&Server) + Send + 'static) {
+        if !elsewhere {
             return f(self);
         }
         // Counted here: `guard` runs on the pool thread.
@@ -292,11 +298,10 @@ impl Server {
     /// served here, it would wait for nothing and fail with ENOSPC (seen
     /// with O_TMPFILE on a full memfs: close, then make another).
     fn making(&self, f: impl FnOnce(&Server) + Send + 'static) {
-        if !(ON_URING_QUEUE.with(|u| *u) && self.inner.fs.short_of_space()) {
-            return f(self);
-        }
-        self.inner.counters.uring.fetch_add(1, Ordering::Relaxed);
-        self.offload(f);
+        self.offload_if(
+            ON_URING_QUEUE.with(|u| *u) && self.inner.fs.short_of_space(),
+            f,
+        );
     }
 
     /// Whether requests that may wait for a device go to the pool: this
