@@ -75,3 +75,25 @@ pub fn measure<T>(f: impl FnOnce() -> T) -> (T, Option<isize>) {
     ON.store(false, Ordering::SeqCst);
     (out, Some(LIVE.load(Ordering::Relaxed)))
 }
+
+/// Asks the allocator to give the system back the memory freed more than
+/// its purge delay ago. mimalloc purges a freed page only at a later
+/// allocation or free after the delay, so a process that frees a lot and
+/// then goes idle keeps it resident; the server's trimming thread calls
+/// this while the process is busy (crates/cli/src/memtrim.rs). It works
+/// through the calling thread's own heap, which mimalloc creates at the
+/// thread's first allocation: call it from a thread that has allocated.
+pub fn return_freed_memory() {
+    #[cfg(not(uvfs_tsan))]
+    // SAFETY: mi_collect has no preconditions; any thread may call it at
+    // any time, and without `force` it only releases what is free.
+    unsafe {
+        libmimalloc_sys::mi_collect(false)
+    };
+    #[cfg(uvfs_tsan)]
+    // SAFETY: malloc_trim has no preconditions; it only releases free
+    // memory of the system allocator's arenas.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}

@@ -346,6 +346,7 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
         daemonize()?
     };
     let signals = BlockedSignals::block()?;
+    crate::memtrim::start()?;
     let layer = VnodeLayer::new(Config::with_limit(o.vnodes));
     if let Some(src) = source {
         let fs = uvfs_passthrough::PassthroughFs::new(

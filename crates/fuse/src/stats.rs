@@ -174,6 +174,11 @@ pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
         process_cpu_us(),
         "CPU time (user + system) of the server process, microseconds",
     );
+    put(
+        "process.rss_bytes",
+        process_rss_bytes(),
+        "Resident memory of the server process, bytes (0: unknown)",
+    );
     for (n, v, d) in inner.fs.fs_stats() {
         put(n, v, d);
     }
@@ -276,6 +281,20 @@ fn process_cpu_us() -> u64 {
     us(ru.ru_utime) + us(ru.ru_stime)
 }
 
+/// Resident set size of this process in bytes, from /proc/self/statm
+/// (its second field, in pages); 0 where that cannot be read.
+fn process_rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|f| f.parse().ok())
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages * u64::try_from(page).unwrap_or(0)
+}
+
 /// The report as `name value  # description` lines for people.
 pub fn human(v: &Value) -> String {
     let mut out = String::new();
@@ -347,5 +366,19 @@ mod tests {
         }
         std::hint::black_box(x);
         assert!(process_cpu_us() > 0);
+    }
+
+    #[test]
+    fn resident_memory_follows_what_the_process_touches() {
+        let before = process_rss_bytes();
+        assert!(before > 0);
+        // 64 MiB written page by page is resident until freed.
+        let mut big = vec![0u8; 64 << 20];
+        for i in (0..big.len()).step_by(4096) {
+            big[i] = 1;
+        }
+        std::hint::black_box(&mut big);
+        let during = process_rss_bytes();
+        assert!(during >= before + (48 << 20), "{before} -> {during}");
     }
 }

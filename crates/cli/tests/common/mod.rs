@@ -68,6 +68,11 @@ impl Mounted {
 
     /// The server's request counter for `op`.
     pub fn requests(&self, op: &str) -> u64 {
+        self.counter(&format!("fuse.requests.op.{op}"))
+    }
+
+    /// One of the server's counters (`uvfs stat --json`).
+    pub fn counter(&self, key: &str) -> u64 {
         let out = Command::new(env!("CARGO_BIN_EXE_uvfs"))
             .args(["stat", "--json"])
             .arg(&self.mnt)
@@ -75,8 +80,7 @@ impl Mounted {
             .unwrap();
         assert!(out.status.success(), "uvfs stat: {out:?}");
         let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-        let key = format!("fuse.requests.op.{op}");
-        v["counters"][&key]
+        v["counters"][key]
             .as_u64()
             .unwrap_or_else(|| panic!("no counter {key} in {v}"))
     }
