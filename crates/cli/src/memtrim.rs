@@ -10,7 +10,10 @@
 //! re-fault what it frees (statstorm's two-thread rows ran slower with
 //! it). So this thread asks the allocator for what has passed the delay,
 //! once a second while the process is busy and for a few seconds after;
-//! idle, it only reads the process's CPU clock once a second.
+//! idle, it only reads the process's CPU clock once a second. (Blocks a
+//! request thread freed for another are that thread's to collect: the
+//! FUSE layer has each request thread do so as it serves,
+//! `uvfs_fuse::set_memory_release`.)
 
 use std::io;
 use std::time::Duration;

@@ -279,6 +279,12 @@ fn pass(i: &Inner, asker: &mut Asker) -> Pass {
         let mut q = ev.q.lock();
         if q.len() > 2 * i.nodes.len() + 1024 {
             q.retain(|e| i.nodes.contains(e.id));
+            // And give back what a burst of nodes (a walk, a mass
+            // create) left it.
+            let keep = 2 * q.len();
+            if q.capacity() > 2 * keep + 1024 {
+                q.shrink_to(keep);
+            }
         }
     }
     if mnt.vnode_count() <= high_water(limit) || held(&mnt) <= high_water(limit) {

@@ -27,15 +27,18 @@ mod mountinfo;
 mod nodes;
 mod offload;
 mod prune;
+mod release;
 mod server;
 mod signals;
 mod stats;
 mod threads;
+mod write_stall;
 
 pub use control::{query, socket_path, CONTROL_DIR};
 pub use daemon::{daemonize, Readiness};
 pub use mount::{serve, serve_fd, BackgroundMount, ServeConfig, MOUNT_FLAGS};
 pub use nodes::ROOT_ID;
+pub use release::set_memory_release;
 pub use server::{Server, Timeouts, MAX_WRITE};
 pub use signals::BlockedSignals;
 pub use stats::human as format_stats;

@@ -95,6 +95,8 @@ pub struct Inner {
     pub(crate) locks: crate::lockwait::LockWaiter,
     /// Threads for requests that may wait for a disk (`offload.rs`).
     pub(crate) offload: crate::offload::Offload,
+    /// Whether WRITEs waited lately (`write_stall.rs`).
+    pub(crate) write_stalls: crate::write_stall::WriteStalls,
     /// Ask the kernel for FUSE over io_uring (one request queue per CPU).
     pub uring: std::sync::atomic::AtomicBool,
     /// The kernel agreed to it.
@@ -212,6 +214,7 @@ impl Server {
                 no_opendir: Default::default(),
                 locks: Default::default(),
                 offload: Default::default(),
+                write_stalls: Default::default(),
                 uring: Default::default(),
                 uring_on: Default::default(),
                 read_only,
@@ -252,6 +255,7 @@ impl Server {
 
     /// Runs `f`, turning a panic into `EIO` and counting errors.
     fn shielded<T>(&self, what: &str, f: impl FnOnce(&Inner) -> VfsResult<T>) -> VfsResult<T> {
+        crate::release::on_request();
         let i = &*self.inner;
         let r = match catch_unwind(AssertUnwindSafe(|| f(i))) {
             Ok(r) => r,
@@ -269,6 +273,36 @@ impl Server {
             i.counters.errors.fetch_add(1, Ordering::Relaxed);
         }
         r
+    }
+
+    /// Serves a WRITE, timing it (`write_stall.rs`).
+    fn write_now(
+        &self,
+        c: &Ctx,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        write_flags: WriteFlags,
+        reply: ReplyWrite,
+    ) {
+        let r = self.changing("write", |i| {
+            let of = i.handles.get(fh.0)?;
+            // FUSE_HANDLE_KILLPRIV_V2: a writer without CAP_FSETID drops
+            // set-uid/set-gid, and it is ours to do.
+            if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+                i.fs.setattr(c, &of.vp, &SetAttr::kill_suidgid())?;
+            }
+            let write = || i.fs.write(&of.vp, of.fh, offset, data);
+            if i.fs.waits_for_devices() {
+                i.write_stalls.timed(write)
+            } else {
+                write()
+            }
+        });
+        match r {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno(e)),
+        }
     }
 
     /// Handles a request that may wait for a disk: on a pool thread if
@@ -834,19 +868,15 @@ impl Filesystem for Server {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let r = self.changing("write", |i| {
-            let of = i.handles.get(fh.0)?;
-            // FUSE_HANDLE_KILLPRIV_V2: a writer without CAP_FSETID drops
-            // set-uid/set-gid, and it is ours to do.
-            if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
-                i.fs.setattr(&ctx(req), &of.vp, &SetAttr::kill_suidgid())?;
-            }
-            i.fs.write(&of.vp, of.fh, offset, data)
-        });
-        match r {
-            Ok(n) => reply.written(n),
-            Err(e) => reply.error(errno(e)),
+        let c = ctx(req);
+        if self.offloading() && self.inner.write_stalls.open() {
+            // The data lives in the queue's buffer, which goes back to the
+            // kernel when this returns.
+            let data = data.to_vec();
+            let write = move |s: &Server| s.write_now(&c, fh, offset, &data, write_flags, reply);
+            return self.offload_if(true, write);
         }
+        self.write_now(&c, fh, offset, data, write_flags, reply);
     }
 
     fn flush(

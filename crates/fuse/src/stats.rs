@@ -145,7 +145,12 @@ pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
     put(
         "fuse.requests.offloaded",
         rc.offloaded.load(Ordering::Relaxed),
-        "Requests from an io_uring queue answered from a pool thread: syncs and uncached reads, which may wait for a disk, and requests that may wait for inode space",
+        "Requests from an io_uring queue answered from a pool thread: syncs, uncached reads and writes after a stalled one, which may wait for a disk, and requests that may wait for inode space",
+    );
+    put(
+        "fuse.writes.stalled",
+        inner.write_stalls.stalls.load(Ordering::Relaxed),
+        "WRITEs that took 5 ms or more (dirty-page throttling, a slow disk); for a second after one, WRITEs from io_uring queues are answered from pool threads",
     );
     put(
         "fuse.offload.threads",

@@ -55,6 +55,7 @@ const ENTRIES: &[(&str, u64, FileType)] = &[
     ("halfdir", HALF_DIR, FileType::Directory),
     ("slowsync", 12, FileType::RegularFile),
     ("slowread", 13, FileType::RegularFile),
+    ("slowwrite", 14, FileType::RegularFile),
 ];
 
 fn ino_of(name: &str) -> u64 {
@@ -75,11 +76,14 @@ struct Switches {
     half_fails: AtomicBool,
     /// Requests answered with EIO (so the test knows they reached us).
     injected: AtomicUsize,
-    /// While true, an FSYNC of `slowsync` and a READ of `slowread` wait
-    /// (a disk that takes its time); `waiting` counts those waiting.
+    /// While true, an FSYNC of `slowsync`, a READ of `slowread` and every
+    /// WRITE of `slowwrite` but the first wait (a disk that takes its
+    /// time); `waiting` counts those waiting.
     hold: std::sync::Mutex<bool>,
     released: std::sync::Condvar,
     waiting: AtomicUsize,
+    /// WRITEs of `slowwrite` so far.
+    slow_writes: AtomicUsize,
 }
 
 impl Switches {
@@ -232,6 +236,15 @@ impl fuser::Filesystem for FaultFs {
     ) {
         if ino.0 == ino_of("badwrite") {
             return reply.error(self.eio());
+        }
+        if ino.0 == ino_of("slowwrite") {
+            // The first takes a while (a writer the kernel throttles for
+            // a moment), the next ones until released.
+            if self.sw.slow_writes.fetch_add(1, Ordering::SeqCst) == 0 {
+                std::thread::sleep(Duration::from_millis(50));
+            } else {
+                self.sw.wait_if_held();
+            }
         }
         reply.written(data.len() as u32);
     }
@@ -636,5 +649,26 @@ fn a_read_waiting_for_the_disk_holds_up_no_other_request() {
     others_are_served_while(&s, "READ", move || {
         let got = std::fs::read(p).expect("the read completes once released");
         assert_eq!(got, content(ino_of("slowread")));
+    });
+}
+
+#[test]
+fn a_write_waiting_for_the_disk_holds_up_no_other_request_after_the_first() {
+    // Nothing says beforehand that a write will wait (dirty-page
+    // throttling), so the first one that does holds up its queue; once one
+    // has, the next writes are served off it (`write_stall.rs`).
+    let Some(s) = Stack::new("slowwrite", 64) else {
+        return;
+    };
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(s.p("slowwrite"))
+        .unwrap();
+    others_are_served_while(&s, "WRITE", move || {
+        use std::os::unix::fs::FileExt;
+        f.write_all_at(b"first", 0)
+            .expect("the first write completes");
+        f.write_all_at(b"second", 0)
+            .expect("the second write completes once released");
     });
 }

@@ -67,7 +67,16 @@ impl InodeTable {
 
     /// Removes an inode whose last link is gone.
     pub fn remove(&self, ino: Ino) -> Option<Arc<Inode>> {
-        let gone = self.shard(ino).write().remove(&ino);
+        let mut shard = self.shard(ino).write();
+        let gone = shard.remove(&ino);
+        // Emptied by a mass removal, a shard would keep its peak capacity
+        // for ever: rehashed smaller once seven-eighths empty (O(what is
+        // left), after at least three times as many removals).
+        if shard.capacity() > 64 && shard.len() * 8 < shard.capacity() {
+            let keep = shard.len() * 2;
+            shard.shrink_to(keep);
+        }
+        drop(shard);
         if gone.is_some() {
             self.len.fetch_sub(1, Ordering::Relaxed);
         }

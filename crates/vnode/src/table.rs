@@ -62,6 +62,9 @@ pub(crate) type MixBuild = BuildHasherDefault<MixHasher>;
 pub(crate) type Key = (MountId, Ino);
 pub(crate) type Map = HashMap<Key, Arc<Vnode>, MixBuild>;
 
+/// Capacity under which a shard is never shrunk (not worth a rehash).
+const MIN_SHRINK: usize = 64;
+
 pub(crate) struct Table {
     shards: Box<[CachePadded<Mutex<Map>>]>,
 }
@@ -86,10 +89,19 @@ impl Table {
     pub(crate) fn remove_if(&self, vp: &Arc<Vnode>) -> Option<Arc<Vnode>> {
         let key = (vp.mount_id(), vp.ino());
         let mut m = self.lock(key);
-        match m.get(&key) {
+        let gone = match m.get(&key) {
             Some(cur) if Arc::ptr_eq(cur, vp) => m.remove(&key),
             _ => None,
+        };
+        // A table emptied by a mass removal (`rm -r` of a large tree)
+        // would keep its peak capacity for ever; rehashed smaller once it
+        // is seven-eighths empty, which costs O(what is left) after at
+        // least three times as many removals.
+        if m.capacity() > MIN_SHRINK && m.len() * 8 < m.capacity() {
+            let keep = m.len() * 2;
+            m.shrink_to(keep);
         }
+        gone
     }
 
     /// Every vnode of one mount (for unmount; walks the whole table).

@@ -602,3 +602,23 @@ fn recycle_when_free_tears_down_on_last_release() {
     assert_eq!(layer.stats().numvnodes, 1);
     assert_eq!(hooks.0.bad.load(Ordering::Relaxed), 0);
 }
+
+#[test]
+fn the_table_gives_back_what_a_mass_removal_emptied() {
+    let layer = VnodeLayer::new(cfg(1_000_000));
+    let fs = layer.mount("fs", Arc::new(Recorder::default()));
+    let empty = layer.table_heap_bytes();
+    for i in 0..200_000u64 {
+        drop(layer.get(&fs, i, file(i)).unwrap());
+    }
+    let full = layer.table_heap_bytes();
+    assert!(full > empty + 200_000 * 16, "{empty} -> {full}");
+    let r = layer.prune(&fs, usize::MAX);
+    assert_eq!(r.recycled, 200_000);
+    assert_eq!(layer.table_len(), 0);
+    let after = layer.table_heap_bytes();
+    assert!(
+        after < full / 8,
+        "the table kept its peak: {empty} bytes empty, {full} full, {after} emptied"
+    );
+}
