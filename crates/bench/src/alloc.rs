@@ -76,11 +76,10 @@ pub fn measure<T>(f: impl FnOnce() -> T) -> (T, Option<isize>) {
     (out, Some(LIVE.load(Ordering::Relaxed)))
 }
 
-/// Asks the allocator to give the system back the memory freed more than
-/// its purge delay ago. mimalloc purges a freed page only at a later
-/// allocation or free after the delay, so a process that frees a lot and
-/// then goes idle keeps it resident; the server's trimming thread calls
-/// this while the process is busy (crates/cli/src/memtrim.rs). It works
+/// Asks the allocator to collect the calling thread's heap (blocks other
+/// threads freed into it) and give the system back what was freed more
+/// than its purge delay ago; the server calls it from its request threads
+/// and a trimming thread (crates/fuse/src/release.rs says why). It works
 /// through the calling thread's own heap, which mimalloc creates at the
 /// thread's first allocation: call it from a thread that has allocated.
 pub fn return_freed_memory() {

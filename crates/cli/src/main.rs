@@ -7,7 +7,6 @@ use uvfs_bench::report::Report;
 
 mod bench_all;
 mod fstab;
-mod memtrim;
 mod mount_cmd;
 
 /// Counts heap bytes when the memory workload asks (off otherwise).

@@ -346,8 +346,7 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
         daemonize()?
     };
     let signals = BlockedSignals::block()?;
-    crate::memtrim::start()?;
-    uvfs_fuse::set_memory_release(uvfs_bench::alloc::return_freed_memory);
+    uvfs_fuse::set_memory_release(uvfs_bench::alloc::return_freed_memory)?;
     let layer = VnodeLayer::new(Config::with_limit(o.vnodes));
     if let Some(src) = source {
         let fs = uvfs_passthrough::PassthroughFs::new(
