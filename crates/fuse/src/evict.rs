@@ -38,7 +38,10 @@
 //! that stops because what is left is in use (three batches in a row
 //! freed nothing), is followed by a rest before the thread answers the
 //! bell again, doubling (up to a second) while passes keep stalling:
-//! bounded work however many new nodes ring it.
+//! bounded work however many new nodes ring it. Between passes the thread
+//! waits for the bell with no timeout, unless the last pass stalled (nodes
+//! in use may be let go with no new node to ring it): an idle server
+//! costs it no wakeups.
 //!
 //! # Keeping up
 //! Asking is not enough when the kernel looks names up faster than it
@@ -65,7 +68,7 @@ use std::collections::VecDeque;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 /// Most notifications per batch before pausing for FORGETs.
@@ -76,6 +79,9 @@ const BATCH: usize = 4096;
 const REST: Duration = Duration::from_millis(20);
 /// The longest rest after passes that keep stalling.
 const MAX_REST: Duration = Duration::from_secs(1);
+
+/// Queue length from which each doubling rings the thread to compact it.
+const COMPACT_AT: usize = 4096;
 
 /// Consecutive batches that freed nothing before a pass gives up.
 const MAX_STALLS: usize = 3;
@@ -135,18 +141,78 @@ pub struct EvictCounters {
 #[derive(Default)]
 pub struct Evictor {
     q: Mutex<VecDeque<Entry>>,
-    rung: Mutex<bool>,
-    bell: Condvar,
-    /// Rung after each batch, for requests waiting in `throttle`.
-    progress: Condvar,
+    bell: Arc<Bell>,
     started: AtomicBool,
     /// Counters.
     pub counters: EvictCounters,
 }
 
+/// The thread's bell, apart from the server's state: the thread waits on
+/// it without keeping that state alive, so it can wait without a timeout
+/// while there is nothing to do (an idle server costs it no wakeups) and
+/// still leave when the state goes (`closed`).
+#[derive(Default)]
+struct Bell {
+    state: Mutex<BellState>,
+    ring: Condvar,
+    /// Rung after each batch, for requests waiting in `throttle`.
+    progress: Condvar,
+}
+
+#[derive(Default)]
+struct BellState {
+    rung: bool,
+    /// The evictor (the server's state) is gone: the thread leaves.
+    closed: bool,
+}
+
+impl Bell {
+    fn ring(&self) {
+        let mut s = self.state.lock();
+        if !s.rung {
+            s.rung = true;
+            self.ring.notify_one();
+        }
+    }
+
+    /// Wakes requests waiting in `throttle`.
+    fn progressed(&self) {
+        let _s = self.state.lock();
+        self.progress.notify_all();
+    }
+
+    /// Waits to be rung (or at most `timeout`); false once closed.
+    fn wait(&self, timeout: Option<Duration>) -> bool {
+        let mut s = self.state.lock();
+        match timeout {
+            Some(t) if !s.rung && !s.closed => {
+                self.ring.wait_for(&mut s, t);
+            }
+            Some(_) => {}
+            None => {
+                while !s.rung && !s.closed {
+                    self.ring.wait(&mut s);
+                }
+            }
+        }
+        s.rung = false;
+        !s.closed
+    }
+}
+
+impl Drop for Evictor {
+    fn drop(&mut self) {
+        let mut s = self.bell.state.lock();
+        s.closed = true;
+        self.bell.ring.notify_one();
+    }
+}
+
 impl Evictor {
     /// Queues a node the kernel was just handed for the first time;
-    /// rings the thread if the mount is over high water.
+    /// rings the thread if the mount is over high water, or if the queue
+    /// doubled to a size worth compacting (entries of forgotten nodes go
+    /// only then: the thread no longer wakes up to look).
     pub fn note(&self, id: u64, parent: u64, name: &[u8], dir: bool, vnodes: usize, limit: usize) {
         self.counters
             .max_vnodes
@@ -154,18 +220,18 @@ impl Evictor {
         if !self.started.load(Ordering::Relaxed) {
             return;
         }
-        self.q.lock().push_back(Entry {
-            id,
-            parent: if dir { parent | DIR_BIT } else { parent },
-            name: name.into(),
-        });
+        let len = {
+            let mut q = self.q.lock();
+            q.push_back(Entry {
+                id,
+                parent: if dir { parent | DIR_BIT } else { parent },
+                name: name.into(),
+            });
+            q.len()
+        };
         self.counters.queued.fetch_add(1, Ordering::Relaxed);
-        if vnodes > high_water(limit) {
-            let mut r = self.rung.lock();
-            if !*r {
-                *r = true;
-                self.bell.notify_one();
-            }
+        if vnodes > high_water(limit) || (len >= COMPACT_AT && len.is_power_of_two()) {
+            self.bell.ring();
         }
     }
 
@@ -182,12 +248,9 @@ impl Evictor {
         }
         self.counters.throttled.fetch_add(1, Ordering::Relaxed);
         let deadline = std::time::Instant::now() + MAX_THROTTLE;
-        let mut r = self.rung.lock();
-        if !*r {
-            *r = true;
-            self.bell.notify_one();
-        }
-        while over() && !self.progress.wait_until(&mut r, deadline).timed_out() {}
+        self.bell.ring();
+        let mut s = self.bell.state.lock();
+        while over() && !self.bell.progress.wait_until(&mut s, deadline).timed_out() {}
         true
     }
 
@@ -198,18 +261,11 @@ impl Evictor {
         self.counters
             .prune
             .store(u64::from(prune), Ordering::Relaxed);
+        let bell = self.bell.clone();
         std::thread::Builder::new()
             .name("uvfs-evict".into())
-            .spawn(move || run(asker, inner))?;
+            .spawn(move || run(asker, inner, bell))?;
         Ok(())
-    }
-
-    fn wait(&self) {
-        let mut r = self.rung.lock();
-        if !*r {
-            self.bell.wait_for(&mut r, Duration::from_secs(1));
-        }
-        *r = false;
     }
 }
 
@@ -225,29 +281,39 @@ fn low_water(limit: usize) -> usize {
     limit - limit / 4
 }
 
-fn run(mut asker: Asker, inner: Weak<Inner>) {
+fn run(mut asker: Asker, inner: Weak<Inner>, bell: Arc<Bell>) {
     // After a stalled pass the thread rests, twice as long each time the
     // next one stalls too: nodes in use past the limit cost a few batches
     // per rest, and the kernel is not asked about them thousands of times
     // a second while new nodes keep ringing.
     let mut rest = REST;
-    // Ends once the server's state is gone (the session ended). Parking
-    // with the Arc keeps that state alive for at most one timeout.
+    // Ends once the server's state is gone (the session ended); the
+    // state is held only during a pass.
     while let Some(i) = inner.upgrade() {
         let p = pass(&i, &mut asker);
-        {
-            let _r = i.evict.rung.lock();
-            i.evict.progress.notify_all();
-        }
-        match p {
-            Pass::Done => rest = REST,
-            Pass::Idle => std::thread::sleep(REST),
+        drop(i);
+        bell.progressed();
+        let timeout = match p {
+            // Only new nodes can bring work, and they ring.
+            Pass::Done => {
+                rest = REST;
+                None
+            }
+            Pass::Idle => {
+                std::thread::sleep(REST);
+                None
+            }
+            // Nodes in use may be let go without a new one coming: look
+            // again after a while even if nothing rings.
             Pass::Stalled => {
                 std::thread::sleep(rest);
                 rest = (rest * 2).min(MAX_REST);
+                Some(MAX_REST)
             }
+        };
+        if !bell.wait(timeout) {
+            return;
         }
-        i.evict.wait();
     }
 }
 
@@ -336,10 +402,7 @@ fn pass(i: &Inner, asker: &mut Asker) -> Pass {
             }
         }
         ev.counters.kept.fetch_add(kept, Ordering::Relaxed);
-        {
-            let _r = ev.rung.lock();
-            ev.progress.notify_all();
-        }
+        ev.bell.progressed();
         if held(&mnt) >= count {
             stalls += 1;
             if stalls >= MAX_STALLS {
@@ -381,6 +444,27 @@ fn ask(asker: &mut Asker, batch: &[Entry], counters: &EvictCounters) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_bell_wakes_the_thread_once_per_ring_and_when_closed() {
+        let bell = Arc::new(Bell::default());
+        // A ring before the wait is not lost, and is used up by it.
+        bell.ring();
+        assert!(bell.wait(None));
+        assert!(bell.wait(Some(Duration::from_millis(1))), "timed out, open");
+        // A waiter without a timeout stays until closed.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = {
+            let bell = bell.clone();
+            std::thread::spawn(move || tx.send(bell.wait(None)).unwrap())
+        };
+        assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
+        let mut ev = Evictor::default();
+        ev.bell = bell.clone();
+        drop(ev);
+        assert_eq!(rx.recv_timeout(Duration::from_secs(30)), Ok(false));
+        waiter.join().unwrap();
+    }
     use uvfs_memfs::{MemFs, MemFsConfig};
     use uvfs_vfs::{Ctx, FileSystem};
     use uvfs_vnode::{Config, VnodeLayer};
