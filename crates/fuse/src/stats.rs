@@ -150,7 +150,7 @@ pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
     put(
         "fuse.writes.stalled",
         inner.write_stalls.stalls.load(Ordering::Relaxed),
-        "WRITEs that took 5 ms or more (dirty-page throttling, a slow disk); for a second after one, WRITEs from io_uring queues are answered from pool threads",
+        "WRITEs that took 5 ms or more and slept meanwhile (dirty-page throttling, a slow disk; not preemption); for a second after one, WRITEs from io_uring queues are answered from pool threads",
     );
     put(
         "fuse.offload.threads",
