@@ -2,7 +2,8 @@
 //! file (1 GiB by default) through the uvfs passthrough mount, against the
 //! native file system it serves and against the peers (libfuse's
 //! `passthrough_ll`, fuse-backend-rs's passthrough) serving the same
-//! directory; a uvfs memfs mount is run for reference.
+//! directory; a uvfs memfs mount is run for reference, beside a private
+//! tmpfs (the kernel's own in-memory file system).
 //!
 //! # Passes
 //! Per repeat and file system, in turn (every file system in repeat 1,
@@ -16,9 +17,15 @@
 //!   the FUSE file's pages nor the backing file's are left), then read the
 //!   file back in `--block`s, checking every byte against the pattern.
 //! - **reread** (warm, unless `--no-warm`): the same read again at once.
+//! - **copy**: `copy_file_range` of the file to a new one, in a loop over
+//!   short counts as `cp` does, then `fsync` and close. The copy is then
+//!   read back and checked (not timed) and removed. Where the file system
+//!   serves the copy itself (memfs, and the passthrough through its
+//!   backing file system), no data crosses the FUSE channel.
 //!
-//! The file is then removed, so a run needs the room of one file at a time
-//! (checked before each write: at least twice the file's size free).
+//! The file is then removed, so a run needs the room of two files at a
+//! time (checked before each write and copy: at least twice the size of
+//! what is to be written free).
 //! A pass that fails (an I/O error, a short file, a wrong byte) makes its
 //! row fail (`ok: false`, with the error); nothing is dropped silently.
 //!
@@ -44,12 +51,12 @@ pub use passes::PassSample;
 pub use pattern::{Mismatch, Pattern, PAGE};
 pub use rows::{add_ratios, build_row, chart, check, summary, COLUMNS, OPS};
 
-use crate::fuse_mount::{self, ScratchDir, ServerMount};
+use crate::fuse_mount::{self, ScratchDir, ServerMount, Tmpfs};
 use crate::peers::{PeerKind, PeerMount, PeerOptions};
 use crate::procstat::{Sampler, DEFAULT_PERIOD};
 use crate::report::{Progress, Report};
 use crate::CommonOpts;
-use passes::{check_room, drop_all_caches, mem_available, read_file, write_file, Timed};
+use passes::{check_room, copy_file, drop_all_caches, mem_available, read_file, write_file, Timed};
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -58,8 +65,9 @@ pub const PASSTHROUGH: &str = "uvfs-passthrough";
 pub const MEMFS: &str = "uvfs-memfs";
 pub const LIBFUSE: &str = "libfuse-passthrough_ll";
 pub const FBR: &str = "fuse-backend-rs";
+pub const TMPFS: &str = "tmpfs";
 /// Every file system, in setup and run order.
-pub const ALL_FS: [&str; 5] = [NATIVE, PASSTHROUGH, LIBFUSE, FBR, MEMFS];
+pub const ALL_FS: [&str; 6] = [NATIVE, PASSTHROUGH, LIBFUSE, FBR, MEMFS, TMPFS];
 /// The peers the passthrough is held against.
 pub const PEERS: [&str; 2] = [LIBFUSE, FBR];
 
@@ -77,7 +85,7 @@ pub struct SeqioOpts {
     #[arg(long, default_value = "1m")]
     pub block: String,
     /// File systems to run (default: all of native, uvfs-passthrough,
-    /// libfuse-passthrough_ll, fuse-backend-rs, uvfs-memfs).
+    /// libfuse-passthrough_ll, fuse-backend-rs, uvfs-memfs, tmpfs).
     #[arg(long, value_delimiter = ',')]
     pub fs: Option<Vec<String>>,
     /// Where the native directory is made; it is also the directory the
@@ -154,6 +162,8 @@ struct Target {
     /// The directory the file goes in.
     dir: PathBuf,
     server: Option<Server>,
+    /// The private tmpfs of the `tmpfs` target.
+    _tmpfs: Option<Tmpfs>,
     /// Why it could not be set up (its rows then fail with this).
     setup_error: Option<String>,
 }
@@ -163,9 +173,14 @@ impl Target {
         self.dir.join(format!("seqio-{}.dat", self.name))
     }
 
+    /// Where its copy goes.
+    fn copy(&self) -> PathBuf {
+        self.dir.join(format!("seqio-{}.copy", self.name))
+    }
+
     /// Whether its file lands on the native directory's disk.
     fn on_disk(&self) -> bool {
-        self.name != MEMFS
+        self.name != MEMFS && self.name != TMPFS
     }
 }
 
@@ -204,26 +219,38 @@ fn setup(name: &'static str, o: &SeqioOpts, native: &Path, size: u64) -> Target 
         name,
         dir: native.to_path_buf(),
         server: None,
+        _tmpfs: None,
         setup_error: None,
     };
     let server = match name {
         NATIVE => return t,
+        TMPFS => {
+            match Tmpfs::start("seqio-tmpfs") {
+                Ok(m) => {
+                    t.dir = m.root.clone();
+                    t._tmpfs = Some(m);
+                }
+                Err(e) => t.setup_error = Some(format!("setup failed: {e}")),
+            }
+            return t;
+        }
         PASSTHROUGH => {
             let mut a = uvfs_args(o);
             a.extend(["--source".into(), native.display().to_string()]);
             ServerMount::start("seqio-passthrough", &a).map(Server::Uvfs)
         }
         MEMFS => {
-            // memfs holds the file in the server's memory: bound it
-            // (--size) and make sure the machine has the room.
+            // memfs holds the file and its copy in the server's memory:
+            // bound it (--size) and make sure the machine has the room
+            // (the kernel caches the file too).
             let mut a = uvfs_args(o);
             a.extend(["--size".into(), (size * 2).to_string()]);
             mem_available().and_then(|avail| {
-                if avail < size * 2 {
+                if avail < size * 3 {
                     Err(io::Error::other(format!(
-                        "{:.2} GiB of memory available, memfs needs 2x the file ({:.2} GiB)",
+                        "{:.2} GiB of memory available, memfs needs 3x the file ({:.2} GiB)",
                         avail as f64 / GIB,
-                        2.0 * size as f64 / GIB
+                        3.0 * size as f64 / GIB
                     )))
                 } else {
                     ServerMount::start("seqio-memfs", &a).map(Server::Uvfs)
@@ -274,7 +301,11 @@ fn watched(t: &Target, op: &str, io: impl FnOnce() -> io::Result<Timed>) -> Pass
     let requests = match (uvfs, before) {
         (Some(m), Some(b)) => m.sample().ok().map(|a| {
             let d = b.delta(&a);
-            let kernel_op = if op == "write" { "write" } else { "read" };
+            let kernel_op = match op {
+                "write" => "write",
+                "copy" => "copy_file_range",
+                _ => "read",
+            };
             (d.requests, d.by_op.get(kernel_op).copied().unwrap_or(0))
         }),
         _ => None,
@@ -293,7 +324,14 @@ fn watched(t: &Target, op: &str, io: impl FnOnce() -> io::Result<Timed>) -> Pass
     s
 }
 
-/// One repeat on one target: write, cold read, warm read, remove.
+/// The ops of a repeat, in order.
+pub fn ops(warm: bool) -> Vec<&'static str> {
+    OPS.into_iter()
+        .filter(|&op| warm || op != "reread")
+        .collect()
+}
+
+/// One repeat on one target: write, cold read, warm read, copy, remove.
 fn repeat(
     t: &Target,
     o: &SeqioOpts,
@@ -303,7 +341,7 @@ fn repeat(
     seed: u64,
 ) -> Vec<PassSample> {
     let warm = !o.no_warm;
-    let n_ops = if warm { 3 } else { 2 };
+    let n_ops = ops(warm).len();
     if let Some(e) = &t.setup_error {
         return vec![PassSample::failed(e.clone()); n_ops];
     }
@@ -335,6 +373,18 @@ fn repeat(
     if warm {
         out.push(read("reread"));
     }
+    let copy = t.copy();
+    let room = if t.on_disk() {
+        check_room(native, size)
+    } else {
+        Ok(())
+    };
+    out.push(match (written, room) {
+        (false, _) => PassSample::failed("not run: the write failed".into()),
+        (true, Err(e)) => PassSample::failed(e.to_string()),
+        (true, Ok(())) => watched(t, "copy", || copy_file(&path, &copy, size, block, &pat)),
+    });
+    let _ = std::fs::remove_file(&copy);
     if let Err(e) = std::fs::remove_file(&path) {
         if e.kind() != io::ErrorKind::NotFound {
             for s in &mut out {
@@ -377,7 +427,8 @@ pub fn run(o: &SeqioOpts) -> io::Result<Report> {
             .join(format!("uvfs-bench-{}-seqio", std::process::id())),
         true,
     )?;
-    let n_ops = if o.no_warm { 2 } else { 3 };
+    let op_names = ops(!o.no_warm);
+    let n_ops = op_names.len();
     let mut prog = Progress::new(names.len() + repeats * names.len());
     let mut targets = Targets(Vec::new());
     for &name in &names {
@@ -409,7 +460,7 @@ pub fn run(o: &SeqioOpts) -> io::Result<Report> {
 
     let mut report = Report::new("seqio");
     for (k, t) in targets.0.iter().enumerate() {
-        for (op, ss) in OPS.iter().zip(&samples[k]) {
+        for (op, ss) in op_names.iter().zip(&samples[k]) {
             report.rows.push(build_row(t.name, op, size, block, ss));
         }
     }

@@ -15,6 +15,7 @@
 //! - `budget.rs`: the `--size` accounting.
 //! - `namei.rs`, `rename.rs`, `io.rs`, `attrs.rs`: the operations;
 //!   `vops.rs` exposes them as `uvfs_vfs::FileSystem`.
+//! - `copy.rs`: `copy_file_range` from page to page.
 //! - `io_lock.rs`: the range locking that makes I/O atomic.
 //!
 //! A vnode's private data is an `Arc<Inode>`: memfs inodes outlive vnode
@@ -24,6 +25,7 @@
 mod acl;
 mod attrs;
 mod budget;
+mod copy;
 mod dir;
 mod fs;
 mod inode;

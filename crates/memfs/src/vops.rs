@@ -197,6 +197,20 @@ impl FileSystem for MemFs {
         self.do_fallocate(vp, mode, offset, len)
     }
 
+    fn copy_file_range(
+        &self,
+        vp_in: &VnodeRef,
+        _fh_in: Fh,
+        off_in: u64,
+        vp_out: &VnodeRef,
+        _fh_out: Fh,
+        off_out: u64,
+        len: u64,
+        flags: u32,
+    ) -> VfsResult<u64> {
+        self.do_copy_file_range(vp_in, off_in, vp_out, off_out, len, flags)
+    }
+
     fn short_of_space(&self) -> bool {
         self.short_of_ispace()
     }

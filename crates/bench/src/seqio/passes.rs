@@ -1,11 +1,12 @@
-//! The two passes of `uvfs bench seqio` over one file (write it, read it
-//! back checking every byte), and the machine checks around them: room on
-//! the disk, memory for memfs, cold caches.
+//! The passes of `uvfs bench seqio` over one file (write it, read it back
+//! checking every byte, copy it), and the machine checks around them:
+//! room on the disk, memory for memfs, cold caches.
 
 use super::pattern::Pattern;
 use crate::procstat::Peaks;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -170,6 +171,64 @@ pub(super) fn read_file(path: &Path, size: u64, block: usize, pat: &Pattern) -> 
     })
 }
 
+/// Copies `from` (`size` bytes) to a new `to` with `copy_file_range`,
+/// looping over short counts as `cp` does, then fsyncs and closes it;
+/// then reads the copy back checking it against `pat` (`verify_secs`).
+pub(super) fn copy_file(
+    from: &Path,
+    to: &Path,
+    size: u64,
+    block: usize,
+    pat: &Pattern,
+) -> io::Result<Timed> {
+    let start = Instant::now();
+    let src = File::open(from)?;
+    let dst = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(to)?;
+    let (mut off_in, mut off_out) = (0i64, 0i64);
+    while (off_in as u64) < size {
+        let left = usize::try_from(size - off_in as u64).unwrap_or(usize::MAX);
+        // SAFETY: both fds are open for the call; the offsets are valid,
+        // writable i64s that the kernel advances.
+        let n = unsafe {
+            libc::copy_file_range(
+                src.as_raw_fd(),
+                &mut off_in,
+                dst.as_raw_fd(),
+                &mut off_out,
+                left,
+                0,
+            )
+        };
+        match n {
+            0 => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("copy_file_range: the source ended at {off_in} of {size} bytes"),
+                ))
+            }
+            n if n < 0 => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(io::Error::new(e.kind(), format!("copy_file_range: {e}")));
+                }
+            }
+            _ => {}
+        }
+    }
+    dst.sync_all()?;
+    drop((src, dst));
+    let secs = start.elapsed().as_secs_f64();
+    let check = read_file(to, size, block, pat)?;
+    Ok(Timed {
+        secs,
+        verify_secs: check.secs + check.verify_secs,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,6 +256,18 @@ mod tests {
         std::fs::write(&path, &data).unwrap();
         let e = read_file(&path, size, block, &pat).unwrap_err().to_string();
         assert!(e.contains("offset 200000"), "{e}");
+        // A copy of a good file checks out; a copy of the changed one not.
+        write_file(&path, size, block, &pat).unwrap();
+        let copy = dir.join("g");
+        let t = copy_file(&path, &copy, size, block, &pat).unwrap();
+        assert!(t.verify_secs > 0.0);
+        assert_eq!(std::fs::read(&copy).unwrap(), std::fs::read(&path).unwrap());
+        std::fs::write(&path, &data).unwrap();
+        let e = copy_file(&path, &copy, size, block, &pat).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        // A source shorter than promised.
+        let e = copy_file(&path, &copy, size + 1, block, &pat).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

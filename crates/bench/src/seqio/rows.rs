@@ -3,7 +3,7 @@
 //! failures fail the run.
 
 use super::passes::PassSample;
-use super::{MEMFS, NATIVE, PASSTHROUGH, PEERS};
+use super::{MEMFS, NATIVE, PASSTHROUGH, PEERS, TMPFS};
 use crate::procstat::Peaks;
 use crate::report::{median, BarGroup, Report, Row};
 use crate::row;
@@ -14,7 +14,7 @@ const MIB: f64 = (1u64 << 20) as f64;
 const GIB: f64 = (1u64 << 30) as f64;
 
 /// Ops of a repeat, in order.
-pub const OPS: [&str; 3] = ["write", "read", "reread"];
+pub const OPS: [&str; 4] = ["write", "read", "reread", "copy"];
 
 /// One row from the samples of all repeats of (fs, op): medians of the
 /// passes that succeeded; `ok` only if every pass did.
@@ -92,8 +92,9 @@ pub(super) fn is_ok(r: &Row) -> bool {
     r.get("ok") == Some(&Value::Bool(true))
 }
 
-/// `vs_native` on every FUSE row and `vs_best_peer` (with `best_peer`) on
-/// the uvfs rows, same op, from rows that succeeded.
+/// `vs_native` on every FUSE row, `vs_best_peer` (with `best_peer`) on
+/// the uvfs rows and `vs_tmpfs` on memfs's, same op, from rows that
+/// succeeded.
 pub fn add_ratios(report: &mut Report) {
     let rows = report.rows.clone();
     let rate = |fs: &str, op: &Value| {
@@ -106,7 +107,12 @@ pub fn add_ratios(report: &mut Report) {
             continue;
         };
         let op = r["op"].clone();
-        if r["fs"] != NATIVE {
+        if r["fs"] == MEMFS {
+            if let Some(b) = rate(TMPFS, &op) {
+                r.insert("vs_tmpfs".into(), json!(v / b));
+            }
+        }
+        if r["fs"] != NATIVE && r["fs"] != TMPFS {
             if let Some(b) = rate(NATIVE, &op) {
                 r.insert("vs_native".into(), json!(v / b));
             }
@@ -156,6 +162,7 @@ pub const COLUMNS: &[&str] = &[
     "mib_per_sec",
     "vs_native",
     "vs_best_peer",
+    "vs_tmpfs",
     "ok",
     "rss_bytes",
     "max_fds",
@@ -173,10 +180,20 @@ pub fn summary(r: &Report) -> Vec<String> {
             continue;
         };
         if op != "reread" {
+            // The issue's target is on sequential reads and writes.
+            let target = |v: f64| match op {
+                "write" | "read" => {
+                    format!(
+                        "target >= 0.9: {}; ",
+                        if v >= 0.9 { "met" } else { "NOT met" }
+                    )
+                }
+                _ => String::new(),
+            };
             match num(x, "vs_best_peer") {
                 Some(v) => out.push(format!(
-                    "uvfs-passthrough {op} vs best peer: {v:.2}x (target >= 0.9: {}; {:.0} vs {} {:.0} MiB/s)",
-                    if v >= 0.9 { "met" } else { "NOT met" },
+                    "uvfs-passthrough {op} vs best peer: {v:.2}x ({}{:.0} vs {} {:.0} MiB/s)",
+                    target(v),
                     num(x, "mib_per_sec").unwrap_or(f64::NAN),
                     text(x, "best_peer"),
                     num(x, "mib_per_sec").unwrap_or(f64::NAN) / v,
@@ -186,13 +203,7 @@ pub fn summary(r: &Report) -> Vec<String> {
                         .iter()
                         .filter_map(|p| row(p, op))
                         .filter(|p| !is_ok(p))
-                        .map(|p| {
-                            format!(
-                                "{}: {}",
-                                text(p, "fs"),
-                                text(p, "error")
-                            )
-                        })
+                        .map(|p| format!("{}: {}", text(p, "fs"), text(p, "error")))
                         .collect();
                     out.push(format!(
                         "uvfs-passthrough {op} vs best peer: n/a (no peer measured{}{})",
@@ -204,6 +215,11 @@ pub fn summary(r: &Report) -> Vec<String> {
         }
         if let Some(v) = num(x, "vs_native") {
             out.push(format!("uvfs-passthrough {op} vs native: {v:.2}x"));
+        }
+    }
+    for op in OPS {
+        if let Some(v) = row(MEMFS, op).and_then(|x| num(x, "vs_tmpfs")) {
+            out.push(format!("uvfs-memfs {op} vs tmpfs: {v:.2}x"));
         }
     }
     let servers: Vec<String> = r
@@ -241,7 +257,8 @@ pub fn summary(r: &Report) -> Vec<String> {
     if let Some(x) = r.rows.first() {
         out.push(format!(
             "note: {} MiB file in {} KiB blocks; write = create + writes + fsync + close; \
-             read = after dropping dentries, inodes and page cache; reread = at once after; \
+             read = after dropping dentries, inodes and page cache (tmpfs: nothing to drop); \
+             reread = at once after; copy = copy_file_range to a new file + fsync + close; \
              secs exclude content checks",
             num(x, "bytes").unwrap_or(0.0) / MIB,
             num(x, "block").unwrap_or(0.0) / 1024.0,
@@ -277,7 +294,7 @@ pub fn chart(r: &Report) -> (String, String, Vec<BarGroup>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::seqio::{FBR, LIBFUSE};
+    use crate::seqio::{FBR, LIBFUSE, TMPFS};
 
     fn ok(secs: f64) -> PassSample {
         PassSample {
@@ -418,6 +435,37 @@ mod tests {
         assert!(check(&r).is_ok());
         let (_, _, g) = chart(&r);
         assert_eq!(g.len(), 2);
+    }
+
+    #[test]
+    fn copy_rows_carry_no_target_and_memfs_is_held_against_tmpfs() {
+        let r = report(&[
+            (NATIVE, "copy", 1000.0, true),
+            (PASSTHROUGH, "copy", 800.0, true),
+            (LIBFUSE, "copy", 400.0, true),
+            (MEMFS, "copy", 3000.0, true),
+            (TMPFS, "copy", 1500.0, true),
+            (MEMFS, "write", 500.0, true),
+            (TMPFS, "write", 1000.0, true),
+        ]);
+        let get = |fs: &str, op: &str| {
+            r.rows
+                .iter()
+                .find(|x| x["fs"] == fs && x["op"] == op)
+                .unwrap()
+        };
+        assert_eq!(get(MEMFS, "copy")["vs_tmpfs"].as_f64(), Some(2.0));
+        assert_eq!(get(MEMFS, "write")["vs_tmpfs"].as_f64(), Some(0.5));
+        // tmpfs is not a FUSE mount of the native directory.
+        assert!(get(TMPFS, "copy").get("vs_native").is_none());
+        assert!(get(PASSTHROUGH, "copy").get("vs_tmpfs").is_none());
+        let s = summary(&r).join("\n");
+        assert!(
+            s.contains("uvfs-passthrough copy vs best peer: 2.00x (800 vs libfuse"),
+            "{s}"
+        );
+        assert!(s.contains("uvfs-memfs copy vs tmpfs: 2.00x"), "{s}");
+        assert!(s.contains("uvfs-memfs write vs tmpfs: 0.50x"), "{s}");
     }
 
     #[test]
