@@ -1665,6 +1665,47 @@ fn io(k: &mut Kernel, memfs: bool) {
     );
     assert!(k.call(SETATTR, f, &sz(5).body()).ok());
     assert_eq!(k.size_of(f), 5);
+    // COPY_FILE_RANGE extremes, into a second file and within the first.
+    let (g, gh) = k.create(d, b"g");
+    let cp = |fh_out: u64, off_in: u64, off_out: u64, len: u64, flags: u64| {
+        CopyIn {
+            fh_in: fh,
+            off_in,
+            nodeid_out: if fh_out == fh { f } else { g },
+            fh_out,
+            off_out,
+            len,
+            flags,
+        }
+        .body()
+    };
+    let big = i64::MAX as u64;
+    for (off_in, off_out, len, flags) in [
+        (u64::MAX, 0, 1, 0),
+        (1 << 63, 0, 1, 0),
+        (0, u64::MAX, 1, 0),
+        (0, big, 1, 0),
+        (0, big - 1, u64::MAX, 0),
+        (0, 0, u64::MAX, 0),
+        (0, 0, 5, u64::MAX),
+        (big, 0, u64::MAX, 0),
+    ] {
+        k.call(COPY_FILE_RANGE, f, &cp(gh, off_in, off_out, len, flags));
+    }
+    k.call(COPY_FILE_RANGE, f, &cp(fh, 0, 2, 5, 0));
+    // The server lives on, and a plain copy copies.
+    assert!(k.call(SETATTR, g, &sz(0).body()).ok());
+    let r = k.call(COPY_FILE_RANGE, f, &cp(gh, 1, 0, 1 << 40, 0));
+    assert!(r.ok(), "copy: {}", r.errno());
+    assert_eq!(u32_at(&r.body, 0), 4);
+    assert_eq!(k.size_of(g), 4);
+    if memfs {
+        // Overlapping ranges of one file: refused, as the kernel would.
+        k.expect_err(COPY_FILE_RANGE, f, &cp(fh, 0, 2, 5, 0), &[EINVAL]);
+        k.expect_err(COPY_FILE_RANGE, f, &cp(gh, 0, 0, 5, 1), &[EINVAL]);
+        k.expect_err(COPY_FILE_RANGE, f, &cp(gh, 0, big, 5, 0), &[libc::EFBIG]);
+    }
+    assert_eq!(k.size_of(f), 5);
     // A mode with file-type bits (a directory's, a socket's): the type
     // of the node must not change.
     for mode in [libc::S_IFDIR | 0o755, libc::S_IFSOCK | 0o777, 0xffff_ffff] {

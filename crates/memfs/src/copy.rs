@@ -17,9 +17,11 @@
 //! wait behind a writer queued for both, which waits for us.
 //!
 //! # Holes
-//! A hole in the source becomes a hole in the destination (its pages
-//! there are freed, as `fallocate(PUNCH_HOLE)` would): copying a sparse
-//! file does not fill it in, and the bytes read back are the same zeros.
+//! A hole in the source is copied as the zeros it reads as, so the
+//! destination's pages there are allocated: what tmpfs does (the kernel
+//! copies it through its page cache), and what `scripts/difftest.py
+//! --blocks` holds memfs to. Sparse-aware callers (`cp`) copy only the
+//! data they find with `SEEK_DATA`/`SEEK_HOLE`.
 //!
 //! # Size of one request
 //! At most `MAX_COPY` bytes per request; callers loop on short counts
@@ -113,22 +115,14 @@ fn copy_len(f: &FileData, off: u64, len: u64) -> u64 {
     f.size().saturating_sub(off).min(len)
 }
 
-/// Copies `n` bytes (all inside the source) and grows the destination to
-/// cover them; returns the bytes copied. The caller holds both ranges.
+/// Copies `n` bytes (all inside the source); returns the bytes copied.
+/// The caller holds both ranges.
 fn copy(fin: &FileData, off_in: u64, fout: &FileData, off_out: u64, n: u64) -> VfsResult<u64> {
-    let end = off_in + n;
-    let mut buf = Vec::new();
+    let mut buf = vec![0u8; n.min(CHUNK) as usize];
     let mut done = 0;
     while done < n {
-        let at = off_in + done;
-        let (data, data_end) = fin.next_data(at, end, CHUNK).unwrap_or((end, end));
-        if data > at {
-            fout.punch_hole(off_out + done, data - at);
-            done = data - off_in;
-            continue;
-        }
-        buf.resize((data_end - at) as usize, 0);
-        let got = fin.read_into(at, &mut buf);
+        let want = (n - done).min(CHUNK) as usize;
+        let got = fin.read_into(off_in + done, &mut buf[..want]);
         let wrote = match fout.write(off_out + done, &buf[..got]) {
             Ok(w) => w as u64,
             // Out of space (or past the largest size) after copying some:
@@ -137,15 +131,9 @@ fn copy(fin: &FileData, off_in: u64, fout: &FileData, off_out: u64, n: u64) -> V
             Err(e) => return Err(e),
         };
         done += wrote;
-        if wrote < buf.len() as u64 {
+        if wrote < want as u64 {
             break;
         }
-    }
-    // A copy ending in a hole wrote nothing there: the size still has to
-    // cover it, as it would after writing the zeros. Copying nothing
-    // changes nothing.
-    if done > 0 {
-        fout.extend_to(off_out + done);
     }
     Ok(done)
 }

@@ -160,29 +160,6 @@ impl FileData {
         (end - offset) as usize
     }
 
-    /// The first run of allocated pages in `[offset, limit)`, clipped to
-    /// that range and to `max_len` bytes: `(start, end)`, or `None` if the
-    /// range is all hole. Costs a map search plus the pages it returns,
-    /// whatever the file's size (`seek` walks a data run to its end).
-    pub fn next_data(&self, offset: u64, limit: u64, max_len: u64) -> Option<(u64, u64)> {
-        if offset >= limit {
-            return None;
-        }
-        let map = self.map.read();
-        let mut run = map.range(offset / PAGE..limit.div_ceil(PAGE));
-        let (&first, _) = run.next()?;
-        let start = (first * PAGE).max(offset);
-        let cap = limit.min(start.saturating_add(max_len.max(1)));
-        let mut next = first + 1;
-        while next * PAGE < cap {
-            match run.next() {
-                Some((&p, _)) if p == next => next += 1,
-                _ => break,
-            }
-        }
-        Some((start, (next * PAGE).min(cap)))
-    }
-
     /// Writes `data` at `offset`, allocating pages. Returns the bytes
     /// written: all of `data`, or a prefix when the budget runs out part
     /// way; `ENOSPC` if not even one byte fits, `EFBIG` past the largest
@@ -252,16 +229,6 @@ impl FileData {
         }
         self.size.store(new_size, Ordering::Release);
         Ok(())
-    }
-
-    /// Grows the size to at least `size`; never shrinks it. Nothing needs
-    /// zeroing (bytes past the size are zero) and, unlike `truncate`, a
-    /// write past `size` that extended the file meanwhile is kept: the
-    /// caller holds a range lock below `size`, not the whole file.
-    pub fn extend_to(&self, size: u64) {
-        let _map = self.map.read();
-        self.size
-            .fetch_max(size.min(MAX_FILE_SIZE), Ordering::Release);
     }
 
     /// Zeroes `[from, inf)` inside allocated pages and frees whole pages.
@@ -390,40 +357,15 @@ mod tests {
     }
 
     #[test]
-    fn next_data_finds_runs_clipped_to_the_range() {
+    fn read_into_reads_holes_as_zeros_up_to_the_end() {
         let (_, f) = file(u64::MAX);
-        // Pages 2, 3, 4 and 7 allocated.
-        f.write(2 * PAGE, &[1u8; 3 * PAGE_SIZE]).unwrap();
         f.write(7 * PAGE + 5, b"x").unwrap();
-        assert_eq!(
-            f.next_data(0, 10 * PAGE, u64::MAX),
-            Some((2 * PAGE, 5 * PAGE))
-        );
-        assert_eq!(
-            f.next_data(3 * PAGE + 1, 10 * PAGE, u64::MAX),
-            Some((3 * PAGE + 1, 5 * PAGE))
-        );
-        assert_eq!(
-            f.next_data(0, 3 * PAGE + 7, u64::MAX),
-            Some((2 * PAGE, 3 * PAGE + 7))
-        );
-        assert_eq!(
-            f.next_data(0, 10 * PAGE, PAGE + 1),
-            Some((2 * PAGE, 3 * PAGE + 1))
-        );
-        assert_eq!(
-            f.next_data(5 * PAGE, 10 * PAGE, u64::MAX),
-            Some((7 * PAGE, 8 * PAGE))
-        );
-        assert_eq!(f.next_data(5 * PAGE, 7 * PAGE, u64::MAX), None);
-        assert_eq!(f.next_data(8 * PAGE, u64::MAX, u64::MAX), None);
-        assert_eq!(f.next_data(4 * PAGE, 4 * PAGE, u64::MAX), None);
-        // read_into reads holes as zeros and stops at the end of file.
         let mut buf = [9u8; 3 * PAGE_SIZE];
         assert_eq!(f.read_into(6 * PAGE, &mut buf), PAGE_SIZE + 6);
         assert!(buf[..PAGE_SIZE + 5].iter().all(|&c| c == 0));
         assert_eq!(buf[PAGE_SIZE + 5], b'x');
         assert_eq!(buf[PAGE_SIZE + 6], 9, "past the end: untouched");
+        assert_eq!(f.read_into(8 * PAGE, &mut buf), 0);
     }
 
     #[test]

@@ -394,6 +394,13 @@ mod tests {
         r
     }
 
+    fn row_of<'a>(r: &'a Report, fs: &str, op: &str) -> &'a Row {
+        r.rows
+            .iter()
+            .find(|x| x["fs"] == fs && x["op"] == op)
+            .unwrap()
+    }
+
     #[test]
     fn ratios_against_native_and_best_peer() {
         let r = report(&[
@@ -406,12 +413,7 @@ mod tests {
             (LIBFUSE, "read", 1500.0, true),
             (FBR, "read", 1250.0, true),
         ]);
-        let get = |fs: &str, op: &str| {
-            r.rows
-                .iter()
-                .find(|x| x["fs"] == fs && x["op"] == op)
-                .unwrap()
-        };
+        let get = |fs: &str, op: &str| row_of(&r, fs, op);
         let w = get(PASSTHROUGH, "write");
         // The failed peer row does not count as the best peer.
         assert_eq!(w["vs_best_peer"].as_f64(), Some(900.0 / 800.0));
@@ -448,12 +450,7 @@ mod tests {
             (MEMFS, "write", 500.0, true),
             (TMPFS, "write", 1000.0, true),
         ]);
-        let get = |fs: &str, op: &str| {
-            r.rows
-                .iter()
-                .find(|x| x["fs"] == fs && x["op"] == op)
-                .unwrap()
-        };
+        let get = |fs: &str, op: &str| row_of(&r, fs, op);
         assert_eq!(get(MEMFS, "copy")["vs_tmpfs"].as_f64(), Some(2.0));
         assert_eq!(get(MEMFS, "write")["vs_tmpfs"].as_f64(), Some(0.5));
         // tmpfs is not a FUSE mount of the native directory.
