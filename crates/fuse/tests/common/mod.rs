@@ -333,14 +333,20 @@ pub fn acls_are_enforced(f: &Path) -> Vec<u8> {
     grant
 }
 
-/// What a write, a truncate, an `O_TRUNC` open and a chgrp by uid 1000
-/// (no `CAP_FSETID`) leave of set-uid/set-gid on files of theirs under
+/// What a write, a `copy_file_range`, a truncate, an `O_TRUNC` open and a
+/// chgrp by uid 1000 (no `CAP_FSETID`) leave of set-uid/set-gid on files
+/// of theirs under
 /// `dir` (which uid 1000 must be able to reach), and what root's writes
 /// leave: `name mode` lines to compare with a kernel file system.
 pub fn set_id_transcript(dir: &Path) -> Vec<String> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let cases: [(&str, u32, &str); 6] = [
+    let cases: [(&str, u32, &str); 7] = [
         ("w-suid", 0o4755, "echo x >> {f}"),
+        (
+            "copy-range",
+            0o6755,
+            "python3 -c 'import os; fd = os.open(\"{f}\", os.O_RDWR); os.copy_file_range(fd, fd, 2, 0, 4)'",
+        ),
         ("w-sgid-gx", 0o2775, "echo x >> {f}"),
         ("w-sgid", 0o2745, "echo x >> {f}"),
         ("truncate", 0o6777, "truncate -s 1 {f}"),
