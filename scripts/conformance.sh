@@ -6,7 +6,9 @@
 #
 # Builds the release binary, mounts memfs with `uvfs mount`, and runs:
 #   1. pjdfstest (0 failures required; skipped tests print their reason),
-#   2. fsx with FSX_OPS operations for each seed in FSX_SEEDS,
+#   2. fsx with FSX_OPS operations for each seed in FSX_SEEDS (fsx's own
+#      op mix), then FSX_FULL_OPS for each of FSX_FULL_SEEDS with the full
+#      mix (fallocate, punch hole, sendfile, copy_file_range, ...),
 #   2b. scripts/difftest.py: DIFF_SEEDS x 2,000 random operations on memfs
 #      and on a tmpfs directory, every result compared,
 #   2c. where the kernel offers FUSE over io_uring (install-deps turns it
@@ -30,6 +32,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 FSX_OPS=${FSX_OPS:-100000}
 FSX_SEEDS=${FSX_SEEDS:-"1 2 3"}
+FSX_FULL_OPS=${FSX_FULL_OPS:-20000}
+FSX_FULL_SEEDS=${FSX_FULL_SEEDS:-"4 5 6"}
 STRESS_SECS=${STRESS_SECS:-60}
 STRESS_PROCS=${STRESS_PROCS:-6}
 DIFF_SEEDS=${DIFF_SEEDS:-40}
@@ -116,6 +120,16 @@ if FSX_SEEDS="$FSX_SEEDS" FSX_NUMOPS="$FSX_OPS" "$ROOT/scripts/fsx.sh" "$MNT"; t
     pass "fsx: seeds [$FSX_SEEDS] x $FSX_OPS operations"
 else
     fail "fsx"
+fi
+# The full mix adds what the built-in one leaves out: close/open, fsync,
+# msync(MS_INVALIDATE), posix_fallocate, punch hole, sendfile, fadvise and
+# copy_file_range within the file (which memfs serves itself,
+# crates/memfs/src/copy.rs).
+if FSX_PROFILE=full FSX_SEEDS="$FSX_FULL_SEEDS" FSX_NUMOPS="$FSX_FULL_OPS" \
+    "$ROOT/scripts/fsx.sh" "$MNT"; then
+    pass "fsx (full op mix): seeds [$FSX_FULL_SEEDS] x $FSX_FULL_OPS operations"
+else
+    fail "fsx (full op mix)"
 fi
 
 # --- 2b. differential test against tmpfs -----------------------------------
