@@ -7,8 +7,9 @@
 # Builds the release binary and runs, each on its own passthrough mount:
 #   1. pjdfstest (scripts/pjdfstest.sh) over a source directory on ext4
 #      (/var/tmp): 0 failures required, as on native ext4;
-#   2. fsx (scripts/fsx.sh, FSX_SEEDS x FSX_NUMOPS) over a source directory
-#      on tmpfs (/dev/shm) -- fsx's msyncs become real fsyncs through a
+#   2. fsx (scripts/fsx.sh, FSX_SEEDS x FSX_NUMOPS, then FSX_FULL_SEEDS x
+#      FSX_FULL_OPS with fsx's full op mix) over a source directory on
+#      tmpfs (/dev/shm) -- fsx's msyncs become real fsyncs through a
 #      passthrough, which on a disk-backed source cost minutes per seed;
 #   2b. scripts/difftest.py: DIFF_SEEDS x 2,000 random operations on the
 #      mount and on a plain ext4 directory, every result compared;
@@ -30,6 +31,8 @@ PT_FILES=${PT_FILES:-200000}
 PT_VNODES=${PT_VNODES:-50000}
 export FSX_SEEDS=${FSX_SEEDS:-"1 2 3"}
 export FSX_NUMOPS=${FSX_NUMOPS:-100000}
+FSX_FULL_SEEDS=${FSX_FULL_SEEDS:-"4 5 6"}
+FSX_FULL_OPS=${FSX_FULL_OPS:-20000}
 DIFF_SEEDS=${DIFF_SEEDS:-40}
 PASSED=0
 FAILED=0
@@ -86,6 +89,14 @@ if mount_pt "$SHM"; then
         pass "fsx: seeds [$FSX_SEEDS] x $FSX_NUMOPS ops"
     else
         fail "fsx"
+    fi
+    # fsx's full mix: fallocate, punch hole, sendfile, copy_file_range
+    # (passed on to the source's file system), close/open, fsync, ...
+    if FSX_PROFILE=full FSX_SEEDS="$FSX_FULL_SEEDS" FSX_NUMOPS="$FSX_FULL_OPS" \
+        "$ROOT/scripts/fsx.sh" "$MNT"; then
+        pass "fsx (full op mix): seeds [$FSX_FULL_SEEDS] x $FSX_FULL_OPS ops"
+    else
+        fail "fsx (full op mix)"
     fi
     umount "$MNT"
 fi
