@@ -2,8 +2,9 @@
 """Multi-process namespace stress for a uvfs mount.
 
 Several processes hammer a small shared namespace (a few directories, a
-few names each) with lookups (stat), creates, writes, renames (within and
-across directories), hard links, unlinks, mkdir/rmdir and readdir, while
+few names each) with lookups (stat), creates, writes, copies
+(copy_file_range, which memfs serves itself), renames (within and across
+directories), hard links, unlinks, mkdir/rmdir and readdir, while
 one process keeps asking the kernel to drop its dentry and inode caches so
 that FORGETs race with lookups. Errors that concurrency makes legitimate
 (ENOENT, EEXIST, ENOTEMPTY, ...) are counted, anything else fails the run.
@@ -33,8 +34,9 @@ def worker(root, secs, seed, q):
         return os.path.join(root, f"d{rnd.randrange(DIRS)}", f"n{rnd.randrange(NAMES)}")
 
     while time.time() < deadline:
-        op = rnd.choice(["stat", "stat", "stat", "create", "write", "rename", "rename",
-                         "link", "unlink", "mkdir", "rmdir", "readdir", "symlink"])
+        op = rnd.choice(["stat", "stat", "stat", "create", "write", "copy", "rename",
+                         "rename", "link", "unlink", "mkdir", "rmdir", "readdir",
+                         "symlink"])
         try:
             if op == "stat":
                 os.lstat(path())
@@ -47,6 +49,18 @@ def worker(root, secs, seed, q):
                     os.write(fd, b"x" * rnd.randrange(1, 9000))
                 finally:
                     os.close(fd)
+            elif op == "copy":
+                src = os.open(path(), os.O_RDONLY)
+                try:
+                    dst = os.open(path(), os.O_WRONLY)
+                    try:
+                        # Within one file the ranges may overlap: EINVAL.
+                        os.copy_file_range(src, dst, rnd.randrange(1, 20000),
+                                           rnd.randrange(0, 9000), rnd.randrange(0, 9000))
+                    finally:
+                        os.close(dst)
+                finally:
+                    os.close(src)
             elif op == "rename":
                 os.rename(path(), path())
             elif op == "link":
