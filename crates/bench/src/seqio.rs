@@ -19,7 +19,8 @@
 //! - **reread** (warm, unless `--no-warm`): the same read again at once.
 //! - **copy**: `copy_file_range` of the file to a new one, in a loop over
 //!   short counts as `cp` does, then `fsync` and close. The copy is then
-//!   read back and checked (not timed) and removed. Where the file system
+//!   read back and checked (neither timed nor counted in the server's
+//!   CPU) and removed. Where the file system
 //!   serves the copy itself (memfs, and the passthrough through its
 //!   backing file system), no data crosses the FUSE channel.
 //!
@@ -382,7 +383,21 @@ fn repeat(
     out.push(match (written, room) {
         (false, _) => PassSample::failed("not run: the write failed".into()),
         (true, Err(e)) => PassSample::failed(e.to_string()),
-        (true, Ok(())) => watched(t, "copy", || copy_file(&path, &copy, size, block, &pat)),
+        (true, Ok(())) => {
+            let mut s = watched(t, "copy", || copy_file(&path, &copy, size));
+            // Checked after the watched pass: neither its seconds nor the
+            // server CPU it reports include reading the copy back.
+            if s.error.is_none() {
+                match read_file(&copy, size, block, &pat) {
+                    Ok(c) => s.verify_secs = c.secs + c.verify_secs,
+                    Err(e) => {
+                        s.secs = None;
+                        s.error = Some(format!("copy {}: {e}", copy.display()));
+                    }
+                }
+            }
+            s
+        }
     });
     let _ = std::fs::remove_file(&copy);
     if let Err(e) = std::fs::remove_file(&path) {
