@@ -444,6 +444,9 @@ fn ask(asker: &mut Asker, batch: &[Entry], counters: &EvictCounters) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use uvfs_memfs::{MemFs, MemFsConfig};
+    use uvfs_vfs::{Ctx, FileSystem};
+    use uvfs_vnode::{Config, VnodeLayer};
 
     #[test]
     fn the_bell_wakes_the_thread_once_per_ring_and_when_closed() {
@@ -465,9 +468,6 @@ mod tests {
         assert_eq!(rx.recv_timeout(Duration::from_secs(30)), Ok(false));
         waiter.join().unwrap();
     }
-    use uvfs_memfs::{MemFs, MemFsConfig};
-    use uvfs_vfs::{Ctx, FileSystem};
-    use uvfs_vnode::{Config, VnodeLayer};
 
     #[test]
     fn requests_wait_only_while_held_vnodes_pass_the_mark() {
