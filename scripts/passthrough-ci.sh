@@ -11,6 +11,9 @@
 #      FSX_FULL_OPS with fsx's full op mix) over a source directory on
 #      tmpfs (/dev/shm) -- fsx's msyncs become real fsyncs through a
 #      passthrough, which on a disk-backed source cost minutes per seed;
+#      the kernel does reads and writes on the source files (checked: no
+#      READ or WRITE reaches the server); then FSX_SEEDS x
+#      FSX_SERVER_IO_OPS and the full mix again with --server-io;
 #   2b. scripts/difftest.py: DIFF_SEEDS x 2,000 random operations on the
 #      mount and on a plain ext4 directory, every result compared;
 #   3. the scale walk: a PT_FILES-file tree created under /var/tmp, walked
@@ -33,6 +36,7 @@ export FSX_SEEDS=${FSX_SEEDS:-"1 2 3"}
 export FSX_NUMOPS=${FSX_NUMOPS:-100000}
 FSX_FULL_SEEDS=${FSX_FULL_SEEDS:-"4 5 6"}
 FSX_FULL_OPS=${FSX_FULL_OPS:-20000}
+FSX_SERVER_IO_OPS=${FSX_SERVER_IO_OPS:-20000}
 DIFF_SEEDS=${DIFF_SEEDS:-40}
 PASSED=0
 FAILED=0
@@ -84,11 +88,25 @@ if mount_pt "$WORK/pjd"; then
 fi
 
 # --- 2. fsx on a tmpfs source --------------------------------------------
+# Reads, writes and mappings are the kernel's, on the source files (FUSE
+# passthrough) where this kernel allows it; then again served by the
+# server (--server-io).
 if mount_pt "$SHM"; then
     if "$ROOT/scripts/fsx.sh" "$MNT"; then
         pass "fsx: seeds [$FSX_SEEDS] x $FSX_NUMOPS ops"
     else
         fail "fsx"
+    fi
+    if [ "$(counter fuse.kernel_io)" = 1 ]; then
+        kopens=$(counter fuse.kernel_io.opens)
+        reads=$(counter fuse.requests.op.read)
+        writes=$(counter fuse.requests.op.write)
+        echo "  kernel I/O: $kopens opens on backing files; READ $reads, WRITE $writes requests"
+        [ "$kopens" -gt 0 ] && [ "$reads" = 0 ] && [ "$writes" = 0 ] \
+            && pass "fsx: every read and write done by the kernel on the source files" \
+            || fail "fsx: kernel I/O on, yet $reads READs and $writes WRITEs reached the server"
+    else
+        echo "  kernel I/O on backing files not available here: reads and writes went through the server"
     fi
     # fsx's full mix: fallocate, punch hole, sendfile, copy_file_range
     # (passed on to the source's file system), close/open, fsync, ...
@@ -97,6 +115,20 @@ if mount_pt "$SHM"; then
         pass "fsx (full op mix): seeds [$FSX_FULL_SEEDS] x $FSX_FULL_OPS ops"
     else
         fail "fsx (full op mix)"
+    fi
+    umount "$MNT"
+fi
+if mount_pt "$SHM" --server-io; then
+    if FSX_NUMOPS="$FSX_SERVER_IO_OPS" "$ROOT/scripts/fsx.sh" "$MNT"; then
+        pass "fsx (--server-io): seeds [$FSX_SEEDS] x $FSX_SERVER_IO_OPS ops, $(counter fuse.requests.op.write) WRITEs served"
+    else
+        fail "fsx (--server-io)"
+    fi
+    if FSX_PROFILE=full FSX_SEEDS="$FSX_FULL_SEEDS" FSX_NUMOPS="$FSX_FULL_OPS" \
+        "$ROOT/scripts/fsx.sh" "$MNT"; then
+        pass "fsx (--server-io, full op mix): seeds [$FSX_FULL_SEEDS] x $FSX_FULL_OPS ops"
+    else
+        fail "fsx (--server-io, full op mix)"
     fi
     umount "$MNT"
 fi

@@ -63,12 +63,23 @@ use std::path::{Path, PathBuf};
 
 pub const NATIVE: &str = "native";
 pub const PASSTHROUGH: &str = "uvfs-passthrough";
+/// The passthrough with reads and writes served by the server
+/// (`--server-io`), as before the kernel did them on the source files.
+pub const PASSTHROUGH_SERVER_IO: &str = "uvfs-passthrough-server-io";
 pub const MEMFS: &str = "uvfs-memfs";
 pub const LIBFUSE: &str = "libfuse-passthrough_ll";
 pub const FBR: &str = "fuse-backend-rs";
 pub const TMPFS: &str = "tmpfs";
 /// Every file system, in setup and run order.
-pub const ALL_FS: [&str; 6] = [NATIVE, PASSTHROUGH, LIBFUSE, FBR, MEMFS, TMPFS];
+pub const ALL_FS: [&str; 7] = [
+    NATIVE,
+    PASSTHROUGH,
+    PASSTHROUGH_SERVER_IO,
+    LIBFUSE,
+    FBR,
+    MEMFS,
+    TMPFS,
+];
 /// The peers the passthrough is held against.
 pub const PEERS: [&str; 2] = [LIBFUSE, FBR];
 
@@ -86,7 +97,8 @@ pub struct SeqioOpts {
     #[arg(long, default_value = "1m")]
     pub block: String,
     /// File systems to run (default: all of native, uvfs-passthrough,
-    /// libfuse-passthrough_ll, fuse-backend-rs, uvfs-memfs, tmpfs).
+    /// uvfs-passthrough-server-io, libfuse-passthrough_ll, fuse-backend-rs,
+    /// uvfs-memfs, tmpfs).
     #[arg(long, value_delimiter = ',')]
     pub fs: Option<Vec<String>>,
     /// Where the native directory is made; it is also the directory the
@@ -235,10 +247,13 @@ fn setup(name: &'static str, o: &SeqioOpts, native: &Path, size: u64) -> Target 
             }
             return t;
         }
-        PASSTHROUGH => {
+        PASSTHROUGH | PASSTHROUGH_SERVER_IO => {
             let mut a = uvfs_args(o);
             a.extend(["--source".into(), native.display().to_string()]);
-            ServerMount::start("seqio-passthrough", &a).map(Server::Uvfs)
+            if name == PASSTHROUGH_SERVER_IO {
+                a.push("--server-io".into());
+            }
+            ServerMount::start(&format!("seqio-{}", &name[5..]), &a).map(Server::Uvfs)
         }
         MEMFS => {
             // memfs holds the file and its copy in the server's memory:

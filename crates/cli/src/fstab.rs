@@ -97,6 +97,7 @@ pub fn apply(o: &mut MountOpts, options: &str, sloppy: bool) -> io::Result<()> {
             ("rw", None) => o.read_only = false,
             ("opendir", None) => o.opendir = true,
             ("no_dir_readahead", None) => o.no_dir_readahead = true,
+            ("server_io", None) => o.server_io = true,
             ("size", _) => o.size = text("size")?,
             ("inodes" | "nr_inodes", _) => o.inodes = Some(text("inodes")?),
             ("mode", _) => o.mode = Some(parse_mode(&text("mode")?).map_err(invalid)?),
@@ -283,6 +284,10 @@ mod tests {
         let o = mount_opts(&helper_args(&["/srv/d", "/mnt/y", "-o", "ro,defaults"])).unwrap();
         assert_eq!(o.source, Some(PathBuf::from("/srv/d")));
         assert!(o.read_only);
+        assert!(!o.server_io);
+
+        let o = mount_opts(&helper_args(&["/srv/d", "/mnt/y", "-o", "server_io"])).unwrap();
+        assert!(o.server_io && !o.read_only);
     }
 
     #[test]

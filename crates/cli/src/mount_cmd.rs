@@ -103,6 +103,13 @@ pub struct MountOpts {
     /// listings find them cached.
     #[arg(long)]
     pub no_dir_readahead: bool,
+    /// Passthrough: serve every read and write of a file here. By default
+    /// the kernel reads, writes and maps open files on their source files
+    /// itself (FUSE passthrough, Linux 6.9+, as root), as fast as the
+    /// source and with its page cache only; the server still opens, locks,
+    /// syncs, truncates, allocates and copies.
+    #[arg(long)]
+    pub server_io: bool,
     /// Serve read-only (passthrough): the mount is read-only, the server
     /// refuses every change even after a `mount -o remount,rw`, and files
     /// and directories are read with O_NOATIME, so the source is left
@@ -369,6 +376,7 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
             uring,
             read_only: o.read_only,
             mount_flags: o.mount_flags,
+            kernel_io: !o.server_io,
         };
         return serve(fs, layer, &cfg, signals, &mut ready);
     }
@@ -394,6 +402,7 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
         uring,
         read_only: false,
         mount_flags: o.mount_flags,
+        kernel_io: false,
     };
     serve(fs, layer, &cfg, signals, &mut ready)
 }
@@ -471,6 +480,7 @@ mod tests {
             fd_budget: None,
             opendir: false,
             no_dir_readahead: false,
+            server_io: false,
             transport: Transport::Auto,
             read_only: false,
             mode: None,

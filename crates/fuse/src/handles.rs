@@ -22,6 +22,9 @@ pub struct OpenFile {
     /// Opened for writing: the kernel may hold dirty pages of it (a
     /// shared writable mapping) that the file system has not seen yet.
     pub writable: bool,
+    /// The node whose I/O mode this open counts in (`backing.rs`), if it
+    /// does: RELEASE then undoes that.
+    pub backing_node: Option<u64>,
 }
 
 /// FUSE handle -> open file.
@@ -46,10 +49,18 @@ impl HandleTable {
 
     /// Registers an open file; returns its FUSE handle.
     pub fn insert(&self, vp: VnodeRef, fh: Fh, writable: bool) -> u64 {
+        self.insert_file(OpenFile {
+            vp,
+            fh,
+            writable,
+            backing_node: None,
+        })
+    }
+
+    /// Registers `f`; returns its FUSE handle.
+    pub fn insert_file(&self, f: OpenFile) -> u64 {
         let h = self.next.fetch_add(1, Ordering::Relaxed);
-        self.shard(h)
-            .lock()
-            .insert(h, OpenFile { vp, fh, writable });
+        self.shard(h).lock().insert(h, f);
         h
     }
 

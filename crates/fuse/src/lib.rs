@@ -6,7 +6,8 @@
 //!   VOP -> reply).
 //! - `nodes.rs`: node id -> (vnode hold, kernel lookup count): the one
 //!   place where FUSE's LOOKUP/FORGET protocol becomes vnode holds.
-//! - `handles.rs`: open files as vnode use references.
+//! - `handles.rs`: open files as vnode use references; `backing.rs`
+//!   the backing files the kernel reads and writes itself.
 //! - `mount.rs`: mounting with several request loops (`n_threads`,
 //!   `clone_fd`) or serving a given channel (`serve_fd`), `kmount.rs` mount(2) and unmounting only our own mount, `signals.rs` clean unmount on SIGINT/SIGTERM,
 //!   `daemon.rs` detaching.
@@ -15,6 +16,7 @@
 //!   loops (lock waits; syncs that wait for a disk), `threads.rs` what
 //!   their threads must not inherit.
 
+mod backing;
 mod control;
 mod convert;
 mod daemon;

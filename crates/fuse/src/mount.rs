@@ -47,6 +47,12 @@ pub struct ServeConfig {
     /// any of `MOUNT_FLAGS` (`nosuid`, `nodev`, `noexec`, ...); 0 for
     /// none.
     pub mount_flags: libc::c_ulong,
+    /// Let the kernel read, write and map open files on their backing
+    /// files itself (FUSE passthrough, Linux 6.9+, the server with
+    /// CAP_SYS_ADMIN), for a file system that has them
+    /// (`FileSystem::backing_file`: a passthrough). Off, or where the
+    /// kernel or the file does not allow it, READs and WRITEs come here.
+    pub kernel_io: bool,
 }
 
 /// The mount(2) flags `ServeConfig::mount_flags` may hold, with their
@@ -252,6 +258,10 @@ fn new_server(
     inner
         .uring
         .store(cfg.uring, std::sync::atomic::Ordering::Relaxed);
+    inner
+        .backings
+        .wanted
+        .store(cfg.kernel_io, std::sync::atomic::Ordering::Relaxed);
     Ok((server, inner))
 }
 

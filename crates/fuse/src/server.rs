@@ -19,6 +19,7 @@ use fuser::{
 };
 use std::ffi::OsStr;
 use std::io::Write as _;
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
@@ -104,6 +105,8 @@ pub struct Inner {
     /// Served read-only: requests that would change the file system are
     /// answered EROFS (`Server::changing`).
     pub read_only: bool,
+    /// Open files whose I/O the kernel does on their backing files.
+    pub backings: crate::backing::Backings,
 }
 
 thread_local! {
@@ -143,6 +146,7 @@ fn with_dir<T>(
         vp,
         fh: dh,
         writable: false,
+        backing_node: None,
     };
     let r = f(&of);
     let _ = i.fs.releasedir(&of.vp, of.fh);
@@ -218,6 +222,7 @@ impl Server {
                 uring: Default::default(),
                 uring_on: Default::default(),
                 read_only,
+                backings: Default::default(),
             }),
         })
     }
@@ -397,14 +402,16 @@ impl Server {
                     i.note_new(id, parent, n, false);
                 }
                 let generation = Generation(i.fs.generation(&vp));
-                let h = i.handles.insert(vp, fh, writes(flags));
-                reply.created(
-                    &i.timeouts.entry,
-                    &file_attr(&attr, id),
-                    generation,
-                    FileHandle(h),
-                    i.fopen_flags(),
-                );
+                let (h, backing) = i.open_file(id, vp, fh, flags, |fd| reply.open_backing(fd));
+                let (ttl, attr) = (&i.timeouts.entry, &file_attr(&attr, id));
+                let fh = FileHandle(h);
+                match backing {
+                    Some(b) => {
+                        let f = i.kernel_io_flags();
+                        reply.created_passthrough(ttl, attr, generation, fh, f, &b)
+                    }
+                    None => reply.created(ttl, attr, generation, fh, i.fopen_flags()),
+                }
             }
             Err(e) => reply.error(errno(e)),
         }
@@ -442,6 +449,44 @@ impl Inner {
             f |= FopenFlags::FOPEN_NOFLUSH;
         }
         f
+    }
+
+    /// Registers an open file of node `node` and decides how its I/O is
+    /// served (`backing.rs`): Some(backing id) if by the kernel on the
+    /// backing file, which `register` registers on a node's first open.
+    fn open_file(
+        &self,
+        node: u64,
+        vp: VnodeRef,
+        fh: Fh,
+        flags: i32,
+        register: impl FnOnce(std::os::fd::BorrowedFd<'_>) -> std::io::Result<fuser::BackingId>,
+    ) -> (u64, Option<Arc<fuser::BackingId>>) {
+        let mut f = OpenFile {
+            vp,
+            fh,
+            writable: writes(flags),
+            backing_node: None,
+        };
+        let mut backing = None;
+        if self.backings.enabled() && f.vp.vtype() == VType::Reg {
+            let mode = self.backings.attach(node, || {
+                let file = self.fs.backing_file(&f.vp, fh)?;
+                Some(register(file.as_fd()))
+            });
+            f.backing_node = Some(node);
+            if let crate::backing::Mode::Kernel(id) = mode {
+                backing = Some(id);
+            }
+        }
+        (self.handles.insert_file(f), backing)
+    }
+
+    /// `fopen_flags` for a file the kernel reads and writes on its backing
+    /// file: the kernel refuses (EIO to the caller) any flag about its own
+    /// page cache, which such a file does not use.
+    fn kernel_io_flags(&self) -> FopenFlags {
+        self.fopen_flags() & FopenFlags::FOPEN_NOFLUSH
     }
 
     /// The open file a GETLK or SETLK is about. `ENOSYS` where the kernel
@@ -550,6 +595,17 @@ impl Filesystem for Server {
         // FOPEN_CACHE_DIR | FOPEN_KEEP_CACHE as its default for
         // no-opendir, the same flags `opendir` below answers): measured
         // 1.16x tmpfs's warm stat rate instead of 0.76x.
+        // Reads, writes and mappings of files with a backing file done by
+        // the kernel on it (`backing.rs`). Depth 1: the backing files may
+        // not be on a stacked file system themselves (overlayfs, another
+        // such FUSE mount), and this mount may still be stacked on once
+        // (an overlayfs lower layer).
+        if self.inner.backings.wanted.load(Ordering::Relaxed)
+            && config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
+            && config.set_max_stack_depth(1).is_ok()
+        {
+            self.inner.backings.on.store(true, Ordering::Relaxed);
+        }
         if !self.inner.server_opendir
             && config
                 .add_capabilities(InitFlags::FUSE_NO_OPENDIR_SUPPORT)
@@ -809,10 +865,13 @@ impl Filesystem for Server {
             }
             let fh =
                 i.fs.open(&ctx(req), &vp, open_flags(flags.0, kill_suidgid))?;
-            Ok(i.handles.insert(vp, fh, writes(flags.0)))
+            Ok(i.open_file(ino.0, vp, fh, flags.0, |fd| reply.open_backing(fd)))
         });
         match r {
-            Ok(h) => reply.opened(FileHandle(h), self.inner.fopen_flags()),
+            Ok((h, Some(id))) => {
+                reply.opened_passthrough(FileHandle(h), self.inner.kernel_io_flags(), &id)
+            }
+            Ok((h, None)) => reply.opened(FileHandle(h), self.inner.fopen_flags()),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -911,6 +970,9 @@ impl Filesystem for Server {
     ) {
         let r = self.guard("release", |i| {
             let of = i.handles.remove(fh.0)?;
+            if let Some(node) = of.backing_node {
+                i.backings.detach(node);
+            }
             i.fs.release(&of.vp, of.fh)
         });
         Self::reply_empty(reply, r);
@@ -1371,6 +1433,7 @@ impl Filesystem for Server {
 
     fn destroy(&mut self) {
         self.inner.handles.clear();
+        self.inner.backings.clear();
         self.inner.nodes.clear();
     }
 }

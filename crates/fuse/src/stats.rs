@@ -162,6 +162,38 @@ pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
         u64::from(inner.uring_on.load(Ordering::Relaxed)),
         "1: the kernel agreed to FUSE over io_uring (requests may still use /dev/fuse until every CPU's queue is up)",
     );
+    let b = &inner.backings;
+    let (open_nodes, kernel_nodes) = b.open_nodes();
+    put(
+        "fuse.kernel_io",
+        u64::from(b.enabled()),
+        "1: the kernel reads, writes and maps open files on their backing files itself (FUSE passthrough)",
+    );
+    put(
+        "fuse.kernel_io.registered",
+        b.registered.load(Ordering::Relaxed),
+        "Backing files registered with the kernel (a file's first open)",
+    );
+    put(
+        "fuse.kernel_io.opens",
+        b.kernel_opens.load(Ordering::Relaxed),
+        "Opens whose reads and writes the kernel does on the backing file",
+    );
+    put(
+        "fuse.kernel_io.refused",
+        b.refused.load(Ordering::Relaxed),
+        "Backing files the kernel would not take (the file is served by the server until its last close)",
+    );
+    put(
+        "fuse.kernel_io.open_files",
+        kernel_nodes,
+        "Files open now with a registered backing file",
+    );
+    put(
+        "fuse.kernel_io.open_files_server",
+        open_nodes - kernel_nodes,
+        "Files open now whose I/O comes to the server although kernel I/O is on",
+    );
     put(
         "fuse.requests.panics",
         rc.panics.load(Ordering::Relaxed),

@@ -374,6 +374,9 @@ impl Stack {
             uring: common::uring(),
             read_only: false,
             mount_flags: 0,
+            // Reads and writes through the server: its failure paths
+            // and offloading are what is tested here.
+            kernel_io: false,
         };
         let top = BackgroundMount::start(fs, layer, &scfg).expect("mount the passthrough");
         Some(Stack {

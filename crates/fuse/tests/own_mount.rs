@@ -39,6 +39,7 @@ fn a_source_holding_the_mountpoint_gets_eloop_not_a_hang() {
         uring: common::uring(),
         read_only: false,
         mount_flags: 0,
+        kernel_io: false,
     };
     let m = BackgroundMount::start(fs, layer, &cfg).expect("mount");
 

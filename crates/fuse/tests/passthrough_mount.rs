@@ -81,6 +81,8 @@ impl Pt {
             uring: common::uring(),
             read_only,
             mount_flags: 0,
+            // As `uvfs mount --source` serves.
+            kernel_io: true,
         };
         let mount = BackgroundMount::start(fs.clone(), layer, &cfg).expect("mount");
         Some(Pt {
@@ -820,4 +822,84 @@ fn a_removed_directory_the_kernel_holds_keeps_its_node_when_its_number_is_reused
         .find(|e| e.file_name().as_bytes() == name.as_bytes())
         .unwrap();
     assert_eq!(std::os::unix::fs::DirEntryExt::ino(&listed), st.ino());
+}
+
+/// A counter of the running server's statistics.
+fn counter(t: &Pt, name: &str) -> u64 {
+    let r = t.mount.as_ref().expect("mounted").report(false);
+    r["counters"][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no counter {name}: {r}"))
+}
+
+#[test]
+fn the_kernel_reads_and_writes_open_files_on_their_source_files() {
+    use std::fs::{File, OpenOptions};
+    use std::io::Write;
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let Some(t) = Pt::new("kio") else { return };
+    if counter(&t, "fuse.kernel_io") == 0 {
+        eprintln!("SKIP: no kernel I/O on backing files here (FUSE passthrough: Linux 6.9+, root)");
+        return;
+    }
+    let data: Vec<u8> = (0..3u32 << 20).map(|i| (i * 7 + i / 4096) as u8).collect();
+    std::fs::write(t.m("f"), &data).unwrap();
+    assert_eq!(std::fs::read(t.src("f")).unwrap(), data);
+
+    // Three opens at once of one file: all on the same backing file.
+    let w = OpenOptions::new().write(true).open(t.m("f")).unwrap();
+    let r = File::open(t.m("f")).unwrap();
+    let mut a = OpenOptions::new().append(true).open(t.m("f")).unwrap();
+    // One page cache: a write on the host shows at once in a file open
+    // on the mount, and the other way round, whatever the timeouts.
+    let h = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(t.src("f"))
+        .unwrap();
+    let mut buf = [0u8; 4];
+    h.write_all_at(b"HOST", 4096).unwrap();
+    r.read_exact_at(&mut buf, 4096).unwrap();
+    assert_eq!(&buf, b"HOST");
+    w.write_all_at(b"MNT!", 8192).unwrap();
+    h.read_exact_at(&mut buf, 8192).unwrap();
+    assert_eq!(&buf, b"MNT!");
+    // O_APPEND appends at the source file's end.
+    a.write_all(b"tail").unwrap();
+    let len = data.len() as u64 + 4;
+    h.read_exact_at(&mut buf, len - 4).unwrap();
+    assert_eq!(&buf, b"tail");
+    // Size and mtime through the mount are the source's.
+    let (m, s) = (
+        std::fs::metadata(t.m("f")).unwrap(),
+        std::fs::metadata(t.src("f")).unwrap(),
+    );
+    assert_eq!(
+        (m.len(), m.mtime(), m.mtime_nsec()),
+        (len, s.mtime(), s.mtime_nsec())
+    );
+    drop((w, r, a, h));
+
+    let mut expect = data;
+    expect[4096..4100].copy_from_slice(b"HOST");
+    expect[8192..8196].copy_from_slice(b"MNT!");
+    expect.extend_from_slice(b"tail");
+    assert_eq!(std::fs::read(t.m("f")).unwrap(), expect);
+
+    // No data crossed the server, and every open was the kernel's.
+    assert_eq!(counter(&t, "fuse.requests.op.read"), 0);
+    assert_eq!(counter(&t, "fuse.requests.op.write"), 0);
+    assert_eq!(counter(&t, "fuse.kernel_io.opens"), 5);
+    assert_eq!(counter(&t, "fuse.kernel_io.open_files_server"), 0);
+    let reg = counter(&t, "fuse.kernel_io.registered");
+    assert!(
+        (1..=3).contains(&reg),
+        "{reg} registrations for 3 rounds of opens"
+    );
+    // The backing files go with the last RELEASE (sent after close returns).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while counter(&t, "fuse.kernel_io.open_files") != 0 {
+        assert!(Instant::now() < deadline, "backing files still registered");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }

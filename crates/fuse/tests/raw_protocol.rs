@@ -625,6 +625,7 @@ impl Kernel {
             uring: false,
             read_only: false,
             mount_flags: 0,
+            kernel_io: false,
         };
         k.mount = Some(serve_fd(fs, layer, theirs, &cfg).expect("serve_fd"));
         let r = k.recv_for(unique, "INIT");

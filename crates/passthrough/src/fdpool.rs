@@ -287,6 +287,12 @@ impl Fd {
     }
 }
 
+impl std::os::fd::AsFd for Fd {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
 impl Drop for Fd {
     fn drop(&mut self) {
         // Closed before its slot is given back: a slot freed first could

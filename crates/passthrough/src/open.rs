@@ -22,6 +22,12 @@ pub struct OpenFile {
     pub dir_lock: Mutex<()>,
 }
 
+impl std::os::fd::AsFd for OpenFile {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
 /// `Fh` -> open file.
 pub struct OpenTable {
     map: RwLock<HashMap<u64, Arc<OpenFile>>>,

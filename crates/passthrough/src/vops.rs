@@ -5,7 +5,7 @@ use crate::fs::PassthroughFs;
 use std::sync::Arc;
 use uvfs_vfs::{
     Attr, Ctx, DirPlusSink, DirSink, FallocMode, Fh, FileLock, FileSystem, Mount, RenameFlags,
-    SetAttr, StatFs, VfsResult, VnodeRef, XattrFlags,
+    SetAttr, StatFs, VType, VfsResult, VnodeRef, XattrFlags,
 };
 
 impl FileSystem for PassthroughFs {
@@ -146,6 +146,20 @@ impl FileSystem for PassthroughFs {
 
     fn open(&self, ctx: &Ctx, vp: &VnodeRef, flags: i32) -> VfsResult<Fh> {
         self.do_open(ctx, vp, flags)
+    }
+
+    /// A regular file's open fd. Not when reads must leave atimes alone
+    /// (`-r`): the kernel would open the backing file without O_NOATIME.
+    fn backing_file(
+        &self,
+        _vp: &VnodeRef,
+        fh: Fh,
+    ) -> Option<Arc<dyn std::os::fd::AsFd + Send + Sync>> {
+        if self.read_flags != 0 {
+            return None;
+        }
+        let of = self.opens.get(fh).ok()?;
+        (of.node.kind() == VType::Reg).then_some(of as _)
     }
 
     fn read(&self, _vp: &VnodeRef, fh: Fh, offset: u64, size: u32) -> VfsResult<Vec<u8>> {

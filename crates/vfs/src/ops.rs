@@ -28,6 +28,7 @@ use crate::errno::{Errno, VfsResult};
 use crate::flags::{FallocMode, RenameFlags, XattrFlags};
 use crate::lock::FileLock;
 use crate::statfs::StatFs;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use uvfs_vnode::{Ino, Mount, VType, VnodeRef};
 
@@ -162,6 +163,17 @@ pub trait FileSystem: Send + Sync + 'static {
     /// POSIX drops a process's record locks on any close of the file.
     fn needs_flush(&self) -> bool {
         true
+    }
+
+    /// The backing file of open file `fh`, for the kernel to read, write
+    /// and map itself (FUSE passthrough): data then never crosses the
+    /// server and is cached once, in the backing file system. The kernel
+    /// opens its own file on the backing file's path with the caller's
+    /// open flags, so this suits a file system whose files are files of
+    /// another (a passthrough), and only while their reads may move the
+    /// backing file's atime. None (the default): READ and WRITE requests.
+    fn backing_file(&self, _vp: &VnodeRef, _fh: Fh) -> Option<Arc<dyn AsFd + Send + Sync>> {
+        None
     }
 
     /// Makes data (and, unless `datasync`, metadata) durable.

@@ -3,7 +3,7 @@
 //! failures fail the run.
 
 use super::passes::PassSample;
-use super::{MEMFS, NATIVE, PASSTHROUGH, PEERS, TMPFS};
+use super::{MEMFS, NATIVE, PASSTHROUGH, PASSTHROUGH_SERVER_IO, PEERS, TMPFS};
 use crate::procstat::Peaks;
 use crate::report::{median, BarGroup, Report, Row};
 use crate::row;
@@ -117,7 +117,7 @@ pub fn add_ratios(report: &mut Report) {
                 r.insert("vs_native".into(), json!(v / b));
             }
         }
-        if r["fs"] == PASSTHROUGH || r["fs"] == MEMFS {
+        if r["fs"] == PASSTHROUGH || r["fs"] == PASSTHROUGH_SERVER_IO || r["fs"] == MEMFS {
             let best = PEERS
                 .iter()
                 .filter_map(|p| Some((*p, rate(p, &op)?)))
@@ -215,6 +215,19 @@ pub fn summary(r: &Report) -> Vec<String> {
         }
         if let Some(v) = num(x, "vs_native") {
             out.push(format!("uvfs-passthrough {op} vs native: {v:.2}x"));
+        }
+    }
+    for op in OPS {
+        let rate = |fs| {
+            row(fs, op)
+                .filter(|x| is_ok(x))
+                .and_then(|x| num(x, "mib_per_sec"))
+        };
+        if let (Some(k), Some(s)) = (rate(PASSTHROUGH), rate(PASSTHROUGH_SERVER_IO)) {
+            out.push(format!(
+                "uvfs-passthrough {op}: kernel I/O / server I/O = {:.2}x ({k:.0} vs {s:.0} MiB/s)",
+                k / s
+            ));
         }
     }
     for op in OPS {

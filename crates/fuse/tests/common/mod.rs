@@ -105,6 +105,7 @@ pub fn serve_memfs(dir: &Path, size: Option<u64>, vnodes: usize) -> BackgroundMo
         uring: uring(),
         read_only: false,
         mount_flags: 0,
+        kernel_io: false,
     };
     BackgroundMount::start(fs, layer, &cfg).expect("mount")
 }

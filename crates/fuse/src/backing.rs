@@ -1,0 +1,201 @@
+//! Kernel I/O on backing files (FUSE passthrough, Linux 6.9+): the kernel
+//! reads, writes and maps an open file's backing file itself, so data
+//! never crosses /dev/fuse and is cached once (in the backing file
+//! system's page cache, not in this mount's as well).
+//!
+//! The kernel sets the rules this module keeps, per FUSE inode (node id):
+//! every open of a node that has a backing file must name the *same*
+//! backing id, and a node may not be open both ways (through the kernel's
+//! own page cache and on a backing file) at once; an open that breaks
+//! either fails with EIO in the caller's `open(2)`. So each node open at
+//! least once has a [`Mode`], fixed by its first open and kept until its
+//! last RELEASE, and every further open follows it. The backing id is
+//! registered (FUSE_DEV_IOC_BACKING_OPEN) at the first open and closed when
+//! the last RELEASE drops it: the kernel looks the id up while it finishes
+//! each open, after our reply, so an id closed at reply time could fail the
+//! open it was made for.
+//!
+//! Our count of a node's opens never falls below the kernel's: the kernel
+//! leaves the node's I/O mode before it sends RELEASE, and counts an open
+//! only after our reply, which follows our count. So a node whose count
+//! reaches 0 here is closed in the kernel too, and may change modes.
+
+use fuser::BackingId;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// How a node's open files are served while it is open.
+#[derive(Clone)]
+pub enum Mode {
+    /// The kernel does reads, writes and mappings on the backing file.
+    Kernel(Arc<BackingId>),
+    /// Through the server (READ and WRITE requests): the file system has
+    /// no backing file for it, or the kernel would not take it.
+    Server,
+}
+
+struct Entry {
+    mode: Mode,
+    opens: u64,
+}
+
+/// Per-node I/O modes and backing ids of open files.
+#[derive(Default)]
+pub struct Backings {
+    /// Kernel I/O asked for (`ServeConfig::kernel_io`).
+    pub wanted: AtomicBool,
+    /// The kernel agreed (FUSE_PASSTHROUGH in INIT) and nothing since
+    /// showed that this server may not register backing files.
+    pub on: AtomicBool,
+    nodes: Mutex<HashMap<u64, Entry>>,
+    /// Backing files registered (first opens served by the kernel).
+    pub registered: AtomicU64,
+    /// Opens answered with a backing id.
+    pub kernel_opens: AtomicU64,
+    /// Registrations the kernel refused (the node is then served by the
+    /// server until its last RELEASE).
+    pub refused: AtomicU64,
+}
+
+impl Backings {
+    /// Counts an open of `node` and returns how it is to be served.
+    /// `register` is called only for a node not open now, to register its
+    /// backing file (None: the file system has none for it); it runs under
+    /// this table's lock, so two first opens of one node cannot register
+    /// two different ids.
+    pub fn attach(
+        &self,
+        node: u64,
+        register: impl FnOnce() -> Option<std::io::Result<BackingId>>,
+    ) -> Mode {
+        let mut nodes = self.nodes.lock();
+        if let Some(e) = nodes.get_mut(&node) {
+            e.opens += 1;
+            if matches!(e.mode, Mode::Kernel(_)) {
+                self.kernel_opens.fetch_add(1, Ordering::Relaxed);
+            }
+            return e.mode.clone();
+        }
+        let mode = match register() {
+            Some(Ok(id)) => {
+                self.registered.fetch_add(1, Ordering::Relaxed);
+                self.kernel_opens.fetch_add(1, Ordering::Relaxed);
+                Mode::Kernel(Arc::new(id))
+            }
+            Some(Err(e)) => {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                // Without CAP_SYS_ADMIN no registration can succeed: stop
+                // asking (one ioctl per first open saved).
+                if e.raw_os_error() == Some(libc::EPERM) && self.on.swap(false, Ordering::Relaxed) {
+                    // Not eprintln!: it panics if stderr is a closed pipe.
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "uvfs: the kernel refused backing files (EPERM: the server lacks \
+                         CAP_SYS_ADMIN); reads and writes go through the server"
+                    );
+                }
+                Mode::Server
+            }
+            None => Mode::Server,
+        };
+        nodes.insert(
+            node,
+            Entry {
+                mode: mode.clone(),
+                opens: 1,
+            },
+        );
+        mode
+    }
+
+    /// Undoes one `attach` of `node` (its RELEASE). The last one forgets
+    /// the node's mode and drops its backing id, which closes it once the
+    /// reply holding a clone is sent.
+    pub fn detach(&self, node: u64) {
+        let mut nodes = self.nodes.lock();
+        let last = match nodes.get_mut(&node) {
+            Some(e) => {
+                e.opens -= 1;
+                e.opens == 0
+            }
+            None => false,
+        };
+        if last {
+            let e = nodes.remove(&node);
+            drop(nodes);
+            drop(e);
+        }
+    }
+
+    /// Whether an open may be served by the kernel at all now.
+    pub fn enabled(&self) -> bool {
+        self.on.load(Ordering::Relaxed)
+    }
+
+    /// Nodes open now, and of those served by the kernel.
+    pub fn open_nodes(&self) -> (u64, u64) {
+        let nodes = self.nodes.lock();
+        let kernel = nodes
+            .values()
+            .filter(|e| matches!(e.mode, Mode::Kernel(_)))
+            .count();
+        (nodes.len() as u64, kernel as u64)
+    }
+
+    /// Forgets every node (the session ended; ids die with the channel).
+    pub fn clear(&self) {
+        let all: Vec<Entry> = self.nodes.lock().drain().map(|(_, e)| e).collect();
+        drop(all);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(errno: i32) -> Option<std::io::Result<BackingId>> {
+        Some(Err(std::io::Error::from_raw_os_error(errno)))
+    }
+
+    #[test]
+    fn a_node_keeps_its_mode_until_its_last_release() {
+        let b = Backings::default();
+        b.on.store(true, Ordering::Relaxed);
+        assert!(matches!(b.attach(7, || refused(libc::ELOOP)), Mode::Server));
+        // A second open must not try to register (it would mix modes).
+        let m = b.attach(7, || panic!("registered while open"));
+        assert!(matches!(m, Mode::Server));
+        assert_eq!(b.open_nodes(), (1, 0));
+        b.detach(7);
+        assert_eq!(b.open_nodes(), (1, 0));
+        b.detach(7);
+        assert_eq!(b.open_nodes(), (0, 0));
+        // Closed everywhere: the next open decides afresh.
+        let mut asked = false;
+        b.attach(7, || {
+            asked = true;
+            None
+        });
+        assert!(asked);
+        assert_eq!(b.refused.load(Ordering::Relaxed), 1);
+        assert!(b.enabled(), "ELOOP concerns one file, not the server");
+    }
+
+    #[test]
+    fn eperm_turns_kernel_io_off() {
+        let b = Backings::default();
+        b.on.store(true, Ordering::Relaxed);
+        b.attach(1, || refused(libc::EPERM));
+        assert!(!b.enabled());
+    }
+
+    #[test]
+    fn detach_of_an_unknown_node_is_harmless() {
+        let b = Backings::default();
+        b.detach(42);
+        assert_eq!(b.open_nodes(), (0, 0));
+    }
+}
