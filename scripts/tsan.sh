@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ThreadSanitizer run: the concurrent crates' tests, then a TSan-built
-# `uvfs` server (memfs, then passthrough under tight fd and vnode limits)
+# `uvfs` server (memfs, then passthrough under tight fd and vnode limits,
+# with kernel I/O and with --server-io)
 # under multi-process stress. Any race report fails the run.
 #
 # loom explores the refcount and lock state machines exhaustively on small
@@ -123,6 +124,8 @@ for d in $(seq 40); do
 done
 serve memfs --vnodes 1000 --threads 4 --size 256m
 serve passthrough --source "$SRC" --fd-budget 200 --vnodes 2000 --threads 4
+# Reads and writes through the server too (the kernel does them above).
+serve passthrough-server-io --source "$SRC" --fd-budget 200 --vnodes 2000 --threads 4 --server-io
 
 n=$(races "$LOGS/server")
 [ "$n" = 0 ] && pass "server under stress: no race reports" || {

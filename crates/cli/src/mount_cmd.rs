@@ -376,7 +376,9 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
             uring,
             read_only: o.read_only,
             mount_flags: o.mount_flags,
-            kernel_io: !o.server_io,
+            // Not read-only: the kernel would open the source files
+            // without O_NOATIME (`FileSystem::backing_file`).
+            kernel_io: !o.server_io && !o.read_only,
         };
         return serve(fs, layer, &cfg, signals, &mut ready);
     }

@@ -589,12 +589,6 @@ impl Filesystem for Server {
         ] {
             let _ = config.add_capabilities(cap);
         }
-        // Directories opened by the kernel alone (FUSE_NO_OPENDIR_SUPPORT,
-        // the default): a warm `find` then costs no OPENDIR + RELEASEDIR
-        // round trip per directory (the kernel keeps the listing, with
-        // FOPEN_CACHE_DIR | FOPEN_KEEP_CACHE as its default for
-        // no-opendir, the same flags `opendir` below answers): measured
-        // 1.16x tmpfs's warm stat rate instead of 0.76x.
         // Reads, writes and mappings of files with a backing file done by
         // the kernel on it (`backing.rs`). Depth 1: the backing files may
         // not be on a stacked file system themselves (overlayfs, another
@@ -606,6 +600,12 @@ impl Filesystem for Server {
         {
             self.inner.backings.on.store(true, Ordering::Relaxed);
         }
+        // Directories opened by the kernel alone (FUSE_NO_OPENDIR_SUPPORT,
+        // the default): a warm `find` then costs no OPENDIR + RELEASEDIR
+        // round trip per directory (the kernel keeps the listing, with
+        // FOPEN_CACHE_DIR | FOPEN_KEEP_CACHE as its default for
+        // no-opendir, the same flags `opendir` below answers): measured
+        // 1.16x tmpfs's warm stat rate instead of 0.76x.
         if !self.inner.server_opendir
             && config
                 .add_capabilities(InitFlags::FUSE_NO_OPENDIR_SUPPORT)

@@ -81,7 +81,9 @@ impl Pt {
             uring: common::uring(),
             read_only,
             mount_flags: 0,
-            // As `uvfs mount --source` serves.
+            // As `uvfs mount --source` serves. (It does not ask when
+            // read-only; here the file system's refusal to offer backing
+            // files is then what keeps the source's atimes.)
             kernel_io: true,
         };
         let mount = BackgroundMount::start(fs.clone(), layer, &cfg).expect("mount");
@@ -708,6 +710,10 @@ fn a_read_only_mount_leaves_its_source_exactly_as_it_was() {
             .unwrap();
         assert!(n > 0, "no {op} reached the server");
     }
+    // Reads came to the server (which reads with O_NOATIME), not to the
+    // kernel on the source files.
+    assert!(counter(&t, "fuse.requests.op.read") > 0);
+    assert_eq!(counter(&t, "fuse.kernel_io.opens"), 0);
 
     // Nothing changed in the source, atimes included.
     assert_eq!(tree_snapshot(&t.base.join("src")), before);
