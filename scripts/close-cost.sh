@@ -4,15 +4,23 @@
 # small files, both warm (every page already in the kernel's cache), so
 # what is left is the requests each open and close sends the server.
 #
-#   scripts/close-cost.sh [UVFS_BINARY...]   # default target/release/uvfs
+#   scripts/close-cost.sh [--source] [UVFS_COMMAND...]   # default target/release/uvfs
 #
-# Give several binaries (an older build beside the current one) to compare
-# them alternately, ROUNDS times each (default 6). Needs root (mount) and
-# python3. Prints one line per run, then per binary the median over runs:
-# microseconds per open+read+close (itself a median of 5 passes) and
-# milliseconds per `grep -r` (median of 5).
+# Give several commands (an older build beside the current one, or a
+# binary with extra `uvfs mount` options in one quoted word:
+# "target/release/uvfs --server-io") to compare them alternately, ROUNDS
+# times each (default 6). With --source each mount is a passthrough of a
+# fresh directory under /var/tmp instead of a memfs. Needs root (mount)
+# and python3. Prints one line per run, then per command the median over
+# runs: microseconds per open+read+close (itself a median of 5 passes)
+# and milliseconds per `grep -r` (median of 5).
 set -euo pipefail
 
+source=""
+if [ "${1:-}" = --source ]; then
+    source=$(mktemp -d /var/tmp/uvfs-close-cost-src.XXXXXX)
+    shift
+fi
 bins=("$@")
 [ ${#bins[@]} -gt 0 ] || bins=(target/release/uvfs)
 rounds=${ROUNDS:-6}
@@ -22,13 +30,20 @@ cleanup() {
     umount "$mnt" 2>/dev/null || true
     rmdir "$mnt" 2>/dev/null || true
     rm -f "$out"
+    [ -z "$source" ] || rm -rf "$source"
 }
 trap cleanup EXIT
 
 for _ in $(seq "$rounds"); do
     for b in "${bins[@]}"; do
-        "$b" mount "$mnt"
-        python3 - "$mnt" "$b" <<'PY' | tee -a "$out"
+        read -r -a cmd <<<"$b"
+        if [ -n "$source" ]; then
+            find "$source" -mindepth 1 -delete
+            "${cmd[0]}" mount --source "$source" "${cmd[@]:1}" "$mnt"
+        else
+            "${cmd[0]}" mount "${cmd[@]:1}" "$mnt"
+        fi
+        python3 - "$mnt" "${b// /_}" <<'PY' | tee -a "$out"
 import os, statistics, subprocess, sys, time
 mnt, label = sys.argv[1], sys.argv[2]
 os.mkdir(f"{mnt}/o")
@@ -62,8 +77,10 @@ PY
         umount "$mnt"
     done
 done
-echo "median over $rounds runs: binary, us per open+read+close, ms per grep -r"
-python3 - "$out" "${bins[@]}" <<'PY'
+echo "median over $rounds runs: command, us per open+read+close, ms per grep -r"
+labels=()
+for b in "${bins[@]}"; do labels+=("${b// /_}"); done
+python3 - "$out" "${labels[@]}" <<'PY'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
 for b in sys.argv[2:]:

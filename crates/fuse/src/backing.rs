@@ -27,30 +27,38 @@ use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// How a node's open files are served while it is open.
-#[derive(Clone)]
-pub enum Mode {
+/// How a node's open files are served while it is open. `Id` is the
+/// registration (its drop closes it); generic so tests can count them.
+pub enum Mode<Id = BackingId> {
     /// The kernel does reads, writes and mappings on the backing file.
-    Kernel(Arc<BackingId>),
+    Kernel(Arc<Id>),
     /// Through the server (READ and WRITE requests): the file system has
     /// no backing file for it, or the kernel would not take it.
     Server,
 }
 
-struct Entry {
-    mode: Mode,
+impl<Id> Clone for Mode<Id> {
+    fn clone(&self) -> Self {
+        match self {
+            Mode::Kernel(id) => Mode::Kernel(id.clone()),
+            Mode::Server => Mode::Server,
+        }
+    }
+}
+
+struct Entry<Id> {
+    mode: Mode<Id>,
     opens: u64,
 }
 
 /// Per-node I/O modes and backing ids of open files.
-#[derive(Default)]
-pub struct Backings {
+pub struct Backings<Id = BackingId> {
     /// Kernel I/O asked for (`ServeConfig::kernel_io`).
     pub wanted: AtomicBool,
     /// The kernel agreed (FUSE_PASSTHROUGH in INIT) and nothing since
     /// showed that this server may not register backing files.
     pub on: AtomicBool,
-    nodes: Mutex<HashMap<u64, Entry>>,
+    nodes: Mutex<HashMap<u64, Entry<Id>>>,
     /// Backing files registered (first opens served by the kernel).
     pub registered: AtomicU64,
     /// Opens answered with a backing id.
@@ -60,7 +68,20 @@ pub struct Backings {
     pub refused: AtomicU64,
 }
 
-impl Backings {
+impl<Id> Default for Backings<Id> {
+    fn default() -> Self {
+        Backings {
+            wanted: AtomicBool::new(false),
+            on: AtomicBool::new(false),
+            nodes: Mutex::new(HashMap::new()),
+            registered: AtomicU64::new(0),
+            kernel_opens: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+        }
+    }
+}
+
+impl<Id> Backings<Id> {
     /// Counts an open of `node` and returns how it is to be served.
     /// `register` is called only for a node not open now, to register its
     /// backing file (None: the file system has none for it); it runs under
@@ -69,8 +90,8 @@ impl Backings {
     pub fn attach(
         &self,
         node: u64,
-        register: impl FnOnce() -> Option<std::io::Result<BackingId>>,
-    ) -> Mode {
+        register: impl FnOnce() -> Option<std::io::Result<Id>>,
+    ) -> Mode<Id> {
         let mut nodes = self.nodes.lock();
         if let Some(e) = nodes.get_mut(&node) {
             e.opens += 1;
@@ -147,7 +168,7 @@ impl Backings {
 
     /// Forgets every node (the session ended; ids die with the channel).
     pub fn clear(&self) {
-        let all: Vec<Entry> = self.nodes.lock().drain().map(|(_, e)| e).collect();
+        let all: Vec<Entry<Id>> = self.nodes.lock().drain().map(|(_, e)| e).collect();
         drop(all);
     }
 }
@@ -156,13 +177,102 @@ impl Backings {
 mod tests {
     use super::*;
 
-    fn refused(errno: i32) -> Option<std::io::Result<BackingId>> {
+    fn refused(errno: i32) -> Option<std::io::Result<Fake>> {
         Some(Err(std::io::Error::from_raw_os_error(errno)))
+    }
+
+    /// A registration, numbered; counts itself live while it exists.
+    struct Fake {
+        serial: u64,
+        live: Arc<AtomicU64>,
+    }
+
+    impl Drop for Fake {
+        fn drop(&mut self) {
+            self.live.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn racing_opens_and_releases_share_one_registration_per_node() {
+        const OPENS: u64 = 200_000;
+        let b: Arc<Backings<Fake>> = Arc::default();
+        b.on.store(true, Ordering::Relaxed);
+        let live = Arc::new(AtomicU64::new(0));
+        let serials = Arc::new(AtomicU64::new(0));
+        // node -> (serial, opens) as the test's threads see their opens:
+        // each one inside its attach..detach, so two that overlap here
+        // overlap there too and must have been given the same backing
+        // file (the kernel fails the second open otherwise).
+        let open: Arc<Mutex<HashMap<u64, (u64, u32)>>> = Arc::default();
+        let start = Arc::new(std::sync::Barrier::new(4));
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let (b, live, serials, open, start) = (
+                    b.clone(),
+                    live.clone(),
+                    serials.clone(),
+                    open.clone(),
+                    start.clone(),
+                );
+                std::thread::spawn(move || {
+                    let release = |node: u64| {
+                        open.lock().get_mut(&node).unwrap().1 -= 1;
+                        b.detach(node);
+                    };
+                    // Each thread keeps up to two files open, so opens of
+                    // one node overlap across threads and within one.
+                    let mut held = std::collections::VecDeque::new();
+                    start.wait();
+                    for i in 0..OPENS {
+                        let node = (i * 7 + t) % 3;
+                        let m = b.attach(node, || {
+                            live.fetch_add(1, Ordering::Relaxed);
+                            let serial = serials.fetch_add(1, Ordering::Relaxed);
+                            Some(Ok(Fake {
+                                serial,
+                                live: live.clone(),
+                            }))
+                        });
+                        let Mode::Kernel(id) = m else {
+                            panic!("node {node} served by the server")
+                        };
+                        {
+                            let mut o = open.lock();
+                            let e = o.entry(node).or_insert((id.serial, 0));
+                            if e.1 == 0 {
+                                e.0 = id.serial;
+                            }
+                            assert_eq!(e.0, id.serial, "two backing files for node {node}");
+                            e.1 += 1;
+                        }
+                        // The reply is sent and its id dropped; the RELEASE
+                        // comes later, maybe to another thread.
+                        drop(id);
+                        held.push_back(node);
+                        if held.len() > 2 {
+                            release(held.pop_front().unwrap());
+                        }
+                    }
+                    for node in held {
+                        release(node);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(b.open_nodes(), (0, 0));
+        assert_eq!(live.load(Ordering::Relaxed), 0, "registrations left open");
+        let reg = b.registered.load(Ordering::Relaxed);
+        assert!((3..=4 * OPENS).contains(&reg), "{reg}");
+        assert_eq!(b.kernel_opens.load(Ordering::Relaxed), 4 * OPENS);
     }
 
     #[test]
     fn a_node_keeps_its_mode_until_its_last_release() {
-        let b = Backings::default();
+        let b: Backings<Fake> = Backings::default();
         b.on.store(true, Ordering::Relaxed);
         assert!(matches!(b.attach(7, || refused(libc::ELOOP)), Mode::Server));
         // A second open must not try to register (it would mix modes).
@@ -186,7 +296,7 @@ mod tests {
 
     #[test]
     fn eperm_turns_kernel_io_off() {
-        let b = Backings::default();
+        let b: Backings<Fake> = Backings::default();
         b.on.store(true, Ordering::Relaxed);
         b.attach(1, || refused(libc::EPERM));
         assert!(!b.enabled());
@@ -194,7 +304,7 @@ mod tests {
 
     #[test]
     fn detach_of_an_unknown_node_is_harmless() {
-        let b = Backings::default();
+        let b: Backings<Fake> = Backings::default();
         b.detach(42);
         assert_eq!(b.open_nodes(), (0, 0));
     }
