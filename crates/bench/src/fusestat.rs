@@ -50,13 +50,22 @@ const MEMFS: &str = "uvfs-memfs";
 /// The same server with requests read from /dev/fuse (`--transport dev`),
 /// beside the default (io_uring where the kernel offers it).
 const MEMFS_DEV: &str = "uvfs-memfs-dev";
+/// memfs without directory attribute refresh (`--no-dir-refresh`).
+const MEMFS_NOREF: &str = "uvfs-memfs-norefresh";
 const TMPFS: &str = "tmpfs";
 const PASSTHROUGH: &str = "uvfs-passthrough";
 const PASSTHROUGH_DEV: &str = "uvfs-passthrough-dev";
 /// The passthrough without directory readahead (`--no-dir-readahead`).
 const PASSTHROUGH_NORA: &str = "uvfs-passthrough-noreadahead";
+/// The passthrough without directory attribute refresh.
+const PASSTHROUGH_NOREF: &str = "uvfs-passthrough-norefresh";
 /// The passthrough servers, as `--fs` names them.
-const PASSTHROUGHS: [&str; 3] = [PASSTHROUGH, PASSTHROUGH_DEV, PASSTHROUGH_NORA];
+const PASSTHROUGHS: [&str; 4] = [
+    PASSTHROUGH,
+    PASSTHROUGH_DEV,
+    PASSTHROUGH_NORA,
+    PASSTHROUGH_NOREF,
+];
 const NATIVE: &str = "native";
 const LIBFUSE: &str = PeerKind::LibfusePassthroughLl.name();
 const FBR: &str = PeerKind::FuseBackendRs.name();
@@ -83,11 +92,13 @@ pub struct FuseStatOpts {
     /// File systems to walk (default: uvfs-memfs,uvfs-memfs-dev,tmpfs, plus
     /// native,uvfs-passthrough,libfuse-passthrough_ll,fuse-backend-rs when
     /// `uvfs mount --source` exists; also uvfs-passthrough-dev and
-    /// uvfs-passthrough-noreadahead). The uvfs-*-dev servers read requests
+    /// uvfs-passthrough-noreadahead; uvfs-memfs-norefresh and
+    /// uvfs-passthrough-norefresh). The uvfs-*-dev servers read requests
     /// from /dev/fuse; the others take them through io_uring where the
     /// kernel can (the run turns the `fuse` module's enable_uring on while
     /// it mounts them, if it may). uvfs-passthrough-noreadahead is the
-    /// passthrough with `--no-dir-readahead`.
+    /// passthrough with `--no-dir-readahead`, the *-norefresh servers run
+    /// with `--no-dir-refresh`.
     #[arg(long, value_delimiter = ',')]
     pub fs: Option<Vec<String>>,
     /// Entry and attribute timeouts of the uvfs mounts, in seconds.
@@ -201,6 +212,9 @@ fn server_args(
     if name == PASSTHROUGH_NORA {
         a.push("--no-dir-readahead".into());
     }
+    if name == MEMFS_NOREF || name == PASSTHROUGH_NOREF {
+        a.push("--no-dir-refresh".into());
+    }
     a
 }
 
@@ -213,11 +227,13 @@ fn choose_fs(o: &FuseStatOpts, passthrough: bool) -> io::Result<Vec<&'static str
     let all = [
         MEMFS,
         MEMFS_DEV,
+        MEMFS_NOREF,
         TMPFS,
         NATIVE,
         PASSTHROUGH,
         PASSTHROUGH_DEV,
         PASSTHROUGH_NORA,
+        PASSTHROUGH_NOREF,
         LIBFUSE,
         FBR,
     ];
@@ -225,7 +241,15 @@ fn choose_fs(o: &FuseStatOpts, passthrough: bool) -> io::Result<Vec<&'static str
         Some(v) => v.clone(),
         None if passthrough => all
             .iter()
-            .filter(|&&a| a != PASSTHROUGH_DEV && a != PASSTHROUGH_NORA)
+            .filter(|&&a| {
+                ![
+                    PASSTHROUGH_DEV,
+                    PASSTHROUGH_NORA,
+                    PASSTHROUGH_NOREF,
+                    MEMFS_NOREF,
+                ]
+                .contains(&a)
+            })
             .map(|s| s.to_string())
             .collect(),
         None => vec![MEMFS.into(), MEMFS_DEV.into(), TMPFS.into()],
@@ -270,7 +294,7 @@ fn build_target(
         build_secs: 0.0,
     };
     match name {
-        MEMFS | MEMFS_DEV => {
+        MEMFS | MEMFS_DEV | MEMFS_NOREF => {
             let tag = name.trim_start_matches("uvfs-");
             let m = ServerMount::start(tag, &server_args(o, shape, None, name))?;
             t.root = m.root().to_path_buf();
@@ -290,7 +314,7 @@ fn build_target(
             t.root = d.path.clone();
             t._dir = Some(d);
         }
-        PASSTHROUGH | PASSTHROUGH_DEV | PASSTHROUGH_NORA => {
+        PASSTHROUGH | PASSTHROUGH_DEV | PASSTHROUGH_NORA | PASSTHROUGH_NOREF => {
             let src = native_root.ok_or_else(|| bad("passthrough without a native tree".into()))?;
             let tag = name.trim_start_matches("uvfs-");
             let m = ServerMount::start(tag, &server_args(o, shape, Some(src), name))?;
@@ -852,8 +876,10 @@ pub fn summary(r: &Report) -> Vec<String> {
     // the passthrough with directory readahead against without.
     for (a, b) in [
         (MEMFS, MEMFS_DEV),
+        (MEMFS, MEMFS_NOREF),
         (PASSTHROUGH, PASSTHROUGH_DEV),
         (PASSTHROUGH, PASSTHROUGH_NORA),
+        (PASSTHROUGH, PASSTHROUGH_NOREF),
     ] {
         for pass in ["cold", "warm"] {
             for x in rows(a, pass) {

@@ -103,6 +103,12 @@ pub struct MountOpts {
     /// listings find them cached.
     #[arg(long)]
     pub no_dir_readahead: bool,
+    /// No directory attribute refresh. By default, a few milliseconds after
+    /// a directory is listed, a server thread stats it through a private
+    /// clone of the mount, so the next `stat` of it needs no round trip
+    /// (after each listing the kernel takes a directory's atime for stale).
+    #[arg(long)]
+    pub no_dir_refresh: bool,
     /// Passthrough: serve every read and write of a file here. By default
     /// the kernel reads, writes and maps open files on their source files
     /// itself (FUSE passthrough, Linux 6.9+, as root), as fast as the
@@ -379,6 +385,7 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
             // Not read-only: the kernel would open the source files
             // without O_NOATIME (`FileSystem::backing_file`).
             kernel_io: !o.server_io && !o.read_only,
+            dir_refresh: !o.no_dir_refresh,
         };
         return serve(fs, layer, &cfg, signals, &mut ready);
     }
@@ -405,6 +412,7 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
         read_only: false,
         mount_flags: o.mount_flags,
         kernel_io: false,
+        dir_refresh: !o.no_dir_refresh,
     };
     serve(fs, layer, &cfg, signals, &mut ready)
 }
@@ -482,6 +490,7 @@ mod tests {
             fd_budget: None,
             opendir: false,
             no_dir_readahead: false,
+            no_dir_refresh: false,
             server_io: false,
             transport: Transport::Auto,
             read_only: false,

@@ -26,6 +26,9 @@ pub struct KernelMount {
     /// connection, so polling it tells whether the mount still exists.
     dev: OwnedFd,
     mountpoint: CString,
+    /// The device the kernel gave the mount (from mountinfo, right after
+    /// mounting), if it could be read.
+    device: Option<u64>,
 }
 
 /// What `mount` refused for lack of privilege: the caller should use
@@ -108,6 +111,7 @@ pub fn mount(
         KernelMount {
             dev: probe,
             mountpoint: mp,
+            device: crate::mountinfo::device_of(mountpoint),
         },
     ))
 }
@@ -135,6 +139,19 @@ impl KernelMount {
             }
             return !(rc == 1 && p.revents & libc::POLLERR != 0);
         }
+    }
+
+    /// Whether the mount on the mountpoint is ours. The connection can
+    /// outlive the mount for a moment: the directory refresher's private
+    /// clone (`refresh.rs`) keeps the superblock, and so the connection,
+    /// until its batch ends, and by then `umount MNT; uvfs mount MNT` may
+    /// have put another file system there.
+    fn on_top(&self) -> bool {
+        let Some(ours) = self.device else {
+            return true;
+        };
+        let path = Path::new(std::ffi::OsStr::from_bytes(self.mountpoint.as_bytes()));
+        crate::mountinfo::device_of(path) == Some(ours)
     }
 
     /// Unmounts, unless the connection is already gone (someone else
@@ -168,7 +185,7 @@ impl KernelMount {
     }
 
     fn umount2(&self, flags: libc::c_int) -> std::io::Result<()> {
-        if !self.alive() {
+        if !self.alive() || !self.on_top() {
             return Ok(());
         }
         // SAFETY: `mountpoint` is a NUL-terminated path that outlives the

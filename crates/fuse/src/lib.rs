@@ -12,6 +12,8 @@
 //!   `clone_fd`) or serving a given channel (`serve_fd`), `kmount.rs` mount(2) and unmounting only our own mount, `signals.rs` clean unmount on SIGINT/SIGTERM,
 //!   `daemon.rs` detaching.
 //! - `control.rs` and `stats.rs`: the control socket behind `uvfs stat`.
+//! - `refresh.rs`: listed directories' attributes fetched again in the
+//!   background, so a `stat` after a listing needs no round trip.
 //! - `lockwait.rs` and `offload.rs`: requests answered off the request
 //!   loops (lock waits; syncs that wait for a disk), `threads.rs` what
 //!   their threads must not inherit.
@@ -29,6 +31,7 @@ mod mountinfo;
 mod nodes;
 mod offload;
 mod prune;
+mod refresh;
 mod release;
 mod server;
 mod signals;

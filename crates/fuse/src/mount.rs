@@ -53,6 +53,13 @@ pub struct ServeConfig {
     /// (`FileSystem::backing_file`: a passthrough). Off, or where the
     /// kernel or the file does not allow it, READs and WRITEs come here.
     pub kernel_io: bool,
+    /// Fetch a directory's attributes again in the background after it is
+    /// listed (`refresh.rs`), so its next `stat` is answered from the
+    /// kernel's cache: without it the first `stat` of a directory after
+    /// each listing is a round trip (the kernel marks its atime stale).
+    /// Needs CAP_SYS_ADMIN (it clones the mount); nothing to do on a
+    /// read-only mount.
+    pub dir_refresh: bool,
 }
 
 /// The mount(2) flags `ServeConfig::mount_flags` may hold, with their
@@ -229,8 +236,13 @@ fn mount(
     };
     // Before any request is answered: the mount's device, so that a file
     // system reaching back into it by path refuses (mountinfo.rs).
-    if let Some(dev) = mountinfo::device_of(&mountpoint) {
+    let dev = mountinfo::device_of(&mountpoint);
+    if let Some(dev) = dev {
         fs.mounted_as(dev);
+    }
+    // A read-only superblock keeps its atimes: nothing to refresh.
+    if let (true, false, Some(dev)) = (cfg.dir_refresh, cfg.read_only, dev) {
+        let _ = inner.refresh.start(&mountpoint, dev);
     }
     let pruner = match &unmounter {
         Unmounter::Kernel(km) => km.dup_dev().ok().map(crate::prune::Pruner::new),

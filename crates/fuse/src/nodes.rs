@@ -137,8 +137,9 @@ impl NodeTable {
         (id, new)
     }
 
-    /// The kernel dropped `n` references to node `id`.
-    pub fn forget(&self, id: u64, n: u64) {
+    /// The kernel dropped `n` references to node `id`; true if that was
+    /// the last (the node is gone from the kernel).
+    pub fn forget(&self, id: u64, n: u64) -> bool {
         let vp = if id == ROOT_ID {
             self.root.get()
         } else {
@@ -146,7 +147,7 @@ impl NodeTable {
         };
         let Some(vp) = vp else {
             self.counters.forget_excess.fetch_add(1, Ordering::Relaxed);
-            return;
+            return false;
         };
         let (before, taken) = if id == ROOT_ID {
             // The root is pinned: its count never drops below one (only
@@ -172,6 +173,7 @@ impl NodeTable {
         if n > before {
             self.counters.forget_excess.fetch_add(1, Ordering::Relaxed);
         }
+        id != ROOT_ID && before > 0 && before <= n
     }
 
     /// Nodes the kernel holds (including the root).

@@ -107,6 +107,8 @@ pub struct Inner {
     pub read_only: bool,
     /// Open files whose I/O the kernel does on their backing files.
     pub backings: crate::backing::Backings,
+    /// Listed directories' attributes fetched again (`refresh.rs`).
+    pub refresh: crate::refresh::Refresher,
 }
 
 thread_local! {
@@ -223,6 +225,7 @@ impl Server {
                 uring_on: Default::default(),
                 read_only,
                 backings: Default::default(),
+                refresh: Default::default(),
             }),
         })
     }
@@ -371,8 +374,12 @@ impl Server {
             Ok((vp, attr)) => {
                 let i = &self.inner;
                 let (id, new) = i.nodes.remember_new(&vp);
+                let dir = attr.kind == uvfs_vfs::VType::Dir;
                 if new {
-                    i.note_new(id, parent, name, attr.kind == uvfs_vfs::VType::Dir);
+                    i.note_new(id, parent, name, dir);
+                }
+                if dir {
+                    i.dir_handed_out(id, parent, name);
                 }
                 reply.entry(
                     &i.timeouts.entry,
@@ -518,6 +525,41 @@ impl Inner {
         }
     }
 
+    /// After a rename through the mount: a directory the refresher knows
+    /// by its old name goes by the new one (and, exchanged, the other way
+    /// round). The kernel moves its dentries alike.
+    fn renamed(
+        &self,
+        c: &Ctx,
+        (from_id, from, from_name): (u64, &VnodeRef, &[u8]),
+        (to_id, to, to_name): (u64, &VnodeRef, &[u8]),
+        flags: RenameFlags,
+    ) {
+        if !self.refresh.running() {
+            return;
+        }
+        let moved = |dir: &VnodeRef, dir_id: u64, n: &[u8]| {
+            if let Ok(vp) = self.fs.lookup(c, dir, n) {
+                if vp.vtype() == VType::Dir {
+                    let id = self.nodes.node_id(vp.ino());
+                    self.refresh.names.moved(id, dir_id, n);
+                }
+            }
+        };
+        moved(to, to_id, to_name);
+        if flags.exchange() {
+            moved(from, from_id, from_name);
+        }
+    }
+
+    /// Directory node `id` handed to the kernel as `name` in `parent`:
+    /// the refresher's path to it (`refresh.rs`).
+    fn dir_handed_out(&self, id: u64, parent: u64, name: &[u8]) {
+        if self.refresh.running() {
+            self.refresh.names.handed_out(id, parent, name);
+        }
+    }
+
     fn note_new(&self, id: u64, parent: u64, name: &[u8], dir: bool) {
         let count = self.fs.mount().vnode_count();
         self.evict
@@ -653,7 +695,10 @@ impl Filesystem for Server {
     // entry (its `ForgetOne` type is private, so it cannot be overridden),
     // which is exactly the per-node accounting wanted.
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.inner.nodes.forget(ino.0, nlookup);
+        let i = &self.inner;
+        if i.nodes.forget(ino.0, nlookup) && i.refresh.running() {
+            i.refresh.names.forgot(ino.0);
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -806,14 +851,15 @@ impl Filesystem for Server {
         self.making(move |s| {
             let r = s.changing("rename", |i| {
                 let (d, nd) = (i.nodes.get(parent.0)?, i.nodes.get(newparent.0)?);
-                i.fs.rename(
+                let flags = RenameFlags(flags.bits());
+                i.fs.rename(&c, &d, name(&n), &nd, name(&newname), flags)?;
+                i.renamed(
                     &c,
-                    &d,
-                    name(&n),
-                    &nd,
-                    name(&newname),
-                    RenameFlags(flags.bits()),
-                )
+                    (parent.0, &d, name(&n)),
+                    (newparent.0, &nd, name(&newname)),
+                    flags,
+                );
+                Ok(())
             });
             Self::reply_empty(reply, r);
         });
@@ -1043,7 +1089,10 @@ impl Filesystem for Server {
             })
         });
         match r {
-            Ok(()) => reply.ok(),
+            Ok(()) => {
+                reply.ok();
+                self.inner.refresh.listed(_ino.0);
+            }
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -1089,13 +1138,13 @@ impl Filesystem for Server {
                             if !full {
                                 // Counted before the reply leaves (see nodes.rs).
                                 let (nid, new) = i.nodes.remember_new(vp);
+                                let parent = i.nodes.node_id(of.vp.ino());
+                                let dir = attr.kind == uvfs_vfs::VType::Dir;
                                 if new {
-                                    i.note_new(
-                                        nid,
-                                        i.nodes.node_id(of.vp.ino()),
-                                        &e.name,
-                                        attr.kind == uvfs_vfs::VType::Dir,
-                                    );
+                                    i.note_new(nid, parent, &e.name, dir);
+                                }
+                                if dir {
+                                    i.dir_handed_out(nid, parent, &e.name);
                                 }
                             }
                             full
@@ -1105,7 +1154,10 @@ impl Filesystem for Server {
             })
         });
         match r {
-            Ok(()) => reply.ok(),
+            Ok(()) => {
+                reply.ok();
+                self.inner.refresh.listed(_ino.0);
+            }
             // Entries remembered before a failure part way stay counted
             // (the node lives until unmount, never too short); memfs's
             // readdirplus fails only before its first entry.

@@ -126,6 +126,25 @@ pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
         ec.passes.load(Ordering::Relaxed),
         "Evictor passes over the vnode high water mark",
     );
+    let fc = &inner.refresh.counters;
+    for (n, v, d) in [
+        ("fuse.refresh.queued", &fc.queued, "Directory listings after which the directory's attributes are to be fetched again"),
+        ("fuse.refresh.refreshed", &fc.refreshed, "Listed directories stat'ed again through a clone of the mount (their next stat needs no round trip)"),
+        ("fuse.refresh.uncached", &fc.uncached, "Listed directories left alone: the kernel no longer cached a name on the way"),
+        ("fuse.refresh.stale", &fc.stale, "Listed directories whose name led elsewhere or nowhere"),
+        ("fuse.refresh.unknown", &fc.unknown, "Listed directories with no known name"),
+        ("fuse.refresh.dropped", &fc.dropped, "Listings not queued: too many directories waiting"),
+        ("fuse.refresh.clones", &fc.clones, "Private clones of the mount opened for refreshing"),
+        ("fuse.refresh.unavailable", &fc.unavailable, "Batches dropped: no clone of this mount could be had"),
+        ("fuse.refresh.waiting", &fc.waiting, "Listed directories queued and not yet dealt with"),
+    ] {
+        put(n, v.load(Ordering::Relaxed), d);
+    }
+    put(
+        "fuse.refresh.names",
+        inner.refresh.names.len() as u64,
+        "Directories whose names the refresher keeps (those the kernel holds)",
+    );
     let rc = &inner.counters;
     put(
         "fuse.requests",

@@ -377,6 +377,7 @@ impl Stack {
             // Reads and writes through the server: its failure paths
             // and offloading are what is tested here.
             kernel_io: false,
+            dir_refresh: true,
         };
         let top = BackgroundMount::start(fs, layer, &scfg).expect("mount the passthrough");
         Some(Stack {

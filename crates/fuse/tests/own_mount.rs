@@ -40,6 +40,7 @@ fn a_source_holding_the_mountpoint_gets_eloop_not_a_hang() {
         read_only: false,
         mount_flags: 0,
         kernel_io: false,
+        dir_refresh: true,
     };
     let m = BackgroundMount::start(fs, layer, &cfg).expect("mount");
 

@@ -85,6 +85,7 @@ impl Pt {
             // read-only; here the file system's refusal to offer backing
             // files is then what keeps the source's atimes.)
             kernel_io: true,
+            dir_refresh: true,
         };
         let mount = BackgroundMount::start(fs.clone(), layer, &cfg).expect("mount");
         Some(Pt {

@@ -626,6 +626,7 @@ impl Kernel {
             read_only: false,
             mount_flags: 0,
             kernel_io: false,
+            dir_refresh: false,
         };
         k.mount = Some(serve_fd(fs, layer, theirs, &cfg).expect("serve_fd"));
         let r = k.recv_for(unique, "INIT");

@@ -106,6 +106,7 @@ pub fn serve_memfs(dir: &Path, size: Option<u64>, vnodes: usize) -> BackgroundMo
         read_only: false,
         mount_flags: 0,
         kernel_io: false,
+        dir_refresh: true,
     };
     BackgroundMount::start(fs, layer, &cfg).expect("mount")
 }
