@@ -242,7 +242,7 @@ fn mount(
     }
     // A read-only superblock keeps its atimes: nothing to refresh.
     if let (true, false, Some(dev)) = (cfg.dir_refresh, cfg.read_only, dev) {
-        let _ = inner.refresh.start(&mountpoint, dev);
+        let _ = inner.refresh.start(&mountpoint, dev, Arc::downgrade(&fs));
     }
     let pruner = match &unmounter {
         Unmounter::Kernel(km) => km.dup_dev().ok().map(crate::prune::Pruner::new),

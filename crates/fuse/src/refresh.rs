@@ -54,8 +54,9 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
+use uvfs_vfs::FileSystem;
 
 /// How long after a directory's last listing request it may be stat'ed.
 /// The kernel marks the atime stale after the reply has reached the
@@ -67,6 +68,10 @@ pub const DELAY: Duration = Duration::from_millis(2);
 /// due too: a clone per batch costs 3-50 µs, a walk lists hundreds of
 /// directories a second.
 pub const GATHER: Duration = Duration::from_millis(2);
+
+/// Descriptors a batch holds at most: the clone and one path in it. They
+/// come out of the file system's fd budget (`FileSystem::reserve_fds`).
+const FDS: usize = 2;
 
 /// Most directories per batch (about 7 µs each): a superblock unmounted
 /// during a batch outlives its mount by no more than a batch.
@@ -99,7 +104,10 @@ pub struct DirNames {
 impl DirNames {
     /// Directory node `id` was handed to the kernel as `name` in `parent`.
     pub fn handed_out(&self, id: u64, parent: u64, name: &[u8]) {
-        if id == ROOT_ID {
+        // `.` and `..` are looked up too (a file handle's node, an export's
+        // parent), but they name no place of their own: kept, they would
+        // make cycles of the parent links.
+        if id == ROOT_ID || name == b"." || name == b".." {
             return;
         }
         let mut m = self.map.lock();
@@ -252,13 +260,19 @@ impl Refresher {
     }
 
     /// Starts the thread for the mount on `mountpoint`, whose device is
-    /// `dev`.
-    pub fn start(&self, mountpoint: &Path, dev: u64) -> std::io::Result<()> {
+    /// `dev`, serving `fs`.
+    pub fn start(
+        &self,
+        mountpoint: &Path,
+        dev: u64,
+        fs: Weak<dyn FileSystem>,
+    ) -> std::io::Result<()> {
         let mp = CString::new(mountpoint.as_os_str().as_bytes())
             .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
         let t = Thread {
             mountpoint: mp,
             dev,
+            fs,
             names: self.names.clone(),
             shared: self.shared.clone(),
             counters: self.counters.clone(),
@@ -284,6 +298,8 @@ enum Outcome {
 struct Thread {
     mountpoint: CString,
     dev: u64,
+    /// For its fd budget; the thread ends once it is gone.
+    fs: Weak<dyn FileSystem>,
     names: Arc<DirNames>,
     shared: Arc<Shared>,
     counters: Arc<RefreshCounters>,
@@ -294,22 +310,26 @@ impl Thread {
         crate::threads::detach_from_creator();
         while let Some(batch) = self.next_batch() {
             let n = batch.len() as u64;
-            let clone = match clone_mount(&self.mountpoint, self.dev) {
-                Ok(fd) => fd,
-                Err(e) => {
+            let Some(fs) = self.fs.upgrade() else {
+                return;
+            };
+            let fds = fs.reserve_fds(FDS);
+            drop(fs);
+            let clone = match fds
+                .as_ref()
+                .map(|_| clone_mount(&self.mountpoint, self.dev))
+            {
+                Some(Ok(clone)) => clone,
+                // No fds to spare now (the next batch asks again), or no
+                // clone of this mount to be had (unmounted, covered).
+                failed => {
                     self.counters.unavailable.fetch_add(1, Ordering::Relaxed);
                     self.counters.waiting.fetch_sub(n, Ordering::Relaxed);
-                    if e.raw_os_error() == Some(libc::EPERM) {
-                        // Not allowed to clone mounts: never will be.
-                        // Not eprintln!: it panics if stderr is a closed
-                        // pipe.
-                        let _ = writeln!(
-                            std::io::stderr(),
-                            "uvfs: directory attributes are not refreshed after \
-                             listings (EPERM: the server may not clone its mount)"
-                        );
-                        self.shared.q.lock().closed = true;
-                        return;
+                    if let Some(Err(e)) = failed {
+                        if e.raw_os_error() == Some(libc::EPERM) {
+                            self.give_up();
+                            return;
+                        }
                     }
                     continue;
                 }
@@ -327,9 +347,22 @@ impl Thread {
                 c.waiting.fetch_sub(1, Ordering::Relaxed);
             }
             // Closing may end an unmounted superblock, which waits for its
-            // connection's requests: outside any lock (as here).
+            // connection's requests: outside any lock (as here). Its fds'
+            // share of the budget goes back after it is closed.
             drop(clone);
+            drop(fds);
         }
+    }
+
+    /// Not allowed to clone mounts (no CAP_SYS_ADMIN): never will be.
+    fn give_up(&self) {
+        // Not eprintln!: it panics if stderr is a closed pipe.
+        let _ = writeln!(
+            std::io::stderr(),
+            "uvfs: directory attributes are not refreshed after listings \
+             (EPERM: the server may not clone its mount)"
+        );
+        self.shared.q.lock().closed = true;
     }
 
     /// Waits for directories to be due (with no timeout while none is
@@ -509,6 +542,17 @@ mod tests {
         n.handed_out(5, 6, b"a");
         n.handed_out(6, 5, b"b");
         assert_eq!(n.path(5), None);
+    }
+
+    #[test]
+    fn dot_names_are_not_places() {
+        let n = DirNames::default();
+        n.handed_out(5, ROOT_ID, b"a");
+        n.handed_out(9, 5, b"b");
+        // LOOKUP of `..` in 9 hands out 5; of `.` in 9 hands out 9.
+        n.handed_out(5, 9, b"..");
+        n.handed_out(9, 9, b".");
+        assert_eq!(n.path(9).as_deref(), Some(&b"a/b"[..]));
     }
 
     #[test]

@@ -262,6 +262,20 @@ impl FileSystem for PassthroughFs {
             .store(dev, std::sync::atomic::Ordering::Relaxed);
     }
 
+    fn reserve_fds(&self, n: usize) -> Option<uvfs_vfs::FdReservation> {
+        // Slots like any backing fd's (idle cached fds are closed to make
+        // room); all or none.
+        let parts = (0..n)
+            .map(|_| {
+                self.pool
+                    .reserve()
+                    .ok()
+                    .map(|r| Box::new(r) as Box<dyn Send>)
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(uvfs_vfs::FdReservation::of(parts))
+    }
+
     fn generation(&self, vp: &VnodeRef) -> u64 {
         self.node_of(vp).map_or(0, |n| n.generation())
     }

@@ -151,6 +151,51 @@ fn fd_budget_is_never_exceeded_with_thousands_of_files() {
 }
 
 #[test]
+fn fds_the_server_reserves_come_out_of_the_budget() {
+    const BUDGET: usize = 8;
+    let e = env_with(
+        "reserve",
+        4096,
+        PassthroughConfig {
+            fd_budget: Some(BUDGET),
+            no_handles: false,
+            no_dir_readahead: false,
+            no_atime: false,
+        },
+    );
+    std::fs::write(e.src.path().join("f"), b"x").unwrap();
+    let vp = e.lookup(&e.root, "f").unwrap();
+    let used = e.fs.pool().used();
+    let r = e.fs.reserve_fds(2).expect("room for two");
+    assert_eq!((r.len(), e.fs.pool().used()), (2, used + 2));
+    drop(r);
+    assert_eq!(e.fs.pool().used(), used);
+    // Idle cached fds make room; open files and reservations do not: once
+    // the budget is all of those, nothing more is reserved.
+    let mut fhs = Vec::new();
+    while let Ok(fh) = e.fs.open(&ROOT, &vp, libc::O_RDONLY) {
+        fhs.push(fh);
+    }
+    let mut held = Vec::new();
+    while let Some(r) = e.fs.reserve_fds(1) {
+        held.push(r);
+    }
+    assert!(!held.is_empty(), "the cached O_PATH fds make room");
+    assert_eq!(e.fs.pool().used(), BUDGET);
+    // One slot free: two are refused, all or none.
+    drop(held.pop());
+    assert!(e.fs.reserve_fds(2).is_none());
+    assert_eq!(e.fs.pool().used(), BUDGET - 1);
+    assert_eq!(e.fs.reserve_fds(1).map(|r| r.len()), Some(1));
+    drop(held);
+    for fh in fhs {
+        e.fs.release(&vp, fh).unwrap();
+    }
+    assert_eq!(e.fs.pool().open_files(), 0);
+    assert!(e.fs.pool().max_used() <= BUDGET);
+}
+
+#[test]
 fn fallback_without_handles_follows_renames() {
     let e = env_with(
         "nohandles",

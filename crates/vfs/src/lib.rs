@@ -12,6 +12,7 @@ mod attr;
 mod ctx;
 mod dirent;
 mod errno;
+mod fds;
 mod flags;
 mod lock;
 mod name;
@@ -24,6 +25,7 @@ pub use attr::{killed_suidgid, mode_to_vtype, vtype_to_mode, Attr, SetAttr, SetT
 pub use ctx::Ctx;
 pub use dirent::DirEntry;
 pub use errno::{Errno, VfsResult};
+pub use fds::FdReservation;
 pub use flags::{FallocMode, RenameFlags, XattrFlags, O_KILL_SUIDGID};
 pub use lock::{FileLock, LOCK_TO_EOF};
 pub use name::{

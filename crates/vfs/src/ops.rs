@@ -281,6 +281,16 @@ pub trait FileSystem: Send + Sync + 'static {
     /// on a request only it can answer. The default ignores it.
     fn mounted_as(&self, _dev: u64) {}
 
+    /// Reserves `n` descriptors of the file system's fd budget for ones the
+    /// server opens beside its requests (the directory refresher's clone of
+    /// the mount and a path in it, for a moment): a file system that bounds
+    /// its fds counts them as its own, so the process stays within the
+    /// budget it promised. None if the budget cannot spare them now (the
+    /// server then does without). The default bounds nothing.
+    fn reserve_fds(&self, _n: usize) -> Option<crate::FdReservation> {
+        Some(crate::FdReservation::default())
+    }
+
     /// File-system specific statistics as (name, value, description).
     fn fs_stats(&self) -> Vec<(&'static str, u64, &'static str)> {
         Vec::new()
