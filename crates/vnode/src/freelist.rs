@@ -46,11 +46,21 @@
 //! builds a fresh vnode instead; a vnode that gained a reference first is
 //! dropped from the list and counted as a race.
 //!
+//! A vnode marked `recycle_when_free` is doomed by the thread that drops
+//! its last reference, outside the lists: D, the same CAS, then tears it
+//! down. R may have checked the mark before it was set and be pushing the
+//! vnode at that moment (its `refs == 0` check passed before D's CAS). The
+//! same handshake covers it, with the doom in place of the reference: D
+//! CASes, fences, reads `slot` and takes the vnode off if listed; R's
+//! Dekker load counts DOOMED as well as references. A torn-down vnode never
+//! stays listed (loom model `free_push_versus_recycle_when_free`; before,
+//! `uvfs stat --check` found one after a namespace stress).
+//!
 //! The list is an index-linked arena (no unsafe). `Vnode::slot` holds the
 //! shard and node index in one word (so a reader never pairs one shard's
 //! number with another's index), written only under that shard's lock.
 
-use crate::refs::COUNTS;
+use crate::refs::{COUNTS, DOOMED};
 use crate::sync::{fence, Arc, AtomicU64, Mutex, Ordering};
 use crate::vnode::Vnode;
 use crossbeam_utils::CachePadded;
@@ -264,20 +274,22 @@ impl FreeList {
         if !pushed {
             return 0;
         }
-        // The Dekker load: a reference that appeared since our check may
-        // have read `slot` before our store; then it is ours to undo. The
-        // fence orders our `slot` store before this load (pairs with the
-        // fence in `on_unfree`).
+        // The Dekker load: a reference that appeared since our check, or
+        // a doom by a thread recycling it at its own last release
+        // (`recycle_when_free`), may have read `slot` before our store;
+        // then it is ours to undo. The fence orders our `slot` store before
+        // this load (pairs with the fence in `on_unfree`).
         fence(Ordering::SeqCst);
-        if vp.refs.load() & COUNTS != 0 && self.on_unfree(vp) {
+        if vp.refs.load() & (COUNTS | DOOMED) != 0 && self.on_unfree(vp) {
             return 0;
         }
         1
     }
 
-    /// After an unfree transition: take `vp` off its list if it is (still)
-    /// busy. Returns whether this call removed it. The removed `Arc` is
-    /// dropped after the lock is released.
+    /// After an unfree transition (or a doom outside the lists): take `vp`
+    /// off its list if it is (still) busy, or doomed. Returns whether this
+    /// call removed it. The removed `Arc` is dropped after the lock is
+    /// released.
     pub(crate) fn on_unfree(&self, vp: &Vnode) -> bool {
         // Orders our increment of `refs` before the `slot` load (pairs with
         // the fence in `on_free`).
@@ -300,7 +312,7 @@ impl FreeList {
                 let (shard2, idx) = decode(w2);
                 if shard2 != shard {
                     None // moved meanwhile: look again
-                } else if vp.refs.load() & COUNTS != 0 {
+                } else if vp.refs.load() & (COUNTS | DOOMED) != 0 {
                     vp.slot.store(NO_SLOT, Ordering::SeqCst);
                     Some(Some(s.unlink(idx)))
                 } else {

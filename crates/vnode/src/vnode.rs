@@ -201,8 +201,16 @@ impl Vnode {
                 // Claim it as the recycler would; if a new reference beat
                 // us, its owner's last release comes back here.
                 if self.refs.try_doom_free() {
+                    // Another thread's last release may have checked the
+                    // flag before it was set and be putting it on a list
+                    // right now: whichever of us sees the other takes it
+                    // off (`FreeList::on_free`'s Dekker load sees the doom,
+                    // or this sees its `slot`), so a torn-down vnode never
+                    // stays listed.
+                    if self.mount.free.on_unfree(self) {
+                        self.mount.shared.freevnodes.add(-1);
+                    }
                     layer.teardown(self.clone());
-                    return;
                 }
                 return;
             }

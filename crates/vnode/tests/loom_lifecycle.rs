@@ -200,3 +200,63 @@ fn ext_count_edges_versus_prune() {
         assert_eq!(layer.stats().freevnodes as usize, m.free_count());
     });
 }
+
+/// Marks a vnode for recycling at its last use once `unlinked` is set, as
+/// memfs does for a removed file.
+struct RecycleWhenUnlinked {
+    unlinked: std::sync::atomic::AtomicBool,
+}
+
+impl FsHooks for RecycleWhenUnlinked {
+    fn inactive(&self, vp: &Vnode) {
+        if self.unlinked.load(std::sync::atomic::Ordering::SeqCst) {
+            vp.recycle_when_free();
+        }
+    }
+
+    fn reclaim(&self, vp: &Vnode) {
+        Check.reclaim(vp);
+    }
+}
+
+/// One thread's last release putting a vnode on its free list (the file
+/// still linked when its `inactive` ran) while another thread, which took
+/// a reference meanwhile, removes the file and drops the vnode's last
+/// reference again: that release recycles it at once (`recycle_when_free`).
+/// The first thread checked "not to be recycled" before the second marked
+/// it, and pushes it while the second dooms it: whatever the order, a
+/// doomed vnode must not stay on the list, and the free counter must agree
+/// with the lists.
+#[test]
+fn free_push_versus_recycle_when_free() {
+    loom::model(|| {
+        let cfg = Config {
+            freelist_shards: 2,
+            ..tiny()
+        };
+        let layer = VnodeLayer::new(cfg);
+        let hooks = Arc::new(RecycleWhenUnlinked {
+            unlinked: std::sync::atomic::AtomicBool::new(false),
+        });
+        let m = layer.mount("t", hooks.clone());
+        let v = layer.get(&m, 1, init(1)).unwrap();
+        let (l2, m2) = (layer.clone(), m.clone());
+        let t = thread::spawn(move || {
+            let w = l2.lookup_cached(&m2, 1);
+            hooks
+                .unlinked
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            drop(w);
+        });
+        drop(v);
+        t.join().unwrap();
+        let st = layer.stats();
+        assert_eq!(st.numvnodes as usize, layer.table_len());
+        assert_eq!(
+            m.free_count(),
+            layer.table_len(),
+            "a free list holds a vnode the table no longer has (or misses one it has)"
+        );
+        assert_eq!(st.freevnodes as usize, m.free_count());
+    });
+}
