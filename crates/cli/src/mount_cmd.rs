@@ -107,6 +107,8 @@ pub struct MountOpts {
     /// a directory is listed, a server thread stats it through a private
     /// clone of the mount, so the next `stat` of it needs no round trip
     /// (after each listing the kernel takes a directory's atime for stale).
+    /// Only with an attribute timeout of 10 s or more (memfs's default; a
+    /// passthrough's is 1 s): shorter, what it fetches expires unused.
     #[arg(long)]
     pub no_dir_refresh: bool,
     /// Passthrough: serve every read and write of a file here. By default

@@ -58,7 +58,8 @@ pub struct ServeConfig {
     /// kernel's cache: without it the first `stat` of a directory after
     /// each listing is a round trip (the kernel marks its atime stale).
     /// Needs CAP_SYS_ADMIN (it clones the mount); nothing to do on a
-    /// read-only mount.
+    /// read-only mount, or with an attribute timeout under 10 s (what it
+    /// fetches would expire before use).
     pub dir_refresh: bool,
 }
 
@@ -240,8 +241,10 @@ fn mount(
     if let Some(dev) = dev {
         fs.mounted_as(dev);
     }
-    // A read-only superblock keeps its atimes: nothing to refresh.
-    if let (true, false, Some(dev)) = (cfg.dir_refresh, cfg.read_only, dev) {
+    // A read-only superblock keeps its atimes: nothing to refresh; with a
+    // short attribute timeout nothing refreshed would last until used.
+    let worth = cfg.timeouts.attr >= crate::refresh::MIN_ATTR_TIMEOUT;
+    if let (true, true, false, Some(dev)) = (cfg.dir_refresh, worth, cfg.read_only, dev) {
         let _ = inner.refresh.start(&mountpoint, dev, Arc::downgrade(&fs));
     }
     let pruner = match &unmounter {

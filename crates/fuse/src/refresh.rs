@@ -42,8 +42,10 @@
 //!   checked before anything is resolved in it.
 //!
 //! A read-only mount needs none of this (the kernel keeps its atimes), nor
-//! does a server that may not clone mounts (no CAP_SYS_ADMIN): the thread
-//! is not started, or stops at its first EPERM.
+//! does one whose attribute timeout is short ([`MIN_ATTR_TIMEOUT`]: what is
+//! fetched would expire before it is used), nor can a server that may not
+//! clone mounts (no CAP_SYS_ADMIN): the thread is not started, or stops at
+//! its first EPERM.
 
 use crate::nodes::ROOT_ID;
 use parking_lot::{Condvar, Mutex};
@@ -57,6 +59,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use uvfs_vfs::FileSystem;
+
+/// Shortest attribute timeout for which refreshing pays: attributes fetched
+/// now must live until the next `stat` to be of use, and with a short
+/// timeout (a passthrough's default second) they expire first.
+pub const MIN_ATTR_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long after a directory's last listing request it may be stat'ed.
 /// The kernel marks the atime stale after the reply has reached the

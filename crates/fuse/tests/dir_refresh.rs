@@ -34,6 +34,10 @@ fn scratch() -> Option<PathBuf> {
 /// memfs on `dir` with long cache lifetimes (so nothing expires during a
 /// test), refreshing listed directories or not.
 fn serve(dir: &Path, refresh: bool) -> BackgroundMount {
+    serve_for(dir, refresh, Duration::from_secs(600))
+}
+
+fn serve_for(dir: &Path, refresh: bool, ttl: Duration) -> BackgroundMount {
     let layer = VnodeLayer::new(Config::with_limit(4096));
     let fs = MemFs::new(
         layer.clone(),
@@ -46,8 +50,8 @@ fn serve(dir: &Path, refresh: bool) -> BackgroundMount {
         mountpoint: dir.to_path_buf(),
         threads: 2,
         timeouts: Timeouts {
-            entry: Duration::from_secs(600),
-            attr: Duration::from_secs(600),
+            entry: ttl,
+            attr: ttl,
         },
         fsname: "uvfs-test".into(),
         control: false,
@@ -216,5 +220,19 @@ fn a_server_whose_superblock_outlives_its_mount_leaves_the_next_mount_alone() {
     assert_eq!(fs::read(dir.join("new")).unwrap(), b"new");
     assert!(!dir.join("old").exists());
     new.unmount().unwrap();
+    fs::remove_dir(&dir).unwrap();
+}
+
+#[test]
+fn with_a_short_attribute_timeout_nothing_is_refreshed() {
+    // Attributes fetched now would expire before the next stat could use
+    // them: the refresher does not run.
+    let Some(dir) = scratch() else { return };
+    let m = serve_for(&dir, true, Duration::from_secs(1));
+    make_and_list(&dir, 2);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(counter(&m, "fuse.refresh.queued"), 0);
+    assert_eq!(counter(&m, "fuse.refresh.names"), 0);
+    m.unmount().unwrap();
     fs::remove_dir(&dir).unwrap();
 }
