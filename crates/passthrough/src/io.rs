@@ -42,9 +42,24 @@ impl PassthroughFs {
             VType::Dir if flags & libc::O_ACCMODE != libc::O_RDONLY => return Err(Errno::EISDIR),
             _ => {}
         }
-        let fd = self.fd_of(&node)?;
+        // An OPEN that raced with the mount's own removal of the file's
+        // last name (the kernel had resolved the name before the unlink
+        // reached us) and finds the file gone: it comes after the removal,
+        // and sees what ext4 would show it then, no file. ESTALE would make
+        // the kernel look again once, and a second race of the same kind
+        // reached the caller as ESTALE (seen under TSan's stress).
+        let gone = |e: Errno| {
+            if e == Errno::ESTALE && node.kind() == VType::Reg && node.nameless_by_mount() {
+                Errno::ENOENT
+            } else {
+                e
+            }
+        };
+        let fd = self.fd_of(&node).map_err(gone)?;
         let res = self.pool.reserve_open()?;
-        let f = self.reading(flags & !STRIP, |f| sys::reopen(fd.raw(), f))?;
+        let f = self
+            .reading(flags & !STRIP, |f| sys::reopen(fd.raw(), f))
+            .map_err(gone)?;
         drop(fd);
         // The kernel opens by a name it caches until the entry times out;
         // a file removed behind the server's back meanwhile is still
@@ -52,7 +67,9 @@ impl PassthroughFs {
         // a file nobody else can see (SQLite, on the host and through the
         // mount, wrote its journal into one and failed at the unlink).
         // ESTALE makes the kernel look the name up again (LOOKUP_REVAL)
-        // and open, or create, what the name holds now.
+        // and open, or create, what the name holds now. A file the mount
+        // itself removed is opened as it was when the name was resolved
+        // (the open comes before the removal).
         if node.kind() == VType::Reg
             && !node.nameless_by_mount()
             && sys::statx_fd(f.as_raw_fd())?.stx_nlink == 0

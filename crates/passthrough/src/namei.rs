@@ -165,6 +165,12 @@ impl PassthroughFs {
         // directories than the fd budget would pin the whole budget until
         // LRU pressure reached them.
         vp.recycle_when_free();
+        if regular {
+            // Before its fd goes: an OPEN already on its way by the name
+            // the kernel still caches must see a removal of ours, not one
+            // behind our back (`do_open`).
+            node.mark_removed();
+        }
         // Counted only when a cached fd actually went.
         if regular && node.uncache_unlinked() {
             self.counters

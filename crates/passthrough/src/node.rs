@@ -23,6 +23,7 @@
 //! | `opens` | atomic count of open files and directories on the node |
 //! | `orphan` | atomic; set before the mount removes a directory or special file's last name |
 //! | `unlinked` | atomic; set when the file lost its last name while open, cleared by the last release |
+//! | `removed` | atomic; set once the mount removed the file's last name (open or not), cleared only when the node is rebound to another file |
 
 use crate::fdpool::Fd;
 use crate::handle::Handle;
@@ -77,6 +78,7 @@ pub struct Node {
     opens: AtomicUsize,
     unlinked: AtomicBool,
     orphan: AtomicBool,
+    removed: AtomicBool,
 }
 
 impl Node {
@@ -94,6 +96,7 @@ impl Node {
             opens: AtomicUsize::new(0),
             unlinked: AtomicBool::new(false),
             orphan: AtomicBool::new(false),
+            removed: AtomicBool::new(false),
         }
     }
 
@@ -131,6 +134,8 @@ impl Node {
         if file_changed {
             let old = self.fd.lock().take();
             drop(old);
+            // Another file now: the old one's removal says nothing of it.
+            self.removed.store(false, Ordering::SeqCst);
         }
     }
 
@@ -250,10 +255,18 @@ impl Node {
     }
 
     /// Whether the mount itself left the file nameless: removed its last
-    /// name while it was open, or made it with `O_TMPFILE` (a nameless
-    /// file is then expected, not a sign of a removal behind our back).
+    /// name (while it was open or not), or made it with `O_TMPFILE` (a
+    /// nameless file is then expected, not a sign of a removal behind our
+    /// back).
     pub fn nameless_by_mount(&self) -> bool {
-        self.orphan.load(Ordering::Relaxed) || self.unlinked.load(Ordering::SeqCst)
+        self.orphan.load(Ordering::Relaxed)
+            || self.unlinked.load(Ordering::SeqCst)
+            || self.removed.load(Ordering::SeqCst)
+    }
+
+    /// The mount removed the file's last name (unlink, or a rename over it).
+    pub fn mark_removed(&self) {
+        self.removed.store(true, Ordering::SeqCst);
     }
 
     /// Whether an fd is cached now.

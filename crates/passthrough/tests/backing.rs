@@ -26,6 +26,32 @@ fn file_removed_behind_our_back() {
 }
 
 #[test]
+fn an_open_that_lost_the_race_with_our_own_unlink_finds_no_file() {
+    // The kernel resolved the name, then the mount removed the file before
+    // the OPEN arrived: the open comes after the removal and, as on ext4,
+    // finds no file. (ESTALE would have the kernel look up and open once
+    // more, and a second such race reached the caller as ESTALE.)
+    let e = env("raced");
+    // Both made first: neither can take the other's inode number.
+    std::fs::write(e.src.path().join("f"), b"x").unwrap();
+    std::fs::write(e.src.path().join("g"), b"y").unwrap();
+    let f = e.lookup(&e.root, "f").unwrap();
+    let g = e.lookup(&e.root, "g").unwrap();
+    e.fs.unlink(&ROOT, &e.root, b"f").unwrap();
+    assert_eq!(
+        e.fs.open(&ROOT, &f, libc::O_RDONLY).err(),
+        Some(Errno::ENOENT)
+    );
+    // Removed behind our back instead: ESTALE, so the kernel looks again.
+    std::fs::remove_file(e.src.path().join("g")).unwrap();
+    e.fs.drop_idle_fds();
+    assert_eq!(
+        e.fs.open(&ROOT, &g, libc::O_RDONLY).err(),
+        Some(Errno::ESTALE)
+    );
+}
+
+#[test]
 fn open_unlinked_file_keeps_working() {
     let e = env("unlinked");
     let (f, fh) =
