@@ -5,30 +5,16 @@
 
 mod common;
 
-use common::{fuse_usable, uring};
+use common::{scratch_dir, serve_memfs_with};
 use std::ffi::CString;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-use uvfs_fuse::{BackgroundMount, ServeConfig, Timeouts};
-use uvfs_memfs::{MemFs, MemFsConfig};
-use uvfs_vnode::{Config, VnodeLayer};
+use uvfs_fuse::BackgroundMount;
 
 fn scratch() -> Option<PathBuf> {
-    if let Err(why) = fuse_usable() {
-        eprintln!("SKIP: FUSE tests not run: {why}");
-        return None;
-    }
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "uvfs-refresh-test-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    fs::create_dir_all(&dir).unwrap();
-    Some(dir)
+    scratch_dir("uvfs-refresh-test")
 }
 
 /// memfs on `dir` with long cache lifetimes (so nothing expires during a
@@ -38,31 +24,7 @@ fn serve(dir: &Path, refresh: bool) -> BackgroundMount {
 }
 
 fn serve_for(dir: &Path, refresh: bool, ttl: Duration) -> BackgroundMount {
-    let layer = VnodeLayer::new(Config::with_limit(4096));
-    let fs = MemFs::new(
-        layer.clone(),
-        MemFsConfig {
-            root_mode: 0o755,
-            ..Default::default()
-        },
-    );
-    let cfg = ServeConfig {
-        mountpoint: dir.to_path_buf(),
-        threads: 2,
-        timeouts: Timeouts {
-            entry: ttl,
-            attr: ttl,
-        },
-        fsname: "uvfs-test".into(),
-        control: false,
-        server_opendir: false,
-        uring: uring(),
-        read_only: false,
-        mount_flags: 0,
-        kernel_io: false,
-        dir_refresh: refresh,
-    };
-    BackgroundMount::start(fs, layer, &cfg).expect("mount")
+    serve_memfs_with(dir, None, 4096, ttl, refresh)
 }
 
 fn counter(m: &BackgroundMount, name: &str) -> u64 {

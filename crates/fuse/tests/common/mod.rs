@@ -83,6 +83,18 @@ pub fn sparse_seeks(path: &std::path::Path) -> Vec<(i64, i32, i64)> {
 
 /// Serves a fresh memfs on `dir` (an existing directory).
 pub fn serve_memfs(dir: &Path, size: Option<u64>, vnodes: usize) -> BackgroundMount {
+    serve_memfs_with(dir, size, vnodes, Duration::from_secs(1), true)
+}
+
+/// [`serve_memfs`] with entry and attribute timeouts `ttl`, refreshing
+/// listed directories (`ServeConfig::dir_refresh`) or not.
+pub fn serve_memfs_with(
+    dir: &Path,
+    size: Option<u64>,
+    vnodes: usize,
+    ttl: Duration,
+    dir_refresh: bool,
+) -> BackgroundMount {
     let layer = VnodeLayer::new(Config::with_limit(vnodes));
     let fs = MemFs::new(
         layer.clone(),
@@ -96,8 +108,8 @@ pub fn serve_memfs(dir: &Path, size: Option<u64>, vnodes: usize) -> BackgroundMo
         mountpoint: dir.to_path_buf(),
         threads: 2,
         timeouts: Timeouts {
-            entry: Duration::from_secs(1),
-            attr: Duration::from_secs(1),
+            entry: ttl,
+            attr: ttl,
         },
         fsname: "uvfs-test".into(),
         control: false,
@@ -106,9 +118,26 @@ pub fn serve_memfs(dir: &Path, size: Option<u64>, vnodes: usize) -> BackgroundMo
         read_only: false,
         mount_flags: 0,
         kernel_io: false,
-        dir_refresh: true,
+        dir_refresh,
     };
     BackgroundMount::start(fs, layer, &cfg).expect("mount")
+}
+
+/// A fresh, empty directory to mount on (`TAG-PID-N` under the temp
+/// directory), or None, having said why, where FUSE cannot be mounted.
+pub fn scratch_dir(tag: &str) -> Option<PathBuf> {
+    if let Err(why) = fuse_usable() {
+        eprintln!("SKIP: FUSE tests not run: {why}");
+        return None;
+    }
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    fs::create_dir_all(&dir).unwrap();
+    Some(dir)
 }
 
 pub struct Mnt {
@@ -122,17 +151,7 @@ impl Mnt {
     }
 
     pub fn with_limit(size: Option<u64>, vnodes: usize) -> Option<Mnt> {
-        if let Err(why) = fuse_usable() {
-            eprintln!("SKIP: FUSE tests not run: {why}");
-            return None;
-        }
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "uvfs-fuse-test-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        fs::create_dir_all(&dir).unwrap();
+        let dir = scratch_dir("uvfs-fuse-test")?;
         let mount = serve_memfs(&dir, size, vnodes);
         Some(Mnt {
             dir,
