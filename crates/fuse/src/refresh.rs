@@ -142,6 +142,11 @@ impl DirNames {
         self.map.lock().remove(&id);
     }
 
+    /// Directories not tracked because too many were.
+    pub fn untracked(&self) -> u64 {
+        self.untracked.load(Ordering::Relaxed)
+    }
+
     /// Directories tracked.
     pub fn len(&self) -> usize {
         self.map.lock().len()
@@ -207,7 +212,8 @@ pub struct Refresher {
     /// Names of the directory nodes the kernel holds.
     pub names: Arc<DirNames>,
     shared: Arc<Shared>,
-    started: AtomicBool,
+    /// The thread runs (cleared again if it finds it cannot work).
+    started: Arc<AtomicBool>,
     /// Counters.
     pub counters: Arc<RefreshCounters>,
 }
@@ -280,6 +286,7 @@ impl Refresher {
             mountpoint: mp,
             dev,
             fs,
+            started: self.started.clone(),
             names: self.names.clone(),
             shared: self.shared.clone(),
             counters: self.counters.clone(),
@@ -307,6 +314,7 @@ struct Thread {
     dev: u64,
     /// For its fd budget; the thread ends once it is gone.
     fs: Weak<dyn FileSystem>,
+    started: Arc<AtomicBool>,
     names: Arc<DirNames>,
     shared: Arc<Shared>,
     counters: Arc<RefreshCounters>,
@@ -369,7 +377,9 @@ impl Thread {
             "uvfs: directory attributes are not refreshed after listings \
              (EPERM: the server may not clone its mount)"
         );
+        self.started.store(false, Ordering::Relaxed);
         self.shared.q.lock().closed = true;
+        self.names.map.lock().clear();
     }
 
     /// Waits for directories to be due (with no timeout while none is

@@ -141,6 +141,11 @@ pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
         put(n, v.load(Ordering::Relaxed), d);
     }
     put(
+        "fuse.refresh.untracked",
+        inner.refresh.names.untracked(),
+        "Directories handed to the kernel whose names were not kept (too many kept already)",
+    );
+    put(
         "fuse.refresh.names",
         inner.refresh.names.len() as u64,
         "Directories whose names the refresher keeps (those the kernel holds)",
