@@ -288,7 +288,10 @@ mod tests {
         assert!(!o.server_io);
 
         let o = mount_opts(&helper_args(&["/srv/d", "/mnt/y", "-o", "server_io"])).unwrap();
-        assert!(o.server_io && !o.read_only);
+        assert!(o.server_io && !o.read_only && !o.no_dir_refresh);
+
+        let o = mount_opts(&helper_args(&["memfs", "/mnt/x", "-o", "no_dir_refresh"])).unwrap();
+        assert!(o.no_dir_refresh);
     }
 
     #[test]
