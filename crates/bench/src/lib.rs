@@ -9,6 +9,7 @@ pub mod cputime;
 pub mod freebsd;
 pub mod fuse_mount;
 pub mod fusestat;
+pub mod hugepages;
 pub mod memory;
 pub mod nocache;
 pub mod peers;

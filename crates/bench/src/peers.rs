@@ -248,6 +248,7 @@ impl PeerMount {
         let out = File::create(&log)?;
         let mut cmd = Command::new(&bin);
         crate::cleanup::unblock_in_child(&mut cmd);
+        crate::hugepages::as_inherited(&mut cmd);
         cmd.args(kind.args(&source, &mountpoint, o))
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)

@@ -5,7 +5,7 @@
 //! limit of about 1/50 of the files, for uvfs and the FreeBSD replicas.
 
 use crate::cache::{Cache, Nc, Uvfs};
-use crate::cputime::process_cpu;
+use crate::cputime::{process_cpu, process_minor_faults};
 use crate::report::{median, BarGroup, Progress, Report};
 use crate::synth::{SynthNode, Tree};
 use crate::{row, CommonOpts};
@@ -81,6 +81,8 @@ struct Sample {
     /// first finish well before the last means the cores were not shared
     /// evenly (a core idles while the last walker finishes).
     first_done_secs: f64,
+    /// Minor page faults of the process during the walk.
+    faults: u64,
 }
 
 /// Runs T walkers over T trees on a fresh cache.
@@ -106,6 +108,7 @@ fn run_once<C: Cache>(c: Arc<C>, trees: &Arc<Vec<Tree>>, threads: usize) -> Samp
     barrier.wait();
     let start = Instant::now();
     let cpu0 = process_cpu();
+    let faults0 = process_minor_faults();
     let done: Vec<(u64, Instant)> = hs.into_iter().map(|h| h.join().expect("walker")).collect();
     let secs = start.elapsed().as_secs_f64();
     let stats = done.iter().map(|d| d.0).sum();
@@ -114,6 +117,7 @@ fn run_once<C: Cache>(c: Arc<C>, trees: &Arc<Vec<Tree>>, threads: usize) -> Samp
         .map(|d| d.1.duration_since(start).as_secs_f64())
         .fold(f64::INFINITY, f64::min);
     let cpu_secs = (process_cpu().saturating_sub(cpu0)).as_secs_f64();
+    let faults = process_minor_faults().saturating_sub(faults0);
     let recycles = c
         .counters()
         .iter()
@@ -125,6 +129,7 @@ fn run_once<C: Cache>(c: Arc<C>, trees: &Arc<Vec<Tree>>, threads: usize) -> Samp
         recycles,
         cpu_secs,
         first_done_secs,
+        faults,
     }
 }
 
@@ -211,12 +216,15 @@ pub fn run(o: &StatstormOpts) -> std::io::Result<Report> {
                 let recycled = med(|x| x.recycles as f64);
                 let cpu = med(|x| x.cpu_secs);
                 let first = med(|x| x.first_done_secs);
+                let faults = med(|x| x.faults as f64);
                 report.rows.push(row!(
                     "impl" => name, "threads" => t, "limit" => limit, "limit_kind" => kind,
                     "files" => stats, "secs" => secs, "ops_per_sec" => stats as f64 / secs,
                     "recycled" => recycled, "cpu_ns_per_op" => (cpu * 1e9 / stats.max(1) as f64).round(),
                     "cores_busy" => (cpu / secs * 100.0).round() / 100.0,
                     "first_done_secs" => first, "repeats" => repeats,
+                    "faults_per_op" => (faults / stats.max(1) as f64 * 1000.0).round() / 1000.0,
+                    "heap_huge_pages" => !crate::hugepages::disabled(),
                 ));
             }
         }
@@ -235,6 +243,7 @@ pub fn summary(r: &Report) -> Vec<String> {
     };
     let get = |imp: &str, t: usize, kind: &str| field(imp, t, kind, "ops_per_sec");
     let cpu = |t: usize, kind: &str| field("uvfs", t, kind, "cpu_ns_per_op");
+    let faults = |t: usize, kind: &str| field("uvfs", t, kind, "faults_per_op");
     let tmax = r
         .rows
         .iter()
@@ -265,10 +274,14 @@ pub fn summary(r: &Report) -> Vec<String> {
     for kind in ["large", "small"] {
         if let (Some(a), Some(b)) = (get("uvfs", 1, kind), get("uvfs", 2, kind)) {
             out.push(format!(
-                "uvfs 2-thread / 1-thread throughput, {kind} limit: {:.2}x (target >= 1.8){}{}",
+                "uvfs 2-thread / 1-thread throughput, {kind} limit: {:.2}x (target >= 1.8){}{}{}",
                 b / a,
                 match (cpu(1, kind), cpu(2, kind)) {
                     (Some(x), Some(y)) => format!("; CPU per stat {x:.0} / {y:.0} ns"),
+                    _ => String::new(),
+                },
+                match (faults(1, kind), faults(2, kind)) {
+                    (Some(x), Some(y)) => format!("; page faults per stat {x:.3} / {y:.3}"),
                     _ => String::new(),
                 },
                 match (get("none", 1, kind), get("none", 2, kind)) {

@@ -78,6 +78,9 @@ fn finish(
 }
 
 fn main() -> ExitCode {
+    // First: heap mapped from here on gets no transparent huge pages
+    // (hugepages.rs says what they cost the vnode cache here).
+    uvfs_bench::hugepages::apply();
     uvfs_bench::alloc::mark_installed();
     // Run by mount(8) as /sbin/mount.uvfs (a link to this binary).
     if std::env::args_os()
