@@ -39,8 +39,7 @@ pub const KEEP_ENV: &str = "UVFS_THP";
 /// `main`: memory mapped before it keeps whatever it had. Returns whether
 /// THP is now off for the process.
 pub fn apply() -> bool {
-    // SAFETY: PR_GET_THP_DISABLE takes no pointer and returns 0/1 or -1.
-    let was = unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) };
+    let was = flag();
     if was < 0 {
         return false; // a kernel without THP: nothing to turn off
     }
@@ -54,8 +53,14 @@ pub fn apply() -> bool {
 
 /// Whether THP is off for this process now.
 pub fn disabled() -> bool {
-    // SAFETY: as in `apply`.
-    unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) == 1 }
+    flag() == 1
+}
+
+/// The process's THP-disable flag: 1 off, 0 on, -1 if the kernel has no
+/// such switch.
+fn flag() -> libc::c_int {
+    // SAFETY: PR_GET_THP_DISABLE takes no pointer and returns 0/1 or -1.
+    unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) }
 }
 
 /// Makes `cmd`'s child start with the THP setting this process inherited,
@@ -107,13 +112,11 @@ mod tests {
             std::env::var_os("UVFS_HUGEPAGES_CHILD").is_some(),
             "run by children_get_the_inherited_setting_back only"
         );
-        // SAFETY: as in `apply`.
-        let start = unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) };
-        if start < 0 {
+        if flag() < 0 {
             println!("child-checked (no THP here)");
             return;
         }
-        // SAFETY: as in `apply`.
+        // SAFETY: PR_SET_THP_DISABLE takes an integer flag and no pointer.
         unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 0, 0, 0, 0) };
         INHERITED.store(-1, Ordering::Relaxed);
         assert!(apply(), "THP could not be turned off");
