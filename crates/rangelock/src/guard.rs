@@ -42,15 +42,25 @@ impl<'a> ReadGuard<'a> {
 }
 
 impl Drop for ReadGuard<'_> {
+    /// The biased release inline, the others out of line, for the reason
+    /// given at `RangeLock::acquire_read`.
     #[inline]
     fn drop(&mut self) {
-        match self.hold {
-            ReadHold::Empty => {}
-            ReadHold::Biased(entry) => {
-                if entry.leave() {
-                    self.lock.wake_biased(entry);
-                }
+        if let ReadHold::Biased(entry) = self.hold {
+            if entry.leave() {
+                self.lock.wake_biased(entry);
             }
+        } else {
+            self.release_unbiased();
+        }
+    }
+}
+
+impl ReadGuard<'_> {
+    #[inline(never)]
+    fn release_unbiased(&self) {
+        match self.hold {
+            ReadHold::Empty | ReadHold::Biased(_) => {}
             ReadHold::Fast(slot) => {
                 if slot.leave() {
                     self.lock.wake_drainers(slot);

@@ -198,12 +198,25 @@ impl RangeLock {
 
     // ---- readers --------------------------------------------------------
 
+    /// The biased path inline, everything else out of line: a biased read
+    /// is the common case of a file nobody writes, and keeping the other
+    /// paths out of its way keeps it to straight-line code (with them
+    /// inlined, the guard went through the stack and its drop through a
+    /// jump table: about 1 ns of a 30 ns page read in readseek).
     #[inline]
     fn acquire_read(&self, r: ByteRange, wait: Wait<'_>) -> Option<ReadGuard<'_>> {
+        match self.try_biased_read(&r) {
+            Some(e) => Some(ReadGuard::new(self, ReadHold::Biased(e))),
+            None => self.acquire_read_unbiased(r, wait),
+        }
+    }
+
+    #[inline(never)]
+    fn acquire_read_unbiased(&self, r: ByteRange, wait: Wait<'_>) -> Option<ReadGuard<'_>> {
         if r.is_empty() {
             return Some(ReadGuard::new(self, ReadHold::Empty));
         }
-        match self.try_fast_read(&r) {
+        match self.try_slot_read(&r) {
             Some(g) => Some(g),
             None => self.acquire_read_slow(r, wait),
         }
@@ -211,15 +224,32 @@ impl RangeLock {
 
     /// The fast paths in `r`'s zone: biased if the zone is, else its slot
     /// (considering a re-bias now and then). None: take the queue.
-    #[inline]
     fn try_fast_read(&self, r: &ByteRange) -> Option<ReadGuard<'_>> {
+        match self.try_biased_read(r) {
+            Some(e) => Some(ReadGuard::new(self, ReadHold::Biased(e))),
+            None => self.try_slot_read(r),
+        }
+    }
+
+    /// The biased path, if `r`'s zone is biased. None: the zone is not
+    /// biased, was revoked meanwhile, or the range is empty or too wide.
+    #[inline(always)]
+    fn try_biased_read(&self, r: &ByteRange) -> Option<&'static Entry> {
+        if r.is_empty() {
+            return None;
+        }
+        let zone = self.slots()?.for_reader(r)?;
+        if zone.zone() & BIASED == 0 {
+            return None;
+        }
+        self.enter_biased(zone, r)
+    }
+
+    /// The slot path in `r`'s zone (non-empty), considering a re-bias now
+    /// and then. None: take the queue.
+    fn try_slot_read(&self, r: &ByteRange) -> Option<ReadGuard<'_>> {
         let zone = self.slots()?.for_reader(r)?;
         let z = zone.zone();
-        if z & BIASED != 0 {
-            if let Some(g) = self.enter_biased(zone, r) {
-                return Some(g);
-            }
-        }
         if !zone.try_enter(r) {
             return None;
         }
@@ -232,15 +262,15 @@ impl RangeLock {
     /// The biased path in `zone`, which was seen biased: publish, then
     /// re-check. None if the zone was revoked meanwhile (or the record is
     /// full).
-    #[inline]
-    fn enter_biased(&self, zone: &Slot, r: &ByteRange) -> Option<ReadGuard<'_>> {
+    #[inline(always)]
+    fn enter_biased(&self, zone: &Slot, r: &ByteRange) -> Option<&'static Entry> {
         // Relaxed: the id was stored before the zone's Release re-bias,
         // which our Acquire load of the zone saw.
         let e = record::publish(self.id.load(Relaxed), r)?;
         // `publish` ended with the light barrier: this load cannot miss a
         // revocation whose heavy barrier missed our entry.
         if zone.zone() & BIASED != 0 {
-            return Some(ReadGuard::new(self, ReadHold::Biased(e)));
+            return Some(e);
         }
         // Revoked meanwhile: back out (waking a writer that may have gone
         // to sleep on our entry); the caller takes the slot path.
