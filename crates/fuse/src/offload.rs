@@ -9,7 +9,11 @@
 //! COPY_FILE_RANGE, and READs whose data is not in memory (`read_nowait`
 //! said `EAGAIN`) are handed to the threads here and answered from them
 //! (fuser passes a reply sent from another thread back to its queue), and
-//! the queue thread goes on with its next request. The kernel still orders
+//! the queue thread goes on with its next request. So are an UNLINK,
+//! RENAME, SETATTR of a size, O_TRUNC OPEN or RELEASE that would end a
+//! large file's storage, which the backing file system frees in the call
+//! (`FileSystem::may_free_much`; ext4 took 0.2-0.7 s for 2 GiB here, and a
+//! `stat` from the same CPU waited 284-292 ms during `rm` of one). The kernel still orders
 //! what it must: an fsync holds its inode's lock, so the file's writes
 //! wait for it whichever thread serves it.
 //!

@@ -27,8 +27,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use uvfs_vfs::{
-    Attr, Ctx, Errno, FallocMode, Fh, FileLock, FileSystem, RenameFlags, SetAttr, Timespec, VType,
-    VfsResult, VnodeLayer, VnodeRef, XattrFlags, O_KILL_SUIDGID,
+    Attr, Ctx, Errno, FallocMode, Fh, FileLock, FileSystem, Freeing, RenameFlags, SetAttr,
+    Timespec, VType, VfsResult, VnodeLayer, VnodeRef, XattrFlags, O_KILL_SUIDGID,
 };
 
 /// Largest WRITE the server accepts (and tells the kernel).
@@ -283,6 +283,45 @@ impl Server {
         r
     }
 
+    /// Serves an OPEN (here, or on the pool when it truncates a large
+    /// file).
+    fn open_now(
+        &self,
+        c: &Ctx,
+        ino: INodeNo,
+        flags: OpenFlags,
+        kill_suidgid: bool,
+        reply: ReplyOpen,
+    ) {
+        let r = self.guard("open", |i| {
+            let vp = i.nodes.get(ino.0)?;
+            // The kernel opens FIFOs, sockets and devices itself (special
+            // inodes to it) and sends OPEN for files and directories only.
+            // Opened here, a FIFO would block the request loop until a
+            // writer came, a device would open with the server's privilege.
+            if matches!(
+                vp.vtype(),
+                VType::Fifo | VType::Sock | VType::Chr | VType::Blk
+            ) {
+                return Err(Errno::ENXIO);
+            }
+            // (A truncating open changes the file; the kernel sends
+            // O_TRUNC only where it leaves truncation to us.)
+            if i.read_only && (writes(flags.0) || flags.0 & libc::O_TRUNC != 0) {
+                return Err(Errno::EROFS);
+            }
+            let fh = i.fs.open(c, &vp, open_flags(flags.0, kill_suidgid))?;
+            Ok(i.open_file(ino.0, vp, fh, flags.0, |fd| reply.open_backing(fd)))
+        });
+        match r {
+            Ok((h, Some(id))) => {
+                reply.opened_passthrough(FileHandle(h), self.inner.kernel_io_flags(), &id)
+            }
+            Ok((h, None)) => reply.opened(FileHandle(h), self.inner.fopen_flags()),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
     /// Serves a WRITE, timing it (`write_stall.rs`).
     fn write_now(
         &self,
@@ -340,10 +379,28 @@ impl Server {
     /// served here, it would wait for nothing and fail with ENOSPC (seen
     /// with O_TMPFILE on a full memfs: close, then make another).
     fn making(&self, f: impl FnOnce(&Server) + Send + 'static) {
-        self.offload_if(
-            ON_URING_QUEUE.with(|u| *u) && self.inner.fs.short_of_space(),
-            f,
-        );
+        self.offload_if(self.short_of_space_here(), f);
+    }
+
+    /// The test [`making`](Self::making) applies.
+    fn short_of_space_here(&self) -> bool {
+        ON_URING_QUEUE.with(|u| *u) && self.inner.fs.short_of_space()
+    }
+
+    /// Whether a request that may end a file's storage goes to the pool:
+    /// requests that may wait for a device do (`offloading`), and the file
+    /// system says this one may free much (`FileSystem::may_free_much`),
+    /// which `ask` puts to it. A failed or panicking question is a no: the
+    /// request then meets the same failure where it is served and answers
+    /// it.
+    fn frees_much(&self, ask: impl FnOnce(&Inner) -> Option<bool>) -> bool {
+        let i = &*self.inner;
+        self.offloading()
+            && !i.read_only
+            && catch_unwind(AssertUnwindSafe(|| ask(i)))
+                .ok()
+                .flatten()
+                .unwrap_or(false)
     }
 
     /// Whether requests that may wait for a device go to the pool: this
@@ -749,13 +806,20 @@ impl Filesystem for Server {
                 .or_else(|| chown_without_ids.then(Timespec::now)),
             kill_suidgid: kill_suidgid || chown_without_ids,
         };
-        let r = self.changing("setattr", |i| {
-            i.fs.setattr(&ctx(req), &i.nodes.get(ino.0)?, &set)
+        let slow = size.is_some_and(|size| {
+            self.frees_much(|i| {
+                let vp = i.nodes.get(ino.0).ok()?;
+                Some(i.fs.may_free_much(Freeing::Truncate { vp: &vp, size }))
+            })
         });
-        match r {
-            Ok(a) => reply.attr(&self.inner.timeouts.attr, &file_attr(&a, ino.0)),
-            Err(e) => reply.error(errno(e)),
-        }
+        let c = ctx(req);
+        self.offload_if(slow, move |s| {
+            let r = s.changing("setattr", |i| i.fs.setattr(&c, &i.nodes.get(ino.0)?, &set));
+            match r {
+                Ok(a) => reply.attr(&s.inner.timeouts.attr, &file_attr(&a, ino.0)),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
@@ -805,10 +869,20 @@ impl Filesystem for Server {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        let r = self.changing("unlink", |i| {
-            i.fs.unlink(&ctx(req), &i.nodes.get(parent.0)?, name(n))
+        let slow = self.frees_much(|i| {
+            let dir = i.nodes.get(parent.0).ok()?;
+            Some(i.fs.may_free_much(Freeing::Remove {
+                dir: &dir,
+                name: name(n),
+            }))
         });
-        Self::reply_empty(reply, r);
+        let (c, n) = (ctx(req), n.to_owned());
+        self.offload_if(slow, move |s| {
+            let r = s.changing("unlink", |i| {
+                i.fs.unlink(&c, &i.nodes.get(parent.0)?, name(&n))
+            });
+            Self::reply_empty(reply, r);
+        });
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
@@ -846,9 +920,17 @@ impl Filesystem for Server {
         flags: FuseRenameFlags,
         reply: ReplyEmpty,
     ) {
-        // (RENAME_WHITEOUT makes an inode.)
+        // (RENAME_WHITEOUT makes an inode; a rename over a file may end
+        // that file.)
+        let slow = self.frees_much(|i| {
+            let dir = i.nodes.get(newparent.0).ok()?;
+            Some(i.fs.may_free_much(Freeing::Remove {
+                dir: &dir,
+                name: name(newname),
+            }))
+        });
         let (c, n, newname) = (ctx(req), n.to_owned(), newname.to_owned());
-        self.making(move |s| {
+        self.offload_if(self.short_of_space_here() || slow, move |s| {
             let r = s.changing("rename", |i| {
                 let (d, nd) = (i.nodes.get(parent.0)?, i.nodes.get(newparent.0)?);
                 let flags = RenameFlags(flags.bits());
@@ -892,34 +974,15 @@ impl Filesystem for Server {
         kill_suidgid: bool,
         reply: ReplyOpen,
     ) {
-        let r = self.guard("open", |i| {
-            let vp = i.nodes.get(ino.0)?;
-            // The kernel opens FIFOs, sockets and devices itself (special
-            // inodes to it) and sends OPEN for files and directories only.
-            // Opened here, a FIFO would block the request loop until a
-            // writer came, a device would open with the server's privilege.
-            if matches!(
-                vp.vtype(),
-                VType::Fifo | VType::Sock | VType::Chr | VType::Blk
-            ) {
-                return Err(Errno::ENXIO);
-            }
-            // (A truncating open changes the file; the kernel sends
-            // O_TRUNC only where it leaves truncation to us.)
-            if i.read_only && (writes(flags.0) || flags.0 & libc::O_TRUNC != 0) {
-                return Err(Errno::EROFS);
-            }
-            let fh =
-                i.fs.open(&ctx(req), &vp, open_flags(flags.0, kill_suidgid))?;
-            Ok(i.open_file(ino.0, vp, fh, flags.0, |fd| reply.open_backing(fd)))
+        let slow = flags.0 & libc::O_TRUNC != 0
+            && self.frees_much(|i| {
+                let vp = i.nodes.get(ino.0).ok()?;
+                Some(i.fs.may_free_much(Freeing::Truncate { vp: &vp, size: 0 }))
+            });
+        let c = ctx(req);
+        self.offload_if(slow, move |s| {
+            s.open_now(&c, ino, flags, kill_suidgid, reply)
         });
-        match r {
-            Ok((h, Some(id))) => {
-                reply.opened_passthrough(FileHandle(h), self.inner.kernel_io_flags(), &id)
-            }
-            Ok((h, None)) => reply.opened(FileHandle(h), self.inner.fopen_flags()),
-            Err(e) => reply.error(errno(e)),
-        }
     }
 
     fn read(
@@ -1014,14 +1077,23 @@ impl Filesystem for Server {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let r = self.guard("release", |i| {
-            let of = i.handles.remove(fh.0)?;
-            if let Some(node) = of.backing_node {
-                i.backings.detach(node);
-            }
-            i.fs.release(&of.vp, of.fh)
+        let slow = self.frees_much(|i| {
+            let of = i.handles.get(fh.0).ok()?;
+            Some(i.fs.may_free_much(Freeing::Release {
+                vp: &of.vp,
+                fh: of.fh,
+            }))
         });
-        Self::reply_empty(reply, r);
+        self.offload_if(slow, move |s| {
+            let r = s.guard("release", |i| {
+                let of = i.handles.remove(fh.0)?;
+                if let Some(node) = of.backing_node {
+                    i.backings.detach(node);
+                }
+                i.fs.release(&of.vp, of.fh)
+            });
+            Self::reply_empty(reply, r);
+        });
     }
 
     fn fsync(

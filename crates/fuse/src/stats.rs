@@ -169,7 +169,7 @@ pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
     put(
         "fuse.requests.offloaded",
         rc.offloaded.load(Ordering::Relaxed),
-        "Requests from an io_uring queue answered from a pool thread: syncs, uncached reads and writes after a stalled one, which may wait for a disk, and requests that may wait for inode space",
+        "Requests from an io_uring queue answered from a pool thread: syncs, uncached reads and writes after a stalled one, which may wait for a disk, removals, truncations and last releases of large files, which may wait while the disk frees them, and requests that may wait for inode space",
     );
     put(
         "fuse.writes.stalled",

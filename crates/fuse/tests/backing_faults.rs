@@ -56,6 +56,7 @@ const ENTRIES: &[(&str, u64, FileType)] = &[
     ("slowsync", 12, FileType::RegularFile),
     ("slowread", 13, FileType::RegularFile),
     ("slowwrite", 14, FileType::RegularFile),
+    ("slowunlink", 15, FileType::RegularFile),
 ];
 
 fn ino_of(name: &str) -> u64 {
@@ -76,9 +77,10 @@ struct Switches {
     half_fails: AtomicBool,
     /// Requests answered with EIO (so the test knows they reached us).
     injected: AtomicUsize,
-    /// While true, an FSYNC of `slowsync`, a READ of `slowread` and every
-    /// WRITE of `slowwrite` but the first wait (a disk that takes its
-    /// time); `waiting` counts those waiting.
+    /// While true, an FSYNC of `slowsync`, a READ of `slowread`, every
+    /// WRITE of `slowwrite` but the first and an UNLINK of `slowunlink` (a
+    /// 1 GiB file, freed in the call) wait (a disk that takes its time);
+    /// `waiting` counts those waiting.
     hold: std::sync::Mutex<bool>,
     released: std::sync::Condvar,
     waiting: AtomicUsize,
@@ -122,7 +124,12 @@ impl FaultFs {
         FileAttr {
             ino: INodeNo(ino),
             size: if dir { 0 } else { content(ino).len() as u64 },
-            blocks: 0,
+            // (`slowunlink` holds 1 GiB of storage, in 512-byte units.)
+            blocks: if ino == ino_of("slowunlink") {
+                1 << 21
+            } else {
+                0
+            },
             atime: UNIX_EPOCH,
             mtime: UNIX_EPOCH,
             ctime: UNIX_EPOCH,
@@ -264,6 +271,15 @@ impl fuser::Filesystem for FaultFs {
             self.sw.wait_if_held();
         }
         reply.ok();
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        // (Only the waiting matters: the name stays.)
+        if parent.0 == ROOT && name == "slowunlink" {
+            self.sw.wait_if_held();
+            return reply.ok();
+        }
+        reply.error(FErrno::EPERM);
     }
 
     fn readdir(
@@ -596,7 +612,25 @@ fn pin_to(cpu: usize) {
 /// 0's queue, which serves one request at a time. `what` names the
 /// request the server must have offloaded.
 fn others_are_served_while(s: &Stack, what: &str, slow: impl FnOnce() + Send + 'static) {
+    others_are_served_while_reading(s, "good", ino_of("good"), what, slow)
+}
+
+/// As `others_are_served_while`, the other file being `rel` (of inode
+/// `ino`). A read in another directory than the slow request's: while an
+/// UNLINK is in flight, the kernel keeps its directory locked, and a
+/// lookup there waits whatever the server does.
+fn others_are_served_while_reading(
+    s: &Stack,
+    rel: &str,
+    ino: u64,
+    what: &str,
+    slow: impl FnOnce() + Send + 'static,
+) {
     const WAIT: Duration = Duration::from_secs(30);
+    // Read once first, so the kernel has dentries for the path: a name
+    // it has never seen is looked up with its directory locked, which an
+    // UNLINK in that directory holds, whatever the server does.
+    assert_eq!(std::fs::read(s.p(rel)).unwrap(), content(ino));
     *s.sw.hold.lock().unwrap() = true;
     let slow = std::thread::spawn(move || {
         pin_to(0);
@@ -608,10 +642,10 @@ fn others_are_served_while(s: &Stack, what: &str, slow: impl FnOnce() + Send + '
         std::thread::sleep(Duration::from_millis(5));
     }
     let (tx, rx) = std::sync::mpsc::channel();
-    let good = s.p("good");
+    let other = s.p(rel);
     std::thread::spawn(move || {
         pin_to(0);
-        let _ = tx.send(std::fs::read(good));
+        let _ = tx.send(std::fs::read(other));
     });
     // Bounded, so that a server that does hold it up fails the test
     // instead of hanging it; the slow request is let go either way.
@@ -619,7 +653,7 @@ fn others_are_served_while(s: &Stack, what: &str, slow: impl FnOnce() + Send + '
     s.sw.release();
     slow.join().unwrap();
     let read = read.unwrap_or_else(|_| panic!("a read waited for another file's {what}"));
-    assert_eq!(read.unwrap(), content(ino_of("good")));
+    assert_eq!(read.unwrap(), content(ino));
     if common::uring() {
         let r = s.top.as_ref().unwrap().report(false);
         assert!(
@@ -641,6 +675,17 @@ fn an_fsync_waiting_for_the_disk_holds_up_no_other_request() {
         .unwrap();
     others_are_served_while(&s, "FSYNC", move || {
         f.sync_all().expect("the fsync completes once released")
+    });
+}
+
+#[test]
+fn an_unlink_freeing_a_large_file_holds_up_no_other_request() {
+    let Some(s) = Stack::new("slowunlink", 64) else {
+        return;
+    };
+    let p = s.p("slowunlink");
+    others_are_served_while_reading(&s, "many/f7", FIRST_MANY + 7, "UNLINK", move || {
+        std::fs::remove_file(p).expect("the unlink completes once released")
     });
 }
 

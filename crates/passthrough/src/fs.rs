@@ -112,6 +112,8 @@ pub struct PassthroughFs {
     pub(crate) own_dev: AtomicU64,
     /// Counters.
     pub counters: PtCounters,
+    /// Last closes of removed large files, after the reply (`closer.rs`).
+    pub(crate) closer: crate::closer::Closer,
     /// The budget slot of `handles`' mount fd (a backing fd like any
     /// other), held while handles are in use.
     _mount_fd_slot: Option<Reservation>,
@@ -231,6 +233,7 @@ impl PassthroughFs {
             read_flags: if cfg.no_atime { libc::O_NOATIME } else { 0 },
             own_dev: AtomicU64::new(NO_DEV),
             counters: PtCounters::default(),
+            closer: Default::default(),
             _mount_fd_slot: mount_fd_slot,
         }))
     }

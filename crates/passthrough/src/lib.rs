@@ -36,9 +36,11 @@
 //! `stats`.
 
 mod attrs;
+mod closer;
 mod creds;
 mod dir;
 pub mod fdpool;
+mod freeing;
 mod fs;
 pub mod handle;
 pub mod inodes;

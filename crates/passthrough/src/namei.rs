@@ -113,29 +113,34 @@ impl PassthroughFs {
         let dnode = self.node_of(dir)?;
         let cname = sys::cstr(name)?;
         let dfd = self.fd_of(&dnode)?;
-        let doomed = self.doomed(dfd.raw(), &cname);
+        let st = sys::statx_at(dfd.raw(), &cname, 0).ok();
+        let doomed = st.as_ref().and_then(|st| self.doomed(st));
+        let held = st.and_then(|st| self.hold_large(dfd.raw(), &cname, &st));
         // SAFETY: `cname` is NUL-terminated; unlinkat only reads it.
         let res = sys::cvt(unsafe { libc::unlinkat(dfd.raw(), cname.as_ptr(), flags) });
         self.removed(doomed, res.is_ok());
+        if let Some(fd) = held {
+            self.closer.close_later(fd);
+        }
         res.map(drop)
     }
 
-    /// The node behind `name` in `dfd` if removing this name (an unlink,
-    /// rmdir or rename over it) deletes its file, and the node is cached.
+    /// The node behind a name (`st`, its statx) if removing this name (an
+    /// unlink, rmdir or rename over it) deletes its file, and the node is
+    /// cached.
     /// Regular files lose their cached fd afterwards (`uncache_unlinked`);
     /// anything else gets an fd pinned now (`Node::set_orphan`), as the
     /// kernel may hold it open without our knowing. (A racing `link` can
     /// make the guess wrong; the cost is one fd reopened or kept a while.)
-    fn doomed(&self, dfd: std::os::fd::RawFd, name: &std::ffi::CStr) -> Option<Doomed> {
-        let st = sys::statx_at(dfd, name, 0).ok()?;
+    fn doomed(&self, st: &libc::statx) -> Option<Doomed> {
         let fmt = u32::from(st.stx_mode) & libc::S_IFMT;
         if fmt != libc::S_IFDIR && st.stx_nlink != 1 {
             return None;
         }
-        let id = self.inodes.known_id(sys::stx_dev(&st), st.stx_ino)?;
+        let id = self.inodes.known_id(sys::stx_dev(st), st.stx_ino)?;
         let vp = self.layer.lookup_cached(&self.mnt, id)?;
         let node = self.node_of(&vp).ok()?;
-        if node.dev != sys::stx_dev(&st) || node.ino != st.stx_ino {
+        if node.dev != sys::stx_dev(st) || node.ino != st.stx_ino {
             return None;
         }
         let regular = fmt == libc::S_IFREG;
@@ -221,16 +226,21 @@ impl PassthroughFs {
         };
         // (A target that is another name of the source has two links, so
         // it is not doomed: such a rename deletes nothing.)
-        let replaced = if flags.exchange() || flags.0 & RenameFlags::NOREPLACE != 0 {
+        let target = if flags.exchange() || flags.0 & RenameFlags::NOREPLACE != 0 {
             None
         } else {
-            self.doomed(d2.raw(), &c2)
+            sys::statx_at(d2.raw(), &c2, 0).ok()
         };
+        let replaced = target.as_ref().and_then(|st| self.doomed(st));
+        let held = target.and_then(|st| self.hold_large(d2.raw(), &c2, &st));
         // SAFETY: strings are NUL-terminated; renameat2 only reads them.
         let res = sys::cvt(unsafe {
             libc::renameat2(d1.raw(), c1.as_ptr(), d2.raw(), c2.as_ptr(), flags.0)
         });
         self.removed(replaced, res.is_ok());
+        if let Some(fd) = held {
+            self.closer.close_later(fd);
+        }
         res?;
         let relocate = |id: Option<u64>, to: &Arc<crate::node::Node>, n: &[u8]| {
             if let Some(vp) = id.and_then(|id| self.layer.lookup_cached(&self.mnt, id)) {

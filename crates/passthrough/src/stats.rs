@@ -63,6 +63,11 @@ impl PassthroughFs {
                 "Cached fds given back because their file lost its last name",
             ),
             (
+                "passthrough.closes.deferred",
+                ld(&self.closer.done),
+                "Removed large files whose last close came after the reply (closer.rs)",
+            ),
+            (
                 "passthrough.lookups.own_mount",
                 ld(&c.own_mount),
                 "Lookups refused (ELOOP): the name led into this mount itself",

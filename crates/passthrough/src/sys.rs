@@ -56,7 +56,7 @@ pub(crate) fn cvt_long(r: i64) -> VfsResult<i64> {
 }
 
 /// Takes ownership of a raw fd returned by a successful call.
-fn owned(fd: libc::c_int) -> VfsResult<OwnedFd> {
+pub(crate) fn owned(fd: libc::c_int) -> VfsResult<OwnedFd> {
     let fd = cvt(fd)?;
     // SAFETY: `fd` was just returned by a successful open-like call, so it
     // is a valid descriptor that nothing else owns.

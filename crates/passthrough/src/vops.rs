@@ -4,8 +4,8 @@
 use crate::fs::PassthroughFs;
 use std::sync::Arc;
 use uvfs_vfs::{
-    Attr, Ctx, DirPlusSink, DirSink, FallocMode, Fh, FileLock, FileSystem, Mount, RenameFlags,
-    SetAttr, StatFs, VType, VfsResult, VnodeRef, XattrFlags,
+    Attr, Ctx, DirPlusSink, DirSink, FallocMode, Fh, FileLock, FileSystem, Freeing, Mount,
+    RenameFlags, SetAttr, StatFs, VType, VfsResult, VnodeRef, XattrFlags,
 };
 
 impl FileSystem for PassthroughFs {
@@ -29,6 +29,10 @@ impl FileSystem for PassthroughFs {
 
     fn waits_for_devices(&self) -> bool {
         true
+    }
+
+    fn may_free_much(&self, what: Freeing<'_>) -> bool {
+        self.frees_much(what)
     }
 
     fn getlk(&self, vp: &VnodeRef, _fh: Fh, owner: u64, lock: &FileLock) -> VfsResult<FileLock> {

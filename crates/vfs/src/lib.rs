@@ -14,6 +14,7 @@ mod dirent;
 mod errno;
 mod fds;
 mod flags;
+mod freeing;
 mod lock;
 mod name;
 mod ops;
@@ -27,6 +28,7 @@ pub use dirent::DirEntry;
 pub use errno::{Errno, VfsResult};
 pub use fds::FdReservation;
 pub use flags::{FallocMode, RenameFlags, XattrFlags, O_KILL_SUIDGID};
+pub use freeing::Freeing;
 pub use lock::{FileLock, LOCK_TO_EOF};
 pub use name::{
     check_name, check_new_name, check_symlink_target, is_dot_or_dotdot, NAME_MAX, SYMLINK_MAX,

@@ -323,6 +323,20 @@ pub trait FileSystem: Send + Sync + 'static {
         false
     }
 
+    /// Whether `what` may free so much of the backing store that the call
+    /// blocks for long: ext4 frees a file's blocks in its last unlink or
+    /// last close, 0.2-0.7 s for 2 GiB on this project's VMs. A server
+    /// whose request loops serve one request at a time (an io_uring queue
+    /// per CPU) asks before such requests and serves them elsewhere if so,
+    /// so that `rm` of a large file does not hold up every other request
+    /// from its CPU. Asked only there, and only of file systems that
+    /// `waits_for_devices`; must be cheap and may guess: a wrong yes costs
+    /// a hand-off to another thread, a wrong no the stall. The default:
+    /// never.
+    fn may_free_much(&self, _what: crate::Freeing<'_>) -> bool {
+        false
+    }
+
     /// Whether a request that makes a file, a name or an attribute may
     /// now have to wait for space that files being let go still hold (a
     /// nearly full inode budget while unlinked or nameless files await
