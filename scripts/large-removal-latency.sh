@@ -1,34 +1,50 @@
 #!/bin/bash
-# How long other requests wait while a passthrough mount ends a large
-# file's storage (README, "Removing large files"): a SIZE_MIB file is
+# How long other requests wait while a uvfs mount ends a large file's
+# storage (README, "Ending a large file's storage"): a SIZE_MIB file is
 # written through the mount, then removed (rm), truncated (truncate -s 0),
 # replaced (mv over it) or truncated by an O_TRUNC open, from CPU 0, while
 # a second process on CPU 0 stats a file and lists its directory every
 # millisecond (timeouts 0: each is a request). Through FUSE over io_uring
 # both reach CPU 0's queue. Prints the worst wait of the stat loop for
 # each change, with the stat file in another directory and in the same one
-# (an UNLINK in flight keeps its directory locked in the kernel). Root,
-# /dev/fuse. With `native` for UVFS, the same on the source directory
-# itself (what the backing file system alone costs).
-# Usage: large-removal-latency.sh [UVFS|native]
+# (an UNLINK in flight keeps its directory locked in the kernel). FS=
+# passthrough (of a directory in /var/tmp, the default) or memfs. With
+# `native` for UVFS, the same on the source directory itself, or on a
+# tmpfs directory for memfs (what the kernel's own file system costs).
+# DROP=1 drops the kernel's clean caches after writing the file, so that
+# the change costs only what the file system does (through FUSE, the
+# kernel otherwise evicts the file's cached pages itself, in the caller's
+# context on CPU 0: ~90 ms for 2 GiB of a memfs file). Root, /dev/fuse.
+# Usage: [FS=memfs] [DROP=1] large-removal-latency.sh [UVFS|native]
 set -euo pipefail
 UVFS=${1:-target/release/uvfs}
 SIZE_MIB=${SIZE_MIB:-2048}
-work=$(mktemp -d /var/tmp/uvfs-rmlat.XXXXXX)
+FS=${FS:-passthrough}
+case $FS in
+passthrough) work=$(mktemp -d /var/tmp/uvfs-rmlat.XXXXXX) ;;
+memfs) work=$(mktemp -d /dev/shm/uvfs-rmlat.XXXXXX) ;;
+*)
+    echo "FS must be passthrough or memfs" >&2
+    exit 2
+    ;;
+esac
 cleanup() {
     umount "$work/mnt" 2>/dev/null || true
     rm -rf "$work"
 }
 trap cleanup EXIT
-mkdir -p "$work/src/other" "$work/mnt"
-touch "$work/src/near" "$work/src/other/far"
+mkdir -p "$work/src" "$work/mnt"
 if [ "$UVFS" = native ]; then
     m=$work/src
 else
     # Timeouts 0: every stat and listing of the loop is a request.
-    "$UVFS" mount --source "$work/src" --entry-timeout 0 --attr-timeout 0 "$work/mnt"
+    src=()
+    if [ "$FS" = passthrough ]; then src=(--source "$work/src"); fi
+    "$UVFS" mount "${src[@]}" --entry-timeout 0 --attr-timeout 0 "$work/mnt"
     m=$work/mnt
 fi
+mkdir -p "$m/other"
+touch "$m/near" "$m/other/far"
 transport() {
     if [ "$UVFS" = native ]; then
         echo "no FUSE"
@@ -68,9 +84,10 @@ PY
 big() {
     dd if=/dev/zero of="$m/big" bs=1M count="$SIZE_MIB" status=none
     sync
+    if [ -n "${DROP:-}" ]; then echo 1 >/proc/sys/vm/drop_caches; fi
 }
 
-echo "# $SIZE_MIB MiB file, $(transport); worst wait of a stat+readdir on the same CPU (ms)"
+echo "# $FS, $SIZE_MIB MiB file, $(transport)${DROP:+, caches dropped}; worst wait of a stat+readdir on the same CPU (ms)"
 printf '%-22s %12s %12s\n' change "other dir" "same dir"
 for change in rm truncate mv-over o_trunc; do
     row=()
@@ -91,5 +108,5 @@ for change in rm truncate mv-over o_trunc; do
     printf '%-22s %12s %12s\n' "$change" "${row[0]}" "${row[1]}"
 done
 if [ "$UVFS" != native ]; then
-    "$UVFS" stat "$m" | grep -E "offloaded|closes.deferred" || true
+    "$UVFS" stat "$m" | grep -E "offloaded|closes.deferred|reaped" || true
 fi

@@ -34,6 +34,7 @@ mod io_lock;
 mod ispace;
 mod namei;
 mod pages;
+mod reaper;
 mod rename;
 mod table;
 mod vops;

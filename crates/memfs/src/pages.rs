@@ -240,7 +240,9 @@ impl FileData {
             }
         }
         let gone = map.split_off(&keep);
-        self.forget_pages(gone.len() as u64);
+        let n = gone.len() as u64;
+        self.forget_pages(n);
+        crate::reaper::free(gone, n);
     }
 
     fn forget_pages(&self, n: u64) {
@@ -329,7 +331,9 @@ impl FileData {
 
 impl Drop for FileData {
     fn drop(&mut self) {
-        self.budget.release(*self.npages.get_mut());
+        let n = *self.npages.get_mut();
+        self.budget.release(n);
+        crate::reaper::free(std::mem::take(self.map.get_mut()), n);
     }
 }
 

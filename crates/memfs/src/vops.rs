@@ -249,6 +249,17 @@ impl FileSystem for MemFs {
                     .saturating_mul(crate::pages::PAGE_SIZE as u64),
                 "the --size limit in bytes",
             ),
+            (
+                "memfs.data.reaped_bytes",
+                crate::reaper::REAPED.load(std::sync::atomic::Ordering::Relaxed)
+                    * crate::pages::PAGE_SIZE as u64,
+                "bytes of large files' pages freed on the reaper thread, after the request (this process)",
+            ),
+            (
+                "memfs.data.reaping_bytes",
+                crate::reaper::pending() * crate::pages::PAGE_SIZE as u64,
+                "bytes of pages given back to --size but waiting for the reaper thread to free them",
+            ),
         ]
     }
 }
