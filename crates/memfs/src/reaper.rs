@@ -4,9 +4,12 @@
 //! `unlink(2)` has unlocked the directory: a `stat` on the same CPU
 //! during `rm` of a 2 GiB tmpfs file waited at most 2.5 ms. memfs freed
 //! them in the request that let the file go (the FORGET, UNLINK or
-//! RELEASE that dropped its last reference, or the truncate), 0.16 s for
-//! 2 GiB, while the io_uring queue of that CPU served nothing else: a
-//! `stat` from the same CPU waited 84-119 ms. So the pages of a file (or
+//! RELEASE that dropped its last reference, or the truncate), ~0.1 s for
+//! 2 GiB of 4 KiB pages, while the io_uring queue of that CPU served
+//! nothing else: a `stat` from the same CPU waited 70-126 ms (1.4-60 ms
+//! with this; `FS=memfs DROP=1 scripts/large-removal-latency.sh`, which
+//! first drops the kernel's own cached copy, whose eviction in `rm`'s
+//! context no server can move). So the pages of a file (or
 //! of a truncated tail) of [`REAP_PAGES`] or more go to a thread of their
 //! own to be freed; their budget is given back at once, as tmpfs's
 //! `df` shows the space free when `rm` returns.
