@@ -6,7 +6,7 @@
 //! (0.2-0.7 s for 2 GiB here). Through FUSE the kernel holds the
 //! directory locked until the server answers the UNLINK, so a server whose
 //! own `unlinkat` (or the close of its cached fd that follows) frees the
-//! blocks keeps the directory locked for as long: `ls` of it waited 392 ms
+//! blocks keeps the directory locked for as long: `ls` of it waited 388-399 ms
 //! during `rm` of a 2 GiB file. So the removal of a large file keeps an
 //! `O_PATH` fd of it across the `unlinkat` (`PassthroughFs::hold_large`),
 //! which makes that call quick, and that fd's close, the last, happens

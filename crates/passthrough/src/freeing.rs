@@ -6,7 +6,8 @@
 //! `ftruncate` or an `O_TRUNC` open. ext4 took 0.2-0.7 s for 2 GiB here,
 //! mostly waiting for its journal; through an io_uring queue, which serves
 //! one request at a time, every other request from that CPU waited as
-//! long (a `stat` during `rm` of a 2 GiB file: 724 ms). One `statx` tells
+//! long (a `stat` during `rm` of a 2 GiB file: 383-416 ms, 0.3-57 ms
+//! with this; `scripts/large-removal-latency.sh`). One `statx` tells
 //! beforehand, from the blocks the file has: cheap next to the request,
 //! and asked only on io_uring queues.
 
