@@ -251,13 +251,12 @@ impl FileSystem for MemFs {
             ),
             (
                 "memfs.data.reaped_bytes",
-                crate::reaper::REAPED.load(std::sync::atomic::Ordering::Relaxed)
-                    * crate::pages::PAGE_SIZE as u64,
+                crate::reaper::REAPER.done() * crate::pages::PAGE_SIZE as u64,
                 "bytes of large files' pages freed on the reaper thread, after the request (this process)",
             ),
             (
                 "memfs.data.reaping_bytes",
-                crate::reaper::pending() * crate::pages::PAGE_SIZE as u64,
+                crate::reaper::REAPER.pending() * crate::pages::PAGE_SIZE as u64,
                 "bytes of pages given back to --size but waiting for the reaper thread to free them",
             ),
         ]

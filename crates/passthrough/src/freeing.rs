@@ -6,15 +6,17 @@
 //! `ftruncate` or an `O_TRUNC` open. ext4 took 0.2-0.7 s for 2 GiB here,
 //! mostly waiting for its journal; through an io_uring queue, which serves
 //! one request at a time, every other request from that CPU waited as
-//! long (a `stat` during `rm` of a 2 GiB file: 383-416 ms, 0.3-57 ms
+//! long (a `stat` during `rm` of a 2 GiB file: 383-416 ms, 0.3-64 ms
 //! with this; `scripts/large-removal-latency.sh`). One `statx` tells
 //! beforehand, from the blocks the file has: cheap next to the request,
 //! and asked only on io_uring queues.
 
+use crate::closer::CLOSER;
 use crate::fs::PassthroughFs;
 use crate::sys;
 use std::ffi::CStr;
 use std::os::fd::{OwnedFd, RawFd};
+use std::sync::atomic::Ordering;
 use uvfs_vfs::Freeing;
 
 /// Allocated bytes from which freeing is worth a hand-off to another
@@ -39,11 +41,10 @@ fn last_link_of_large(st: &libc::statx) -> bool {
 impl PassthroughFs {
     /// For a removal of `name` in `dfd` (described by `st`) that ends a
     /// large file: an `O_PATH` fd of it, to be held across the removal and
-    /// given to [`Closer::close_later`](crate::closer::Closer::close_later)
-    /// after it (`closer.rs` says why). None for anything else, or when
-    /// the closer has no room.
+    /// given to [`close_held`](Self::close_held) after it (`closer.rs`
+    /// says why). None for anything else, or when the closer has no room.
     pub(crate) fn hold_large(&self, dfd: RawFd, name: &CStr, st: &libc::statx) -> Option<OwnedFd> {
-        if !last_link_of_large(st) || !self.closer.reserve() {
+        if !last_link_of_large(st) || !CLOSER.reserve(1) {
             return None;
         }
         let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC;
@@ -51,10 +52,19 @@ impl PassthroughFs {
         match sys::owned(unsafe { libc::openat(dfd, name.as_ptr(), flags) }) {
             Ok(fd) => Some(fd),
             Err(_) => {
-                self.closer.unreserve();
+                CLOSER.unreserve(1);
                 None
             }
         }
+    }
+
+    /// After the removal: closes what [`hold_large`](Self::hold_large)
+    /// held, on the closing thread.
+    pub(crate) fn close_held(&self, fd: OwnedFd) {
+        self.counters
+            .closes_deferred
+            .fetch_add(1, Ordering::Relaxed);
+        CLOSER.drop_reserved(fd, 1);
     }
 
     pub(crate) fn frees_much(&self, what: Freeing<'_>) -> bool {

@@ -82,6 +82,9 @@ pub struct PtCounters {
     pub own_mount: AtomicU64,
     /// Cached fds dropped because their file lost its last name.
     pub unlinked: AtomicU64,
+    /// Removed large files whose last close was left to the closing
+    /// thread (`closer.rs`).
+    pub closes_deferred: AtomicU64,
 }
 
 /// A directory of the host served through the vnode layer.
@@ -112,8 +115,6 @@ pub struct PassthroughFs {
     pub(crate) own_dev: AtomicU64,
     /// Counters.
     pub counters: PtCounters,
-    /// Last closes of removed large files, after the reply (`closer.rs`).
-    pub(crate) closer: crate::closer::Closer,
     /// The budget slot of `handles`' mount fd (a backing fd like any
     /// other), held while handles are in use.
     _mount_fd_slot: Option<Reservation>,
@@ -233,7 +234,6 @@ impl PassthroughFs {
             read_flags: if cfg.no_atime { libc::O_NOATIME } else { 0 },
             own_dev: AtomicU64::new(NO_DEV),
             counters: PtCounters::default(),
-            closer: Default::default(),
             _mount_fd_slot: mount_fd_slot,
         }))
     }

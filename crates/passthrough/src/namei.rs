@@ -120,7 +120,7 @@ impl PassthroughFs {
         let res = sys::cvt(unsafe { libc::unlinkat(dfd.raw(), cname.as_ptr(), flags) });
         self.removed(doomed, res.is_ok());
         if let Some(fd) = held {
-            self.closer.close_later(fd);
+            self.close_held(fd);
         }
         res.map(drop)
     }
@@ -239,7 +239,7 @@ impl PassthroughFs {
         });
         self.removed(replaced, res.is_ok());
         if let Some(fd) = held {
-            self.closer.close_later(fd);
+            self.close_held(fd);
         }
         res?;
         let relocate = |id: Option<u64>, to: &Arc<crate::node::Node>, n: &[u8]| {

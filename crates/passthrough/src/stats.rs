@@ -64,7 +64,7 @@ impl PassthroughFs {
             ),
             (
                 "passthrough.closes.deferred",
-                ld(&self.closer.done),
+                ld(&c.closes_deferred),
                 "Removed large files whose last close came after the reply (closer.rs)",
             ),
             (

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{env, Env, ROOT};
+use common::{env, held_deleted, Env, ROOT};
 use std::time::{Duration, Instant};
 use uvfs_vfs::{FallocMode, FileSystem, Freeing, RenameFlags, VnodeRef};
 
@@ -43,18 +43,6 @@ fn counter(e: &Env, name: &str) -> u64 {
         .find(|(n, _, _)| *n == name)
         .unwrap_or_else(|| panic!("no counter {name}"))
         .1
-}
-
-/// Files of `dir` that an fd of this process still holds after their
-/// removal.
-fn held_deleted(dir: &std::path::Path) -> Vec<String> {
-    let prefix = dir.to_string_lossy().into_owned();
-    std::fs::read_dir("/proc/self/fd")
-        .unwrap()
-        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-        .map(|t| t.to_string_lossy().into_owned())
-        .filter(|t| t.starts_with(&prefix) && t.ends_with(" (deleted)"))
-        .collect()
 }
 
 /// Waits until `f` holds (the closing thread is asynchronous).

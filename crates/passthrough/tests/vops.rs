@@ -217,16 +217,6 @@ fn stale_handles_are_errors_not_panics() {
 }
 
 /// Backing files, once deleted, that an fd of this process still pins.
-fn pinned_deleted(src: &std::path::Path) -> Vec<String> {
-    let prefix = src.to_string_lossy().into_owned();
-    std::fs::read_dir("/proc/self/fd")
-        .unwrap()
-        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-        .map(|t| t.to_string_lossy().into_owned())
-        .filter(|t| t.starts_with(&prefix) && t.ends_with(" (deleted)"))
-        .collect()
-}
-
 #[test]
 fn deleted_files_are_not_pinned_by_cached_fds() {
     for no_handles in [false, true] {
@@ -252,7 +242,11 @@ fn deleted_files_are_not_pinned_by_cached_fds() {
         e.fs.release(&a, fh).unwrap();
         e.fs.getattr(&a).unwrap();
         e.fs.unlink(&ROOT, &e.root, b"a").unwrap();
-        assert_eq!(pinned_deleted(e.src.path()), Vec::<String>::new(), "unlink");
+        assert_eq!(
+            common::held_deleted(e.src.path()),
+            Vec::<String>::new(),
+            "unlink"
+        );
         // Replaced by a rename.
         let (b, fh) = mk(b"b");
         e.fs.release(&b, fh).unwrap();
@@ -261,14 +255,22 @@ fn deleted_files_are_not_pinned_by_cached_fds() {
         e.fs.release(&c, fh).unwrap();
         e.fs.rename(&ROOT, &e.root, b"c", &e.root, b"b", RenameFlags::default())
             .unwrap();
-        assert_eq!(pinned_deleted(e.src.path()), Vec::<String>::new(), "rename");
+        assert_eq!(
+            common::held_deleted(e.src.path()),
+            Vec::<String>::new(),
+            "rename"
+        );
         // Open while unlinked: still readable, released at the last close.
         let (d, fh) = mk(b"d");
         e.fs.unlink(&ROOT, &e.root, b"d").unwrap();
         assert_eq!(e.fs.read(&d, fh, 0, 10).unwrap(), b"data");
         assert_eq!(e.fs.getattr(&d).unwrap().nlink, 0);
         e.fs.release(&d, fh).unwrap();
-        assert_eq!(pinned_deleted(e.src.path()), Vec::<String>::new(), "close");
+        assert_eq!(
+            common::held_deleted(e.src.path()),
+            Vec::<String>::new(),
+            "close"
+        );
         // A file with another name keeps its fd (nothing was deleted).
         let (g, fh) = mk(b"g");
         e.fs.release(&g, fh).unwrap();

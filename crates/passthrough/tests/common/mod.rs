@@ -109,3 +109,15 @@ impl Env {
         v
     }
 }
+
+/// Files under `dir` that an fd of this process still holds after their
+/// removal (`/proc/self/fd` links ending in " (deleted)").
+pub fn held_deleted(dir: &Path) -> Vec<String> {
+    let prefix = dir.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .map(|t| t.to_string_lossy().into_owned())
+        .filter(|t| t.starts_with(&prefix) && t.ends_with(" (deleted)"))
+        .collect()
+}
