@@ -90,3 +90,17 @@ impl Kernel {
         }
     }
 }
+
+impl Drop for Kernel {
+    /// A mount lists its vnodes and each vnode names its mount (`v_mount`).
+    /// The kernel frees both explicitly; here they are reference counted,
+    /// and the pair is a cycle that would keep every vnode of a layer
+    /// dropped while mounted (and all they hold) alive for ever. Nothing
+    /// can reach the layer once its kernel goes, so the lists are emptied
+    /// here and the rest drops with the kernel's own lists.
+    fn drop(&mut self) {
+        for mp in self.mounts.take_all() {
+            mp.vnodes.lock().clear();
+        }
+    }
+}

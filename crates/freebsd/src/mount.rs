@@ -103,6 +103,11 @@ impl Mounts {
     pub(crate) fn remove(&self, id: MountId) -> Option<Arc<Mount>> {
         self.table.write().remove(&id.0)
     }
+
+    /// Every mount, taken out of the table.
+    pub(crate) fn take_all(&self) -> Vec<Arc<Mount>> {
+        self.table.write().drain().map(|(_, m)| m).collect()
+    }
 }
 
 impl Kernel {
