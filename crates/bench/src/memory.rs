@@ -1,7 +1,9 @@
 //! `uvfs bench memory`: heap bytes per cached vnode, measured with the
 //! counting allocator (not estimated): N vnodes created and released (so
 //! they sit cached and free, on the free lists), file-system private data
-//! empty, heap delta divided by N.
+//! empty, heap delta divided by N. Then the same with a name-cache entry
+//! naming each (directories of 64, as a walk leaves them): what a name
+//! costs on top of its vnode.
 
 use crate::cache::{Cache, Uvfs};
 use crate::report::{BarGroup, Report};
@@ -48,6 +50,42 @@ fn measure<C: Cache>(make: impl FnOnce() -> C, n: usize) -> Option<(f64, f64)> {
     bytes.map(|b| (b as f64 / n as f64, rss as f64 / n as f64))
 }
 
+/// Files per directory in the named measurement.
+const PER_DIR: usize = 64;
+
+/// Heap bytes per file when each of `n` files is cached with a name-cache
+/// entry under directories of [`PER_DIR`] (the directories' vnodes count
+/// too, which [`name_bytes`] takes out).
+fn measure_named<C: Cache>(make: impl FnOnce() -> C, n: usize) -> Option<f64> {
+    let ((c, m), bytes) = crate::alloc::measure(|| {
+        let c = make();
+        let m = c.mount("mem", None);
+        let names: Vec<String> = (0..PER_DIR).map(|i| format!("f{i}")).collect();
+        for d in 0..n.div_ceil(PER_DIR) {
+            let dir = c.get(&m, (n + d) as u64, true, || Box::new(()));
+            for (i, name) in names.iter().enumerate().take(n - d * PER_DIR) {
+                let v = c.get(&m, (d * PER_DIR + i) as u64, false, || Box::new(()));
+                c.nc_enter(&dir, name, &v);
+            }
+        }
+        drop(names);
+        (c, m)
+    });
+    assert!(
+        c.numvnodes() >= n as u64 * 9 / 10,
+        "vnodes were recycled during the measurement"
+    );
+    drop(m);
+    drop(c);
+    bytes.map(|b| b as f64 / n as f64)
+}
+
+/// What a name adds to its file's vnode: the named measurement less the
+/// vnodes it holds (the file's and its share of a directory's).
+fn name_bytes(per_named_file: f64, per_vnode: f64) -> f64 {
+    per_named_file - per_vnode * (1.0 + 1.0 / PER_DIR as f64)
+}
+
 pub fn run(o: &MemoryOpts) -> std::io::Result<Report> {
     let n = o
         .vnodes
@@ -55,8 +93,10 @@ pub fn run(o: &MemoryOpts) -> std::io::Result<Report> {
     let mut report = Report::new("memory");
     for name in &o.impls {
         let per = match name.as_str() {
-            "uvfs" => measure(|| Uvfs::new(n * 2), n),
-            "freebsd" => measure(|| crate::freebsd::Replica::new(n * 2, false), n),
+            "uvfs" => measure(|| Uvfs::new(n * 2), n).zip(measure_named(|| Uvfs::new(n * 2), n)),
+            "freebsd" => measure(|| crate::freebsd::Replica::new(n * 2, false), n).zip(
+                measure_named(|| crate::freebsd::Replica::new(n * 2, false), n),
+            ),
             other => {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::InvalidInput,
@@ -64,14 +104,15 @@ pub fn run(o: &MemoryOpts) -> std::io::Result<Report> {
                 ))
             }
         };
-        let Some((per, rss)) = per else {
+        let Some(((per, rss), named)) = per else {
             return Err(std::io::Error::other(
                 "the counting allocator is not installed (run through the uvfs binary)",
             ));
         };
-        report.rows.push(
-            row!("impl" => name, "vnodes" => n, "bytes_per_vnode" => per, "rss_per_vnode" => rss),
-        );
+        report.rows.push(row!(
+            "impl" => name, "vnodes" => n, "bytes_per_vnode" => per, "rss_per_vnode" => rss,
+            "bytes_per_name" => name_bytes(named, per),
+        ));
     }
     Ok(report)
 }
@@ -81,7 +122,7 @@ pub fn summary(r: &Report) -> Vec<String> {
         .iter()
         .map(|x| {
             format!(
-                "{}: {:.0} heap bytes ({:.0} bytes of RSS) per cached vnode at {} vnodes{}",
+                "{}: {:.0} heap bytes ({:.0} bytes of RSS) per cached vnode at {} vnodes{}; a name-cache entry naming each adds {:.0}",
                 x["impl"].as_str().unwrap_or("?"),
                 x["bytes_per_vnode"].as_f64().unwrap_or(0.0),
                 x["rss_per_vnode"].as_f64().unwrap_or(0.0),
@@ -90,29 +131,33 @@ pub fn summary(r: &Report) -> Vec<String> {
                     " (target <= 256)"
                 } else {
                     ""
-                }
+                },
+                x["bytes_per_name"].as_f64().unwrap_or(0.0),
             )
         })
         .collect()
 }
 
 pub fn chart(r: &Report) -> (String, String, Vec<BarGroup>) {
-    let bars = r
-        .rows
-        .iter()
-        .map(|x| {
-            (
-                x["impl"].as_str().unwrap_or("?").to_string(),
-                x["bytes_per_vnode"].as_f64().unwrap_or(0.0),
-            )
-        })
-        .collect();
+    let group = |label: &str, key: &str| BarGroup {
+        label: label.into(),
+        bars: r
+            .rows
+            .iter()
+            .map(|x| {
+                (
+                    x["impl"].as_str().unwrap_or("?").to_string(),
+                    x[key].as_f64().unwrap_or(0.0),
+                )
+            })
+            .collect(),
+    };
     (
-        "heap bytes per cached vnode (lower is better)".into(),
+        "heap bytes per cached vnode and per name-cache entry (lower is better)".into(),
         "bytes".into(),
-        vec![BarGroup {
-            label: "cached vnodes".into(),
-            bars,
-        }],
+        vec![
+            group("cached vnode", "bytes_per_vnode"),
+            group("name-cache entry", "bytes_per_name"),
+        ],
     )
 }
