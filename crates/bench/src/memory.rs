@@ -153,7 +153,7 @@ pub fn chart(r: &Report) -> (String, String, Vec<BarGroup>) {
             .collect(),
     };
     (
-        "heap bytes per cached vnode and per name-cache entry (lower is better)".into(),
+        "heap bytes per vnode and per name (lower is better)".into(),
         "bytes".into(),
         vec![
             group("cached vnode", "bytes_per_vnode"),
