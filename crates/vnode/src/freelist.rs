@@ -60,8 +60,9 @@
 //! shard and node index in one word (so a reader never pairs one shard's
 //! number with another's index), written only under that shard's lock.
 
+use crate::aged::{Aged, AgedCell, EMPTY};
 use crate::refs::{COUNTS, DOOMED};
-use crate::sync::{fence, Arc, AtomicU64, Mutex, Ordering};
+use crate::sync::{fence, Arc, Ordering};
 use crate::vnode::Vnode;
 use crossbeam_utils::CachePadded;
 
@@ -90,9 +91,6 @@ struct Node {
     vp: Option<Arc<Vnode>>,
 }
 
-/// `ShardCell::head_stamp` of an empty shard.
-const EMPTY: u64 = u64::MAX;
-
 #[derive(Default)]
 struct Shard {
     nodes: Vec<Node>,
@@ -102,11 +100,13 @@ struct Shard {
     len: usize,
 }
 
-impl Shard {
+impl Aged for Shard {
     fn head_stamp(&self) -> u64 {
         self.head.map_or(EMPTY, |h| self.nodes[h as usize].stamp)
     }
+}
 
+impl Shard {
     fn push_tail(&mut self, vp: Arc<Vnode>) -> u32 {
         let node = Node {
             prev: self.tail.unwrap_or(NO_SLOT),
@@ -173,56 +173,9 @@ pub(crate) struct ClaimReport {
     pub raced: u64,
 }
 
-/// One shard: its list, and the age of its head readable without the lock
-/// (written only under it), so a reclaimer can find the oldest head among
-/// the shards by reading one word of each.
-struct ShardCell {
-    head_stamp: AtomicU64,
-    list: Mutex<Shard>,
-}
-
-impl ShardCell {
-    fn lock(&self) -> ShardGuard<'_> {
-        ShardGuard {
-            g: self.list.lock(),
-            head_stamp: &self.head_stamp,
-        }
-    }
-}
-
-/// The shard's lock; on unlock it republishes the head's stamp.
-struct ShardGuard<'a> {
-    g: crate::sync::MutexGuard<'a, Shard>,
-    head_stamp: &'a AtomicU64,
-}
-
-impl std::ops::Deref for ShardGuard<'_> {
-    type Target = Shard;
-    fn deref(&self) -> &Shard {
-        &self.g
-    }
-}
-
-impl std::ops::DerefMut for ShardGuard<'_> {
-    fn deref_mut(&mut self) -> &mut Shard {
-        &mut self.g
-    }
-}
-
-impl Drop for ShardGuard<'_> {
-    fn drop(&mut self) {
-        let h = self.g.head_stamp();
-        // Relaxed: a hint for choosing a shard; the choice is re-validated
-        // under that shard's lock.
-        if self.head_stamp.load(Ordering::Relaxed) != h {
-            self.head_stamp.store(h, Ordering::Relaxed);
-        }
-    }
-}
-
 /// The free vnodes of one mount.
 pub(crate) struct FreeList {
-    shards: Box<[CachePadded<ShardCell>]>,
+    shards: Box<[CachePadded<AgedCell<Shard>>]>,
 }
 
 impl FreeList {
@@ -230,12 +183,7 @@ impl FreeList {
         let n = shards.clamp(1, MAX_SHARDS).next_power_of_two();
         FreeList {
             shards: (0..n)
-                .map(|_| {
-                    CachePadded::new(ShardCell {
-                        head_stamp: AtomicU64::new(EMPTY),
-                        list: Mutex::new(Shard::default()),
-                    })
-                })
+                .map(|_| CachePadded::new(AgedCell::new(Shard::default())))
                 .collect(),
         }
     }
@@ -349,7 +297,7 @@ impl FreeList {
             // The oldest head, and the next oldest to merge against.
             let (mut best, mut best_t, mut second_t) = (usize::MAX, EMPTY, EMPTY);
             for (i, c) in self.shards.iter().enumerate() {
-                let t = c.head_stamp.load(Ordering::Relaxed);
+                let t = c.head_stamp();
                 if t < best_t {
                     second_t = best_t;
                     best_t = t;
@@ -400,6 +348,6 @@ impl FreeList {
 
     /// How many vnodes are on the lists (exact; locks every shard).
     pub(crate) fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.list.lock().len).sum()
+        self.shards.iter().map(|s| s.lock().len).sum()
     }
 }

@@ -21,11 +21,13 @@
 //! # Module map
 //!
 //! `refs` (the reference word) · `vnode` (vnode, `VnodeRef`, `HoldRef`) ·
-//! `freelist` (per-mount LRU lists) · `table` ((mount, ino) map) · `layer`
+//! `freelist` (per-mount LRU lists) · `aged` (shards that publish their
+//! oldest entry's age) · `table` ((mount, ino) map) · `layer`
 //! (get, limit, recycle, prune, unmount) · `reclaimer` (background thread) ·
 //! `namecache` · `counter` · `stats` · `config` · `mount` · `sync` (std or
 //! loom primitives).
 
+mod aged;
 mod clock;
 mod config;
 mod counter;

@@ -132,6 +132,45 @@ fn namecache_hit_versus_recycle() {
     });
 }
 
+/// A recycle purging the names of its vnode while another thread's removal
+/// compacts the shard: the compaction moves the entry naming the vnode
+/// after the purge took that entry's old handle. The purge must find it at
+/// its new slot (the moved handle lands in the vnode's fresh list), or an
+/// entry naming a recycled vnode, and the directory hold it carries, would
+/// be left behind.
+#[test]
+fn purge_versus_compaction() {
+    loom::model(|| {
+        let layer = VnodeLayer::new(tiny());
+        let m = layer.mount("t", Arc::new(Check));
+        let dir = layer.get(&m, 1, || Ok((VType::Dir, Box::new(())))).unwrap();
+        let nc = layer.namecache();
+        // Slots 0..8 other names, slot 8 the file's; then all but slot 7
+        // removed: one more removal leaves the slab sparse (1 of 9 live).
+        let names: Vec<Vec<u8>> = (0..8).map(|i| format!("n{i}").into_bytes()).collect();
+        for n in &names {
+            nc.enter(&dir, n, None);
+        }
+        {
+            let f = layer.get(&m, 2, init(2)).unwrap();
+            nc.enter(&dir, b"f", Some(&f));
+        }
+        for n in &names[..7] {
+            nc.remove(&dir, n);
+        }
+        let (l2, d2) = (layer.clone(), dir.clone());
+        let t = thread::spawn(move || l2.namecache().remove(&d2, b"n7"));
+        let r = layer.prune(&m, 1);
+        t.join().unwrap();
+        assert_eq!(r.recycled, 1, "the file was free");
+        // Before any lookup, which would drop an entry of a doomed vnode
+        // itself and hide a purge that missed it.
+        assert!(nc.is_empty(), "no entry outlives its vnode");
+        assert_eq!(dir.hold_count(), 0, "the last entry's hold went with it");
+        assert!(matches!(nc.lookup(&dir, b"f"), NcLookup::Miss));
+    });
+}
+
 /// The last release (free transition, pushing onto the releaser's home
 /// shard) racing a lookup's unfree transition from another thread with
 /// another home shard: no lock orders them, the SeqCst handshake must. A

@@ -43,16 +43,17 @@ mod shard;
 
 pub(crate) use links::NcLinks;
 
+use crate::aged::{Aged, AgedCell, AgedGuard};
 use crate::counter::{DistCounter, Rotor};
 use crate::ids::MountId;
 use crate::refs::{Acquired, HOLD_ONE, USE_ONE};
 use crate::shared::Shared;
-use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
+use crate::sync::Arc;
 use crate::table::MixBuild;
 use crate::vnode::{Vnode, VnodeRef};
 use crossbeam_utils::CachePadded;
 use links::Handle;
-use shard::{Shard, Slot, EMPTY};
+use shard::{Shard, Slot};
 use smallvec::SmallVec;
 use std::hash::BuildHasher;
 
@@ -60,55 +61,12 @@ use std::hash::BuildHasher;
 pub const NC_NAME_MAX: usize = 255;
 
 /// Most slots a shard is ever compacted down to: below this a sparse slab
-/// costs too little to be worth moving entries for.
+/// costs too little to be worth moving entries for. Tiny under loom, so a
+/// model of a few entries compacts.
+#[cfg(not(loom))]
 const MIN_SLOTS: usize = 64;
-
-/// One shard, and the age of its least recently used entry readable
-/// without its lock (written only under it) so eviction can pick the older
-/// of two shards' heads.
-struct ShardCell {
-    head_stamp: AtomicU64,
-    map: Mutex<Shard>,
-}
-
-impl ShardCell {
-    fn lock(&self) -> ShardGuard<'_> {
-        ShardGuard {
-            g: self.map.lock(),
-            head_stamp: &self.head_stamp,
-        }
-    }
-}
-
-/// The shard's lock; on unlock it republishes the head's age.
-struct ShardGuard<'a> {
-    g: crate::sync::MutexGuard<'a, Shard>,
-    head_stamp: &'a AtomicU64,
-}
-
-impl std::ops::Deref for ShardGuard<'_> {
-    type Target = Shard;
-    fn deref(&self) -> &Shard {
-        &self.g
-    }
-}
-
-impl std::ops::DerefMut for ShardGuard<'_> {
-    fn deref_mut(&mut self) -> &mut Shard {
-        &mut self.g
-    }
-}
-
-impl Drop for ShardGuard<'_> {
-    fn drop(&mut self) {
-        let h = self.g.head_stamp();
-        // Relaxed: a hint for picking an eviction victim, re-read under the
-        // victim's lock.
-        if self.head_stamp.load(Ordering::Relaxed) != h {
-            self.head_stamp.store(h, Ordering::Relaxed);
-        }
-    }
-}
+#[cfg(loom)]
+const MIN_SLOTS: usize = 4;
 
 /// What a name-cache lookup found.
 #[derive(Debug)]
@@ -141,7 +99,7 @@ impl Deferred {
 
 /// The name cache of one vnode layer.
 pub struct NameCache {
-    shards: Box<[CachePadded<ShardCell>]>,
+    shards: Box<[CachePadded<AgedCell<Shard>>]>,
     limit: usize,
     /// Entries, distributed: enter and remove write only their own cell.
     entries: DistCounter,
@@ -162,12 +120,7 @@ impl NameCache {
         let min_slots = (limit / n).clamp(4, MIN_SLOTS);
         NameCache {
             shards: (0..n)
-                .map(|_| {
-                    CachePadded::new(ShardCell {
-                        head_stamp: AtomicU64::new(EMPTY),
-                        map: Mutex::new(Shard::new(min_slots)),
-                    })
-                })
+                .map(|_| CachePadded::new(AgedCell::new(Shard::new(min_slots))))
                 .collect(),
             limit,
             entries: DistCounter::new((limit / (8 * crate::counter::CELLS)).clamp(1, 64)),
@@ -197,7 +150,7 @@ impl NameCache {
     }
 
     #[inline]
-    fn lock(&self, si: usize) -> ShardGuard<'_> {
+    fn lock(&self, si: usize) -> AgedGuard<'_, Shard> {
         self.shards[si].lock()
     }
 
@@ -299,7 +252,7 @@ impl NameCache {
                         // Over the bound: evict the least recently used of
                         // two shards' heads, this one or a rotating other.
                         let other = self.rotor.next(self.shards.len());
-                        if self.shards[other].head_stamp.load(Ordering::Relaxed) < s.head_stamp() {
+                        if self.shards[other].head_stamp() < s.head_stamp() {
                             victim = Some(other);
                         } else {
                             self.evict_front(&mut s, si, &mut deferred);
@@ -455,7 +408,8 @@ impl NameCache {
             return;
         }
         #[cfg(test)]
-        self.compactions.fetch_add(1, Ordering::Relaxed);
+        self.compactions
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         s.compact(|from, to, slot| {
             let (from, to) = (Handle::new(si, from), Handle::new(si, to));
             slot.dir().nc.lock().move_src(from, to);
@@ -467,7 +421,7 @@ impl NameCache {
 
     /// Entries cached now (locks every shard).
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.map.lock().len()).sum()
+        self.shards.iter().map(|s| s.lock().len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -478,7 +432,7 @@ impl NameCache {
     #[cfg(test)]
     pub(crate) fn check(&self) {
         for (si, cell) in self.shards.iter().enumerate() {
-            let s = cell.map.lock();
+            let s = cell.lock();
             s.check();
             for (i, slot) in s.entries() {
                 let hd = Handle::new(si, i);

@@ -23,14 +23,13 @@
 //! work, after at least three times as many removals).
 
 use super::name::NcName;
+use crate::aged::{Aged, EMPTY};
 use crate::sync::Arc;
 use crate::vnode::Vnode;
 use hashbrown::HashTable;
 
 /// "No slot" in a chain.
 pub(crate) const NIL: u32 = u32::MAX;
-/// [`Shard::head_stamp`] of an empty shard.
-pub(crate) const EMPTY: u64 = u64::MAX;
 
 /// One entry, or a free slot (`dir` is `None`; `next` chains free slots).
 pub(crate) struct Slot {
@@ -76,6 +75,12 @@ pub(crate) struct Shard {
     min_slots: usize,
 }
 
+impl Aged for Shard {
+    fn head_stamp(&self) -> u64 {
+        self.head_stamp
+    }
+}
+
 impl Shard {
     pub(crate) fn new(min_slots: usize) -> Self {
         Shard {
@@ -99,11 +104,6 @@ impl Shard {
     #[cfg(test)]
     pub(crate) fn slab_len(&self) -> usize {
         self.slots.len()
-    }
-
-    /// The least recently used entry's stamp, or [`EMPTY`].
-    pub(crate) fn head_stamp(&self) -> u64 {
-        self.head_stamp
     }
 
     /// The entry for (`dir`, `name`) whose hash is `hash`.
