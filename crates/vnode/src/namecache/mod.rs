@@ -60,8 +60,9 @@ use std::hash::BuildHasher;
 /// The longest name the cache stores (NAME_MAX); longer ones are not cached.
 pub const NC_NAME_MAX: usize = 255;
 
-/// Most slots a shard is ever compacted down to: below this a sparse slab
-/// costs too little to be worth moving entries for. Tiny under loom, so a
+/// A slab this small is never compacted: a sparse one costs too little to
+/// be worth moving entries for. Small caches use less (their share per
+/// shard, down to 4: see `NameCache::new`), and so does loom, so that a
 /// model of a few entries compacts.
 #[cfg(not(loom))]
 const MIN_SLOTS: usize = 64;
