@@ -10,7 +10,7 @@
 //! `fusermount3 -u MNT`) stops the server.
 
 use clap::Args;
-use std::io;
+use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use uvfs_fuse::{daemonize, serve, BlockedSignals, Readiness, ServeConfig, Timeouts};
@@ -309,7 +309,13 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
     }
     let uring = match o.transport {
         Transport::Dev => false,
-        Transport::Auto => uvfs_fuse::uring_available(),
+        Transport::Auto => {
+            let offer = uvfs_fuse::offer_uring();
+            if let Some(m) = offer.message() {
+                let _ = writeln!(io::stderr(), "uvfs: {m}");
+            }
+            offer.usable()
+        }
         Transport::Uring if uvfs_fuse::uring_available() => true,
         Transport::Uring => {
             return Err(io::Error::new(

@@ -61,3 +61,30 @@ fn passthrough_shows_the_hosts_changes_within_a_second_or_so() {
     assert!(!m.mnt.join("a").exists(), "the host renamed a away");
     assert!(m.mnt.join("b").exists());
 }
+
+#[test]
+fn a_default_mount_serves_through_io_uring_where_the_kernel_has_it() {
+    if let Err(why) = can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    if !Path::new("/sys/module/fuse/parameters/enable_uring").exists() {
+        eprintln!("skipped: this kernel has no FUSE over io_uring");
+        return;
+    }
+    // Whatever the switch says now: a mount with no options turns it on
+    // (as root) and asks for io_uring at its INIT.
+    let m = Mounted::new("uring-default", &[]);
+    fs::write(m.mnt.join("f"), b"x").unwrap();
+    assert_eq!(m.counter("fuse.uring"), 1, "default mount not on io_uring");
+    let on = fs::read_to_string("/sys/module/fuse/parameters/enable_uring").unwrap();
+    assert_eq!(on.trim(), "Y");
+    let d = Mounted::new("uring-dev", &["--transport", "dev"]);
+    fs::write(d.mnt.join("f"), b"x").unwrap();
+    assert_eq!(
+        d.counter("fuse.uring"),
+        0,
+        "--transport dev asked for io_uring"
+    );
+    assert_eq!(d.counter("fuse.requests.uring"), 0);
+}

@@ -37,6 +37,7 @@ mod server;
 mod signals;
 mod stats;
 mod threads;
+mod uring_offer;
 mod write_stall;
 
 pub use control::{query, socket_path, CONTROL_DIR};
@@ -47,12 +48,10 @@ pub use release::set_memory_release;
 pub use server::{Server, Timeouts, MAX_WRITE};
 pub use signals::BlockedSignals;
 pub use stats::human as format_stats;
+pub use uring_offer::{offer_uring, UringOffer, URING_PARAMETER};
 
 /// Whether this kernel serves FUSE over io_uring (`ServeConfig::uring`):
 /// Linux 6.14+ with the `fuse` module's `enable_uring` parameter on.
 pub fn uring_available() -> bool {
     fuser::uring_enabled_in_kernel()
 }
-
-/// Where the kernel's switch for FUSE over io_uring lives.
-pub const URING_PARAMETER: &str = "/sys/module/fuse/parameters/enable_uring";

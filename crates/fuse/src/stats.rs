@@ -186,6 +186,18 @@ pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
         u64::from(inner.uring_on.load(Ordering::Relaxed)),
         "1: the kernel agreed to FUSE over io_uring (requests may still use /dev/fuse until every CPU's queue is up)",
     );
+    if let Some(offer) = crate::uring_offer::offered() {
+        put(
+            "fuse.uring.switch_off",
+            u64::from(offer == crate::UringOffer::NeedsRoot),
+            "1: this kernel offers FUSE over io_uring, which answers each request on the caller's CPU, but its switch is off and only root may turn it on: `echo Y | sudo tee /sys/module/fuse/parameters/enable_uring`, then mount again",
+        );
+        put(
+            "fuse.uring.switched_on",
+            u64::from(offer == crate::UringOffer::TurnedOn),
+            "1: the switch for FUSE over io_uring was off and this mount turned it on (/sys/module/fuse/parameters/enable_uring)",
+        );
+    }
     let b = &inner.backings;
     let (open_nodes, kernel_nodes) = b.open_nodes();
     put(
