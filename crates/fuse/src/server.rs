@@ -729,10 +729,10 @@ impl Filesystem for Server {
                 }
                 Err(e) => return Err(e),
             };
-            match i.fs.lookup(&ctx(req), &dir, name(n)) {
+            match i.fs.lookup_attr(&ctx(req), &dir, name(n)) {
                 // Answered with a negative entry, not an errno.
                 Err(e) if e == Errno::ENOENT && !i.timeouts.entry.is_zero() => Ok(None),
-                r => i.with_attr(r?).map(Some),
+                r => r.map(Some),
             }
         });
         match r {

@@ -240,8 +240,9 @@ impl PassthroughFs {
         let probes: Vec<Option<VfsResult<Probe>>> = {
             let dfd = self.fd_of(dnode)?;
             let raw = dfd.raw();
-            let one =
-                |e: &DirEntry| (!uvfs_vfs::is_dot_or_dotdot(&e.name)).then(|| probe(raw, &e.name));
+            let one = |e: &DirEntry| {
+                (!uvfs_vfs::is_dot_or_dotdot(&e.name)).then(|| probe(self, raw, &e.name))
+            };
             // Alone: the walker waits for us, a core is idle. Not alone:
             // the other requests' threads have the cores, and handing work
             // to the pool only adds wakeups (see `PlusLoad`).

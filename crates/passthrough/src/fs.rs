@@ -78,6 +78,12 @@ pub struct PtCounters {
     pub aliases: AtomicU64,
     /// Lookups that reached the backing file system.
     pub lookups: AtomicU64,
+    /// Lookups of a cached node's file answered from their statx alone
+    /// (no handle taken, nothing opened).
+    pub revalidated: AtomicU64,
+    /// Attributes of nodes without a cached fd read through a handle
+    /// opened for that call only.
+    pub stat_by_handle: AtomicU64,
     /// Lookups refused with ELOOP: the name led into this mount itself.
     pub own_mount: AtomicU64,
     /// Cached fds dropped because their file lost its last name.
@@ -285,18 +291,10 @@ impl PassthroughFs {
         let ident = node.ident();
         let fd = if let Some(h) = ident.handle.as_deref() {
             let res = self.pool.reserve()?;
-            let fd = self.handles.open(h, libc::O_PATH).map_err(|e| {
-                // ENOMEM too: when the kernel decodes the handle but finds
-                // no acceptable dentry for it (an inode unlinked and being
-                // evicted), `do_handle_to_path` turns the NULL dentry into
-                // -ENOMEM. The file is gone all the same.
-                if e == Errno::ESTALE || e == Errno::ENOENT || e == Errno::ENOMEM {
-                    self.counters.stale.fetch_add(1, Ordering::Relaxed);
-                    Errno::ESTALE
-                } else {
-                    e
-                }
-            })?;
+            let fd = self
+                .handles
+                .open(h, libc::O_PATH)
+                .map_err(|e| self.stale(e))?;
             self.counters.reopen_handle.fetch_add(1, Ordering::Relaxed);
             res.into_fd(fd)
         } else if let Some(parent) = ident.parent.as_ref() {
@@ -359,7 +357,7 @@ impl PassthroughFs {
     /// ESTALE, never the other file.
     pub(crate) fn lookup_at(&self, dir: &Arc<Node>, name: &[u8]) -> VfsResult<(VnodeRef, Attr)> {
         let dfd = self.fd_of(dir)?;
-        let probe = probe(dfd.raw(), name);
+        let probe = probe(self, dfd.raw(), name);
         drop(dfd);
         self.lookup_probed(dir, name, probe)
     }
@@ -375,7 +373,41 @@ impl PassthroughFs {
     ) -> VfsResult<(VnodeRef, Attr)> {
         let (st, handle) = probe?;
         self.counters.lookups.fetch_add(1, Ordering::Relaxed);
+        let handle = match handle {
+            Probed::Handle(h) => h,
+            Probed::Known => {
+                if let Some((vp, node)) = self.known_unchanged(&st) {
+                    self.counters.revalidated.fetch_add(1, Ordering::Relaxed);
+                    node.set_location(dir, name);
+                    let attr = self.attr_of(&node, &st);
+                    return Ok((vp, attr));
+                }
+                // Recycled since the probe: take the handle after all.
+                let dfd = self.fd_of(dir)?;
+                Handle::of_name(dfd.raw(), &sys::cstr(name)?)
+            }
+        };
         self.vnode_from(st, handle, Some((dir, name)), None)
+    }
+
+    /// The cached node of the file `st` describes, if it is the file the
+    /// node was made for: same (dev, ino), type and birth time. Its
+    /// handle need not be taken then: a new file behind a reused inode
+    /// number is born later. `None` where the file system reports no
+    /// birth time, or while any inode number has an alias (`inodes.rs`).
+    pub(crate) fn known_unchanged(&self, st: &libc::statx) -> Option<(VnodeRef, Arc<Node>)> {
+        let born = crate::node::birth_key(st);
+        if born == 0 || self.inodes.has_aliases() {
+            return None;
+        }
+        let (dev, ino) = (sys::stx_dev(st), st.stx_ino);
+        let id = self.inodes.known_id(dev, ino)?;
+        let vp = self.layer.lookup_cached(&self.mnt, id)?;
+        let node = self.node_of(&vp).ok()?;
+        let same = (node.dev, node.ino) == (dev, ino)
+            && node.btime() == born
+            && Some(node.kind()) == mode_to_vtype(u32::from(st.stx_mode));
+        same.then_some((vp, node))
     }
 
     /// The vnode for the file an fd refers to (found at `parent`/`name`).
@@ -419,6 +451,7 @@ impl PassthroughFs {
             parent,
             name,
         };
+        let born = crate::node::birth_key(&st);
         let mut id = self.inodes.id_of(dev, ino, ident.gen);
         let (vp, node) = loop {
             let mut fresh = None;
@@ -455,6 +488,7 @@ impl PassthroughFs {
             self.counters.aliases.fetch_add(1, Ordering::Relaxed);
             id = self.inodes.make_alias(dev, ino, ident.gen);
         };
+        node.set_btime(born);
         if let Some(fd) = fd {
             drop(self.cache_fd(&node, Arc::new(fd)));
         }
@@ -585,13 +619,53 @@ impl PassthroughFs {
     /// removed through the mount while not a regular file may be open in
     /// the kernel without our knowing (`Node::set_orphan`): it answers.
     pub(crate) fn getattr_node(&self, node: &Arc<Node>) -> VfsResult<Attr> {
-        let fd = self.fd_of(node)?;
-        let st = sys::statx_fd(fd.raw())?;
+        let st = match node.cached_fd() {
+            Some(fd) => sys::statx_fd(fd.raw())?,
+            None => self.statx_uncached(node)?,
+        };
         if st.stx_nlink == 0 && node.open_count() == 0 && !node.is_orphan() {
             self.counters.stale.fetch_add(1, Ordering::Relaxed);
             return Err(Errno::ESTALE);
         }
         Ok(self.attr_of(node, &st))
+    }
+
+    /// A statx of a node with no cached fd. Through its handle the fd is
+    /// opened for this call only: a `stat` is no sign the file will be
+    /// used, and caching the fd would make a walk of more files than the
+    /// budget turn the pool over once per file. Fallback nodes reopen
+    /// (and cache) through their parent as any operation would.
+    fn statx_uncached(&self, node: &Arc<Node>) -> VfsResult<libc::statx> {
+        let ident = node.ident();
+        let Some(h) = ident.handle.as_deref() else {
+            return sys::statx_fd(self.fd_of(node)?.raw());
+        };
+        let res = self.pool.reserve()?;
+        let fd = res.into_fd(
+            self.handles
+                .open(h, libc::O_PATH)
+                .map_err(|e| self.stale(e))?,
+        );
+        self.counters.stat_by_handle.fetch_add(1, Ordering::Relaxed);
+        let st = sys::statx_fd(fd.raw())?;
+        if (sys::stx_dev(&st), st.stx_ino) != (node.dev, node.ino) {
+            self.counters.stale.fetch_add(1, Ordering::Relaxed);
+            return Err(Errno::ESTALE);
+        }
+        Ok(st)
+    }
+
+    /// A handle that no longer opens: the file is gone (`ESTALE`). ENOMEM
+    /// too: when the kernel decodes the handle but finds no acceptable
+    /// dentry for it (an inode unlinked and being evicted),
+    /// `do_handle_to_path` turns the NULL dentry into -ENOMEM.
+    fn stale(&self, e: Errno) -> Errno {
+        if e == Errno::ESTALE || e == Errno::ENOENT || e == Errno::ENOMEM {
+            self.counters.stale.fetch_add(1, Ordering::Relaxed);
+            Errno::ESTALE
+        } else {
+            e
+        }
     }
 
     /// Gives up the cached fd of every idle node (tests, diagnostics).
@@ -613,14 +687,28 @@ impl PassthroughFs {
 }
 
 /// What a lookup learns from the backing file system: the entry's statx
-/// and its file handle (or why it has none).
-pub(crate) type Probe = (libc::statx, VfsResult<Handle>);
+/// and its file handle (or why it has none), unless the statx showed the
+/// file to be a cached node's.
+pub(crate) type Probe = (libc::statx, Probed);
 
-/// The syscalls of a lookup of `name` in the directory `dfd`: a statx and
-/// a file handle, both by name, neither following a trailing symlink. No
-/// shared state: safe to run for many names at once.
-pub(crate) fn probe(dfd: std::os::fd::RawFd, name: &[u8]) -> VfsResult<Probe> {
+/// The handle half of a [`Probe`].
+pub(crate) enum Probed {
+    /// Taken by name (or why it could not be).
+    Handle(VfsResult<Handle>),
+    /// Not taken: the statx matched a cached node's file
+    /// (`PassthroughFs::known_unchanged`).
+    Known,
+}
+
+/// The syscalls of a lookup of `name` in the directory `dfd`: a statx by
+/// name and, for a file that is not a cached node's, its file handle by
+/// name, neither following a trailing symlink. Reads shared state only:
+/// safe to run for many names at once.
+pub(crate) fn probe(fs: &PassthroughFs, dfd: std::os::fd::RawFd, name: &[u8]) -> VfsResult<Probe> {
     let cname = sys::cstr(name)?;
     let st = sys::statx_at(dfd, &cname, 0)?;
-    Ok((st, Handle::of_name(dfd, &cname)))
+    if fs.known_unchanged(&st).is_some() {
+        return Ok((st, Probed::Known));
+    }
+    Ok((st, Probed::Handle(Handle::of_name(dfd, &cname))))
 }

@@ -164,6 +164,11 @@ impl InodeMap {
         }
     }
 
+    /// Whether any inode number has an alias now (one atomic load).
+    pub fn has_aliases(&self) -> bool {
+        self.any_alias.load(Ordering::Acquire)
+    }
+
     /// The node id of (dev, ino) if it has one (numbers nothing new).
     pub fn known_id(&self, dev: u64, ino: u64) -> Option<Ino> {
         if let Some(id) = self.alias_of(dev, ino) {

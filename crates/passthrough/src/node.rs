@@ -28,7 +28,7 @@
 use crate::fdpool::Fd;
 use crate::handle::Handle;
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use uvfs_vfs::{Ino, VType};
 
@@ -79,6 +79,7 @@ pub struct Node {
     unlinked: AtomicBool,
     orphan: AtomicBool,
     removed: AtomicBool,
+    btime: AtomicU64,
 }
 
 impl Node {
@@ -97,6 +98,7 @@ impl Node {
             unlinked: AtomicBool::new(false),
             orphan: AtomicBool::new(false),
             removed: AtomicBool::new(false),
+            btime: AtomicU64::new(0),
         }
     }
 
@@ -124,6 +126,19 @@ impl Node {
                 (Some(a), Some(b)) => a == b,
                 _ => true,
             }
+    }
+
+    /// The file's birth time as [`birth_key`] packs it (0: unknown).
+    /// With (dev, ino) and the type it tells a lookup that the name still
+    /// leads to this node's file without taking its handle: a file that
+    /// reuses the inode number was born later.
+    pub fn btime(&self) -> u64 {
+        self.btime.load(Ordering::Relaxed)
+    }
+
+    /// Records the birth time a lookup of the node's file found.
+    pub fn set_btime(&self, key: u64) {
+        self.btime.store(key, Ordering::Relaxed);
     }
 
     /// Replaces the identity (a lookup found a different file behind this
@@ -294,6 +309,18 @@ impl Node {
     pub fn open_count(&self) -> usize {
         self.opens.load(Ordering::Relaxed)
     }
+}
+
+/// A statx's birth time as one number (nanoseconds since the epoch), or 0
+/// where the file system does not report it.
+pub fn birth_key(st: &libc::statx) -> u64 {
+    if st.stx_mask & libc::STATX_BTIME == 0 {
+        return 0;
+    }
+    (st.stx_btime.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(u64::from(st.stx_btime.tv_nsec))
+        .max(1)
 }
 
 impl std::fmt::Debug for Node {

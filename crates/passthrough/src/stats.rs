@@ -108,6 +108,16 @@ impl PassthroughFs {
                 "Lookups that reached the backing file system",
             ),
             (
+                "passthrough.lookups.revalidated",
+                ld(&c.revalidated),
+                "Lookups of a cached node's file answered from one statx (no handle, no open)",
+            ),
+            (
+                "passthrough.stat_by_handle",
+                ld(&c.stat_by_handle),
+                "Attributes read through a handle opened for that call only (node with no cached fd)",
+            ),
+            (
                 "passthrough.handles",
                 u64::from(self.uses_handles()),
                 "1 if nodes reopen by file handle",

@@ -70,6 +70,10 @@ impl FileSystem for PassthroughFs {
         self.do_getattr(vp)
     }
 
+    fn lookup_attr(&self, _ctx: &Ctx, dir: &VnodeRef, name: &[u8]) -> VfsResult<(VnodeRef, Attr)> {
+        self.do_lookup_attr(dir, name)
+    }
+
     fn setattr(&self, ctx: &Ctx, vp: &VnodeRef, set: &SetAttr) -> VfsResult<Attr> {
         self.do_setattr(ctx, vp, set)
     }

@@ -61,6 +61,18 @@ pub trait FileSystem: Send + Sync + 'static {
     /// The file's attributes.
     fn getattr(&self, vp: &VnodeRef) -> VfsResult<Attr>;
 
+    /// `lookup` and the found file's attributes. A file system whose
+    /// lookup learns the attributes anyway (a passthrough's `statx` of the
+    /// name) answers both from that one call: the kernel revalidates a
+    /// cached name with a LOOKUP whose reply carries the attributes, so a
+    /// separate `getattr` would make every revalidation pay for the file
+    /// twice. The default looks up, then asks `getattr`.
+    fn lookup_attr(&self, ctx: &Ctx, dir: &VnodeRef, name: &[u8]) -> VfsResult<(VnodeRef, Attr)> {
+        let vp = self.lookup(ctx, dir, name)?;
+        let attr = self.getattr(&vp)?;
+        Ok((vp, attr))
+    }
+
     /// Changes attributes and returns the new ones.
     fn setattr(&self, ctx: &Ctx, vp: &VnodeRef, set: &SetAttr) -> VfsResult<Attr>;
 
