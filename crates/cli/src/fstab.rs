@@ -98,6 +98,7 @@ pub fn apply(o: &mut MountOpts, options: &str, sloppy: bool) -> io::Result<()> {
             ("opendir", None) => o.opendir = true,
             ("no_dir_readahead", None) => o.no_dir_readahead = true,
             ("no_dir_refresh", None) => o.no_dir_refresh = true,
+            ("no_watch", None) => o.no_watch = true,
             ("server_io", None) => o.server_io = true,
             ("size", _) => o.size = text("size")?,
             ("inodes" | "nr_inodes", _) => o.inodes = Some(text("inodes")?),

@@ -55,7 +55,8 @@ pub struct MountOpts {
     #[arg(long, default_value_t = 262_144)]
     pub vnodes: usize,
     /// Seconds the kernel may cache a name lookup (and a failed one)
-    /// [default: 86400 for memfs, 1 with --source].
+    /// [default: 86400 for memfs and for a watched --source, 1 for a
+    /// --source whose host changes cannot be watched].
     #[arg(long)]
     pub entry_timeout: Option<f64>,
     /// Seconds the kernel may cache attributes [default: as
@@ -111,6 +112,14 @@ pub struct MountOpts {
     /// passthrough's is 1 s): shorter, what it fetches expires unused.
     #[arg(long)]
     pub no_dir_refresh: bool,
+    /// Passthrough: do not watch the source for changes made on the host.
+    /// By default the server watches the source's file system (fanotify,
+    /// as root) and tells the kernel to forget exactly what changed, so
+    /// names and attributes may be cached for a day and a host change
+    /// still shows at once; without the watcher they are cached for a
+    /// second, and a host change shows within that second.
+    #[arg(long)]
+    pub no_watch: bool,
     /// Passthrough: serve every read and write of a file here. By default
     /// the kernel reads, writes and maps open files on their source files
     /// itself (FUSE passthrough, Linux 6.9+, as root), as fast as the
@@ -330,10 +339,30 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
     };
     let size_limit = parse_size(&o.size)?;
     let inode_limit = parse_inodes(o.inodes.as_deref())?;
-    let fallback = default_timeout(source.is_some());
+    // A passthrough whose source is watched may let the kernel cache as
+    // long as memfs does; asked before detaching, so the reason it cannot
+    // be watched reaches the user.
+    let watched = match &source {
+        Some(src) if !o.no_watch => match uvfs_passthrough::PassthroughFs::probe_watch(src) {
+            Ok(()) => true,
+            Err(why) => {
+                let _ = writeln!(
+                    io::stderr(),
+                    "uvfs: {why}; names and attributes are cached for 1 s"
+                );
+                false
+            }
+        },
+        _ => false,
+    };
+    let fallback = default_timeout(source.is_some() && !watched);
+    let explicit = o.entry_timeout.is_some() || o.attr_timeout.is_some();
     let timeouts = Timeouts {
         entry: timeout(o.entry_timeout.unwrap_or(fallback), "--entry-timeout")?,
-        attr: timeout(o.attr_timeout.unwrap_or(fallback), "--attr-timeout")?,
+        attr: timeout(
+            o.attr_timeout.or(o.entry_timeout).unwrap_or(fallback),
+            "--attr-timeout",
+        )?,
     };
     let mountpoint = std::path::absolute(&o.mountpoint)?;
     if !mountpoint.is_dir() {
@@ -378,6 +407,8 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
                 no_handles: false,
                 no_dir_readahead: o.no_dir_readahead,
                 no_atime: o.read_only,
+                watch: watched,
+                keep_timeouts: explicit,
             },
         )?;
         let cfg = ServeConfig {
@@ -499,6 +530,7 @@ mod tests {
             opendir: false,
             no_dir_readahead: false,
             no_dir_refresh: false,
+            no_watch: false,
             server_io: false,
             transport: Transport::Auto,
             read_only: false,

@@ -14,11 +14,14 @@
 //! - `control.rs` and `stats.rs`: the control socket behind `uvfs stat`.
 //! - `refresh.rs`: listed directories' attributes fetched again in the
 //!   background, so a `stat` after a listing needs no round trip.
+//! - `changes.rs`: host changes a file system reports, turned into
+//!   the notifications that make the kernel forget exactly those.
 //! - `lockwait.rs` and `offload.rs`: requests answered off the request
 //!   loops (lock waits; syncs that wait for a disk), `threads.rs` what
 //!   their threads must not inherit.
 
 mod backing;
+mod changes;
 mod control;
 mod convert;
 mod daemon;

@@ -251,6 +251,14 @@ fn mount(
         Unmounter::Kernel(km) => km.dup_dev().ok().map(crate::prune::Pruner::new),
         Unmounter::Fuser(..) => None,
     };
+    // Changes made behind the kernel's back, reported by the file system
+    // (a passthrough's watcher) from now on.
+    let raw = match &unmounter {
+        Unmounter::Kernel(km) => km.dup_dev().ok().map(crate::prune::Pruner::new),
+        Unmounter::Fuser(..) => None,
+    };
+    let cache = crate::changes::KernelCache::new(session.notifier(), raw, &inner);
+    fs.watch(Arc::new(crate::changes::Sink(Arc::new(cache))));
     match start_helpers(&inner, &session, pruner, cfg, &mountpoint) {
         Ok(control) => Ok((session, unmounter, control, inner)),
         Err(e) => {

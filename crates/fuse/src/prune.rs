@@ -22,7 +22,11 @@ const FUSE_NOTIFY_PRUNE: i32 = 9;
 /// Node ids per message (the kernel copies them in batches of 512).
 const IDS_PER_MESSAGE: usize = 512;
 
-/// Writes prune notifications to a FUSE connection.
+/// `enum fuse_notify_code`: `FUSE_NOTIFY_INC_EPOCH` (Linux 6.16, 7.44).
+const FUSE_NOTIFY_INC_EPOCH: i32 = 8;
+
+/// Writes the notifications fuser 0.18 does not know (prune, epoch) to a
+/// FUSE connection.
 pub struct Pruner {
     dev: OwnedFd,
 }
@@ -39,16 +43,32 @@ impl Pruner {
     /// that does not know the notification.
     pub fn prune(&self, ids: &[u64]) -> std::io::Result<()> {
         for chunk in ids.chunks(IDS_PER_MESSAGE) {
-            let msg = message(chunk);
-            // SAFETY: `msg` is a live buffer of `msg.len()` bytes; the
-            // descriptor is ours for `self`'s life.
-            let n = unsafe { libc::write(self.dev.as_raw_fd(), msg.as_ptr().cast(), msg.len()) };
-            if n < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if n as usize != msg.len() {
-                return Err(std::io::Error::other("short write of a FUSE notification"));
-            }
+            self.send(&message(chunk))?;
+        }
+        Ok(())
+    }
+
+    /// Makes every name the kernel caches for this connection stale: each
+    /// is looked up again before its next use, including names whose
+    /// LOOKUP was under way (the kernel stamps a name with the epoch its
+    /// lookup started in). `EINVAL` from a kernel that does not know it.
+    pub fn inc_epoch(&self) -> std::io::Result<()> {
+        let mut m = Vec::with_capacity(16);
+        m.extend_from_slice(&16u32.to_ne_bytes());
+        m.extend_from_slice(&FUSE_NOTIFY_INC_EPOCH.to_ne_bytes());
+        m.extend_from_slice(&0u64.to_ne_bytes());
+        self.send(&m)
+    }
+
+    fn send(&self, msg: &[u8]) -> std::io::Result<()> {
+        // SAFETY: `msg` is a live buffer of `msg.len()` bytes; the
+        // descriptor is ours for `self`'s life.
+        let n = unsafe { libc::write(self.dev.as_raw_fd(), msg.as_ptr().cast(), msg.len()) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if n as usize != msg.len() {
+            return Err(std::io::Error::other("short write of a FUSE notification"));
         }
         Ok(())
     }

@@ -109,6 +109,13 @@ pub struct Inner {
     pub backings: crate::backing::Backings,
     /// Listed directories' attributes fetched again (`refresh.rs`).
     pub refresh: crate::refresh::Refresher,
+    /// Host changes turned into notifications (`changes.rs`).
+    pub changes: crate::changes::ChangeCounters,
+    /// Entry replies under way, for the watcher's races (`changes.rs`).
+    pub(crate) entry_race: crate::changes::EntryRace,
+    /// Changes were lost and the kernel could not be made to drop every
+    /// cached name: nothing is cached for long any more.
+    pub(crate) trust_lost: std::sync::atomic::AtomicBool,
 }
 
 thread_local! {
@@ -117,6 +124,10 @@ thread_local! {
         .name()
         .is_some_and(|n| n.starts_with("fuser-uring-"));
 }
+
+/// What nothing is cached for longer than once a watcher lost changes the
+/// kernel could not be made to forget: a mount's short default.
+const LOST_TRUST_TTL: Duration = Duration::from_secs(1);
 
 /// The handle READDIR carries when the kernel opened the directory itself.
 const NO_HANDLE: u64 = 0;
@@ -226,6 +237,9 @@ impl Server {
                 read_only,
                 backings: Default::default(),
                 refresh: Default::default(),
+                changes: Default::default(),
+                entry_race: Default::default(),
+                trust_lost: Default::default(),
             }),
         })
     }
@@ -439,7 +453,7 @@ impl Server {
                     i.dir_handed_out(id, parent, name);
                 }
                 reply.entry(
-                    &i.timeouts.entry,
+                    &i.entry_ttl(&vp),
                     &file_attr(&attr, id),
                     Generation(i.fs.generation(&vp)),
                 );
@@ -466,8 +480,9 @@ impl Server {
                     i.note_new(id, parent, n, false);
                 }
                 let generation = Generation(i.fs.generation(&vp));
+                let ttl = &i.entry_ttl(&vp);
                 let (h, backing) = i.open_file(id, vp, fh, flags, |fd| reply.open_backing(fd));
-                let (ttl, attr) = (&i.timeouts.entry, &file_attr(&attr, id));
+                let attr = &file_attr(&attr, id);
                 let fh = FileHandle(h);
                 match backing {
                     Some(b) => {
@@ -623,6 +638,28 @@ impl Inner {
             .note(id, parent, name, dir, count, self.layer.config().limit);
     }
 
+    /// How long the kernel may cache `vp`'s name (as an entry of its
+    /// directory; for a negative entry, `vp` is the directory).
+    pub(crate) fn entry_ttl(&self, vp: &VnodeRef) -> Duration {
+        self.capped(vp, self.timeouts.entry)
+    }
+
+    /// How long the kernel may cache `vp`'s attributes.
+    pub(crate) fn attr_ttl(&self, vp: &VnodeRef) -> Duration {
+        self.capped(vp, self.timeouts.attr)
+    }
+
+    /// `ttl`, capped where the file system cannot report changes of `vp`
+    /// (`FileSystem::cache_limit`) or changes were lost.
+    fn capped(&self, vp: &VnodeRef, ttl: Duration) -> Duration {
+        let cap = if self.trust_lost.load(Ordering::Relaxed) {
+            Some(LOST_TRUST_TTL)
+        } else {
+            self.fs.cache_limit(vp)
+        };
+        cap.map_or(ttl, |c| ttl.min(c))
+    }
+
     fn with_attr(&self, vp: VnodeRef) -> VfsResult<(VnodeRef, uvfs_vfs::Attr)> {
         let a = self.fs.getattr(&vp)?;
         Ok((vp, a))
@@ -718,6 +755,8 @@ impl Filesystem for Server {
 
     fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
         self.inner.throttle_new_nodes();
+        let _racing = self.inner.entry_race.begin();
+        let mut negative_ttl = self.inner.timeouts.entry;
         let r = self.guard("lookup", |i| {
             let dir = match i.nodes.get(parent.0) {
                 Ok(dir) => dir,
@@ -729,9 +768,10 @@ impl Filesystem for Server {
                 }
                 Err(e) => return Err(e),
             };
+            negative_ttl = i.entry_ttl(&dir);
             match i.fs.lookup_attr(&ctx(req), &dir, name(n)) {
                 // Answered with a negative entry, not an errno.
-                Err(e) if e == Errno::ENOENT && !i.timeouts.entry.is_zero() => Ok(None),
+                Err(e) if e == Errno::ENOENT && !negative_ttl.is_zero() => Ok(None),
                 r => r.map(Some),
             }
         });
@@ -741,7 +781,7 @@ impl Filesystem for Server {
             Ok(None) => {
                 let mut a = dot_attr(0);
                 a.kind = fuser::FileType::RegularFile;
-                reply.entry(&self.inner.timeouts.entry, &a, Generation(0));
+                reply.entry(&negative_ttl, &a, Generation(0));
             }
             Ok(Some(e)) => self.reply_entry_at(reply, Ok(e), parent.0, name(n)),
             Err(e) => self.reply_entry_at(reply, Err(e), parent.0, name(n)),
@@ -759,9 +799,12 @@ impl Filesystem for Server {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        let r = self.guard("getattr", |i| i.fs.getattr(&i.nodes.get(ino.0)?));
+        let r = self.guard("getattr", |i| {
+            let vp = i.nodes.get(ino.0)?;
+            Ok((i.fs.getattr(&vp)?, i.attr_ttl(&vp)))
+        });
         match r {
-            Ok(a) => reply.attr(&self.inner.timeouts.attr, &file_attr(&a, ino.0)),
+            Ok((a, ttl)) => reply.attr(&ttl, &file_attr(&a, ino.0)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -814,9 +857,12 @@ impl Filesystem for Server {
         });
         let c = ctx(req);
         self.offload_if(slow, move |s| {
-            let r = s.changing("setattr", |i| i.fs.setattr(&c, &i.nodes.get(ino.0)?, &set));
+            let r = s.changing("setattr", |i| {
+                let vp = i.nodes.get(ino.0)?;
+                Ok((i.fs.setattr(&c, &vp, &set)?, i.attr_ttl(&vp)))
+            });
             match r {
-                Ok(a) => reply.attr(&s.inner.timeouts.attr, &file_attr(&a, ino.0)),
+                Ok((a, ttl)) => reply.attr(&ttl, &file_attr(&a, ino.0)),
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -1177,8 +1223,8 @@ impl Filesystem for Server {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let ttl = self.inner.timeouts.entry;
         self.inner.throttle_new_nodes();
+        let _racing = self.inner.entry_race.begin();
         let r = self.guard("readdirplus", |i| {
             with_dir(i, &ctx(req), _ino.0, fh.0, |of| {
                 i.fs.readdirplus(&ctx(req), &of.vp, of.fh, offset, &mut |e, found| {
@@ -1187,6 +1233,7 @@ impl Filesystem for Server {
                         // `.` and `..`: the kernel does not link these, so no
                         // reference is counted.
                         None => {
+                            let ttl = i.entry_ttl(&of.vp);
                             let id = i.nodes.node_id(e.ino);
                             reply.add(
                                 INodeNo(id),
@@ -1198,6 +1245,7 @@ impl Filesystem for Server {
                             )
                         }
                         Some((vp, attr)) => {
+                            let ttl = i.entry_ttl(vp);
                             let id = i.nodes.node_id(attr.ino);
                             let full = reply.add(
                                 INodeNo(id),

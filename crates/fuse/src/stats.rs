@@ -198,6 +198,32 @@ pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
             "1: the switch for FUSE over io_uring was off and this mount turned it on (/sys/module/fuse/parameters/enable_uring)",
         );
     }
+    let ch = &inner.changes;
+    put(
+        "fuse.changes.entries",
+        ch.entries.load(Ordering::Relaxed),
+        "Name invalidations sent for changes made behind the kernel's back (repeats included)",
+    );
+    put(
+        "fuse.changes.inodes",
+        ch.inodes.load(Ordering::Relaxed),
+        "Inode invalidations (attributes, contents, directory listings) sent for such changes",
+    );
+    put(
+        "fuse.changes.repeated",
+        ch.repeated.load(Ordering::Relaxed),
+        "Batches of name invalidations sent again because an entry reply may have raced them",
+    );
+    put(
+        "fuse.changes.everything",
+        ch.everything.load(Ordering::Relaxed),
+        "Times every cached name and attribute was invalidated (changes were lost)",
+    );
+    put(
+        "fuse.changes.failed",
+        ch.failed.load(Ordering::Relaxed),
+        "Invalidations the kernel refused (other than for names and inodes it no longer holds)",
+    );
     let b = &inner.backings;
     let (open_nodes, kernel_nodes) = b.open_nodes();
     put(

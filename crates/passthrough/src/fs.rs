@@ -57,6 +57,14 @@ pub struct PassthroughConfig {
     /// (Reading a symlink still moves its atime: `readlinkat` has no such
     /// flag.)
     pub no_atime: bool,
+    /// Watch the source for changes made behind the mount's back and
+    /// report them (`FileSystem::watch`), so the front end may cache for
+    /// long (`watch/mod.rs`). Off where the kernel refuses; see
+    /// `PassthroughFs::watch_status`.
+    pub watch: bool,
+    /// The front end's timeouts are the user's choice: never cap them,
+    /// not even for what the watcher cannot see.
+    pub keep_timeouts: bool,
 }
 
 /// `own_dev` before the mount is known (no device has this number).
@@ -99,7 +107,7 @@ pub struct PassthroughFs {
     pub(crate) mnt: Arc<Mount>,
     pub(crate) pool: Arc<FdPool>,
     pub(crate) handles: HandleOpener,
-    pub(crate) inodes: InodeMap,
+    pub(crate) inodes: Arc<InodeMap>,
     /// How the root's device answers `RWF_NOWAIT` reads (`io.rs`).
     pub(crate) nowait: std::sync::atomic::AtomicU8,
     pub(crate) root: Arc<Node>,
@@ -119,6 +127,10 @@ pub struct PassthroughFs {
     /// above the mountpoint). Following it, the server's next request on
     /// it would wait on the server.
     pub(crate) own_dev: AtomicU64,
+    /// The host-change watcher (`watch/mod.rs`).
+    pub(crate) watch: crate::watch::Watch,
+    /// `PassthroughConfig::keep_timeouts`.
+    keep_timeouts: bool,
     /// Counters.
     pub counters: PtCounters,
     /// The budget slot of `handles`' mount fd (a backing fd like any
@@ -196,7 +208,7 @@ impl PassthroughFs {
         };
         let mount_fd_slot = handles.enabled().then_some(mount_fd_slot);
         let dev = sys::stx_dev(&st);
-        let inodes = InodeMap::new(dev);
+        let inodes = Arc::new(InodeMap::new(dev));
         let handle = Handle::of_fd(sys::raw(&root_fd))
             .ok()
             .filter(|h| handles.accepts(h));
@@ -213,11 +225,23 @@ impl PassthroughFs {
             },
             true,
         ));
+        let mnt = layer.mount("passthrough", Arc::new(Hooks));
+        let watch = if cfg.watch {
+            crate::watch::Watch::new(
+                sys::raw(&root_fd),
+                dev,
+                st.stx_ino,
+                layer.clone(),
+                mnt.clone(),
+                inodes.clone(),
+            )
+        } else {
+            crate::watch::Watch::off("host changes are not watched (--no-watch)")
+        };
         let fd = pool.reserve().map_err(io)?.into_fd(root_fd);
         root.install(Arc::new(fd));
         // SAFETY: umask takes a plain mode and cannot fail.
         unsafe { libc::umask(0) };
-        let mnt = layer.mount("passthrough", Arc::new(Hooks));
         // Started here, like the probe pool, so it inherits no request
         // thread's CPU pin.
         let prefetch = if cfg.no_dir_readahead {
@@ -239,6 +263,8 @@ impl PassthroughFs {
             prefetch,
             read_flags: if cfg.no_atime { libc::O_NOATIME } else { 0 },
             own_dev: AtomicU64::new(NO_DEV),
+            watch,
+            keep_timeouts: cfg.keep_timeouts,
             counters: PtCounters::default(),
             _mount_fd_slot: mount_fd_slot,
         }))
@@ -252,6 +278,40 @@ impl PassthroughFs {
     /// The fd pool (budget, use, counters).
     pub fn pool(&self) -> &Arc<FdPool> {
         &self.pool
+    }
+
+    /// Whether the host changes of `source` can be watched (as
+    /// `PassthroughConfig::watch` would), or why not, without serving it:
+    /// for choosing timeouts and saying why before a server starts.
+    pub fn probe_watch(source: &Path) -> Result<(), String> {
+        let path = sys::cstr(source.as_os_str().as_encoded_bytes())
+            .map_err(|_| "the source path holds a NUL byte".to_string())?;
+        let fd = sys::openat(libc::AT_FDCWD, &path, libc::O_PATH | libc::O_DIRECTORY)
+            .map_err(|e| format!("{}: {e:?}", source.display()))?;
+        let st = sys::statx_fd(sys::raw(&fd)).map_err(|e| format!("{e:?}"))?;
+        crate::watch::setup(sys::raw(&fd), st.stx_ino).map(drop)
+    }
+
+    /// Whether the host-change watcher is set up (it reports once the
+    /// front end starts it): the front end may then cache for long.
+    pub fn watching(&self) -> bool {
+        self.watch.enabled()
+    }
+
+    /// The watcher's state and counters, and why there is none.
+    pub fn watch_status(&self) -> uvfs_vfs::WatchStatus {
+        self.watch.status()
+    }
+
+    /// `FileSystem::cache_limit`: what the watcher cannot see (another
+    /// file system inside the source, everything once it stopped) is
+    /// cached no longer than without a watcher.
+    pub(crate) fn node_cache_limit(&self, vp: &Vnode) -> Option<std::time::Duration> {
+        if self.keep_timeouts || !self.watch.enabled() {
+            return None;
+        }
+        let dev = vp.data::<Arc<Node>>().map_or(u64::MAX, |n| n.dev);
+        self.watch.cache_limit(dev)
     }
 
     /// Whether nodes are reopened through file handles.

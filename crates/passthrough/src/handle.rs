@@ -91,6 +91,16 @@ impl Handle {
         })
     }
 
+    /// The handle's type (`handle_type`).
+    pub fn htype(&self) -> i32 {
+        self.htype
+    }
+
+    /// The handle's bytes (`f_handle`).
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
     /// The mount the handle was made on.
     pub fn mount_id(&self) -> i32 {
         self.mount_id

@@ -33,7 +33,7 @@
 //! the caller) · `fs` (construction, lookup, reopen) · `namei`, `io`,
 //! `dir`, `attrs` (the operations) · `open` (open files) · `locks` (file
 //! locks kept on the backing files) · `vops` (the `FileSystem` impl) ·
-//! `stats`.
+//! `watch` (host changes reported to the front end) · `stats`.
 
 mod attrs;
 mod closer;
@@ -53,6 +53,8 @@ mod prefetch;
 mod stats;
 mod sys;
 mod vops;
+mod watch;
 
 pub use fs::{PassthroughConfig, PassthroughFs, PtCounters};
 pub use sys::raise_nofile_limit;
+pub use watch::UNWATCHED_TIMEOUT;

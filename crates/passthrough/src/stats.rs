@@ -11,7 +11,38 @@ impl PassthroughFs {
         let pc = &p.counters;
         let c = &self.counters;
         let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let w = self.watch_status();
         vec![
+            (
+                "passthrough.watch.active",
+                u64::from(w.active),
+                "1: host changes of the source are watched and reported to the kernel, which may then cache names and attributes for long",
+            ),
+            (
+                "passthrough.watch.events",
+                w.events,
+                "Host-change events read (fanotify)",
+            ),
+            (
+                "passthrough.watch.ignored",
+                w.ignored,
+                "Events about files the kernel does not hold (nothing to tell it)",
+            ),
+            (
+                "passthrough.watch.own",
+                w.own,
+                "Events of this server's own changes (the kernel made them through the mount)",
+            ),
+            (
+                "passthrough.watch.invalidations",
+                w.invalidations,
+                "Changes of files the kernel holds, reported to it",
+            ),
+            (
+                "passthrough.watch.overflows",
+                w.overflows,
+                "Times events were lost (queue overflow): everything the kernel cached was invalidated",
+            ),
             (
                 "passthrough.fds.budget",
                 p.budget() as u64,

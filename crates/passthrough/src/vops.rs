@@ -27,6 +27,18 @@ impl FileSystem for PassthroughFs {
         true
     }
 
+    fn watch(&self, sink: Arc<dyn uvfs_vfs::ChangeSink>) {
+        self.watch.start(sink);
+    }
+
+    fn watch_status(&self) -> Option<uvfs_vfs::WatchStatus> {
+        Some(self.watch_status())
+    }
+
+    fn cache_limit(&self, vp: &VnodeRef) -> Option<std::time::Duration> {
+        self.node_cache_limit(vp)
+    }
+
     fn waits_for_devices(&self) -> bool {
         true
     }

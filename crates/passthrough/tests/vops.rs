@@ -228,6 +228,8 @@ fn deleted_files_are_not_pinned_by_cached_fds() {
                 no_handles,
                 no_dir_readahead: false,
                 no_atime: false,
+                watch: false,
+                keep_timeouts: false,
             },
         );
         let mk = |name: &[u8]| {
@@ -291,6 +293,8 @@ fn removed_directories_and_fifos_keep_answering_while_the_kernel_holds_them() {
                 no_handles,
                 no_dir_readahead: false,
                 no_atime: false,
+                watch: false,
+                keep_timeouts: false,
             },
         );
         let d = e.fs.mkdir(&ROOT, &e.root, b"d", 0o755).unwrap();
@@ -352,6 +356,8 @@ fn removing_more_directories_than_the_fd_budget_pins_nothing() {
             no_handles: false,
             no_dir_readahead: false,
             no_atime: false,
+            watch: false,
+            keep_timeouts: false,
         },
     );
     for i in 0..200 {

@@ -9,6 +9,7 @@
 
 mod access;
 mod attr;
+mod changes;
 mod ctx;
 mod dirent;
 mod droplater;
@@ -24,6 +25,7 @@ mod time;
 
 pub use access::{check_access, R_OK, W_OK, X_OK};
 pub use attr::{killed_suidgid, mode_to_vtype, vtype_to_mode, Attr, SetAttr, SetTime};
+pub use changes::{ChangeSink, WatchStatus};
 pub use ctx::Ctx;
 pub use dirent::DirEntry;
 pub use droplater::DropLater;

@@ -367,6 +367,27 @@ pub trait FileSystem: Send + Sync + 'static {
         self.read(vp, fh, offset, size)
     }
 
+    /// Starts reporting changes made behind the front end's back to
+    /// `sink` (see `changes.rs`), if the file system watches for them.
+    /// The default watches nothing.
+    fn watch(&self, _sink: std::sync::Arc<dyn crate::ChangeSink>) {}
+
+    /// The watcher's state; `None` for a file system with none.
+    fn watch_status(&self) -> Option<crate::WatchStatus> {
+        None
+    }
+
+    /// The longest the front end may cache what it learns of `vp` (its
+    /// attributes, its name, and names in it when a directory), or `None`
+    /// for the front end's own timeouts. A file system that lets the
+    /// front end cache for long because a watcher reports every change
+    /// caps what the watcher cannot see (files on another file system
+    /// inside a passthrough's source, or everything once the watcher
+    /// stopped). Asked per reply: must be cheap.
+    fn cache_limit(&self, _vp: &VnodeRef) -> Option<std::time::Duration> {
+        None
+    }
+
     /// Whether file locks are this file system's to keep (passed on to a
     /// backing file system, where they meet its other users' locks) rather
     /// than the kernel's own, local to the mount (the default: then

@@ -206,6 +206,16 @@ impl VnodeLayer {
         self.finish(found).ok()
     }
 
+    /// The external reference count of the cached vnode for `(mnt, ino)`
+    /// (0 if none is cached). Takes no reference and moves nothing on the
+    /// free lists: for asking, per event, whether the front end holds a
+    /// file, where almost every answer is no.
+    pub fn ext_count_of(&self, mnt: &Mount, ino: Ino) -> u64 {
+        let key = (mnt.id(), ino);
+        let m = self.table.lock(key);
+        m.get(&key).map_or(0, |vp| vp.ext.load(Ordering::Acquire))
+    }
+
     /// Near the limit: account (possibly recycling, which takes table
     /// locks) before taking our shard's lock, then insert unless another
     /// thread's vnode got there first (`Err` with that vnode).
@@ -437,6 +447,18 @@ impl VnodeLayer {
             }
         }
         n
+    }
+
+    /// The inode numbers of the mount's vnodes with an external reference
+    /// now (those a FUSE kernel holds). Walks the whole table: for rare
+    /// events (a watcher that lost changes must invalidate all of them).
+    pub fn ext_held(&self, mnt: &Mount) -> Vec<Ino> {
+        self.table
+            .of_mount(mnt.id())
+            .into_iter()
+            .filter(|vp| vp.ext.load(Ordering::Acquire) > 0)
+            .map(|vp| vp.ino())
+            .collect()
     }
 
     /// Unmounts: recycles every vnode of the mount and forgets its names.

@@ -1,0 +1,300 @@
+//! Changes the file system saw happen behind the kernel's back
+//! (`uvfs_vfs::ChangeSink`), turned into the notifications that make the
+//! kernel forget exactly those: `FUSE_NOTIFY_INVAL_ENTRY` for a name (and
+//! the directory's cached listing with it), `FUSE_NOTIFY_INVAL_INODE` for
+//! attributes (and contents), `FUSE_NOTIFY_INC_EPOCH` when changes were
+//! lost.
+//!
+//! # A LOOKUP racing a change
+//! A LOOKUP's reply may carry what the name led to just before a host
+//! change, and reach the kernel's dcache only after the invalidation for
+//! that change came and found nothing to drop: the stale name would then
+//! live for the (long) entry timeout. Attributes cannot go stale so (the
+//! kernel ignores attributes from a request that started before an
+//! inode's invalidation), names can. So when entry replies were under way
+//! or just sent as a batch is reported ([`EntryRace`]), its name
+//! invalidations are sent again a few times over the next 200 ms, by when
+//! the racing reply's name is in the dcache. (A requester descheduled for
+//! longer between our reply and its dcache update can still keep a stale
+//! name; the kernel offers no per-name epoch to close that.)
+//!
+//! Everything is sent from the watcher's thread, after each batch: a
+//! directory or inode named many times in a batch is notified once.
+
+use crate::prune::Pruner;
+use crate::server::Inner;
+use fuser::{INodeNo, Notifier};
+use parking_lot::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+use uvfs_vfs::{ChangeSink, Ino};
+
+/// When a batch's name invalidations are sent again if entry replies
+/// may have raced it: soon after, and later for a reply whose thread was
+/// descheduled between our reply and its filling the dcache.
+const REPEATS: [Duration; 3] = [
+    Duration::from_millis(2),
+    Duration::from_millis(25),
+    Duration::from_millis(200),
+];
+
+/// How recently an entry reply must have ended for a batch to count as
+/// raced by it: the kernel fills its dcache after our reply, on the
+/// requester's thread, which may run late.
+const RACE_WINDOW: Duration = Duration::from_millis(100);
+
+/// Names to invalidate: (directory node id, name).
+type Names = Vec<(u64, Box<[u8]>)>;
+
+/// Entry replies under way and when the last one ended, for
+/// [`KernelCache`] to tell whether one may have raced a batch.
+pub struct EntryRace {
+    replying: AtomicUsize,
+    /// Nanoseconds after `epoch` at which the last reply ended.
+    last_end: AtomicU64,
+    epoch: Instant,
+}
+
+impl Default for EntryRace {
+    fn default() -> Self {
+        EntryRace {
+            replying: AtomicUsize::new(0),
+            last_end: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }
+    }
+}
+
+impl EntryRace {
+    /// Marks an entry-handing request (LOOKUP, READDIRPLUS) under way
+    /// until the returned guard drops, after its reply is sent.
+    pub(crate) fn begin(&self) -> EntryReply<'_> {
+        self.replying.fetch_add(1, Ordering::SeqCst);
+        EntryReply(self)
+    }
+
+    /// Whether a reply is under way, or ended within [`RACE_WINDOW`]:
+    /// asked after a batch's invalidations were sent. A reply whose
+    /// `begin` came before the question is seen (SeqCst on both sides),
+    /// so a name read before the change is either in the dcache by now
+    /// (and was dropped) or from a reply this answers yes for.
+    pub(crate) fn may_have_raced(&self) -> bool {
+        if self.replying.load(Ordering::SeqCst) > 0 {
+            return true;
+        }
+        let end = self.last_end.load(Ordering::SeqCst);
+        end != 0 && self.now() < end.saturating_add(RACE_WINDOW.as_nanos() as u64)
+    }
+
+    fn now(&self) -> u64 {
+        (self.epoch.elapsed().as_nanos() as u64).max(1)
+    }
+}
+
+/// See [`EntryRace::begin`].
+pub(crate) struct EntryReply<'a>(&'a EntryRace);
+
+impl Drop for EntryReply<'_> {
+    fn drop(&mut self) {
+        let r = self.0;
+        // The end time before the count: a watcher that sees the count
+        // at zero sees this reply's end (both SeqCst).
+        r.last_end.fetch_max(r.now(), Ordering::SeqCst);
+        r.replying.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Counters of what was sent.
+#[derive(Default, Debug)]
+pub struct ChangeCounters {
+    /// Name invalidations sent (repeats included).
+    pub entries: AtomicU64,
+    /// Inode invalidations sent.
+    pub inodes: AtomicU64,
+    /// Batches whose names were sent again (a reply overlapped them).
+    pub repeated: AtomicU64,
+    /// Times everything was invalidated (changes lost).
+    pub everything: AtomicU64,
+    /// Notifications the kernel refused with other than ENOENT.
+    pub failed: AtomicU64,
+}
+
+/// The file system's [`ChangeSink`] on a FUSE connection.
+pub(crate) struct KernelCache {
+    notifier: Notifier,
+    raw: Option<Pruner>,
+    inner: Weak<Inner>,
+    batch: Mutex<Batch>,
+    repeat: Mutex<Option<mpsc::Sender<(Instant, Names)>>>,
+}
+
+#[derive(Default)]
+struct Batch {
+    names: HashSet<(u64, Box<[u8]>)>,
+    /// node id -> contents too.
+    inodes: HashMap<u64, bool>,
+}
+
+impl KernelCache {
+    pub(crate) fn new(notifier: Notifier, raw: Option<Pruner>, inner: &Arc<Inner>) -> KernelCache {
+        KernelCache {
+            notifier,
+            raw,
+            inner: Arc::downgrade(inner),
+            batch: Mutex::default(),
+            repeat: Mutex::new(None),
+        }
+    }
+
+    fn counters(&self, f: impl FnOnce(&ChangeCounters)) {
+        if let Some(i) = self.inner.upgrade() {
+            f(&i.changes);
+        }
+    }
+
+    fn sent(&self, r: std::io::Result<()>) {
+        if let Err(e) = r {
+            // ENOENT: the kernel holds no such name or inode (any more).
+            if e.raw_os_error() != Some(libc::ENOENT) {
+                self.counters(|c| {
+                    c.failed.fetch_add(1, Ordering::Relaxed);
+                });
+            }
+        }
+    }
+
+    fn send_names(&self, names: &[(u64, Box<[u8]>)]) {
+        for (dir, name) in names {
+            self.sent(
+                self.notifier
+                    .inval_entry(INodeNo(*dir), OsStr::from_bytes(name)),
+            );
+        }
+        self.counters(|c| {
+            c.entries.fetch_add(names.len() as u64, Ordering::Relaxed);
+        });
+    }
+
+    /// Sends `names` again after each of [`REPEATS`], from a thread of
+    /// its own (started on first use).
+    fn repeat_later(self: &Arc<Self>, names: Names) {
+        let mut tx = self.repeat.lock();
+        if tx.is_none() {
+            let (s, r) = mpsc::channel::<(Instant, Names)>();
+            let me = Arc::downgrade(self);
+            let started = std::thread::Builder::new()
+                .name("uvfs-inval-again".into())
+                .spawn(move || repeater(r, me));
+            if started.is_err() {
+                return;
+            }
+            *tx = Some(s);
+        }
+        if let Some(s) = tx.as_ref() {
+            let _ = s.send((Instant::now(), names));
+        }
+    }
+}
+
+fn repeater(rx: mpsc::Receiver<(Instant, Names)>, cache: Weak<KernelCache>) {
+    while let Ok((at, names)) = rx.recv() {
+        for d in REPEATS {
+            if let Some(wait) = (at + d).checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            let Some(c) = cache.upgrade() else { return };
+            c.send_names(&names);
+        }
+    }
+}
+
+/// The sink handed to the file system; a wrapper so that the repeat
+/// thread can hold the cache weakly.
+pub(crate) struct Sink(pub(crate) Arc<KernelCache>);
+
+impl ChangeSink for Sink {
+    fn entry_changed(&self, dir: Ino, name: &[u8]) {
+        let Some(i) = self.0.inner.upgrade() else {
+            return;
+        };
+        let id = i.nodes.node_id(dir);
+        self.0.batch.lock().names.insert((id, name.into()));
+    }
+
+    fn inode_changed(&self, ino: Ino, data: bool) {
+        let Some(i) = self.0.inner.upgrade() else {
+            return;
+        };
+        let id = i.nodes.node_id(ino);
+        *self.0.batch.lock().inodes.entry(id).or_insert(false) |= data;
+    }
+
+    fn everything_changed(&self) {
+        let c = &self.0;
+        let Some(i) = c.inner.upgrade() else { return };
+        *c.batch.lock() = Batch::default();
+        i.changes.everything.fetch_add(1, Ordering::Relaxed);
+        // Names first: every cached name is looked up again before use.
+        let epoch = c.raw.as_ref().map(|r| r.inc_epoch());
+        if !matches!(epoch, Some(Ok(()))) {
+            // Names cached for long cannot be dropped one by one without
+            // knowing them: from now on nothing is cached for long.
+            i.trust_lost.store(true, Ordering::SeqCst);
+        }
+        for ino in i.layer.ext_held(i.fs.mount()) {
+            let id = i.nodes.node_id(ino);
+            c.sent(c.notifier.inval_inode(INodeNo(id), 0, 0));
+        }
+    }
+
+    fn batch_done(&self) {
+        let c = &self.0;
+        let Some(i) = c.inner.upgrade() else { return };
+        let b = std::mem::take(&mut *c.batch.lock());
+        // Directories whose names changed: their attributes and cached
+        // listings go too.
+        let mut inodes = b.inodes;
+        for (dir, _) in &b.names {
+            inodes.insert(*dir, true);
+        }
+        let names: Vec<_> = b.names.into_iter().collect();
+        c.send_names(&names);
+        for (id, data) in &inodes {
+            let off = if *data { 0 } else { -1 };
+            c.sent(c.notifier.inval_inode(INodeNo(*id), off, 0));
+        }
+        i.changes
+            .inodes
+            .fetch_add(inodes.len() as u64, Ordering::Relaxed);
+        // A reply under way or just sent may carry a name this batch just
+        // invalidated, and reach the dcache after the invalidation.
+        if !names.is_empty() && i.entry_race.may_have_raced() {
+            i.changes.repeated.fetch_add(1, Ordering::Relaxed);
+            c.repeat_later(names);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reply_under_way_or_just_sent_counts_as_racing() {
+        let r = EntryRace::default();
+        assert!(!r.may_have_raced(), "nothing replied yet");
+        let g = r.begin();
+        assert!(r.may_have_raced(), "under way");
+        drop(g);
+        assert!(r.may_have_raced(), "just ended");
+        // Long ago: a batch now cannot have raced it.
+        r.last_end.store(1, Ordering::SeqCst);
+        std::thread::sleep(RACE_WINDOW + Duration::from_millis(10));
+        assert!(!r.may_have_raced());
+    }
+}

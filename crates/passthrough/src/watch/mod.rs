@@ -1,0 +1,336 @@
+//! The host-change watcher: changes made to the source by anyone but this
+//! server, reported to the front end (`uvfs_vfs::ChangeSink`) so that the
+//! kernel forgets exactly what changed.
+//!
+//! # Why
+//! The kernel caches a FUSE mount's names and attributes for as long as
+//! the server allows. A passthrough's source changes on the host too, so
+//! a short timeout (a second) was the price of coherence, and every name
+//! of a warm walk cost a LOOKUP. With every host change reported, the
+//! timeouts can be long: a warm walk asks nothing, and a change still
+//! shows within the watcher's latency.
+//!
+//! # What costs what
+//! One fanotify group marks the source's whole file system
+//! (`fanotify.rs`); events name files by handle, read as inode numbers
+//! (`layout.rs`), which are node ids (`inodes.rs`). An event about a file
+//! the kernel does not hold costs a table probe and nothing else: no
+//! syscall, no allocation. Events made by this process are the mount's own
+//! changes, which the kernel already knows of.
+//!
+//! # What it cannot see
+//! Files on other file systems mounted inside the source: their nodes get
+//! the short timeout ([`Watch::cache_limit`]). Writes through a shared
+//! mapping (no event; the kernel refreshes attributes of files open
+//! through the mount itself). A lost event (queue overflow, an error)
+//! reports everything changed and, if the watcher stops, every node
+//! falls back to the short timeout.
+
+mod fanotify;
+mod layout;
+
+use crate::inodes::InodeMap;
+use crate::sys;
+use fanotify::{Event, Events, Fid, Group};
+use layout::Layout;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use uvfs_vfs::{ChangeSink, Ino, Mount, VnodeLayer, WatchStatus};
+
+/// How long a stopped watcher's or an unwatched file's attributes and
+/// names may be cached: the timeout a passthrough has without a watcher.
+pub const UNWATCHED_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Bytes read from the group at once (many events per read).
+const READ_BUF: usize = 64 << 10;
+
+/// How often a waiting watcher looks whether it should stop.
+const POLL_MS: libc::c_int = 200;
+
+/// Entries of the source sampled to learn its handles' layout.
+const SAMPLES: usize = 64;
+
+/// A passthrough's watcher, or why it has none.
+pub(crate) struct Watch {
+    shared: Option<Arc<Shared>>,
+    why_not: Option<String>,
+}
+
+struct Shared {
+    group: Group,
+    layout: Layout,
+    /// The watched file system (the source root's device).
+    dev: u64,
+    layer: Arc<VnodeLayer>,
+    mnt: Arc<Mount>,
+    inodes: Arc<InodeMap>,
+    /// This process: its changes are the mount's own.
+    pid: i32,
+    /// Reading events now (cleared when the thread stops).
+    running: AtomicBool,
+    stop: AtomicBool,
+    counters: Counters,
+}
+
+#[derive(Default)]
+struct Counters {
+    events: AtomicU64,
+    ignored: AtomicU64,
+    own: AtomicU64,
+    invalidations: AtomicU64,
+    overflows: AtomicU64,
+}
+
+impl Watch {
+    /// No watcher, for `why`.
+    pub(crate) fn off(why: impl Into<String>) -> Watch {
+        Watch {
+            shared: None,
+            why_not: Some(why.into()),
+        }
+    }
+
+    /// A watcher of the file system the source root `root_fd` (an
+    /// `O_PATH` fd of root inode `root_ino` on `dev`) is on, ready to
+    /// start reporting ([`Watch::start`]). Off, with the reason, where the
+    /// kernel refuses the group or the mark (not root, a file system
+    /// without fanotify file handles) or the handles cannot be read.
+    pub(crate) fn new(
+        root_fd: RawFd,
+        dev: u64,
+        root_ino: u64,
+        layer: Arc<VnodeLayer>,
+        mnt: Arc<Mount>,
+        inodes: Arc<InodeMap>,
+    ) -> Watch {
+        let (group, layout) = match setup(root_fd, root_ino) {
+            Ok(s) => s,
+            Err(why) => return Watch::off(why),
+        };
+        Watch {
+            shared: Some(Arc::new(Shared {
+                group,
+                layout,
+                dev,
+                layer,
+                mnt,
+                inodes,
+                // SAFETY: getpid has no preconditions.
+                pid: unsafe { libc::getpid() },
+                running: AtomicBool::new(false),
+                stop: AtomicBool::new(false),
+                counters: Counters::default(),
+            })),
+            why_not: None,
+        }
+    }
+
+    /// Whether the watcher is set up (it reports once started).
+    pub(crate) fn enabled(&self) -> bool {
+        self.shared.is_some()
+    }
+
+    /// Starts reporting to `sink` on a thread of its own (once).
+    pub(crate) fn start(&self, sink: Arc<dyn ChangeSink>) {
+        let Some(sh) = &self.shared else { return };
+        if sh.running.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let sh2 = sh.clone();
+        let spawned = std::thread::Builder::new()
+            .name("uvfs-watch".into())
+            .spawn(move || run(&sh2, &*sink));
+        if spawned.is_err() {
+            sh.running.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// The longest a node on `dev` may be cached: `None` (the front end's
+    /// own timeouts) while every change of it is reported.
+    pub(crate) fn cache_limit(&self, dev: u64) -> Option<Duration> {
+        match &self.shared {
+            Some(sh) if sh.dev == dev && sh.running.load(Ordering::Relaxed) => None,
+            _ => Some(UNWATCHED_TIMEOUT),
+        }
+    }
+
+    /// For statistics and the log.
+    pub(crate) fn status(&self) -> WatchStatus {
+        let Some(sh) = &self.shared else {
+            return WatchStatus {
+                why_not: self.why_not.clone(),
+                ..WatchStatus::default()
+            };
+        };
+        let c = &sh.counters;
+        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let running = sh.running.load(Ordering::Relaxed);
+        WatchStatus {
+            active: running,
+            why_not: (!running).then(|| "the watcher is not running".to_string()),
+            events: ld(&c.events),
+            ignored: ld(&c.ignored),
+            own: ld(&c.own),
+            invalidations: ld(&c.invalidations),
+            overflows: ld(&c.overflows),
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        if let Some(sh) = &self.shared {
+            sh.stop.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+/// A group marked on the file system of the source root `root_fd` (inode
+/// `root_ino`), and the layout of its handles; or why there is none.
+pub(crate) fn setup(root_fd: RawFd, root_ino: u64) -> Result<(Group, Layout), String> {
+    let path = sys::proc_path(root_fd);
+    let group = Group::new(&path).map_err(|e| {
+        format!(
+            "host changes are not watched: fanotify refused the source's file system ({e:?}; \
+             it needs CAP_SYS_ADMIN and a file system that reports file handles, not NFS or FUSE)"
+        )
+    })?;
+    let layout = learn_layout(root_fd, root_ino).ok_or_else(|| {
+        "host changes are not watched: the source file system's file handles do not show \
+         inode numbers where they could be read"
+            .to_string()
+    })?;
+    Ok((group, layout))
+}
+
+/// The layout of the source file system's handles, from its root and up
+/// to [`SAMPLES`] of the root's entries.
+fn learn_layout(root_fd: RawFd, root_ino: u64) -> Option<Layout> {
+    let mut samples: Vec<(i32, Vec<u8>, u64)> = Vec::new();
+    if let Ok(h) = crate::handle::Handle::of_fd(root_fd) {
+        samples.push((h.htype(), h.bytes().to_vec(), root_ino));
+    }
+    let dir = sys::openat(root_fd, c".", libc::O_RDONLY | libc::O_DIRECTORY).ok();
+    if let Some(dir) = dir {
+        let mut buf = vec![0u8; 16 << 10];
+        let n = sys::getdents(sys::raw(&dir), &mut buf).unwrap_or(0);
+        for e in sys::dirents(&buf[..n]).take(SAMPLES) {
+            if uvfs_vfs::is_dot_or_dotdot(e.name) {
+                continue;
+            }
+            let Ok(name) = sys::cstr(e.name) else {
+                continue;
+            };
+            let Ok(st) = sys::statx_at(sys::raw(&dir), &name, 0) else {
+                continue;
+            };
+            if let Ok(h) = crate::handle::Handle::of_name(sys::raw(&dir), &name) {
+                samples.push((h.htype(), h.bytes().to_vec(), st.stx_ino));
+            }
+        }
+    }
+    Layout::learn(samples.iter().map(|(t, b, i)| (*t, &b[..], *i)))
+}
+
+fn run(sh: &Shared, sink: &dyn ChangeSink) {
+    let mut buf = vec![0u8; READ_BUF];
+    while !sh.stop.load(Ordering::SeqCst) {
+        let mut pfd = libc::pollfd {
+            fd: sh.group.raw(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let r = unsafe { libc::poll(&mut pfd, 1, POLL_MS) };
+        if r < 0 && sys::last_errno() != uvfs_vfs::Errno::EINTR {
+            break;
+        }
+        let mut any = false;
+        loop {
+            match sh.group.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    any = true;
+                    sh.batch(&buf[..n], sink);
+                }
+                Err(uvfs_vfs::Errno::EINTR) => continue,
+                Err(_) => {
+                    sh.running.store(false, Ordering::SeqCst);
+                    sink.everything_changed();
+                    return;
+                }
+            }
+        }
+        if any {
+            sink.batch_done();
+        }
+    }
+    sh.running.store(false, Ordering::SeqCst);
+}
+
+impl Shared {
+    /// The events of one read.
+    fn batch(&self, buf: &[u8], sink: &dyn ChangeSink) {
+        let mut events = Events::new(buf);
+        let mut lost = false;
+        for ev in events.by_ref() {
+            lost |= !self.event(&ev, sink);
+        }
+        if lost || events.malformed {
+            self.counters.overflows.fetch_add(1, Ordering::Relaxed);
+            sink.everything_changed();
+        }
+    }
+
+    /// Reports one event; false if it could not be read (the caller then
+    /// reports everything changed).
+    fn event(&self, ev: &Event<'_>, sink: &dyn ChangeSink) -> bool {
+        let c = &self.counters;
+        if ev.mask & libc::FAN_Q_OVERFLOW != 0 {
+            return false;
+        }
+        c.events.fetch_add(1, Ordering::Relaxed);
+        if ev.pid == self.pid {
+            c.own.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        if ev.mask & fanotify::DIRENT != 0 {
+            let Some((dir, name)) = ev.dir else {
+                return false;
+            };
+            return self.each_held(dir, |id| sink.entry_changed(id, name));
+        }
+        let Some(obj) = ev.obj.or(ev.dir.map(|d| d.0)) else {
+            return false;
+        };
+        let data = ev.mask & fanotify::DATA != 0;
+        self.each_held(obj, |id| sink.inode_changed(id, data))
+    }
+
+    /// Runs `f` for the node of `fid` if the kernel holds it (for each
+    /// candidate number while the layout is ambiguous). False if the
+    /// handle's kind is unknown.
+    fn each_held(&self, fid: Fid<'_>, mut f: impl FnMut(Ino)) -> bool {
+        let inos = self.layout.inos(fid.htype, fid.bytes);
+        if inos.is_empty() {
+            return false;
+        }
+        let mut held = false;
+        for ino in inos {
+            let Some(id) = self.inodes.known_id(self.dev, ino) else {
+                continue;
+            };
+            if self.layer.ext_count_of(&self.mnt, id) > 0 {
+                held = true;
+                self.counters.invalidations.fetch_add(1, Ordering::Relaxed);
+                f(id);
+            }
+        }
+        if !held {
+            self.counters.ignored.fetch_add(1, Ordering::Relaxed);
+        }
+        true
+    }
+}
