@@ -1,0 +1,193 @@
+//! A passthrough with default options watches its source: names and
+//! attributes are cached for a day, and a change made on the host still
+//! shows through the mount at once. With `--no-watch`, a revalidation of
+//! a known file costs one `statx` and opens nothing. Through the real
+//! binary; skipped (with a message) where mounting is not possible.
+
+mod common;
+
+use common::{can_mount, Mounted};
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Far below the day a watched mount caches for: a change seen within it
+/// was invalidated, not expired.
+const DEADLINE: Duration = Duration::from_secs(5);
+
+/// Polls `seen` until it holds or the deadline passes.
+fn shows(what: &str, mut seen: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !seen() {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "{what}: not visible through the mount"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn meta(p: &Path) -> Option<fs::Metadata> {
+    fs::symlink_metadata(p).ok()
+}
+
+fn watched(m: &Mounted) -> bool {
+    if m.counter("passthrough.watch.active") == 1 {
+        return true;
+    }
+    eprintln!("skipped: the source's host changes cannot be watched here");
+    false
+}
+
+#[test]
+fn every_kind_of_host_change_shows_through_a_default_mount() {
+    if let Err(why) = can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let m = Mounted::new("host-changes", &["--source", "src"]);
+    if !watched(&m) {
+        return;
+    }
+    let (src, mnt) = (m.src(), m.mnt.clone());
+    fs::create_dir(src.join("d")).unwrap();
+    fs::write(src.join("d/f"), b"1").unwrap();
+    fs::write(src.join("d/g"), b"22").unwrap();
+    // The kernel caches all of it, then the host changes it.
+    let f = mnt.join("d/f");
+    assert_eq!(meta(&f).unwrap().len(), 1);
+    assert!(meta(&mnt.join("d/new")).is_none(), "negative entry cached");
+
+    fs::write(src.join("d/new"), b"x").unwrap();
+    shows("create", || meta(&mnt.join("d/new")).is_some());
+    fs::write(src.join("d/f"), b"12345").unwrap();
+    shows("write", || meta(&f).is_some_and(|m| m.len() == 5));
+    shows("contents", || fs::read(&f).is_ok_and(|c| c == b"12345"));
+    fs::File::options()
+        .write(true)
+        .open(src.join("d/f"))
+        .unwrap()
+        .set_len(2)
+        .unwrap();
+    shows("truncate", || meta(&f).is_some_and(|m| m.len() == 2));
+    fs::set_permissions(src.join("d/f"), fs::Permissions::from_mode(0o600)).unwrap();
+    shows("chmod", || {
+        meta(&f).is_some_and(|m| m.mode() & 0o777 == 0o600)
+    });
+    std::os::unix::fs::chown(src.join("d/f"), Some(1234), Some(4321)).unwrap();
+    shows("chown", || {
+        meta(&f).is_some_and(|m| (m.uid(), m.gid()) == (1234, 4321))
+    });
+    let t =
+        fs::FileTimes::new().set_modified(std::time::UNIX_EPOCH + Duration::from_secs(1_000_000));
+    fs::File::options()
+        .write(true)
+        .open(src.join("d/f"))
+        .unwrap()
+        .set_times(t)
+        .unwrap();
+    shows("utimes", || {
+        meta(&f).is_some_and(|m| m.mtime() == 1_000_000)
+    });
+    fs::hard_link(src.join("d/f"), src.join("d/f2")).unwrap();
+    shows("link", || meta(&f).is_some_and(|m| m.nlink() == 2));
+    shows("link's name", || meta(&mnt.join("d/f2")).is_some());
+    fs::rename(src.join("d/g"), src.join("d/h")).unwrap();
+    shows("rename: old name gone", || meta(&mnt.join("d/g")).is_none());
+    shows("rename: new name there", || {
+        meta(&mnt.join("d/h")).is_some()
+    });
+    fs::remove_file(src.join("d/h")).unwrap();
+    shows("unlink", || meta(&mnt.join("d/h")).is_none());
+    fs::create_dir(src.join("d/sub")).unwrap();
+    shows("mkdir", || {
+        meta(&mnt.join("d/sub")).is_some_and(|m| m.is_dir())
+    });
+    shows("listing", || {
+        fs::read_dir(mnt.join("d"))
+            .unwrap()
+            .any(|e| e.unwrap().file_name() == "sub")
+    });
+    fs::remove_dir(src.join("d/sub")).unwrap();
+    shows("rmdir", || meta(&mnt.join("d/sub")).is_none());
+    let xattr = |p: &Path, set: bool| {
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: NUL-terminated strings; the value buffer is readable
+        // (set) or writable (get) for its length.
+        unsafe {
+            if set {
+                libc::lsetxattr(c.as_ptr(), c"user.k".as_ptr(), b"v".as_ptr().cast(), 1, 0) as isize
+            } else {
+                let mut b = [0u8; 8];
+                libc::lgetxattr(c.as_ptr(), c"user.k".as_ptr(), b.as_mut_ptr().cast(), 8)
+            }
+        }
+    };
+    if xattr(&src.join("d/f"), true) == 0 {
+        shows("setxattr", || xattr(&f, false) == 1);
+    }
+    assert!(m.counter("passthrough.watch.invalidations") > 0);
+    assert_eq!(m.counter("fuse.changes.failed"), 0);
+}
+
+#[test]
+fn a_warm_walk_of_a_default_passthrough_asks_nothing() {
+    if let Err(why) = can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let m = Mounted::new("warm-walk", &["--source", "src"]);
+    if !watched(&m) {
+        return;
+    }
+    for i in 0..50 {
+        fs::write(m.src().join(format!("f{i}")), b"x").unwrap();
+    }
+    let walk = || {
+        for i in 0..50 {
+            fs::symlink_metadata(m.mnt.join(format!("f{i}"))).unwrap();
+        }
+    };
+    walk();
+    let (lookups, getattrs) = (m.requests("lookup"), m.requests("getattr"));
+    // Past the second a passthrough cached for without a watcher.
+    std::thread::sleep(Duration::from_millis(1500));
+    walk();
+    assert_eq!(m.requests("lookup"), lookups, "names asked again");
+    assert_eq!(m.requests("getattr"), getattrs, "attributes asked again");
+}
+
+#[test]
+fn revalidating_known_files_opens_nothing() {
+    if let Err(why) = can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let m = Mounted::new("revalidate", &["--source", "src", "--no-watch"]);
+    assert_eq!(m.counter("passthrough.watch.active"), 0);
+    for i in 0..200 {
+        fs::write(m.src().join(format!("f{i}")), b"x").unwrap();
+    }
+    let walk = || {
+        for i in 0..200 {
+            fs::symlink_metadata(m.mnt.join(format!("f{i}"))).unwrap();
+        }
+    };
+    walk();
+    let opened = m.counter("passthrough.reopen.handle") + m.counter("passthrough.stat_by_handle");
+    let revalidated = m.counter("passthrough.lookups.revalidated");
+    let lookups = m.requests("lookup");
+    std::thread::sleep(Duration::from_millis(1500));
+    walk();
+    assert!(
+        m.requests("lookup") >= lookups + 200,
+        "entries did not expire"
+    );
+    assert!(m.counter("passthrough.lookups.revalidated") >= revalidated + 200);
+    assert_eq!(
+        m.counter("passthrough.reopen.handle") + m.counter("passthrough.stat_by_handle"),
+        opened,
+        "a revalidation opened a file"
+    );
+}
