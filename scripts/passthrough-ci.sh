@@ -16,6 +16,10 @@
 #      FSX_SERVER_IO_OPS and the full mix again with --server-io;
 #   2b. scripts/difftest.py: DIFF_SEEDS x 2,000 random operations on the
 #      mount and on a plain ext4 directory, every result compared;
+#   2c. scripts/coherence-stress.py: COH_OPS host-side changes of the
+#      source racing readers on the mount, 0 stale results after each
+#      batch's window; again with fanotify's queue made to overflow
+#      (COH_OVERFLOW_OPS); pjdfstest once more with --no-watch;
 #   3. the scale walk: a PT_FILES-file tree created under /var/tmp, walked
 #      with find + stat through a mount with vnode limit PT_VNODES (below
 #      the tree size) under the process's fd limit. Required: every file
@@ -38,6 +42,8 @@ FSX_FULL_SEEDS=${FSX_FULL_SEEDS:-"4 5 6"}
 FSX_FULL_OPS=${FSX_FULL_OPS:-20000}
 FSX_SERVER_IO_OPS=${FSX_SERVER_IO_OPS:-20000}
 DIFF_SEEDS=${DIFF_SEEDS:-40}
+COH_OPS=${COH_OPS:-100000}
+COH_OVERFLOW_OPS=${COH_OVERFLOW_OPS:-20000}
 PASSED=0
 FAILED=0
 pass() { echo "PASS: $* [at ${SECONDS}s]"; PASSED=$((PASSED + 1)); }
@@ -144,6 +150,62 @@ if mount_pt "$WORK/diff-src"; then
     else
         grep -A40 '^DIVERGENCE' "$WORK/diff.out" | head -60
         fail "difftest vs ext4"
+    fi
+    umount "$MNT"
+fi
+
+# --- 2c. coherence with the host ------------------------------------------
+# A default mount caches for a day and relies on its host-change watcher:
+# scripts/coherence-stress.py changes the source directly while readers go
+# through the mount, and after each batch (and a window) compares every
+# touched path on both sides; 0 stale results required. Then the same
+# with fanotify's queue made tiny (the group takes the limit at its
+# creation) so that events are lost: the overflow must invalidate
+# everything, still 0 stale. And pjdfstest once more without the watcher.
+mkdir -p "$WORK/coh" "$WORK/coh-small" "$WORK/pjd-nowatch"
+if mount_pt "$WORK/coh"; then
+    if [ "$(counter passthrough.watch.active)" != 1 ]; then
+        fail "coherence: the watcher is not active on a default mount"
+    elif python3 "$ROOT/scripts/coherence-stress.py" "$WORK/coh" "$MNT" \
+        --ops "$COH_OPS" --batch 100 --window-ms 25 > "$WORK/coh.out" 2>&1; then
+        pass "coherence: $(tail -1 "$WORK/coh.out")"
+    else
+        grep STALE "$WORK/coh.out" | head -10
+        fail "coherence: $(tail -1 "$WORK/coh.out")"
+    fi
+    umount "$MNT"
+fi
+QMAX=/proc/sys/fs/fanotify/max_queued_events
+if [ -w "$QMAX" ]; then
+    qold=$(cat "$QMAX")
+    echo 32 > "$QMAX"
+    mount_pt "$WORK/coh-small"; ok=$?
+    echo "$qold" > "$QMAX"
+    if [ "$ok" = 0 ]; then
+        if python3 "$ROOT/scripts/coherence-stress.py" "$WORK/coh-small" "$MNT" \
+            --ops "$COH_OVERFLOW_OPS" --batch 500 --window-ms 50 --seed 2 > "$WORK/coh2.out" 2>&1; then
+            ovf=$(counter passthrough.watch.overflows)
+            if [ "$ovf" -gt 0 ]; then
+                pass "coherence after $ovf overflows: $(tail -1 "$WORK/coh2.out")"
+            else
+                fail "coherence with a tiny queue: no overflow happened ($(tail -1 "$WORK/coh2.out"))"
+            fi
+        else
+            grep STALE "$WORK/coh2.out" | head -10
+            fail "coherence with overflows: $(tail -1 "$WORK/coh2.out")"
+        fi
+        umount "$MNT"
+    fi
+fi
+if mount_pt "$WORK/pjd-nowatch" --no-watch; then
+    "$ROOT/scripts/pjdfstest.sh" "$MNT" > "$WORK/pjd2.out" 2>&1
+    rc=$?
+    summary=$(grep '^pjdfstest:' "$WORK/pjd2.out" || tail -3 "$WORK/pjd2.out")
+    if [ "$rc" -eq 0 ]; then
+        pass "pjdfstest --no-watch: $summary"
+    else
+        grep -E '^  (FAIL|XPASS)' "$WORK/pjd2.out"
+        fail "pjdfstest --no-watch: $summary"
     fi
     umount "$MNT"
 fi

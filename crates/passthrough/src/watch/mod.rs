@@ -247,13 +247,14 @@ fn run(sh: &Shared, sink: &dyn ChangeSink) {
         if r < 0 && sys::last_errno() != uvfs_vfs::Errno::EINTR {
             break;
         }
-        let mut any = false;
+        // Each read's events are reported as they come: on a busy file
+        // system the queue may never run dry.
         loop {
             match sh.group.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => {
-                    any = true;
                     sh.batch(&buf[..n], sink);
+                    sink.batch_done();
                 }
                 Err(uvfs_vfs::Errno::EINTR) => continue,
                 Err(_) => {
@@ -262,9 +263,6 @@ fn run(sh: &Shared, sink: &dyn ChangeSink) {
                     return;
                 }
             }
-        }
-        if any {
-            sink.batch_done();
         }
     }
     sh.running.store(false, Ordering::SeqCst);
