@@ -49,6 +49,10 @@ const READ_BUF: usize = 64 << 10;
 /// How often a waiting watcher looks whether it should stop.
 const POLL_MS: libc::c_int = 200;
 
+/// How long events gather after a wake-up before the next read (bounds
+/// the latency the watcher adds to a change in a burst).
+const GATHER: Duration = Duration::from_millis(1);
+
 /// Entries of the source sampled to learn its handles' layout.
 const SAMPLES: usize = 64;
 
@@ -249,10 +253,12 @@ fn run(sh: &Shared, sink: &dyn ChangeSink) {
         }
         // Each read's events are reported as they come: on a busy file
         // system the queue may never run dry.
+        let mut any = false;
         loop {
             match sh.group.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => {
+                    any = true;
                     sh.batch(&buf[..n], sink);
                     sink.batch_done();
                 }
@@ -263,6 +269,13 @@ fn run(sh: &Shared, sink: &dyn ChangeSink) {
                     return;
                 }
             }
+        }
+        // Woken by a change, the next ones are likely near: let them
+        // gather for a moment, so that a burst (an unpack on the host) is
+        // read in a few large reads instead of a wake-up per event, which
+        // would cost far more than the event itself.
+        if any {
+            std::thread::sleep(GATHER);
         }
     }
     sh.running.store(false, Ordering::SeqCst);
