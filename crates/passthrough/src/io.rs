@@ -264,7 +264,7 @@ impl PassthroughFs {
     pub(crate) fn do_release(&self, fh: Fh) -> VfsResult<()> {
         let node = self.opens.get(fh)?.node.clone();
         self.opens.remove(fh)?;
-        self.posix_locks.drop_node(&node);
+        self.posix_locks.release(&node, fh);
         Ok(())
     }
 
