@@ -373,6 +373,7 @@ impl Stack {
             no_handles: false,
             no_dir_readahead: false,
             no_atime: false,
+            no_diratime: false,
         };
         let fs = PassthroughFs::new(layer.clone(), &src, cfg).expect("passthrough of FaultFs");
         let scfg = ServeConfig {

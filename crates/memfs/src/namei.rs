@@ -479,7 +479,7 @@ impl MemFs {
         let (dinode, d) = self.dir_of(dir)?;
         // Not nested in the directory lock: meta is never held while
         // waiting for another lock.
-        dinode.meta.lock().touch_accessed(Timespec::now());
+        self.accessed(dinode, Timespec::now());
         let g = d.read();
         if g.removed {
             return Ok(());

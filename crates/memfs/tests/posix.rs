@@ -737,3 +737,40 @@ fn a_listing_returns_no_entry_made_after_it_started() {
     // A new listing has them all.
     assert_eq!(names(&fs, &d).len(), 2 * N + 2);
 }
+
+#[test]
+fn reads_move_atimes_as_the_mount_flags_say() {
+    // Files read and directories listed on a memfs mounted with each
+    // atime flag: relatime (the default) moves an atime older than the
+    // last change, noatime never does, nodiratime spares directories.
+    let old = Timespec::new(1 << 30, 0);
+    for (flags, file_moves, dir_moves) in [
+        (0, true, true),
+        (libc::MS_NOATIME, false, false),
+        (libc::MS_NODIRATIME, true, false),
+        (libc::MS_STRICTATIME, true, true),
+    ] {
+        let fs = MemFs::new(
+            VnodeLayer::new(Config::with_limit(64)),
+            MemFsConfig {
+                atime: uvfs_memfs::AtimeRule::from_mount_flags(flags),
+                ..Default::default()
+            },
+        );
+        let root = fs.root().unwrap();
+        let f = file(&fs, &root, "f");
+        fs.write(&f, Fh(0), 0, b"data").unwrap();
+        let d = fs.mkdir(&C, &root, b"d", 0o755).unwrap();
+        let aged = SetAttr {
+            atime: Some(SetTime::At(old)),
+            ..Default::default()
+        };
+        fs.setattr(&C, &f, &aged).unwrap();
+        fs.setattr(&C, &d, &aged).unwrap();
+        assert_eq!(fs.read(&f, Fh(0), 0, 4).unwrap(), b"data");
+        names(&fs, &d);
+        let moved = |vp: &VnodeRef| fs.getattr(vp).unwrap().atime != old;
+        assert_eq!(moved(&f), file_moves, "a file read, flags {flags:#x}");
+        assert_eq!(moved(&d), dir_moves, "a directory listed, flags {flags:#x}");
+    }
+}

@@ -115,6 +115,7 @@ fn fd_budget_is_never_exceeded_with_thousands_of_files() {
             no_handles: false,
             no_dir_readahead: false,
             no_atime: false,
+            no_diratime: false,
         },
     );
     for d in 0..10 {
@@ -187,6 +188,7 @@ fn fds_the_server_reserves_come_out_of_the_budget() {
             no_handles: false,
             no_dir_readahead: false,
             no_atime: false,
+            no_diratime: false,
         },
     );
     std::fs::write(e.src.path().join("f"), b"x").unwrap();
@@ -231,6 +233,7 @@ fn fallback_without_handles_follows_renames() {
             no_handles: true,
             no_dir_readahead: false,
             no_atime: false,
+            no_diratime: false,
         },
     );
     let a = e.fs.mkdir(&ROOT, &e.root, b"a", 0o755).unwrap();
@@ -269,6 +272,7 @@ fn a_budget_beyond_the_fd_limit_is_refused() {
                 no_handles: false,
                 no_dir_readahead: false,
                 no_atime: false,
+                no_diratime: false,
             },
         )
     };

@@ -136,6 +136,7 @@ fn handles_of_another_file_system_are_not_used() {
             no_handles: false,
             no_dir_readahead: false,
             no_atime: false,
+            no_diratime: false,
         },
     );
     let m = e.src.path().join("m");

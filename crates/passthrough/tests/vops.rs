@@ -228,6 +228,7 @@ fn deleted_files_are_not_pinned_by_cached_fds() {
                 no_handles,
                 no_dir_readahead: false,
                 no_atime: false,
+                no_diratime: false,
             },
         );
         let mk = |name: &[u8]| {
@@ -291,6 +292,7 @@ fn removed_directories_and_fifos_keep_answering_while_the_kernel_holds_them() {
                 no_handles,
                 no_dir_readahead: false,
                 no_atime: false,
+                no_diratime: false,
             },
         );
         let d = e.fs.mkdir(&ROOT, &e.root, b"d", 0o755).unwrap();
@@ -352,6 +354,7 @@ fn removing_more_directories_than_the_fd_budget_pins_nothing() {
             no_handles: false,
             no_dir_readahead: false,
             no_atime: false,
+            no_diratime: false,
         },
     );
     for i in 0..200 {
