@@ -1004,10 +1004,15 @@ fn a_listing_ends_while_its_entries_are_renamed_away_and_back() {
         let Some(dir) = scratch_dir("uvfs-readdir-renames") else {
             return;
         };
-        let m = serve_memfs_as(&dir, 16384, Default::default(), |c| {
+        let mount = serve_memfs_as(&dir, 16384, Default::default(), |c| {
             c.server_opendir = opendir;
         });
-        let d = dir.join("testdir");
+        // Unmounted and removed when dropped, a failure included.
+        let m = Mnt {
+            dir,
+            mount: Some(mount),
+        };
+        let d = m.p("testdir");
         fs::create_dir(&d).unwrap();
         for i in 1..=N {
             fs::File::create(d.join(i.to_string())).unwrap();
@@ -1027,7 +1032,5 @@ fn a_listing_ends_while_its_entries_are_renamed_away_and_back() {
         let want: Vec<String> = (1..=N).map(|i| i.to_string()).collect();
         assert_eq!(seen, want, "opendir {opendir}");
         fs::remove_dir_all(&d).unwrap();
-        m.unmount().expect("unmount");
-        fs::remove_dir(&dir).unwrap();
     }
 }
