@@ -18,8 +18,11 @@ use std::io;
 use std::path::PathBuf;
 
 /// Options of fstab and mount(8) that mean nothing to the file system
-/// itself (when to mount, who may, what the mount table notes), and
-/// those that only restate uvfs's defaults.
+/// itself (when to mount, who may, what the mount table notes), those
+/// that only restate uvfs's defaults, and those a FUSE mount has no use
+/// for: `iversion` (the server keeps no change counter the kernel reads),
+/// `silent`/`loud` (the kernel's messages while mounting), `nomand`
+/// (Linux has no mandatory locks any more).
 const IGNORED: &[&str] = &[
     "defaults",
     "auto",
@@ -31,10 +34,13 @@ const IGNORED: &[&str] = &[
     "users",
     "owner",
     "group",
-    "async",
-    "relatime",
     "allow_other",
     "default_permissions",
+    "iversion",
+    "noiversion",
+    "silent",
+    "loud",
+    "nomand",
 ];
 
 /// The flags of `MOUNT_FLAGS` and the options that turn them off again.
@@ -44,6 +50,11 @@ const FLAG_NEGATIONS: &[(&str, &str)] = &[
     ("exec", "noexec"),
     ("atime", "noatime"),
     ("diratime", "nodiratime"),
+    ("async", "sync"),
+    ("norelatime", "relatime"),
+    ("nostrictatime", "strictatime"),
+    ("nolazytime", "lazytime"),
+    ("symfollow", "nosymfollow"),
 ];
 
 fn invalid(msg: String) -> io::Error {
@@ -123,6 +134,11 @@ pub fn apply(o: &mut MountOpts, options: &str, sloppy: bool) -> io::Result<()> {
                 o.mount_flags &= !negated(k).unwrap_or(0);
             }
             (k, None) if IGNORED.contains(&k) => {}
+            ("mand", None) => {
+                return Err(invalid(
+                    "option \"mand\": Linux has no mandatory locks (removed in 5.15)".into(),
+                ))
+            }
             (k, _) if k.starts_with("x_") || k == "comment" => {}
             _ if sloppy => {}
             _ => return Err(invalid(format!("unknown mount option {opt:?}"))),
@@ -311,6 +327,45 @@ mod tests {
         }
         assert!(mount_opts(&helper_args(&["memfs", "/m", "-s", "-o", "bogus,size=1m"])).is_ok());
         assert!(mount_opts(&helper_args(&["memfs", "/m", "-N", "x"])).is_err());
+    }
+
+    #[test]
+    fn every_standard_mount_option_is_accepted() {
+        // What mount(8) and fstab pass, remounts included (a tool that
+        // repeats `strictatime` or `lazytime` must not fail).
+        let all = "defaults,auto,noauto,user,nouser,users,owner,group,_netdev,nofail,\
+                   x-systemd.automount,x-mount.mkdir=0755,comment=systemd.x,rw,suid,dev,exec,\
+                   async,atime,diratime,relatime,norelatime,strictatime,nostrictatime,lazytime,\
+                   nolazytime,iversion,noiversion,silent,loud,nomand,symfollow";
+        let o = mount_opts(&helper_args(&["memfs", "/m", "-o", all])).unwrap();
+        assert_eq!(o.mount_flags, 0, "every flag set was cleared again");
+        assert!(!o.read_only);
+        let flags = |opts: &str| {
+            mount_opts(&helper_args(&["memfs", "/m", "-o", opts]))
+                .unwrap()
+                .mount_flags
+        };
+        assert_eq!(flags("strictatime"), libc::MS_STRICTATIME);
+        assert_eq!(
+            flags("lazytime,relatime"),
+            libc::MS_LAZYTIME | libc::MS_RELATIME
+        );
+        assert_eq!(
+            flags("sync,dirsync"),
+            libc::MS_SYNCHRONOUS | libc::MS_DIRSYNC
+        );
+        assert_eq!(flags("sync,async"), 0);
+        assert_eq!(flags("noatime,atime,nodiratime"), libc::MS_NODIRATIME);
+        assert_eq!(
+            flags("nosuid,nodev,noexec,nosymfollow"),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | libc::MS_NOSYMFOLLOW
+        );
+        // Mandatory locks are gone from Linux: said so, even when sloppy.
+        for sloppy in [false, true] {
+            let mut o = mount_opts(&helper_args(&["memfs", "/m"])).unwrap();
+            let e = apply(&mut o, "mand", sloppy).unwrap_err();
+            assert!(e.to_string().contains("mandatory"), "{e}");
+        }
     }
 
     #[test]

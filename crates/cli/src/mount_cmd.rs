@@ -14,7 +14,7 @@ use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use uvfs_fuse::{daemonize, serve, BlockedSignals, Readiness, ServeConfig, Timeouts};
-use uvfs_memfs::{MemFs, MemFsConfig};
+use uvfs_memfs::{Atime, AtimeRule, MemFs, MemFsConfig};
 use uvfs_vnode::{Config, VnodeLayer};
 
 fn default_threads() -> usize {
@@ -144,11 +144,13 @@ pub struct MountOpts {
     #[arg(long)]
     pub gid: Option<u32>,
     /// Mount options as in /etc/fstab, comma-separated: `ro`, the mount
-    /// flags `nosuid`, `nodev`, `noexec`, `noatime`, `nodiratime`, `sync`,
-    /// `dirsync`, and any option above as `name=value` (`size=1g`,
-    /// `inodes=10k`, `mode=1777`, `threads=4`, `fd_budget=1000`, ...);
-    /// fstab's own (`defaults`, `noauto`, `nofail`, `x-*`, ...) are
-    /// ignored.
+    /// flags `nosuid`, `nodev`, `noexec`, `noatime`, `nodiratime`,
+    /// `relatime`, `strictatime`, `lazytime`, `sync`, `dirsync`,
+    /// `nosymfollow` (and their negations: `suid`, `atime`, `async`, ...),
+    /// and any option above as `name=value` (`size=1g`, `inodes=10k`,
+    /// `mode=1777`, `threads=4`, `fd_budget=1000`, ...); fstab's own
+    /// (`defaults`, `noauto`, `nofail`, `user`, `x-*`, `comment=`, ...)
+    /// are ignored.
     #[arg(short = 'o', long = "options")]
     pub options: Option<String>,
     /// mount(2) flags from `-o` (`MOUNT_FLAGS`).
@@ -398,6 +400,9 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
     let signals = BlockedSignals::block()?;
     uvfs_fuse::set_memory_release(uvfs_bench::alloc::return_freed_memory)?;
     let layer = VnodeLayer::new(Config::with_limit(o.vnodes));
+    // The kernel leaves a FUSE file's atime to its server: the file
+    // system applies the mount's atime flags itself.
+    let atime = AtimeRule::from_mount_flags(o.mount_flags);
     if let Some(src) = source {
         let fs = uvfs_passthrough::PassthroughFs::new(
             layer.clone(),
@@ -406,7 +411,8 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
                 fd_budget: o.fd_budget,
                 no_handles: false,
                 no_dir_readahead: o.no_dir_readahead,
-                no_atime: o.read_only,
+                no_atime: o.read_only || atime.files == Atime::Never,
+                no_diratime: atime.dirs == Atime::Never,
                 watch: watched,
                 keep_timeouts: explicit,
             },
@@ -421,9 +427,9 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
             uring,
             read_only: o.read_only,
             mount_flags: o.mount_flags,
-            // Not read-only: the kernel would open the source files
-            // without O_NOATIME (`FileSystem::backing_file`).
-            kernel_io: !o.server_io && !o.read_only,
+            // Not read-only or noatime: the kernel would open the source
+            // files without O_NOATIME (`FileSystem::backing_file`).
+            kernel_io: !o.server_io && !o.read_only && atime.files != Atime::Never,
             dir_refresh: !o.no_dir_refresh,
         };
         return serve(fs, layer, &cfg, signals, &mut ready);
@@ -438,6 +444,7 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
             root_uid: o.uid.unwrap_or(uid),
             root_gid: o.gid.unwrap_or(gid),
             inode_limit,
+            atime,
         },
     );
     let cfg = ServeConfig {

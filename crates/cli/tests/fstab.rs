@@ -13,11 +13,20 @@ use std::process::{Command, Output};
 
 /// The mount's (per-mount options, fs type) from mountinfo.
 fn mountinfo(mnt: &Path) -> Option<(String, String)> {
+    mountinfo_all(mnt).map(|(o, t, _)| (o, t))
+}
+
+/// The mount's (per-mount options, fs type, super block options).
+fn mountinfo_all(mnt: &Path) -> Option<(String, String, String)> {
     let text = fs::read_to_string("/proc/self/mountinfo").unwrap();
     let line = text.lines().find(|l| l.split(' ').nth(4) == mnt.to_str())?;
     let f: Vec<&str> = line.split(' ').collect();
     let dash = f.iter().position(|x| *x == "-")?;
-    Some((f[5].to_string(), f[dash + 1].to_string()))
+    Some((
+        f[5].to_string(),
+        f[dash + 1].to_string(),
+        f.get(dash + 3)?.to_string(),
+    ))
 }
 
 fn has(opts: &str, o: &str) -> bool {
@@ -117,6 +126,57 @@ fn the_mount_helper_mounts_remounts_and_refuses_what_it_does_not_know() {
     fs::write(mnt2.join("h"), b"memfs").unwrap();
     assert_eq!(fs::read(mnt2.join("h")).unwrap(), b"memfs");
     drop(_guard2);
+    drop(_guard);
+    let _ = fs::remove_dir_all(&scratch);
+}
+
+#[test]
+fn the_mount_helper_takes_the_standard_options_on_mount_and_remount() {
+    // `mount -t fuse.uvfs -o strictatime` (and lazytime, ...) as fstests
+    // and other tools pass them, remounts included: accepted, and the
+    // kernel's mount shows them.
+    if let Err(why) = can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let scratch = std::env::temp_dir().join(format!("uvfs-cli-stdopts-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&scratch);
+    for d in ["mnt", "bin"] {
+        fs::create_dir_all(scratch.join(d)).unwrap();
+    }
+    let helper = scratch.join("bin/mount.fuse.uvfs");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_uvfs"), &helper).unwrap();
+    let mnt = scratch.join("mnt");
+    let run = |opts: &str| -> Output {
+        Command::new(&helper)
+            .args(["memfs", mnt.to_str().unwrap(), "-o", opts])
+            .output()
+            .unwrap()
+    };
+    let out = run("rw,strictatime,lazytime,nosymfollow,iversion,silent,defaults,_netdev,x-a=b");
+    assert!(out.status.success(), "{out:?}");
+    let _guard = HelperMount(mnt.clone());
+    let (opts, _, sb) = mountinfo_all(&mnt).expect("mounted");
+    assert!(!has(&opts, "relatime") && !has(&opts, "noatime"), "{opts}");
+    assert!(has(&opts, "nosymfollow"), "{opts}");
+    assert!(has(&sb, "lazytime"), "{sb}");
+    for (remount, want, sb_lazy) in [
+        ("remount,noatime,nolazytime", "noatime", false),
+        ("remount,strictatime", "", false),
+        ("remount,relatime,lazytime", "relatime", true),
+    ] {
+        let out = run(remount);
+        assert!(out.status.success(), "{remount}: {out:?}");
+        let (opts, _, sb) = mountinfo_all(&mnt).unwrap();
+        for a in ["noatime", "relatime"] {
+            assert_eq!(has(&opts, a), a == want, "{remount}: {opts}");
+        }
+        assert_eq!(has(&sb, "lazytime"), sb_lazy, "{remount}: {sb}");
+    }
+    let out = run("remount,mand");
+    assert!(!out.status.success(), "{out:?}");
+    fs::write(mnt.join("f"), b"still served").unwrap();
+    assert_eq!(fs::read(mnt.join("f")).unwrap(), b"still served");
     drop(_guard);
     let _ = fs::remove_dir_all(&scratch);
 }

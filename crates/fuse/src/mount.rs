@@ -74,6 +74,10 @@ pub const MOUNT_FLAGS: &[(&str, libc::c_ulong)] = &[
     ("nodiratime", libc::MS_NODIRATIME),
     ("sync", libc::MS_SYNCHRONOUS),
     ("dirsync", libc::MS_DIRSYNC),
+    ("relatime", libc::MS_RELATIME),
+    ("strictatime", libc::MS_STRICTATIME),
+    ("lazytime", libc::MS_LAZYTIME),
+    ("nosymfollow", libc::MS_NOSYMFOLLOW),
 ];
 
 /// fusermount3's spelling of a `MOUNT_FLAGS` flag.

@@ -375,6 +375,7 @@ impl Stack {
             no_atime: false,
             watch: false,
             keep_timeouts: false,
+            no_diratime: false,
         };
         let fs = PassthroughFs::new(layer.clone(), &src, cfg).expect("passthrough of FaultFs");
         let scfg = ServeConfig {

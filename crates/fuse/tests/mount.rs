@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{serve_memfs, Mnt};
+use common::{scratch_dir, serve_memfs, serve_memfs_as, Mnt};
 use std::ffi::CString;
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -990,4 +990,47 @@ fn ended_server_leaves_a_new_mount_alone() {
     assert_eq!(fs::read(m.p("new")).unwrap(), b"new");
     assert!(!m.p("old").exists());
     m.mount = Some(new);
+}
+
+#[test]
+fn a_listing_ends_while_its_entries_are_renamed_away_and_back() {
+    // fstests generic/736: a program renames each entry it reads to a
+    // temporary name and back while it goes on reading the directory. The
+    // listing must end (there: within 3 entries per file); here each file
+    // is listed once. With the kernel opening directories itself (the
+    // default) and with OPENDIR sent to the server.
+    const N: usize = 5000;
+    for opendir in [false, true] {
+        let Some(dir) = scratch_dir("uvfs-readdir-renames") else {
+            return;
+        };
+        let mount = serve_memfs_as(&dir, 16384, Default::default(), |c| {
+            c.server_opendir = opendir;
+        });
+        // Unmounted and removed when dropped, a failure included.
+        let m = Mnt {
+            dir,
+            mount: Some(mount),
+        };
+        let d = m.p("testdir");
+        fs::create_dir(&d).unwrap();
+        for i in 1..=N {
+            fs::File::create(d.join(i.to_string())).unwrap();
+        }
+        let mut seen = Vec::new();
+        for e in fs::read_dir(&d).unwrap() {
+            let name = e.unwrap().file_name();
+            seen.push(name.to_string_lossy().into_owned());
+            assert!(
+                seen.len() <= 3 * N,
+                "opendir {opendir}: the listing never ends"
+            );
+            fs::rename(d.join(&name), d.join("TEMPFILE")).unwrap();
+            fs::rename(d.join("TEMPFILE"), d.join(&name)).unwrap();
+        }
+        seen.sort_by_key(|n| n.parse::<usize>().unwrap_or(0));
+        let want: Vec<String> = (1..=N).map(|i| i.to_string()).collect();
+        assert_eq!(seen, want, "opendir {opendir}");
+        fs::remove_dir_all(&d).unwrap();
+    }
 }

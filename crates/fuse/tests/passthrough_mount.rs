@@ -278,8 +278,10 @@ fn set_ids_go_as_natively() {
 }
 
 /// A python helper process taking a lock on `path`: `how` is `flock`,
-/// `flock-nb`, `posix`, `posix-nb` (bytes 0..10) or `getlk`. It prints what
-/// it got, then holds the lock until its stdin closes.
+/// `flock-nb`, `posix`, `posix-nb` (bytes 0..10), `getlk`, or `ofd-wait`
+/// (an OFD lock on bytes 0..10, waited for, then let go at once by
+/// exiting). It prints what it got, then holds the lock until its stdin
+/// closes.
 fn locker(how: &str, path: &Path) -> std::process::Child {
     let script = r#"
 import fcntl, os, struct, sys
@@ -300,6 +302,11 @@ try:
         fd2 = os.open(path, os.O_RDWR)
         fcntl.lockf(fd2, fcntl.LOCK_EX | fcntl.LOCK_NB, 5, 5)
         os.close(fd2)
+    elif how == "ofd-wait":
+        fl = struct.pack("hhqqi", fcntl.F_WRLCK, 0, 0, 10, 0)
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLKW, fl)
+        print("held", flush=True)
+        sys.exit(0)
     elif how == "read-only-close":
         fcntl.lockf(fd, fcntl.LOCK_EX, 10, 0)
         os.close(os.open(path, os.O_RDONLY))
@@ -475,6 +482,92 @@ fn locks_meet_the_sources_other_users() {
         assert!(Instant::now() < deadline, "lock descriptions left behind");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// `fcntl(fd, cmd)` with an OFD lock of type `typ` on bytes 0..10; the
+/// type it answers (`F_UNLCK` from F_OFD_GETLK where nothing conflicts).
+fn ofd_lock(f: &std::fs::File, cmd: libc::c_int, typ: libc::c_int) -> std::io::Result<i32> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `flock` is a plain C struct; all-zero bytes are a valid value.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = typ as i16;
+    fl.l_whence = libc::SEEK_SET as i16;
+    fl.l_len = 10;
+    // SAFETY: `fl` is a valid, writable `struct flock` for the call.
+    if unsafe { libc::fcntl(f.as_raw_fd(), cmd, &mut fl as *mut libc::flock) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(i32::from(fl.l_type))
+}
+
+#[test]
+fn an_ofd_lock_goes_with_its_open_file() {
+    // An OFD lock belongs to the open file it was taken through: closing
+    // it drops the lock at once, though other opens of the file remain,
+    // for those asking (F_OFD_GETLK) and those waiting (F_OFD_SETLKW).
+    let Some(t) = Pt::new("ofd") else { return };
+    std::fs::write(t.src("f"), b"0123456789").unwrap();
+    let mnt = t.m("f");
+    let counter = |name: &str| {
+        t.mount.as_ref().unwrap().report(false)["counters"][name]
+            .as_u64()
+            .unwrap()
+    };
+    let rw = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&mnt)
+            .unwrap()
+    };
+    // Kept open throughout: the file is never closed by all its users.
+    let other = rw();
+
+    // A waiter gets the lock once its holder closes.
+    let holder = rw();
+    ofd_lock(&holder, libc::F_OFD_SETLK, libc::F_WRLCK).unwrap();
+    assert_eq!(
+        ofd_lock(&other, libc::F_OFD_GETLK, libc::F_WRLCK).unwrap(),
+        libc::F_WRLCK,
+        "another open file does not see the lock"
+    );
+    let mut w = locker("ofd-wait", &mnt);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while counter("fuse.locks.waiting") != 1 {
+        assert!(Instant::now() < deadline, "no lock request parked");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(holder);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let got = loop {
+        if let Some(s) = w.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = w.kill();
+            let _ = w.wait();
+            panic!("an OFD lock outlived its open file: the waiter never got it");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(got.success(), "the waiter failed: {got}");
+
+    // One asking sees it gone once its holder closes.
+    let holder = rw();
+    ofd_lock(&holder, libc::F_OFD_SETLK, libc::F_WRLCK).unwrap();
+    drop(holder);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ofd_lock(&other, libc::F_OFD_GETLK, libc::F_WRLCK).unwrap() != libc::F_UNLCK {
+        assert!(
+            Instant::now() < deadline,
+            "an OFD lock outlived its open file"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // And the server keeps no description for it.
+    assert_eq!(counter("passthrough.locks.owners"), 0);
+    // The lock is free to take through the file that stayed open.
+    ofd_lock(&other, libc::F_OFD_SETLK, libc::F_WRLCK).unwrap();
 }
 
 #[test]

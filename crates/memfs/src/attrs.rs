@@ -84,7 +84,7 @@ impl MemFs {
         let inode = self.inode_of(vp)?;
         match &inode.body {
             Body::Symlink(t) => {
-                inode.meta.lock().touch_accessed(Timespec::now());
+                self.accessed(inode, Timespec::now());
                 Ok(t.to_vec())
             }
             _ => Err(Errno::EINVAL),

@@ -95,7 +95,7 @@ impl MemFs {
         };
         if n > 0 {
             let now = Timespec::now();
-            iin.meta.lock().touch_accessed(now);
+            self.accessed(iin, now);
             iout.meta.lock().touch_modified(now);
         }
         Ok(n)

@@ -29,6 +29,8 @@ pub struct MemFsConfig {
     /// Most inodes (tmpfs's `nr_inodes`; links and extended attributes
     /// take from the same budget, `ispace.rs`); `None` = no limit.
     pub inode_limit: Option<u64>,
+    /// When reads move access times (`AtimeRule::from_mount_flags`).
+    pub atime: crate::atime::AtimeRule,
 }
 
 impl Default for MemFsConfig {
@@ -39,6 +41,7 @@ impl Default for MemFsConfig {
             root_uid: 0,
             root_gid: 0,
             inode_limit: None,
+            atime: Default::default(),
         }
     }
 }
@@ -57,6 +60,8 @@ pub struct MemFs {
     pub(crate) rename_lock: Mutex<()>,
     /// Inodes in memory and the inode budget (`ispace.rs`).
     pub(crate) ispace: Arc<Ispace>,
+    /// When reads move access times (`atime.rs`).
+    pub(crate) atime: crate::atime::AtimeRule,
 }
 
 impl std::fmt::Debug for MemFs {
@@ -107,6 +112,7 @@ impl MemFs {
             budget: Arc::new(Budget::new(limit)),
             rename_lock: Mutex::new(()),
             ispace: Arc::new(Ispace::new(cfg.inode_limit)),
+            atime: cfg.atime,
         };
         let now = Timespec::now();
         let root = Inode::new(

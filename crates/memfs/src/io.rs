@@ -47,7 +47,7 @@ impl MemFs {
             f.read(offset, size as usize)
         };
         if size > 0 {
-            inode.meta.lock().touch_accessed(Timespec::now());
+            self.accessed(inode, Timespec::now());
         }
         Ok(data)
     }

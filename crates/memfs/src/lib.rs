@@ -16,6 +16,7 @@
 //! - `namei.rs`, `rename.rs`, `io.rs`, `attrs.rs`: the operations;
 //!   `vops.rs` exposes them as `uvfs_vfs::FileSystem`.
 //! - `copy.rs`: `copy_file_range` from page to page.
+//! - `atime.rs`: when reads move access times (the mount's atime flags).
 //! - `io_lock.rs`: the range locking that makes I/O atomic.
 //!
 //! A vnode's private data is an `Arc<Inode>`: memfs inodes outlive vnode
@@ -23,6 +24,7 @@
 //! still refers to it.
 
 mod acl;
+mod atime;
 mod attrs;
 mod budget;
 mod copy;
@@ -40,6 +42,7 @@ mod table;
 mod vops;
 mod xattr;
 
+pub use atime::{Atime, AtimeRule};
 pub use fs::{MemFs, MemFsConfig};
 pub use pages::{MAX_FILE_SIZE, PAGE_SIZE};
 pub use table::ROOT_INO;

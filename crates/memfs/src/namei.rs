@@ -467,8 +467,9 @@ impl MemFs {
         Ok(())
     }
 
-    /// Calls `f` for `.`, `..` and the entries after cookie `offset` until
-    /// it reports full, with the directory locked shared.
+    /// Calls `f` for `.`, `..` and the entries after `offset` (`dir.rs`:
+    /// the listing's cursor) until it reports full, with the directory
+    /// locked shared.
     fn scan(
         &self,
         dir: &VnodeRef,
@@ -478,39 +479,40 @@ impl MemFs {
         let (dinode, d) = self.dir_of(dir)?;
         // Not nested in the directory lock: meta is never held while
         // waiting for another lock.
-        dinode.meta.lock().touch_accessed(Timespec::now());
+        self.accessed(dinode, Timespec::now());
         let g = d.read();
         if g.removed {
             return Ok(());
         }
-        if offset < DOT_COOKIE {
+        let at = g.cursor(offset);
+        if at.after < DOT_COOKIE {
             let e = DirEntry {
                 ino: dinode.ino,
                 kind: VType::Dir,
                 name: b".".to_vec(),
-                offset: DOT_COOKIE,
+                offset: at.offset_of(DOT_COOKIE),
             };
             if f(&g, e, None)? {
                 return Ok(());
             }
         }
-        if offset < DOTDOT_COOKIE {
+        if at.after < DOTDOT_COOKIE {
             let e = DirEntry {
                 ino: g.parent,
                 kind: VType::Dir,
                 name: b"..".to_vec(),
-                offset: DOTDOT_COOKIE,
+                offset: at.offset_of(DOTDOT_COOKIE),
             };
             if f(&g, e, None)? {
                 return Ok(());
             }
         }
-        for (cookie, name, t) in g.iter_after(offset) {
+        for (cookie, name, t) in g.iter_from(at) {
             let e = DirEntry {
                 ino: t.ino,
                 kind: t.kind,
                 name: name.to_vec(),
-                offset: cookie,
+                offset: at.offset_of(cookie),
             };
             if f(&g, e, Some(t))? {
                 break;

@@ -248,8 +248,7 @@ impl MemFs {
         if dst.is_some() {
             g.remove(dname);
         }
-        g.remove(sname);
-        g.insert(dname, src);
+        g.rename(sname, dname);
         if let Some(w) = wh {
             self.place_whiteout(&mut g, sname, w);
         }

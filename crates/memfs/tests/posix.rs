@@ -644,3 +644,133 @@ fn rename_whiteout_leaves_a_whiteout_behind() {
         Errno::EINVAL
     );
 }
+
+/// Lists `dir` as getdents does, a batch of `batch` entries per call
+/// resumed at the last one's offset, calling `each` with every name once
+/// its batch is read (between calls, as a program works through what
+/// readdir(3) buffered). Panics past `bound` names: a listing that never
+/// ends.
+fn list_while(
+    fs: &MemFs,
+    dir: &VnodeRef,
+    batch: usize,
+    bound: usize,
+    mut each: impl FnMut(&[u8]),
+) -> Vec<String> {
+    let mut seen = Vec::new();
+    let mut offset = 0;
+    loop {
+        let mut got: Vec<(Vec<u8>, u64)> = Vec::new();
+        fs.readdir(dir, Fh(0), offset, &mut |e| {
+            if got.len() == batch {
+                return true;
+            }
+            got.push((e.name.clone(), e.offset));
+            false
+        })
+        .unwrap();
+        if got.is_empty() {
+            return seen;
+        }
+        for (name, off) in got {
+            offset = off;
+            seen.push(String::from_utf8(name.clone()).unwrap());
+            assert!(
+                seen.len() <= bound,
+                "the listing never ends: {} names so far",
+                seen.len()
+            );
+            if name != b"." && name != b".." {
+                each(&name);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_listing_ends_while_its_entries_are_renamed_away_and_back() {
+    // fstests generic/736: each entry read is renamed to a temporary name
+    // and back while the listing goes on. It must end; renamed within the
+    // directory, an entry keeps its place, so each is listed once.
+    let fs = memfs(None);
+    let root = fs.root().unwrap();
+    let d = fs.mkdir(&C, &root, b"d", 0o755).unwrap();
+    const N: usize = 500;
+    let mut want = vec![".".to_string(), "..".to_string()];
+    for i in 1..=N {
+        file(&fs, &d, &i.to_string());
+        want.push(i.to_string());
+    }
+    let flags = RenameFlags(0);
+    let mut seen = list_while(&fs, &d, 37, 3 * N, |name| {
+        fs.rename(&C, &d, name, &d, b"TEMPFILE", flags).unwrap();
+        fs.rename(&C, &d, b"TEMPFILE", &d, name, flags).unwrap();
+    });
+    seen.sort();
+    want.sort();
+    assert_eq!(seen, want);
+}
+
+#[test]
+fn a_listing_returns_no_entry_made_after_it_started() {
+    // Entries added while a listing runs (new files, and entries moved to
+    // another directory and back) are left to the next listing, as tmpfs
+    // does: a program adding one for each it reads still gets an end.
+    let fs = memfs(None);
+    let root = fs.root().unwrap();
+    let d = fs.mkdir(&C, &root, b"d", 0o755).unwrap();
+    let away = fs.mkdir(&C, &root, b"away", 0o755).unwrap();
+    const N: usize = 300;
+    for i in 0..N {
+        file(&fs, &d, &format!("f{i}"));
+    }
+    let flags = RenameFlags(0);
+    let seen = list_while(&fs, &d, 50, 3 * N, |name| {
+        fs.rename(&C, &d, name, &away, name, flags).unwrap();
+        fs.rename(&C, &away, name, &d, name, flags).unwrap();
+        let mut new = b"new-".to_vec();
+        new.extend_from_slice(name);
+        fs.create(&C, &d, &new, 0o644, libc::O_RDWR).unwrap();
+    });
+    assert_eq!(seen.len(), N + 2, "{seen:?}");
+    assert!(seen.iter().all(|n| !n.starts_with("new-")), "{seen:?}");
+    // A new listing has them all.
+    assert_eq!(names(&fs, &d).len(), 2 * N + 2);
+}
+
+#[test]
+fn reads_move_atimes_as_the_mount_flags_say() {
+    // Files read and directories listed on a memfs mounted with each
+    // atime flag: relatime (the default) moves an atime older than the
+    // last change, noatime never does, nodiratime spares directories.
+    let old = Timespec::new(1 << 30, 0);
+    for (flags, file_moves, dir_moves) in [
+        (0, true, true),
+        (libc::MS_NOATIME, false, false),
+        (libc::MS_NODIRATIME, true, false),
+        (libc::MS_STRICTATIME, true, true),
+    ] {
+        let fs = MemFs::new(
+            VnodeLayer::new(Config::with_limit(64)),
+            MemFsConfig {
+                atime: uvfs_memfs::AtimeRule::from_mount_flags(flags),
+                ..Default::default()
+            },
+        );
+        let root = fs.root().unwrap();
+        let f = file(&fs, &root, "f");
+        fs.write(&f, Fh(0), 0, b"data").unwrap();
+        let d = fs.mkdir(&C, &root, b"d", 0o755).unwrap();
+        let aged = SetAttr {
+            atime: Some(SetTime::At(old)),
+            ..Default::default()
+        };
+        fs.setattr(&C, &f, &aged).unwrap();
+        fs.setattr(&C, &d, &aged).unwrap();
+        assert_eq!(fs.read(&f, Fh(0), 0, 4).unwrap(), b"data");
+        names(&fs, &d);
+        let moved = |vp: &VnodeRef| fs.getattr(vp).unwrap().atime != old;
+        assert_eq!(moved(&f), file_moves, "a file read, flags {flags:#x}");
+        assert_eq!(moved(&d), dir_moves, "a directory listed, flags {flags:#x}");
+    }
+}

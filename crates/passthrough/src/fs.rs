@@ -55,7 +55,8 @@ pub struct PassthroughConfig {
     /// reading through the mount leaves the source's access times alone:
     /// for a read-only mount, whose source must not change at all.
     /// (Reading a symlink still moves its atime: `readlinkat` has no such
-    /// flag.)
+    /// flag.) Also for a mount made `noatime`: the kernel leaves a FUSE
+    /// file's atime to its server.
     pub no_atime: bool,
     /// Watch the source for changes made behind the mount's back and
     /// report them (`FileSystem::watch`), so the front end may cache for
@@ -65,6 +66,8 @@ pub struct PassthroughConfig {
     /// The front end's timeouts are the user's choice: never cap them,
     /// not even for what the watcher cannot see.
     pub keep_timeouts: bool,
+    /// List directories of the source with `O_NOATIME` (`nodiratime`).
+    pub no_diratime: bool,
 }
 
 /// `own_dev` before the mount is known (no device has this number).
@@ -121,6 +124,8 @@ pub struct PassthroughFs {
     pub(crate) prefetch: Option<crate::prefetch::Prefetcher>,
     /// `O_NOATIME` if reads must leave atimes alone (`no_atime`), else 0.
     pub(crate) read_flags: libc::c_int,
+    /// The same for directories (`no_atime` or `no_diratime`).
+    pub(crate) dir_read_flags: libc::c_int,
     /// The device of the mount serving this file system ([`NO_DEV`] until told,
     /// `FileSystem::mounted_as`): a backing entry on it is the mount
     /// itself, reached through the source (a bind mount of a directory
@@ -262,6 +267,11 @@ impl PassthroughFs {
             plus_load: Default::default(),
             prefetch,
             read_flags: if cfg.no_atime { libc::O_NOATIME } else { 0 },
+            dir_read_flags: if cfg.no_atime || cfg.no_diratime {
+                libc::O_NOATIME
+            } else {
+                0
+            },
             own_dev: AtomicU64::new(NO_DEV),
             watch,
             keep_timeouts: cfg.keep_timeouts,

@@ -104,18 +104,24 @@ impl PassthroughFs {
     }
 
     /// Opens with `open(flags)`, adding `O_NOATIME` where reads must leave
-    /// atimes alone. `O_NOATIME` needs the file's owner or CAP_FOWNER: a
-    /// server without them for this file (in a user namespace, say) opens
-    /// it as it can rather than failing the caller.
+    /// atimes alone (a directory's listings by `dir_read_flags`). `O_NOATIME`
+    /// needs the file's owner or CAP_FOWNER: a server without them for this
+    /// file (in a user namespace, say) opens it as it can rather than
+    /// failing the caller.
     fn reading(
         &self,
         flags: libc::c_int,
         open: impl Fn(libc::c_int) -> VfsResult<OwnedFd>,
     ) -> VfsResult<OwnedFd> {
-        if self.read_flags == 0 {
+        let extra = if flags & libc::O_DIRECTORY != 0 {
+            self.dir_read_flags
+        } else {
+            self.read_flags
+        };
+        if extra == 0 {
             return open(flags);
         }
-        match open(flags | self.read_flags) {
+        match open(flags | extra) {
             Err(Errno::EPERM) => open(flags),
             r => r,
         }
@@ -264,7 +270,7 @@ impl PassthroughFs {
     pub(crate) fn do_release(&self, fh: Fh) -> VfsResult<()> {
         let node = self.opens.get(fh)?.node.clone();
         self.opens.remove(fh)?;
-        self.posix_locks.drop_node(&node);
+        self.posix_locks.release(&node, fh);
         Ok(())
     }
 

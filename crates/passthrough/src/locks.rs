@@ -21,6 +21,15 @@
 //!   descriptor of the file (the kernel's FLUSH carries the owner,
 //!   `unlock_owner`) or unlocks the whole file, and at the latest when the
 //!   last open file of the node is released.
+//! * An OFD lock (`F_OFD_SETLK` through the mount) belongs to the open file
+//!   it was taken through: the kernel sends it as a record lock whose owner
+//!   is that open file, so it gets a description of its own as above. No
+//!   FLUSH names that owner (a close names the closing process), and the
+//!   RELEASE of the open file carries no owner for it; so each description
+//!   remembers the handle it was made through, and the RELEASE of that
+//!   handle closes it. A process's (POSIX) description made through a
+//!   handle is gone by then: the process had to close its descriptor of
+//!   that handle first, and that close's FLUSH dropped it.
 //!
 //! Nothing here waits: a conflicting lock is `EAGAIN`, and the FUSE server
 //! retries a waiting request (SETLKW) off its request loops, so a lock held
@@ -35,28 +44,70 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use uvfs_vfs::{Errno, Fh, FileLock, Ino, VfsResult, VnodeRef, LOCK_TO_EOF};
 
-/// (node id, lock owner) -> the owner's open file description.
+/// A lock owner's open file description of a node's backing file.
+struct Held {
+    ofd: Arc<Fd>,
+    /// The handle it was made through (whose RELEASE ends an OFD owner).
+    fh: Fh,
+}
+
+/// Node id -> lock owner -> the owner's open file description.
 #[derive(Default)]
 pub(crate) struct PosixLocks {
-    map: Mutex<HashMap<(Ino, u64), Arc<Fd>>>,
+    map: Mutex<HashMap<Ino, HashMap<u64, Held>>>,
 }
 
 impl PosixLocks {
-    /// Closes every owner's description of `node` if no open file of it is
-    /// left (then no POSIX lock through the mount can remain; the FLUSH of
-    /// each close has normally dropped them already). Checked under the
-    /// map's lock: a SETLK needs an open file, and installs under it.
-    pub(crate) fn drop_node(&self, node: &Node) {
+    /// Open file `fh` of `node` was released: closes the descriptions made
+    /// through it (the OFD locks it held), and every owner's description of
+    /// `node` if no open file of it is left (then no lock through the mount
+    /// can remain; the FLUSH of each close has normally dropped them
+    /// already). Checked under the map's lock: a SETLK needs an open file,
+    /// and installs under it.
+    pub(crate) fn release(&self, node: &Node, fh: Fh) {
         let mut m = self.map.lock();
-        if m.is_empty() || node.open_count() > 0 {
+        let Some(owners) = m.get_mut(&node.id) else {
             return;
+        };
+        if node.open_count() > 0 {
+            owners.retain(|_, h| h.fh != fh);
         }
-        m.retain(|&(id, _), _| id != node.id);
+        if node.open_count() == 0 || owners.is_empty() {
+            m.remove(&node.id);
+        }
+    }
+
+    fn get(&self, node: Ino, owner: u64) -> Option<Arc<Fd>> {
+        let m = self.map.lock();
+        m.get(&node)
+            .and_then(|o| o.get(&owner))
+            .map(|h| h.ofd.clone())
+    }
+
+    fn remove(&self, node: Ino, owner: u64) {
+        let mut m = self.map.lock();
+        if let Some(owners) = m.get_mut(&node) {
+            owners.remove(&owner);
+            if owners.is_empty() {
+                m.remove(&node);
+            }
+        }
+    }
+
+    /// The owner's description, `made` (through `fh`) if it has none yet.
+    fn get_or_insert(&self, node: Ino, owner: u64, fh: Fh, made: Arc<Fd>) -> Arc<Fd> {
+        let mut m = self.map.lock();
+        let h = m
+            .entry(node)
+            .or_default()
+            .entry(owner)
+            .or_insert(Held { ofd: made, fh });
+        h.ofd.clone()
     }
 
     /// Descriptions held now (locks in use).
     pub(crate) fn len(&self) -> usize {
-        self.map.lock().len()
+        self.map.lock().values().map(HashMap::len).sum()
     }
 }
 
@@ -117,28 +168,25 @@ impl PassthroughFs {
             return sys::cvt(unsafe { libc::flock(of.fd.raw(), op | libc::LOCK_NB) }).map(drop);
         }
         let node = self.node_of(vp)?;
-        let key = (node.id, owner);
         let mut fl = to_flock(lock)?;
         if lock.typ == libc::F_UNLCK {
-            let held = self.posix_locks.map.lock().get(&key).cloned();
-            let Some(ofd) = held else {
+            let Some(ofd) = self.posix_locks.get(node.id, owner) else {
                 return Ok(()); // nothing held: nothing to drop
             };
             fcntl_lock(&ofd, libc::F_OFD_SETLK, &mut fl)?;
             if lock.whole_file() {
-                self.posix_locks.map.lock().remove(&key);
+                self.posix_locks.remove(node.id, owner);
             }
             return Ok(());
         }
         // One description per owner: found or made under the map's lock
         // would hold it across an open; made outside and installed unless
         // another request of the owner got there first.
-        let found = self.posix_locks.map.lock().get(&key).cloned();
-        let ofd = match found {
+        let ofd = match self.posix_locks.get(node.id, owner) {
             Some(d) => d,
             None => {
                 let d = self.lock_description(&node)?;
-                self.posix_locks.map.lock().entry(key).or_insert(d).clone()
+                self.posix_locks.get_or_insert(node.id, owner, fh, d)
             }
         };
         fcntl_lock(&ofd, libc::F_OFD_SETLK, &mut fl).map_err(|e| {
@@ -160,8 +208,7 @@ impl PassthroughFs {
         let mut fl = to_flock(lock)?;
         // The owner's own locks never conflict with it: ask through its
         // description if it has one, else through a fresh one.
-        let held = self.posix_locks.map.lock().get(&(node.id, owner)).cloned();
-        let ofd = match held {
+        let ofd = match self.posix_locks.get(node.id, owner) {
             Some(d) => d,
             None => self.lock_description(&node)?,
         };
@@ -188,7 +235,7 @@ impl PassthroughFs {
 
     pub(crate) fn do_unlock_owner(&self, vp: &VnodeRef, owner: u64) -> VfsResult<()> {
         let node = self.node_of(vp)?;
-        self.posix_locks.map.lock().remove(&(node.id, owner));
+        self.posix_locks.remove(node.id, owner);
         Ok(())
     }
 }

@@ -117,6 +117,7 @@ fn fd_budget_is_never_exceeded_with_thousands_of_files() {
             no_atime: false,
             watch: false,
             keep_timeouts: false,
+            no_diratime: false,
         },
     );
     for d in 0..10 {
@@ -191,6 +192,7 @@ fn fds_the_server_reserves_come_out_of_the_budget() {
             no_atime: false,
             watch: false,
             keep_timeouts: false,
+            no_diratime: false,
         },
     );
     std::fs::write(e.src.path().join("f"), b"x").unwrap();
@@ -237,6 +239,7 @@ fn fallback_without_handles_follows_renames() {
             no_atime: false,
             watch: false,
             keep_timeouts: false,
+            no_diratime: false,
         },
     );
     let a = e.fs.mkdir(&ROOT, &e.root, b"a", 0o755).unwrap();
@@ -277,6 +280,7 @@ fn a_budget_beyond_the_fd_limit_is_refused() {
                 no_atime: false,
                 watch: false,
                 keep_timeouts: false,
+                no_diratime: false,
             },
         )
     };

@@ -138,6 +138,7 @@ fn handles_of_another_file_system_are_not_used() {
             no_atime: false,
             watch: false,
             keep_timeouts: false,
+            no_diratime: false,
         },
     );
     let m = e.src.path().join("m");

@@ -230,6 +230,7 @@ fn deleted_files_are_not_pinned_by_cached_fds() {
                 no_atime: false,
                 watch: false,
                 keep_timeouts: false,
+                no_diratime: false,
             },
         );
         let mk = |name: &[u8]| {
@@ -295,6 +296,7 @@ fn removed_directories_and_fifos_keep_answering_while_the_kernel_holds_them() {
                 no_atime: false,
                 watch: false,
                 keep_timeouts: false,
+                no_diratime: false,
             },
         );
         let d = e.fs.mkdir(&ROOT, &e.root, b"d", 0o755).unwrap();
@@ -358,6 +360,7 @@ fn removing_more_directories_than_the_fd_budget_pins_nothing() {
             no_atime: false,
             watch: false,
             keep_timeouts: false,
+            no_diratime: false,
         },
     );
     for i in 0..200 {

@@ -95,21 +95,36 @@ pub fn serve_memfs_with(
     ttl: Duration,
     dir_refresh: bool,
 ) -> BackgroundMount {
+    let fs_cfg = MemFsConfig {
+        size_limit: size,
+        root_mode: 0o755,
+        ..Default::default()
+    };
+    serve_memfs_as(dir, vnodes, fs_cfg, |c| {
+        c.timeouts = Timeouts {
+            entry: ttl,
+            attr: ttl,
+        };
+        c.dir_refresh = dir_refresh;
+    })
+}
+
+/// Serves a fresh memfs made as `fs_cfg` says on `dir`, served as the
+/// tests' default configuration after `tweak`.
+pub fn serve_memfs_as(
+    dir: &Path,
+    vnodes: usize,
+    fs_cfg: MemFsConfig,
+    tweak: impl FnOnce(&mut ServeConfig),
+) -> BackgroundMount {
     let layer = VnodeLayer::new(Config::with_limit(vnodes));
-    let fs = MemFs::new(
-        layer.clone(),
-        MemFsConfig {
-            size_limit: size,
-            root_mode: 0o755,
-            ..Default::default()
-        },
-    );
-    let cfg = ServeConfig {
+    let fs = MemFs::new(layer.clone(), fs_cfg);
+    let mut cfg = ServeConfig {
         mountpoint: dir.to_path_buf(),
         threads: 2,
         timeouts: Timeouts {
-            entry: ttl,
-            attr: ttl,
+            entry: Duration::from_secs(1),
+            attr: Duration::from_secs(1),
         },
         fsname: "uvfs-test".into(),
         control: false,
@@ -118,8 +133,9 @@ pub fn serve_memfs_with(
         read_only: false,
         mount_flags: 0,
         kernel_io: false,
-        dir_refresh,
+        dir_refresh: true,
     };
+    tweak(&mut cfg);
     BackgroundMount::start(fs, layer, &cfg).expect("mount")
 }
 
