@@ -55,7 +55,7 @@ pub struct CoherenceOpts {
     #[arg(long, value_parser = crate::at_least_one())]
     pub trials: Option<usize>,
     /// Longest wait for a change to show, seconds (default 6, past every
-    /// peer's default timeout; 3 with --quick).
+    /// peer's default timeout; 2 with --quick, past the 1 s ones).
     #[arg(long, value_parser = crate::positive_secs)]
     pub wait: Option<f64>,
     /// Time between two probes through the mount, milliseconds.
@@ -218,7 +218,7 @@ fn poll_until(
 }
 
 /// How a trial the mount cannot serve fails (its later trials are not run).
-const UNSUPPORTED: &str = "unsupported by the mount";
+const UNSUPPORTED: &str = "unsupported";
 
 /// Whether an error says the server does not do what the probe asks
 /// (no xattrs, say), so later trials would fail alike.
@@ -280,7 +280,7 @@ fn run_kind(kind: Kind, src: &Path, mnt: &Path, trials: usize, t: Timing) -> Vec
 pub fn run(o: &CoherenceOpts) -> io::Result<Report> {
     let trials = o.trials.unwrap_or(if o.common.quick { 5 } else { 20 });
     let t = Timing {
-        wait: Duration::from_secs_f64(o.wait.unwrap_or(if o.common.quick { 3.0 } else { 6.0 })),
+        wait: Duration::from_secs_f64(o.wait.unwrap_or(if o.common.quick { 2.0 } else { 6.0 })),
         poll: Duration::from_secs_f64(o.poll_ms / 1e3),
     };
     let mut kinds = choose_kinds(o)?;

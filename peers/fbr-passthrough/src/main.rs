@@ -60,9 +60,8 @@ fn parse_args() -> Result<Args, String> {
                 let secs: f64 = value("--timeout")?
                     .parse()
                     .map_err(|e| format!("--timeout: {e}"))?;
-                timeout = Some(
-                    Duration::try_from_secs_f64(secs).map_err(|e| format!("--timeout: {e}"))?,
-                );
+                timeout =
+                    Some(Duration::try_from_secs_f64(secs).map_err(|e| format!("--timeout: {e}"))?);
             }
             Some("--file-handles") => file_handles = true,
             Some("-h" | "--help") => return Err(USAGE.into()),
