@@ -6,16 +6,23 @@
 #                    the source Debian's libfuse3-dev ships
 #                    (/usr/share/doc/libfuse3-dev/examples/passthrough_ll.c)
 #   fbr-passthrough  fuse-backend-rs's PassthroughFs behind a small main
-#                    (peers/fbr-passthrough, a standalone Cargo project)
+#                    (peers/fbr-passthrough, a standalone Cargo project;
+#                    also the fuse-backend-rs-fh peer, with --file-handles)
+#   gofuse-loopback  go-fuse's loopback file system behind a small main
+#                    (peers/gofuse-loopback, a Go module whose go.mod and
+#                    go.sum pin go-fuse), built with `go build` through the
+#                    Go module proxy
 #
-#   scripts/build-peers.sh                     # both
-#   scripts/build-peers.sh passthrough_ll      # one (or fbr-passthrough)
+#   scripts/build-peers.sh                     # all three
+#   scripts/build-peers.sh passthrough_ll      # one (or fbr-passthrough, gofuse-loopback)
 #
 # Idempotent: a peer whose binary is newer than its sources is left alone,
 # so a second run takes well under a second. Needs cc, pkg-config and
 # libfuse3-dev (scripts/install-deps.sh installs them) for passthrough_ll,
-# cargo and crates.io for fbr-passthrough. Exits non-zero if a requested peer
-# cannot be built, after trying every one.
+# cargo and crates.io for fbr-passthrough, Go 1.21 or later (`go` on PATH,
+# else /usr/local/go/bin/go; install-deps.sh installs Debian's golang-go
+# where there is none) for gofuse-loopback. Exits non-zero if a requested
+# peer cannot be built, after trying every one.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -80,14 +87,51 @@ build_fbr() {
     fi
 }
 
+# The go command: on PATH, else where the official tarball puts it.
+find_go() {
+    if command -v go >/dev/null 2>&1; then
+        command -v go
+    elif [ -x /usr/local/go/bin/go ]; then
+        echo /usr/local/go/bin/go
+    else
+        return 1
+    fi
+}
+
+build_gofuse() {
+    local dir="$ROOT/peers/gofuse-loopback" bin="$OUT/gofuse-loopback" go ver
+    if up_to_date "$bin" "$dir/main.go" "$dir/go.mod" "$dir/go.sum" "$0"; then
+        echo "build-peers: gofuse-loopback up to date ($bin)"
+        return 0
+    fi
+    go=$(find_go) || {
+        echo "build-peers: no go command (apt-get install golang-go)" >&2
+        return 1
+    }
+    # go-fuse needs Go 1.21 (min, max, clear); an older go would fail deep
+    # in its sources, so say it plainly. GOTOOLCHAIN=local: never fetch a
+    # newer toolchain behind our back.
+    ver=$(GOTOOLCHAIN=local "$go" env GOVERSION 2>/dev/null) || ver=""
+    case "$ver" in
+        go1.1[0-9]* | go1.[0-9] | go1.[0-9].* | go1.20*)
+            echo "build-peers: $go is $ver; gofuse-loopback needs Go 1.21 or later" >&2
+            return 1
+            ;;
+    esac
+    (cd "$dir" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly "$go" build -trimpath -o "$bin.tmp" .) || return 1
+    mv "$bin.tmp" "$bin"
+    echo "build-peers: built $bin ($ver)"
+}
+
 want=("$@")
-[ "${#want[@]}" -gt 0 ] || want=(passthrough_ll fbr-passthrough)
+[ "${#want[@]}" -gt 0 ] || want=(passthrough_ll fbr-passthrough gofuse-loopback)
 failed=()
 for p in "${want[@]}"; do
     case "$p" in
         passthrough_ll | libfuse-passthrough_ll) build_passthrough_ll || failed+=("passthrough_ll") ;;
-        fbr-passthrough | fuse-backend-rs) build_fbr || failed+=("fbr-passthrough") ;;
-        *) echo "build-peers: unknown peer $p (passthrough_ll, fbr-passthrough)" >&2; failed+=("$p") ;;
+        fbr-passthrough | fuse-backend-rs | fuse-backend-rs-fh) build_fbr || failed+=("fbr-passthrough") ;;
+        gofuse-loopback | go-fuse-loopback) build_gofuse || failed+=("gofuse-loopback") ;;
+        *) echo "build-peers: unknown peer $p (passthrough_ll, fbr-passthrough, gofuse-loopback)" >&2; failed+=("$p") ;;
     esac
 done
 if [ "${#failed[@]}" -gt 0 ]; then

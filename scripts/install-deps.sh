@@ -6,7 +6,9 @@
 # (it only defines/exports PATH additions; errors are handled in a subshell-free
 # way compatible with `set -euo pipefail` callers).
 #
-#   Debian:  fuse3 libfuse3-dev libacl1-dev stress-ng pkg-config
+#   Debian:  fuse3 libfuse3-dev libacl1-dev stress-ng pkg-config, and
+#            golang-go where no Go is installed (for the go-fuse peer; it
+#            needs Go 1.21+, so Debian 12's 1.19 leaves that peer unbuilt)
 #   rustup:  rustfmt, clippy (stable)
 #   cargo:   pjdfstest 0.2.x, fsx 0.3.x   (cargo install --locked)
 #   users:   "tests", the dummy user pjdfstest switches to besides "nobody"
@@ -41,6 +43,9 @@ _uvfs_install_deps() {
 
     # ---- Debian packages -------------------------------------------------
     local pkgs=(fuse3 libfuse3-dev libacl1-dev stress-ng pkg-config)
+    if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then
+        pkgs+=(golang-go)
+    fi
     local missing=() p
     for p in "${pkgs[@]}"; do
         if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$'; then

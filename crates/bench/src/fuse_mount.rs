@@ -314,8 +314,9 @@ pub fn process_cpu_secs_fine(pid: u32) -> io::Result<f64> {
     Ok(ns as f64 / 1e9)
 }
 
-/// Whether this `uvfs` binary's `mount` takes `--source DIR` (passthrough).
-pub fn supports_source() -> bool {
+/// Whether this `uvfs` binary's `mount --help` lists `flag` (a long
+/// option, such as `--no-watch`).
+pub fn mount_supports(flag: &str) -> bool {
     let Ok(exe) = std::env::current_exe() else {
         return false;
     };
@@ -324,7 +325,18 @@ pub fn supports_source() -> bool {
         .stdin(Stdio::null())
         .stderr(Stdio::null())
         .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("--source"))
+        .is_ok_and(|o| help_lists(&String::from_utf8_lossy(&o.stdout), flag))
+}
+
+/// Whether clap `--help` text lists the long option `flag` (a whole word:
+/// `--no-watch` is not found in `--no-watcher`).
+pub fn help_lists(help: &str, flag: &str) -> bool {
+    help.match_indices(flag).any(|(i, _)| {
+        let next = help[i + flag.len()..].chars().next();
+        let prev = help[..i].chars().next_back();
+        !next.is_some_and(|c| c.is_alphanumeric() || c == '-' || c == '_')
+            && !prev.is_some_and(|c| c.is_alphanumeric() || c == '-')
+    })
 }
 
 /// A server's scratch state, registered for cleanup on a signal
@@ -631,6 +643,16 @@ fn statfs_path(p: &Path) -> io::Result<()> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn help_lists_whole_options() {
+        let help = "Options:\n      --source <DIR>  serve DIR\n      --no-watch-x  other\n  -r, --read-only\n";
+        assert!(help_lists(help, "--source"));
+        assert!(help_lists(help, "--read-only"));
+        assert!(!help_lists(help, "--no-watch"), "a longer option is not it");
+        assert!(!help_lists(help, "--read"));
+        assert!(help_lists("  --no-watch  no watcher", "--no-watch"));
+    }
 
     #[test]
     fn proc_stat_cpu_ticks() {

@@ -11,8 +11,15 @@
 //! one subtree per walker of the widest run. When this binary's `mount`
 //! takes `--source DIR`, a passthrough mount of a native tree (under
 //! `--native-dir`) and that native tree itself are compared too, and so are
-//! the peers (`peers.rs`: libfuse's `passthrough_ll` and fuse-backend-rs's
-//! passthrough) serving that same native tree, with the same timeouts.
+//! the peers (`peers.rs`: libfuse's `passthrough_ll`, fuse-backend-rs's
+//! passthrough with fds and with file handles, go-fuse's loopback) serving
+//! that same native tree, with the same timeouts.
+//!
+//! The passthrough also runs as a user who types no option gets it
+//! (`uvfs-passthrough-default`: `uvfs mount --source DIR` and nothing
+//! else), and with only `--no-watch` (`uvfs-passthrough-nowatch`, where
+//! this `uvfs mount` has that flag; without it the row is skipped with a
+//! message); their rows come first, before the tuned configurations.
 //!
 //! # Passes
 //! For each repeat and thread count, every file system in turn: a cold
@@ -54,13 +61,19 @@ const MEMFS_DEV: &str = "uvfs-memfs-dev";
 const MEMFS_NOREF: &str = "uvfs-memfs-norefresh";
 const TMPFS: &str = "tmpfs";
 const PASSTHROUGH: &str = "uvfs-passthrough";
+/// The passthrough with default options: `--source` alone.
+const PASSTHROUGH_DEFAULT: &str = "uvfs-passthrough-default";
+/// Default options but `--no-watch` (no host-change watcher).
+const PASSTHROUGH_NOWATCH: &str = "uvfs-passthrough-nowatch";
 const PASSTHROUGH_DEV: &str = "uvfs-passthrough-dev";
 /// The passthrough without directory readahead (`--no-dir-readahead`).
 const PASSTHROUGH_NORA: &str = "uvfs-passthrough-noreadahead";
 /// The passthrough without directory attribute refresh.
 const PASSTHROUGH_NOREF: &str = "uvfs-passthrough-norefresh";
 /// The passthrough servers, as `--fs` names them.
-const PASSTHROUGHS: [&str; 4] = [
+const PASSTHROUGHS: [&str; 6] = [
+    PASSTHROUGH_DEFAULT,
+    PASSTHROUGH_NOWATCH,
     PASSTHROUGH,
     PASSTHROUGH_DEV,
     PASSTHROUGH_NORA,
@@ -69,8 +82,10 @@ const PASSTHROUGHS: [&str; 4] = [
 const NATIVE: &str = "native";
 const LIBFUSE: &str = PeerKind::LibfusePassthroughLl.name();
 const FBR: &str = PeerKind::FuseBackendRs.name();
+const FBR_FH: &str = PeerKind::FuseBackendRsFh.name();
+const GOFUSE: &str = PeerKind::GoFuseLoopback.name();
 /// The peers, as `--fs` names them.
-const PEERS: [&str; 2] = [LIBFUSE, FBR];
+const PEERS: [&str; 4] = [LIBFUSE, FBR, FBR_FH, GOFUSE];
 
 /// Longest a pass may take before its server is taken for hung and killed
 /// (a 200,000-file cold walk takes seconds).
@@ -90,10 +105,15 @@ pub struct FuseStatOpts {
     #[arg(long, default_value_t = 100, value_parser = crate::at_least_one())]
     pub per_dir: usize,
     /// File systems to walk (default: uvfs-memfs,uvfs-memfs-dev,tmpfs, plus
-    /// native,uvfs-passthrough,libfuse-passthrough_ll,fuse-backend-rs when
-    /// `uvfs mount --source` exists; also uvfs-passthrough-dev and
+    /// native,uvfs-passthrough-default,uvfs-passthrough-nowatch,
+    /// uvfs-passthrough and the peers libfuse-passthrough_ll,
+    /// fuse-backend-rs,fuse-backend-rs-fh,go-fuse-loopback when `uvfs mount
+    /// --source` exists; also uvfs-passthrough-dev and
     /// uvfs-passthrough-noreadahead; uvfs-memfs-norefresh and
-    /// uvfs-passthrough-norefresh). The uvfs-*-dev servers read requests
+    /// uvfs-passthrough-norefresh). uvfs-passthrough-default is mounted
+    /// with no option but --source (the --timeout here does not apply),
+    /// uvfs-passthrough-nowatch the same with --no-watch; every other uvfs
+    /// mount and peer gets --timeout. The uvfs-*-dev servers read requests
     /// from /dev/fuse; the others take them through io_uring where the
     /// kernel can (the run turns the `fuse` module's enable_uring on while
     /// it mounts them, if it may). uvfs-passthrough-noreadahead is the
@@ -101,7 +121,8 @@ pub struct FuseStatOpts {
     /// with `--no-dir-refresh`.
     #[arg(long, value_delimiter = ',')]
     pub fs: Option<Vec<String>>,
-    /// Entry and attribute timeouts of the uvfs mounts, in seconds.
+    /// Entry and attribute timeouts of the uvfs mounts and the peers, in
+    /// seconds (not of uvfs-passthrough-default and -nowatch).
     #[arg(long, default_value_t = 60.0, value_parser = crate::non_negative_secs)]
     pub timeout: f64,
     /// Request loops of the uvfs servers and fuse-backend-rs, libfuse's
@@ -189,6 +210,16 @@ fn server_args(
     source: Option<&Path>,
     name: &str,
 ) -> Vec<String> {
+    // What a user types: the source, and the flag that names the row.
+    if name == PASSTHROUGH_DEFAULT || name == PASSTHROUGH_NOWATCH {
+        let mut a: Vec<String> = source
+            .map(|s| vec!["--source".into(), s.display().to_string()])
+            .unwrap_or_default();
+        if name == PASSTHROUGH_NOWATCH {
+            a.push("--no-watch".into());
+        }
+        return a;
+    }
     let t = o.timeout.to_string();
     let mut a = vec![
         "--entry-timeout".into(),
@@ -222,20 +253,35 @@ fn bad(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, msg)
 }
 
-/// The file systems to run, checked, in setup order.
-fn choose_fs(o: &FuseStatOpts, passthrough: bool) -> io::Result<Vec<&'static str>> {
+/// What this build's `uvfs mount` takes (from its `--help`).
+#[derive(Clone, Copy, Debug)]
+struct MountFlags {
+    /// `--source DIR`: the passthrough.
+    source: bool,
+    /// `--no-watch`: the passthrough without its host-change watcher.
+    no_watch: bool,
+}
+
+/// The file systems to run, checked, in setup order, and messages about
+/// those skipped.
+fn choose_fs(o: &FuseStatOpts, mount: MountFlags) -> io::Result<(Vec<&'static str>, Vec<String>)> {
+    let passthrough = mount.source;
     let all = [
         MEMFS,
         MEMFS_DEV,
         MEMFS_NOREF,
         TMPFS,
         NATIVE,
+        PASSTHROUGH_DEFAULT,
+        PASSTHROUGH_NOWATCH,
         PASSTHROUGH,
         PASSTHROUGH_DEV,
         PASSTHROUGH_NORA,
         PASSTHROUGH_NOREF,
         LIBFUSE,
         FBR,
+        FBR_FH,
+        GOFUSE,
     ];
     let wanted: Vec<String> = match &o.fs {
         Some(v) => v.clone(),
@@ -264,15 +310,24 @@ fn choose_fs(o: &FuseStatOpts, passthrough: bool) -> io::Result<Vec<&'static str
             "uvfs-passthrough needs `uvfs mount --source DIR`, which this build lacks".into(),
         ));
     }
+    let mut skipped = Vec::new();
+    let mut wanted = wanted;
+    if !mount.no_watch && wanted.iter().any(|w| w == PASSTHROUGH_NOWATCH) {
+        wanted.retain(|w| w != PASSTHROUGH_NOWATCH);
+        skipped.push(format!(
+            "{PASSTHROUGH_NOWATCH}: skipped: this `uvfs mount` has no --no-watch"
+        ));
+    }
     // The passthrough mount and the peers serve the native tree, so they
     // need it built.
     let native = wanted
         .iter()
         .any(|w| w == NATIVE || PASSTHROUGHS.contains(&w.as_str()) || PEERS.contains(&w.as_str()));
-    Ok(all
+    let names = all
         .into_iter()
         .filter(|a| (*a == NATIVE && native) || wanted.iter().any(|w| w == a))
-        .collect())
+        .collect();
+    Ok((names, skipped))
 }
 
 fn build_target(
@@ -314,7 +369,8 @@ fn build_target(
             t.root = d.path.clone();
             t._dir = Some(d);
         }
-        PASSTHROUGH | PASSTHROUGH_DEV | PASSTHROUGH_NORA | PASSTHROUGH_NOREF => {
+        PASSTHROUGH_DEFAULT | PASSTHROUGH_NOWATCH | PASSTHROUGH | PASSTHROUGH_DEV
+        | PASSTHROUGH_NORA | PASSTHROUGH_NOREF => {
             let src = native_root.ok_or_else(|| bad("passthrough without a native tree".into()))?;
             let tag = name.trim_start_matches("uvfs-");
             let m = ServerMount::start(tag, &server_args(o, shape, Some(src), name))?;
@@ -328,11 +384,11 @@ fn build_target(
             // The tree is the native one, already built.
             return Ok(t);
         }
-        LIBFUSE | FBR => {
+        LIBFUSE | FBR | FBR_FH | GOFUSE => {
             let src = native_root.ok_or_else(|| bad(format!("{name} without a native tree")))?;
             let kind = PeerKind::from_name(name).expect("a peer's name");
             let opts = PeerOptions {
-                timeout_secs: o.timeout,
+                timeout_secs: Some(o.timeout),
                 threads: o.server_threads,
             };
             // A peer that cannot be had is a result (rows with the reason),
@@ -680,8 +736,14 @@ pub fn run(o: &FuseStatOpts) -> io::Result<Report> {
     } else {
         o.common.repeats.max(1)
     };
-    let passthrough = fuse_mount::supports_source();
-    let names = choose_fs(o, passthrough)?;
+    let mount = MountFlags {
+        source: fuse_mount::mount_supports("--source"),
+        no_watch: fuse_mount::mount_supports("--no-watch"),
+    };
+    let (names, skipped) = choose_fs(o, mount)?;
+    for m in &skipped {
+        eprintln!("uvfs bench fuse-stat: {m}");
+    }
     if names
         .iter()
         .any(|n| n.starts_with("uvfs") || PEERS.contains(n))
@@ -753,9 +815,12 @@ pub fn run(o: &FuseStatOpts) -> io::Result<Report> {
                     fd_budget: target.fd_budget,
                 };
                 let mut r = make_row(&key, target.setup_error.as_deref(), ss);
-                if target.served() {
+                if let Some(opts) = options_of(target.name) {
+                    r.insert("options".into(), json!(opts));
+                } else if target.served() {
                     r.insert("entry_timeout".into(), json!(o.timeout));
                     r.insert("attr_timeout".into(), json!(o.timeout));
+                    r.insert("options".into(), json!(format!("timeout={}", o.timeout)));
                 }
                 if let Some(m) = &target.server {
                     r.insert("transport".into(), json!(transport_of(m)));
@@ -787,6 +852,15 @@ pub fn run(o: &FuseStatOpts) -> io::Result<Report> {
     Ok(report)
 }
 
+/// The options of the rows mounted as a user would, with no timeouts.
+fn options_of(name: &str) -> Option<&'static str> {
+    match name {
+        PASSTHROUGH_DEFAULT => Some("default"),
+        PASSTHROUGH_NOWATCH => Some("no-watch"),
+        _ => None,
+    }
+}
+
 /// How a uvfs server took its requests: "uring" (FUSE over io_uring) or
 /// "dev" (/dev/fuse), from its statistics.
 fn transport_of(m: &ServerMount) -> &'static str {
@@ -804,6 +878,7 @@ fn transport_of(m: &ServerMount) -> &'static str {
 /// Table columns for `emit`.
 pub const COLUMNS: &[&str] = &[
     "fs",
+    "options",
     "transport",
     "pass",
     "threads",
@@ -853,9 +928,15 @@ pub fn summary(r: &Report) -> Vec<String> {
             ""
         };
         out.push(format!(
-            "uvfs mounts: --entry-timeout {x} --attr-timeout {x}{peers} (kernel may cache names and attributes {x} s)"
+            "uvfs mounts: --entry-timeout {x} --attr-timeout {x}{peers} (kernel may cache names and attributes {x} s){}",
+            if r.rows.iter().any(|x| options_of(x["fs"].as_str().unwrap_or("")).is_some()) {
+                "; uvfs-passthrough-default/-nowatch: no timeout given"
+            } else {
+                ""
+            }
         ));
     }
+    out.extend(default_lines(r));
     let rows = |fs: &str, pass: &str| -> Vec<&Row> {
         r.rows
             .iter()
@@ -919,7 +1000,10 @@ pub fn summary(r: &Report) -> Vec<String> {
         }
     }
     for x in rows(PASSTHROUGH, "cold") {
-        out.push(vs_best_peer(r, x));
+        out.push(vs_best_peer(r, x, 1.2));
+    }
+    for x in rows(PASSTHROUGH_NOWATCH, "warm") {
+        out.push(vs_best_peer(r, x, 1.5));
     }
     for x in rows(PASSTHROUGH, "warm") {
         if let Some(v) = num(x, "vs_native") {
@@ -958,27 +1042,78 @@ fn thousands(n: u64) -> String {
     groups.join(",")
 }
 
-/// The headline: uvfs-passthrough's cold rate against the fastest
-/// peer that walked the whole tree at the same thread count (a peer that
-/// ran out of fds part way has no rate to compare).
-fn vs_best_peer(r: &Report, ours: &Row) -> String {
-    let head = "uvfs-passthrough cold vs best completing peer:";
+/// The passthrough as a user mounts it, first: rate, against native,
+/// requests per stat (by opcode); the warm default walk against its
+/// target (>= 0.9x native and no request at all).
+fn default_lines(r: &Report) -> Vec<String> {
+    let mut out = Vec::new();
+    for fs in [PASSTHROUGH_DEFAULT, PASSTHROUGH_NOWATCH] {
+        for x in r.rows.iter().filter(|x| x["fs"] == fs) {
+            let Some(rate) = num(x, "stats_per_sec") else {
+                continue;
+            };
+            let pass = x["pass"].as_str().unwrap_or("?");
+            let vs = num(x, "vs_native").map_or(String::new(), |v| format!(" = {v:.2}x native"));
+            let rps = num(x, "requests_per_stat");
+            let target = match (fs, pass, num(x, "vs_native"), rps) {
+                (PASSTHROUGH_DEFAULT, "warm", Some(v), Some(q)) => format!(
+                    " (target >= 0.9x native, 0 requests/stat: {})",
+                    if v >= 0.9 && q == 0.0 {
+                        "met"
+                    } else {
+                        "NOT met"
+                    }
+                ),
+                _ => String::new(),
+            };
+            out.push(format!(
+                "{fs} {pass} T={}: {rate:.0} stats/s{vs}; {} requests/stat{target}{}",
+                x["threads"],
+                rps.map_or("-".into(), |q| format!("{q:.3}")),
+                fmt_ops(x),
+            ));
+        }
+    }
+    out
+}
+
+/// The headlines: a passthrough row's rate against the fastest
+/// peer that walked the whole tree in the same pass at the same thread
+/// count (a peer that ran out of fds part way has no rate to compare).
+fn vs_best_peer(r: &Report, ours: &Row, target: f64) -> String {
+    let pass = ours["pass"].as_str().unwrap_or("?");
+    let head = format!(
+        "{} {pass} vs best completing peer:",
+        ours["fs"].as_str().unwrap_or("?")
+    );
     let t = &ours["threads"];
     let best = r
         .rows
         .iter()
-        .filter(|x| is_peer(x) && x["pass"] == "cold" && &x["threads"] == t)
+        .filter(|x| is_peer(x) && x["pass"] == pass && &x["threads"] == t)
         .filter_map(|x| Some((x["fs"].as_str()?, num(x, "stats_per_sec")?)))
         .max_by(|a, b| a.1.total_cmp(&b.1));
     let peers_ran = r.rows.iter().any(is_peer);
+    // Peers' timeouts, when they differ from this row's (the no-watch
+    // row has the default's, the peers `--timeout`).
+    let peer_timeouts = match (
+        num(ours, "entry_timeout"),
+        r.rows
+            .iter()
+            .filter(|x| is_peer(x))
+            .find_map(|x| num(x, "entry_timeout")),
+    ) {
+        (None, Some(p)) => format!(", peers at timeout {p} s"),
+        _ => String::new(),
+    };
     match (num(ours, "stats_per_sec"), best) {
-        (None, _) => format!("{head} - (uvfs-passthrough did not complete the walk) [T={t}]"),
+        (None, _) => format!("{head} - (it did not complete the walk) [T={t}]"),
         (Some(_), None) if !peers_ran => format!("{head} - (no peer run; --fs) [T={t}]"),
         (Some(_), None) => format!("{head} - (no peer completed the walk) [T={t}]"),
         (Some(v), Some((name, b))) => format!(
-            "{head} {:.2}x (target >= 1.2: {}) [T={t}: {:.0} vs {name} {:.0} stats/s]",
+            "{head} {:.2}x (target >= {target}: {}) [T={t}: {:.0} vs {name} {:.0} stats/s{peer_timeouts}]",
             v / b,
-            if v / b >= 1.2 { "met" } else { "NOT met" },
+            if v / b >= target { "met" } else { "NOT met" },
             v,
             b
         ),
@@ -1209,32 +1344,73 @@ mod tests {
             server_threads: None,
             native_dir: "/tmp".into(),
         };
-        assert_eq!(choose_fs(&o, false).unwrap(), vec![MEMFS, MEMFS_DEV, TMPFS]);
+        let none = MountFlags {
+            source: false,
+            no_watch: false,
+        };
+        let source = MountFlags {
+            source: true,
+            no_watch: false,
+        };
+        let all = MountFlags {
+            source: true,
+            no_watch: true,
+        };
+        let names = |o: &FuseStatOpts, m| choose_fs(o, m).map(|(n, _)| n);
+        assert_eq!(names(&o, none).unwrap(), vec![MEMFS, MEMFS_DEV, TMPFS]);
+        // The default-options passthroughs lead; the no-watch one only
+        // where `uvfs mount` has the flag, else skipped with a message.
+        let (n, skipped) = choose_fs(&o, source).unwrap();
         assert_eq!(
-            choose_fs(&o, true).unwrap(),
-            vec![MEMFS, MEMFS_DEV, TMPFS, NATIVE, PASSTHROUGH, LIBFUSE, FBR]
+            n,
+            vec![
+                MEMFS,
+                MEMFS_DEV,
+                TMPFS,
+                NATIVE,
+                PASSTHROUGH_DEFAULT,
+                PASSTHROUGH,
+                LIBFUSE,
+                FBR,
+                FBR_FH,
+                GOFUSE
+            ]
         );
+        assert_eq!(skipped.len(), 1);
+        assert!(skipped[0].contains("--no-watch"), "{skipped:?}");
+        let (n, skipped) = choose_fs(&o, all).unwrap();
+        assert_eq!(
+            &n[4..7],
+            &[PASSTHROUGH_DEFAULT, PASSTHROUGH_NOWATCH, PASSTHROUGH]
+        );
+        assert!(skipped.is_empty());
         o.fs = Some(vec![PASSTHROUGH.into()]);
-        assert!(choose_fs(&o, false).is_err());
-        assert_eq!(choose_fs(&o, true).unwrap(), vec![NATIVE, PASSTHROUGH]);
+        assert!(choose_fs(&o, none).is_err());
+        assert_eq!(names(&o, source).unwrap(), vec![NATIVE, PASSTHROUGH]);
         // The /dev/fuse and readahead-less passthroughs only when asked,
         // with their source tree.
         o.fs = Some(vec![PASSTHROUGH_NORA.into()]);
-        assert_eq!(choose_fs(&o, true).unwrap(), vec![NATIVE, PASSTHROUGH_NORA]);
+        assert_eq!(names(&o, source).unwrap(), vec![NATIVE, PASSTHROUGH_NORA]);
         o.fs = Some(vec![PASSTHROUGH_DEV.into()]);
-        assert!(choose_fs(&o, false).is_err());
-        assert_eq!(choose_fs(&o, true).unwrap(), vec![NATIVE, PASSTHROUGH_DEV]);
+        assert!(choose_fs(&o, none).is_err());
+        assert_eq!(names(&o, source).unwrap(), vec![NATIVE, PASSTHROUGH_DEV]);
+        // Asked for by name without the flag: skipped, not an error.
+        o.fs = Some(vec![PASSTHROUGH_NOWATCH.into()]);
+        let (n, skipped) = choose_fs(&o, source).unwrap();
+        assert_eq!((n.len(), skipped.len()), (0, 1));
         // A peer alone brings the native tree it serves, and needs no
         // `uvfs mount --source`.
         o.fs = Some(vec![FBR.into()]);
-        assert_eq!(choose_fs(&o, false).unwrap(), vec![NATIVE, FBR]);
+        assert_eq!(names(&o, none).unwrap(), vec![NATIVE, FBR]);
+        o.fs = Some(vec![GOFUSE.into(), FBR_FH.into()]);
+        assert_eq!(names(&o, none).unwrap(), vec![NATIVE, FBR_FH, GOFUSE]);
         o.fs = Some(vec![LIBFUSE.into(), PASSTHROUGH.into()]);
         assert_eq!(
-            choose_fs(&o, true).unwrap(),
+            names(&o, source).unwrap(),
             vec![NATIVE, PASSTHROUGH, LIBFUSE]
         );
         o.fs = Some(vec!["ext9".into()]);
-        assert!(choose_fs(&o, true).is_err());
+        assert!(choose_fs(&o, source).is_err());
     }
 
     fn key(fs: &str, served: bool) -> RowKey<'_> {
@@ -1397,6 +1573,75 @@ mod tests {
         assert!(g
             .iter()
             .all(|g| g.bars.iter().all(|b| b.0 != LIBFUSE && b.0 != FBR)));
+    }
+
+    #[test]
+    fn default_rows_pass_no_timeouts_and_lead_the_summary() {
+        let o = FuseStatOpts {
+            common: CommonOpts::default(),
+            threads: vec![1],
+            files: None,
+            per_dir: 100,
+            fs: None,
+            timeout: 60.0,
+            server_threads: Some(3),
+            native_dir: "/tmp".into(),
+        };
+        let shape = TreeShape {
+            files: 10,
+            subtrees: 1,
+            per_dir: 10,
+            fanout: 32,
+        };
+        let src = Some(Path::new("/src"));
+        assert_eq!(
+            server_args(&o, &shape, src, PASSTHROUGH_DEFAULT).join(" "),
+            "--source /src"
+        );
+        assert_eq!(
+            server_args(&o, &shape, src, PASSTHROUGH_NOWATCH).join(" "),
+            "--source /src --no-watch"
+        );
+        let tuned = server_args(&o, &shape, src, PASSTHROUGH).join(" ");
+        assert!(
+            tuned.starts_with("--entry-timeout 60 --attr-timeout 60 --vnodes"),
+            "{tuned}"
+        );
+        assert!(tuned.ends_with("--threads 3 --source /src"), "{tuned}");
+
+        let mut r = Report::new("fuse-stat");
+        let mut push = |fs: &str, pass: &str, rate: f64, rps: f64| {
+            let mut x = row!("fs" => fs, "pass" => pass, "threads" => 1,
+                "stats_per_sec" => rate, "requests_per_stat" => rps);
+            match options_of(fs) {
+                Some(opt) => x.insert("options".into(), json!(opt)),
+                None => x.insert("entry_timeout".into(), json!(1.0)),
+            };
+            r.rows.push(x);
+        };
+        push(NATIVE, "warm", 1000.0, 0.0);
+        push(PASSTHROUGH_DEFAULT, "warm", 950.0, 0.0);
+        push(PASSTHROUGH_NOWATCH, "warm", 300.0, 1.02);
+        push(GOFUSE, "warm", 150.0, 0.0);
+        push(FBR_FH, "warm", 100.0, 0.0);
+        add_ratios(&mut r);
+        let s = summary(&r);
+        let first = s
+            .iter()
+            .position(|l| l.starts_with(PASSTHROUGH_DEFAULT))
+            .expect("a default line");
+        assert_eq!(first, 1, "right after the timeouts line: {s:?}");
+        let all = s.join("\n");
+        assert!(
+            all.contains("uvfs-passthrough-default warm T=1: 950 stats/s = 0.95x native; 0.000 requests/stat (target >= 0.9x native, 0 requests/stat: met)"),
+            "{all}"
+        );
+        assert!(all.contains("uvfs-passthrough-nowatch warm T=1: 300 stats/s = 0.30x native; 1.020 requests/stat"), "{all}");
+        assert!(
+            all.contains("uvfs-passthrough-nowatch warm vs best completing peer: 2.00x (target >= 1.5: met) [T=1: 300 vs go-fuse-loopback 150 stats/s, peers at timeout 1 s]"),
+            "{all}"
+        );
+        assert!(all.contains("no timeout given"), "{all}");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 pub mod alloc;
 pub mod cache;
 pub mod cleanup;
+pub mod coherence;
 pub mod cputime;
 pub mod freebsd;
 pub mod fuse_mount;

@@ -8,8 +8,17 @@
 //! * `fuse-backend-rs`: the `PassthroughFs` of the fuse-backend-rs crate
 //!   (Cloud Hypervisor, Kata, nydus), behind a small main in
 //!   `peers/fbr-passthrough`; also one `O_PATH` fd per inode by default.
+//! * `fuse-backend-rs-fh`: the same with `inode_file_handles`: a file handle
+//!   per inode instead of an fd, opened by handle when needed.
+//! * `go-fuse-loopback`: go-fuse's loopback file system (`fs.NewLoopbackRoot`
+//!   served by `fs.Mount`, as go-fuse's `example/loopback`), behind a small
+//!   main in `peers/gofuse-loopback`.
 //!
-//! Both are compiled by `scripts/build-peers.sh` into
+//! A peer runs either at given timeouts ([`PeerOptions::timeout_secs`]) or
+//! at its own defaults, what a user who types no option gets
+//! ([`PeerKind::default_timeout_secs`]).
+//!
+//! All are compiled by `scripts/build-peers.sh` into
 //! `<cargo target dir>/peers/`; [`PeerMount::start`] runs the script when
 //! the binary is missing, so a benchmark needs no separate step.
 //!
@@ -45,17 +54,37 @@ pub const DEFAULT_TIMEOUT_SECS: f64 = 60.0;
 pub enum PeerKind {
     LibfusePassthroughLl,
     FuseBackendRs,
+    FuseBackendRsFh,
+    GoFuseLoopback,
 }
 
 impl PeerKind {
     /// Every peer, in the order benchmarks run them.
-    pub const ALL: [PeerKind; 2] = [PeerKind::LibfusePassthroughLl, PeerKind::FuseBackendRs];
+    pub const ALL: [PeerKind; 4] = [
+        PeerKind::LibfusePassthroughLl,
+        PeerKind::FuseBackendRs,
+        PeerKind::FuseBackendRsFh,
+        PeerKind::GoFuseLoopback,
+    ];
 
     /// The name rows and `--fs` use.
     pub const fn name(&self) -> &'static str {
         match self {
             PeerKind::LibfusePassthroughLl => "libfuse-passthrough_ll",
             PeerKind::FuseBackendRs => "fuse-backend-rs",
+            PeerKind::FuseBackendRsFh => "fuse-backend-rs-fh",
+            PeerKind::GoFuseLoopback => "go-fuse-loopback",
+        }
+    }
+
+    /// The entry and attribute timeout the peer gives the kernel when run
+    /// without one: libfuse's `passthrough_ll` 1 s (its `cache=auto`),
+    /// fuse-backend-rs's `Config::default()` 5 s, go-fuse's
+    /// `example/loopback` 1 s.
+    pub const fn default_timeout_secs(&self) -> f64 {
+        match self {
+            PeerKind::LibfusePassthroughLl | PeerKind::GoFuseLoopback => 1.0,
+            PeerKind::FuseBackendRs | PeerKind::FuseBackendRsFh => 5.0,
         }
     }
 
@@ -69,7 +98,8 @@ impl PeerKind {
     pub fn binary(&self) -> &'static str {
         match self {
             PeerKind::LibfusePassthroughLl => "passthrough_ll",
-            PeerKind::FuseBackendRs => "fbr-passthrough",
+            PeerKind::FuseBackendRs | PeerKind::FuseBackendRsFh => "fbr-passthrough",
+            PeerKind::GoFuseLoopback => "gofuse-loopback",
         }
     }
 
@@ -84,26 +114,43 @@ impl PeerKind {
                 // -f: stay in the foreground (we reap it); multi-threaded
                 // is libfuse's default; clone_fd gives each thread its own
                 // /dev/fuse fd, as uvfs's request loops have.
-                let mut a = vec![
-                    "-f".into(),
-                    "-o".into(),
-                    format!("source={src}"),
-                    "-o".into(),
-                    format!("timeout={}", o.timeout_secs),
-                    "-o".into(),
-                    "clone_fd".into(),
-                ];
+                let mut a = vec!["-f".into(), "-o".into(), format!("source={src}")];
+                if let Some(t) = o.timeout_secs {
+                    a.extend(["-o".into(), format!("timeout={t}")]);
+                }
+                a.extend(["-o".into(), "clone_fd".into()]);
                 if let Some(n) = o.threads {
                     a.extend(["-o".into(), format!("max_threads={n}")]);
                 }
                 a.push(mnt);
                 a
             }
-            PeerKind::FuseBackendRs => {
-                let mut a = vec![src, mnt, "--timeout".into(), o.timeout_secs.to_string()];
+            PeerKind::FuseBackendRs | PeerKind::FuseBackendRsFh => {
+                let mut a = vec![src, mnt];
+                if let Some(t) = o.timeout_secs {
+                    a.extend(["--timeout".into(), t.to_string()]);
+                }
                 if let Some(n) = o.threads {
                     a.extend(["--threads".into(), n.to_string()]);
                 }
+                if *self == PeerKind::FuseBackendRsFh {
+                    a.push("--file-handles".into());
+                }
+                a
+            }
+            // go-fuse serves each request on a goroutine of its own: it
+            // has no thread count to set.
+            PeerKind::GoFuseLoopback => {
+                let mut a = Vec::new();
+                if let Some(t) = o.timeout_secs {
+                    a.extend([
+                        "-entry-timeout".into(),
+                        t.to_string(),
+                        "-attr-timeout".into(),
+                        t.to_string(),
+                    ]);
+                }
+                a.extend([mnt, src]);
                 a
             }
         }
@@ -113,17 +160,36 @@ impl PeerKind {
 /// How a peer is run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PeerOptions {
-    /// Entry and attribute timeout, seconds.
-    pub timeout_secs: f64,
+    /// Entry and attribute timeout, seconds; `None`: none is passed, so the
+    /// peer runs at its own default ([`PeerKind::default_timeout_secs`]).
+    pub timeout_secs: Option<f64>,
     /// Request threads (libfuse: its `max_threads`); `None`: the peer's
     /// own default.
     pub threads: Option<usize>,
 }
 
+impl PeerOptions {
+    /// The peer as a user who types no option runs it.
+    pub fn peer_defaults() -> Self {
+        PeerOptions {
+            timeout_secs: None,
+            threads: None,
+        }
+    }
+
+    /// The entry and attribute timeout `kind` runs with under these
+    /// options.
+    pub fn effective_timeout_secs(&self, kind: PeerKind) -> f64 {
+        self.timeout_secs
+            .unwrap_or_else(|| kind.default_timeout_secs())
+    }
+}
+
+/// [`DEFAULT_TIMEOUT_SECS`], the peer's own thread count.
 impl Default for PeerOptions {
     fn default() -> Self {
         PeerOptions {
-            timeout_secs: DEFAULT_TIMEOUT_SECS,
+            timeout_secs: Some(DEFAULT_TIMEOUT_SECS),
             threads: None,
         }
     }
@@ -367,12 +433,14 @@ mod tests {
             "libfuse-passthrough_ll"
         );
         assert_eq!(PeerKind::FuseBackendRs.name(), "fuse-backend-rs");
+        assert_eq!(PeerKind::FuseBackendRsFh.name(), "fuse-backend-rs-fh");
+        assert_eq!(PeerKind::GoFuseLoopback.name(), "go-fuse-loopback");
     }
 
     #[test]
     fn command_lines() {
         let o = PeerOptions {
-            timeout_secs: 60.0,
+            timeout_secs: Some(60.0),
             threads: None,
         };
         let ll = PeerKind::LibfusePassthroughLl.args(Path::new("/src"), Path::new("/mnt"), &o);
@@ -381,11 +449,43 @@ mod tests {
             "-f -o source=/src -o timeout=60 -o clone_fd /mnt"
         );
         let o = PeerOptions {
-            timeout_secs: 1.5,
+            timeout_secs: Some(1.5),
             threads: Some(4),
         };
         let fbr = PeerKind::FuseBackendRs.args(Path::new("/src"), Path::new("/mnt"), &o);
         assert_eq!(fbr.join(" "), "/src /mnt --timeout 1.5 --threads 4");
+        let fh = PeerKind::FuseBackendRsFh.args(Path::new("/src"), Path::new("/mnt"), &o);
+        assert_eq!(
+            fh.join(" "),
+            "/src /mnt --timeout 1.5 --threads 4 --file-handles"
+        );
+        let go = PeerKind::GoFuseLoopback.args(Path::new("/src"), Path::new("/mnt"), &o);
+        assert_eq!(
+            go.join(" "),
+            "-entry-timeout 1.5 -attr-timeout 1.5 /mnt /src",
+            "go-fuse takes the mountpoint first and has no thread count"
+        );
+    }
+
+    #[test]
+    fn peer_defaults_pass_no_timeout() {
+        let o = PeerOptions::peer_defaults();
+        let (src, mnt) = (Path::new("/src"), Path::new("/mnt"));
+        let line = |k: PeerKind| k.args(src, mnt, &o).join(" ");
+        assert_eq!(
+            line(PeerKind::LibfusePassthroughLl),
+            "-f -o source=/src -o clone_fd /mnt"
+        );
+        assert_eq!(line(PeerKind::FuseBackendRs), "/src /mnt");
+        assert_eq!(line(PeerKind::FuseBackendRsFh), "/src /mnt --file-handles");
+        assert_eq!(line(PeerKind::GoFuseLoopback), "/mnt /src");
+        assert_eq!(o.effective_timeout_secs(PeerKind::FuseBackendRs), 5.0);
+        assert_eq!(o.effective_timeout_secs(PeerKind::GoFuseLoopback), 1.0);
+        let given = PeerOptions::default();
+        assert_eq!(
+            given.effective_timeout_secs(PeerKind::FuseBackendRs),
+            DEFAULT_TIMEOUT_SECS
+        );
     }
 
     #[test]

@@ -207,7 +207,10 @@ fn peer_options(o: &SeqioOpts) -> PeerOptions {
 
 /// `uvfs mount` arguments matching [`peer_options`].
 fn uvfs_args(o: &SeqioOpts) -> Vec<String> {
-    let t = peer_options(o).timeout_secs.to_string();
+    let t = peer_options(o)
+        .timeout_secs
+        .unwrap_or(crate::peers::DEFAULT_TIMEOUT_SECS)
+        .to_string();
     let mut a = vec![
         "--entry-timeout".into(),
         t.clone(),

@@ -57,6 +57,10 @@ enum Workload {
     /// Sequential write and read of one large file through the passthrough
     /// mount, against native, the peers, and memfs.
     Seqio(uvfs_bench::seqio::SeqioOpts),
+    /// Time until a change made on the host in a passthrough's source
+    /// shows through the mount, per kind of change: uvfs with default
+    /// options against each peer at its defaults.
+    Coherence(uvfs_bench::coherence::CoherenceOpts),
     /// Every workload above, results (JSON + SVG) into one directory.
     All(bench_all::AllOpts),
 }
@@ -171,6 +175,13 @@ fn main() -> ExitCode {
                 uvfs_bench::fusestat::summary,
                 uvfs_bench::fusestat::chart,
             ),
+            Workload::Coherence(o) => finish(
+                uvfs_bench::coherence::run(&o),
+                uvfs_bench::coherence::COLUMNS,
+                &o.common,
+                uvfs_bench::coherence::summary,
+                uvfs_bench::coherence::chart,
+            ),
             // A failed pass (I/O error, wrong content) fails the command,
             // after the table shows it.
             Workload::Seqio(o) => uvfs_bench::seqio::run(&o).and_then(|r| {
@@ -223,6 +234,9 @@ mod tests {
             "bench fuse-stat --per-dir 0",
             "bench fuse-stat --timeout nan",
             "bench seqio --server-threads 0",
+            "bench coherence --trials 0",
+            "bench coherence --wait 0",
+            "bench coherence --poll-ms -1",
         ] {
             assert!(!parses(bad), "accepted: {bad}");
         }
@@ -230,6 +244,7 @@ mod tests {
             "bench statstorm --threads 1,2 --files 1000 --limit 10 --repeats 1",
             "bench readseek --threads 1 --secs 0.1 --truncate-every 5",
             "bench fuse-stat --files 10 --per-dir 1 --timeout 0",
+            "bench coherence --trials 3 --wait 1.5 --poll-ms 0.5 --kinds chmod,rename",
         ] {
             assert!(parses(good), "rejected: {good}");
         }

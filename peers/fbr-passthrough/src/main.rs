@@ -1,4 +1,4 @@
-//! `fbr-passthrough SOURCE MOUNTPOINT [--threads N] [--timeout SECS]`
+//! `fbr-passthrough SOURCE MOUNTPOINT [--threads N] [--timeout SECS] [--file-handles]`
 //!
 //! fuse-backend-rs's `PassthroughFs` over `/dev/fuse`, as its own example
 //! daemon serves it (default configuration, one `FuseChannel` per worker
@@ -7,9 +7,12 @@
 //! the mount goes away (`umount MOUNTPOINT`) or it gets SIGTERM, SIGINT or
 //! SIGHUP, on which it unmounts and exits 0.
 //!
-//! `--timeout` sets the entry and attribute timeouts (default 60 s, as the
-//! benchmark gives uvfs), `--threads` the request loops (default: the
-//! number of CPUs, at least 2, as `uvfs mount`).
+//! `--timeout` sets the entry and attribute timeouts (default: the crate's
+//! own, `Config::default()`'s, which is what an embedder that sets none
+//! gets), `--threads` the request loops (default: the number of CPUs, at
+//! least 2, as `uvfs mount`), `--file-handles` has it keep a file handle per
+//! inode instead of an `O_PATH` fd (`Config::inode_file_handles`), so the
+//! fds it holds no longer grow with the inodes the kernel knows.
 
 use fuse_backend_rs::api::server::Server;
 use fuse_backend_rs::passthrough::{Config, PassthroughFs};
@@ -26,15 +29,19 @@ struct Args {
     source: PathBuf,
     mountpoint: PathBuf,
     threads: usize,
-    timeout: Duration,
+    /// `None`: the crate's default.
+    timeout: Option<Duration>,
+    file_handles: bool,
 }
 
-const USAGE: &str = "usage: fbr-passthrough SOURCE MOUNTPOINT [--threads N] [--timeout SECS]";
+const USAGE: &str =
+    "usage: fbr-passthrough SOURCE MOUNTPOINT [--threads N] [--timeout SECS] [--file-handles]";
 
 fn parse_args() -> Result<Args, String> {
     let mut pos = Vec::new();
     let mut threads = std::thread::available_parallelism().map_or(2, |n| n.get().max(2));
-    let mut timeout = Duration::from_secs(60);
+    let mut timeout = None;
+    let mut file_handles = false;
     let mut it = std::env::args_os().skip(1);
     while let Some(a) = it.next() {
         let mut value = |name: &str| {
@@ -54,8 +61,9 @@ fn parse_args() -> Result<Args, String> {
                     .parse()
                     .map_err(|e| format!("--timeout: {e}"))?;
                 timeout =
-                    Duration::try_from_secs_f64(secs).map_err(|e| format!("--timeout: {e}"))?;
+                    Some(Duration::try_from_secs_f64(secs).map_err(|e| format!("--timeout: {e}"))?);
             }
+            Some("--file-handles") => file_handles = true,
             Some("-h" | "--help") => return Err(USAGE.into()),
             _ => pos.push(PathBuf::from(a)),
         }
@@ -66,6 +74,7 @@ fn parse_args() -> Result<Args, String> {
         mountpoint,
         threads,
         timeout,
+        file_handles,
     })
 }
 
@@ -134,15 +143,17 @@ fn run(a: Args) -> Result<(), String> {
         return Err(format!("{:?} is not a directory", a.source));
     }
     let signals = block_signals();
+    let defaults = Config::default();
     let cfg = Config {
         root_dir: a
             .source
             .to_str()
             .ok_or("SOURCE must be valid UTF-8")?
             .to_string(),
-        entry_timeout: a.timeout,
-        attr_timeout: a.timeout,
-        ..Config::default()
+        entry_timeout: a.timeout.unwrap_or(defaults.entry_timeout),
+        attr_timeout: a.timeout.unwrap_or(defaults.attr_timeout),
+        inode_file_handles: a.file_handles,
+        ..defaults
     };
     let fs = Fs::new(cfg).map_err(|e| format!("passthrough over {:?}: {e}", a.source))?;
     let server = Arc::new(Server::new(Arc::new(fs)));
