@@ -191,3 +191,48 @@ fn revalidating_known_files_opens_nothing() {
         "a revalidation opened a file"
     );
 }
+
+#[test]
+fn a_source_renamed_or_removed_under_the_mount_stays_coherent() {
+    if let Err(why) = can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let m = Mounted::new("source-moved", &["--source", "src"]);
+    if !watched(&m) {
+        return;
+    }
+    let mnt = m.mnt.clone();
+    fs::write(m.src().join("a"), b"1").unwrap();
+    assert!(meta(&mnt.join("a")).is_some());
+    // Changes beside the source, on the same file system: not the mount's.
+    let outside = m.scratch.join("outside");
+    fs::create_dir(&outside).unwrap();
+    let ignored = m.counter("passthrough.watch.ignored");
+    for i in 0..20 {
+        fs::write(outside.join(format!("o{i}")), b"x").unwrap();
+    }
+    shows("events outside the source", || {
+        m.counter("passthrough.watch.ignored") > ignored
+    });
+    assert!(meta(&mnt.join("o0")).is_none());
+    // The source directory renamed on the host: the mount serves it still.
+    let moved = m.scratch.join("moved");
+    fs::rename(m.src(), &moved).unwrap();
+    fs::write(moved.join("b"), b"2").unwrap();
+    shows("a file made after the rename", || {
+        meta(&mnt.join("b")).is_some()
+    });
+    fs::remove_file(moved.join("a")).unwrap();
+    shows("a file removed after the rename", || {
+        meta(&mnt.join("a")).is_none()
+    });
+    // Removed altogether: nothing stale is shown, nothing hangs.
+    fs::remove_dir_all(&moved).unwrap();
+    shows("the source's files gone", || meta(&mnt.join("b")).is_none());
+    let listing: Vec<_> = fs::read_dir(&mnt)
+        .map(|d| d.filter_map(|e| e.ok()).collect())
+        .unwrap_or_default();
+    assert!(listing.is_empty(), "{listing:?}");
+    fs::create_dir(m.src()).unwrap(); // for the drop's cleanup
+}
