@@ -49,9 +49,13 @@ const READ_BUF: usize = 64 << 10;
 /// How often a waiting watcher looks whether it should stop.
 const POLL_MS: libc::c_int = 200;
 
-/// How long events gather after a wake-up before the next read (bounds
+/// How long events gather after a burst before the next read (bounds
 /// the latency the watcher adds to a change in a burst).
 const GATHER: Duration = Duration::from_millis(1);
+
+/// Bytes of events read at one wake-up that make it a burst (some tens
+/// of events; a single change makes one to three).
+const BURST_BYTES: usize = 4096;
 
 /// Entries of the source sampled to learn its handles' layout.
 const SAMPLES: usize = 64;
@@ -253,12 +257,12 @@ fn run(sh: &Shared, sink: &dyn ChangeSink) {
         }
         // Each read's events are reported as they come: on a busy file
         // system the queue may never run dry.
-        let mut any = false;
+        let mut bytes = 0;
         loop {
             match sh.group.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => {
-                    any = true;
+                    bytes += n;
                     sh.batch(&buf[..n], sink);
                     sink.batch_done();
                 }
@@ -270,11 +274,11 @@ fn run(sh: &Shared, sink: &dyn ChangeSink) {
                 }
             }
         }
-        // Woken by a change, the next ones are likely near: let them
-        // gather for a moment, so that a burst (an unpack on the host) is
-        // read in a few large reads instead of a wake-up per event, which
-        // would cost far more than the event itself.
-        if any {
+        // In a burst (an unpack on the host) the next events are near:
+        // let them gather for a moment, so that they are read in a few
+        // large reads instead of a wake-up per event, which would cost far
+        // more than the event itself. A lone change is not held up.
+        if bytes >= BURST_BYTES {
             std::thread::sleep(GATHER);
         }
     }
