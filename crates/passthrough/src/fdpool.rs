@@ -46,6 +46,13 @@ use uvfs_vfs::{Errno, VfsResult};
 /// fd, which a concurrent reservation may take first).
 const MAX_EVICT_ROUNDS: usize = 1024;
 
+/// Cached and borrowed fds (those not open files) beyond which caching
+/// one more gives an idle one back. A reopen through a handle costs a
+/// few microseconds, so keeping every directory's fd saves little, while
+/// holding thousands of them makes a long-running server look like it
+/// leaks (and pins their inodes in the backing file system's cache).
+pub const CACHED_FDS: usize = 64;
+
 /// Smallest budget accepted: a lookup needs the directory's fd and the
 /// new one, a fallback reopen one more per ancestor it must reopen.
 pub const MIN_BUDGET: usize = 8;
@@ -66,6 +73,9 @@ pub struct PoolCounters {
     pub second_chances: AtomicU64,
     /// Reservations refused because nothing could be evicted.
     pub exhausted: AtomicU64,
+    /// Idle cached fds given back because more than [`CACHED_FDS`] were
+    /// cached (of `evictions`).
+    pub trimmed: AtomicU64,
 }
 
 /// The budget and the ring of cached fds.
@@ -208,13 +218,25 @@ impl FdPool {
         self.used.fetch_sub(1, Ordering::Relaxed);
     }
 
-    /// Puts a node that just cached an fd on the ring.
+    /// Puts a node that just cached an fd on the ring; past
+    /// [`CACHED_FDS`] fds that are not open files, gives one idle cached
+    /// fd back (CLOCK), so that a walk holds about as many fds as it
+    /// lists directories at once, not one per directory it ever saw.
     pub(crate) fn enter(&self, node: &Arc<Node>) {
-        let mut r = self.clock.lock();
-        r.q.push_back(Arc::downgrade(node));
-        if r.q.len() > 2 * r.compacted_len.max(512) {
-            r.q.retain(|w| w.strong_count() > 0);
-            r.compacted_len = r.q.len();
+        {
+            let mut r = self.clock.lock();
+            r.q.push_back(Arc::downgrade(node));
+            if r.q.len() > 2 * r.compacted_len.max(512) {
+                r.q.retain(|w| w.strong_count() > 0);
+                r.compacted_len = r.q.len();
+            }
+        }
+        let not_open = self
+            .used
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.open_files.load(Ordering::Relaxed));
+        if not_open > CACHED_FDS && self.evict_one() {
+            self.counters.trimmed.fetch_add(1, Ordering::Relaxed);
         }
     }
 

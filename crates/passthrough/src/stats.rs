@@ -79,6 +79,11 @@ impl PassthroughFs {
                 "Idle cached fds given back to the budget",
             ),
             (
+                "passthrough.fds.trimmed",
+                ld(&pc.trimmed),
+                "Idle cached fds given back because more than 64 were cached (of the evictions)",
+            ),
+            (
                 "passthrough.fds.second_chances",
                 ld(&pc.second_chances),
                 "Cached fds spared once because recently used",
