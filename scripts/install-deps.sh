@@ -6,7 +6,8 @@
 # (it only defines/exports PATH additions; errors are handled in a subshell-free
 # way compatible with `set -euo pipefail` callers).
 #
-#   Debian:  fuse3 libfuse3-dev libacl1-dev stress-ng pkg-config
+#   Debian:  fuse3 libfuse3-dev libacl1-dev stress-ng pkg-config, git sqlite3
+#            (what `uvfs bench devwork` runs on each file system)
 #   rustup:  rustfmt, clippy (stable)
 #   cargo:   pjdfstest 0.2.x, fsx 0.3.x   (cargo install --locked)
 #   users:   "tests", the dummy user pjdfstest switches to besides "nobody"
@@ -40,7 +41,7 @@ _uvfs_install_deps() {
     esac
 
     # ---- Debian packages -------------------------------------------------
-    local pkgs=(fuse3 libfuse3-dev libacl1-dev stress-ng pkg-config)
+    local pkgs=(fuse3 libfuse3-dev libacl1-dev stress-ng pkg-config git sqlite3)
     local missing=() p
     for p in "${pkgs[@]}"; do
         if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$'; then

@@ -6,6 +6,7 @@ pub mod alloc;
 pub mod cache;
 pub mod cleanup;
 pub mod cputime;
+pub mod devwork;
 pub mod freebsd;
 pub mod fuse_mount;
 pub mod fusestat;

@@ -57,6 +57,9 @@ enum Workload {
     /// Sequential write and read of one large file through the passthrough
     /// mount, against native, the peers, and memfs.
     Seqio(uvfs_bench::seqio::SeqioOpts),
+    /// Everyday work on each file system with default mount options:
+    /// untar, git add+commit, git status, git grep, SQLite, rm -rf.
+    Devwork(uvfs_bench::devwork::DevworkOpts),
     /// Every workload above, results (JSON + SVG) into one directory.
     All(bench_all::AllOpts),
 }
@@ -184,6 +187,19 @@ fn main() -> ExitCode {
                 )
                 .and(failed)
             }),
+            // A failed step or check (wrong tree, git or SQLite output)
+            // fails the command, after the table shows it.
+            Workload::Devwork(o) => uvfs_bench::devwork::run(&o).and_then(|r| {
+                let failed = uvfs_bench::devwork::check(&r);
+                finish(
+                    Ok(r),
+                    &uvfs_bench::devwork::COLUMNS,
+                    &o.common(),
+                    uvfs_bench::devwork::summary,
+                    uvfs_bench::devwork::chart,
+                )
+                .and(failed)
+            }),
         },
     };
     // A benchmark stopped by a signal fails on what the cleanup pulled
@@ -223,6 +239,8 @@ mod tests {
             "bench fuse-stat --per-dir 0",
             "bench fuse-stat --timeout nan",
             "bench seqio --server-threads 0",
+            "bench devwork --repeats 0",
+            "bench devwork --files 0",
         ] {
             assert!(!parses(bad), "accepted: {bad}");
         }
@@ -230,6 +248,7 @@ mod tests {
             "bench statstorm --threads 1,2 --files 1000 --limit 10 --repeats 1",
             "bench readseek --threads 1 --secs 0.1 --truncate-every 5",
             "bench fuse-stat --files 10 --per-dir 1 --timeout 0",
+            "bench devwork --quick --fs uvfs-memfs,native --repeats 2",
         ] {
             assert!(parses(good), "rejected: {good}");
         }
