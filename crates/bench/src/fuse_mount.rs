@@ -393,6 +393,13 @@ impl ServerMount {
         with_uring_offered(|| Self::start_now(tag, extra))
     }
 
+    /// [`ServerMount::start`] with the kernel's settings left as they are:
+    /// FUSE over io_uring only where the machine (or the server itself)
+    /// has the kernel offer it, as a user's `uvfs mount` gets.
+    pub fn start_as_is(tag: &str, extra: &[String]) -> io::Result<ServerMount> {
+        Self::start_now(tag, extra)
+    }
+
     fn start_now(tag: &str, extra: &[String]) -> io::Result<ServerMount> {
         check_fuse()?;
         let exe = std::env::current_exe()?;

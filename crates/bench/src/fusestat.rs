@@ -465,7 +465,7 @@ fn walk_all(root: &Path, shape: &TreeShape, threads: usize) -> WalkOutcome {
 /// Runs `f`; if it has not returned within `limit`, kills `pid` (so a walk
 /// blocked on a hung server fails instead of hanging the benchmark).
 /// Returns `f`'s result and whether the server was killed.
-fn with_watchdog<R>(pid: Option<u32>, limit: Duration, f: impl FnOnce() -> R) -> (R, bool) {
+pub fn with_watchdog<R>(pid: Option<u32>, limit: Duration, f: impl FnOnce() -> R) -> (R, bool) {
     let Some(pid) = pid else {
         return (f(), false);
     };

@@ -7,6 +7,7 @@ pub mod cache;
 pub mod cleanup;
 pub mod coherence;
 pub mod cputime;
+pub mod devwork;
 pub mod freebsd;
 pub mod fuse_mount;
 pub mod fusestat;

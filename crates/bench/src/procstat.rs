@@ -68,6 +68,22 @@ pub fn fd_count(pid: u32) -> io::Result<u64> {
     Ok(std::fs::read_dir(&dir)?.count() as u64)
 }
 
+/// io_uring instances `pid` has open (its fds that are
+/// `anon_inode:[io_uring]`): a FUSE server taking requests through
+/// io_uring holds at least one.
+pub fn io_uring_fds(pid: u32) -> io::Result<usize> {
+    let mut n = 0;
+    for e in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
+        // An fd may close between the listing and the readlink.
+        if e.and_then(|e| std::fs::read_link(e.path()))
+            .is_ok_and(|t| t.as_os_str() == "anon_inode:[io_uring]")
+        {
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
 /// Fds, RSS and peak RSS of `pid` now.
 pub fn usage(pid: u32) -> io::Result<ProcUsage> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;

@@ -49,7 +49,7 @@ mod pattern;
 mod rows;
 
 pub use passes::PassSample;
-pub use pattern::{Mismatch, Pattern, PAGE};
+pub use pattern::{splitmix, Mismatch, Pattern, PAGE};
 pub use rows::{add_ratios, build_row, chart, check, summary, COLUMNS, OPS};
 
 use crate::fuse_mount::{self, ScratchDir, ServerMount, Tmpfs};

@@ -17,6 +17,7 @@ pub struct AllOpts {
     #[arg(long, value_delimiter = ',', default_values_t = vec![
         "statstorm".to_string(), "prune".to_string(), "memory".to_string(), "readseek".to_string(),
         "fuse-stat".to_string(), "seqio".to_string(), "coherence".to_string(),
+        "devwork".to_string(),
     ])]
     pub workloads: Vec<String>,
 }

@@ -61,6 +61,9 @@ enum Workload {
     /// shows through the mount, per kind of change: uvfs with default
     /// options against each peer at its defaults.
     Coherence(uvfs_bench::coherence::CoherenceOpts),
+    /// Everyday work on each file system with default mount options:
+    /// untar, git add+commit, git status, git grep, SQLite, rm -rf.
+    Devwork(uvfs_bench::devwork::DevworkOpts),
     /// Every workload above, results (JSON + SVG) into one directory.
     All(bench_all::AllOpts),
 }
@@ -195,6 +198,19 @@ fn main() -> ExitCode {
                 )
                 .and(failed)
             }),
+            // A failed step or check (wrong tree, git or SQLite output)
+            // fails the command, after the table shows it.
+            Workload::Devwork(o) => uvfs_bench::devwork::run(&o).and_then(|r| {
+                let failed = uvfs_bench::devwork::check(&r);
+                finish(
+                    Ok(r),
+                    &uvfs_bench::devwork::COLUMNS,
+                    &o.common(),
+                    uvfs_bench::devwork::summary,
+                    uvfs_bench::devwork::chart,
+                )
+                .and(failed)
+            }),
         },
     };
     // A benchmark stopped by a signal fails on what the cleanup pulled
@@ -237,6 +253,8 @@ mod tests {
             "bench coherence --trials 0",
             "bench coherence --wait 0",
             "bench coherence --poll-ms -1",
+            "bench devwork --repeats 0",
+            "bench devwork --files 0",
         ] {
             assert!(!parses(bad), "accepted: {bad}");
         }
@@ -245,6 +263,7 @@ mod tests {
             "bench readseek --threads 1 --secs 0.1 --truncate-every 5",
             "bench fuse-stat --files 10 --per-dir 1 --timeout 0",
             "bench coherence --trials 3 --wait 1.5 --poll-ms 0.5 --kinds chmod,rename",
+            "bench devwork --quick --fs uvfs-memfs,native --repeats 2",
         ] {
             assert!(parses(good), "rejected: {good}");
         }
