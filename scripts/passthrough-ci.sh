@@ -139,6 +139,15 @@ if mount_pt "$SHM" --server-io; then
     umount "$MNT"
 fi
 
+if mount_pt "$SHM" --no-watch; then
+    if FSX_SEEDS=7 FSX_NUMOPS="$FSX_SERVER_IO_OPS" "$ROOT/scripts/fsx.sh" "$MNT"; then
+        pass "fsx (--no-watch): seed 7 x $FSX_SERVER_IO_OPS ops"
+    else
+        fail "fsx (--no-watch)"
+    fi
+    umount "$MNT"
+fi
+
 # --- 2b. differential test against ext4 ----------------------------------
 # The same random operations (scripts/difftest.py) on a passthrough of an
 # ext4 directory and on another ext4 directory: every result must match.
