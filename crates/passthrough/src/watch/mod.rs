@@ -49,13 +49,10 @@ const READ_BUF: usize = 64 << 10;
 /// How often a waiting watcher looks whether it should stop.
 const POLL_MS: libc::c_int = 200;
 
-/// How long events gather after a burst before the next read (bounds
-/// the latency the watcher adds to a change in a burst).
+/// How long events gather after a wake-up before the next read (bounds
+/// the latency the watcher adds to a change that follows another).
 const GATHER: Duration = Duration::from_millis(1);
 
-/// Bytes of events read at one wake-up that make it a burst (some tens
-/// of events; a single change makes one to three).
-const BURST_BYTES: usize = 4096;
 
 /// Entries of the source sampled to learn its handles' layout.
 const SAMPLES: usize = 64;
@@ -274,11 +271,12 @@ fn run(sh: &Shared, sink: &dyn ChangeSink) {
                 }
             }
         }
-        // In a burst (an unpack on the host) the next events are near:
-        // let them gather for a moment, so that they are read in a few
-        // large reads instead of a wake-up per event, which would cost far
-        // more than the event itself. A lone change is not held up.
-        if bytes >= BURST_BYTES {
+        // After a change the next ones are likely near (an unpack on the
+        // host): let them gather for a moment, so that a stream of events
+        // is read in large reads instead of a wake-up per event, which
+        // costs far more than the event itself. The change that woke us
+        // was reported at once; only those after it wait, at most GATHER.
+        if bytes > 0 {
             std::thread::sleep(GATHER);
         }
     }
