@@ -279,7 +279,11 @@ fn new_server(
     layer: Arc<VnodeLayer>,
     cfg: &ServeConfig,
 ) -> std::io::Result<(Server, Arc<Inner>)> {
-    let server = Server::new(fs, layer, cfg.timeouts, cfg.server_opendir, cfg.read_only)
+    // Names that expire within seconds are better refreshed by listing
+    // directories again than one LOOKUP each (`Server::opendir`), which
+    // needs the OPENDIR that says whether the listing may be kept.
+    let opendir = cfg.server_opendir || cfg.timeouts.entry < crate::server::LISTING_KEPT_FROM;
+    let server = Server::new(fs, layer, cfg.timeouts, opendir, cfg.read_only)
         .map_err(|e| std::io::Error::from_raw_os_error(e.raw()))?;
     let inner = server.inner().clone();
     inner

@@ -129,6 +129,11 @@ thread_local! {
 /// kernel could not be made to forget: a mount's short default.
 const LOST_TRUST_TTL: Duration = Duration::from_secs(1);
 
+/// Entry timeouts from which the kernel is let keep a directory's listing
+/// across opens (`opendir`); shorter ones are served by OPENDIR
+/// (`ServeConfig::server_opendir` is set for them, see `mount.rs`).
+pub const LISTING_KEPT_FROM: Duration = Duration::from_secs(10);
+
 /// The handle READDIR carries when the kernel opened the directory itself.
 const NO_HANDLE: u64 = 0;
 
@@ -1169,18 +1174,25 @@ impl Filesystem for Server {
         let r = self.guard("opendir", |i| {
             let vp = i.nodes.get(ino.0)?;
             let fh = i.fs.opendir(&ctx(req), &vp, flags.0)?;
-            Ok(i.handles.insert(vp, fh, false))
+            let keep = i.entry_ttl(&vp) >= LISTING_KEPT_FROM;
+            Ok((i.handles.insert(vp, fh, false), keep))
         });
         match r {
             // Let the kernel cache the listing across opens: every change
             // to a directory goes through the kernel (fuse_dir_changed drops
-            // the cache), and changes behind a passthrough mount's back show
-            // once the directory's attributes time out and its mtime moved.
-            // Offsets are stable, as a cached listing requires.
-            Ok(h) => reply.opened(
+            // the cache), and changes behind a passthrough mount's back are
+            // reported (changes.rs) or show once the directory's attributes
+            // time out and its mtime moved. Offsets are stable, as a cached
+            // listing requires.
+            Ok((h, true)) => reply.opened(
                 FileHandle(h),
                 FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
             ),
+            // Names that expire within seconds: a cached listing would
+            // leave each of them to a LOOKUP of its own when next used,
+            // where listing again (READDIRPLUS) refreshes a whole
+            // directory's names and attributes in one request.
+            Ok((h, false)) => reply.opened(FileHandle(h), FopenFlags::empty()),
             Err(e) => reply.error(errno(e)),
         }
     }

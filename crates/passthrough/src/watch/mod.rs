@@ -53,7 +53,6 @@ const POLL_MS: libc::c_int = 200;
 /// the latency the watcher adds to a change that follows another).
 const GATHER: Duration = Duration::from_millis(1);
 
-
 /// Entries of the source sampled to learn its handles' layout.
 const SAMPLES: usize = 64;
 
