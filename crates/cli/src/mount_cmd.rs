@@ -145,6 +145,11 @@ pub struct MountOpts {
     /// mount(2) flags from `-o` (`MOUNT_FLAGS`).
     #[arg(skip)]
     pub mount_flags: libc::c_ulong,
+    /// What the mount table shows as the mount's source (findmnt's
+    /// SOURCE, what `umount NAME` finds): the helper's SOURCE argument
+    /// [default: the source directory, or `uvfs-memfs`].
+    #[arg(skip)]
+    pub fsname: Option<String>,
 }
 
 /// `--mode`: octal permission bits.
@@ -378,7 +383,10 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
             mountpoint,
             threads: o.threads,
             timeouts,
-            fsname: src.display().to_string(),
+            fsname: o
+                .fsname
+                .clone()
+                .unwrap_or_else(|| src.display().to_string()),
             control: true,
             server_opendir: o.opendir,
             uring,
@@ -407,7 +415,7 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
         mountpoint,
         threads: o.threads,
         timeouts,
-        fsname: "uvfs-memfs".into(),
+        fsname: o.fsname.clone().unwrap_or_else(|| "uvfs-memfs".into()),
         control: true,
         server_opendir: o.opendir,
         uring,
@@ -501,6 +509,7 @@ mod tests {
             gid: None,
             options: None,
             mount_flags: 0,
+            fsname: None,
         }
     }
 
