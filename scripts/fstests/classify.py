@@ -4,7 +4,9 @@
     classify.py FS OUT EXPECTED_LIST SECONDS
 
 OUT is the run's directory (check.log, results/); EXPECTED_LIST has one
-line per test, `generic/NNN  reason`, `#` comments and blank lines. Prints
+line per test, `generic/NNN  reason`, `#` comments and blank lines; a
+reason that starts with `[flaky]` marks a test that fails only sometimes
+(its passes are noted, not reported as a list to shrink). Prints
 the pass / fail / not-run counts, every failure not on the list (with the
 head of its output diff and of its .full log), the listed tests that
 passed (the list should lose them), and the most common reasons tests did
@@ -73,10 +75,13 @@ def main():
         ran = []
         ok = False
         verdict.append(f"{fs}: check printed no summary (it died or timed out)")
-    passed = [t for t in ran if t not in failures]
+    # check's `Ran:` names every test it started, the ones that found
+    # themselves not applicable (`Not run:`) too.
+    passed = [t for t in ran if t not in failures and t not in set(notrun)]
     unexpected = sorted(failures - expected.keys())
     listed_failed = sorted(failures & expected.keys())
     listed_passed = sorted(set(passed) & expected.keys())
+    to_drop = [t for t in listed_passed if not expected[t].startswith("[flaky]")]
     results = os.path.join(out, "results")
 
     print(f"fstests: {fs}: {len(passed)} passed, {len(failures)} failed "
@@ -102,7 +107,11 @@ def main():
             for line in head(bad, 15):
                 print("    " + line)
     for t in listed_passed:
-        print(f"PASSED BUT LISTED: {fs}: {t} ({expected[t]}): remove it from {os.path.basename(list_path)}")
+        if expected[t].startswith("[flaky]"):
+            print(f"passed this time (listed as flaky): {fs}: {t}")
+        else:
+            print(f"PASSED BUT LISTED: {fs}: {t} ({expected[t]}): remove it from "
+                  f"{os.path.basename(list_path)}")
 
     reasons = collections.Counter()
     for t in notrun:
@@ -117,7 +126,7 @@ def main():
         ok = False
     verdict.append(
         f"{fs}: {len(passed)} passed, {len(failures)} failed ({len(unexpected)} unexpected), "
-        f"{len(notrun)} not run, {len(listed_passed)} listed but passed, {secs}s"
+        f"{len(notrun)} not run, {len(to_drop)} listed but passed, {secs}s"
         + ("" if ok else " -- FAILED"))
     with open(os.path.join(out, "verdict.txt"), "w") as f:
         f.write("\n".join(verdict) + "\n")
