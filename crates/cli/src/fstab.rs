@@ -10,9 +10,19 @@
 //!
 //! mount(8) runs the helper as `mount.uvfs SOURCE TARGET [-sfnv] [-o
 //! OPTIONS]`; SOURCE `memfs` serves a memfs, anything else is the
-//! directory to serve.
+//! directory to serve. With `-o source=DIR` (a passthrough of DIR, the
+//! option libfuse's passthrough examples take) or `-o fs=memfs`, SOURCE is
+//! only the mount's name instead, so that two mounts of one kind can have
+//! names of their own that `findmnt SOURCE` and `umount SOURCE` find, as a
+//! tmpfs's (`umount` cannot find a mount by a source that is a directory:
+//! it takes a directory for a mountpoint).
+//!
+//! ```text
+//! scratch  /mnt/scratch  uvfs  source=/srv/scratch  0 0
+//! memfs-a  /mnt/a        uvfs  fs=memfs,size=1g     0 0
+//! ```
 
-use crate::mount_cmd::{parse_mode, MountOpts, Transport};
+use crate::mount_cmd::{parse_mode, FsKind, MountOpts, Transport};
 use clap::Parser;
 use std::io;
 use std::path::PathBuf;
@@ -111,6 +121,14 @@ pub fn apply(o: &mut MountOpts, options: &str, sloppy: bool) -> io::Result<()> {
             ("no_dir_refresh", None) => o.no_dir_refresh = true,
             ("no_watch", None) => o.no_watch = true,
             ("server_io", None) => o.server_io = true,
+            ("source", _) => o.source = Some(PathBuf::from(text("source")?)),
+            ("fs", _) => {
+                o.fs = Some(match text("fs")?.as_str() {
+                    "memfs" => FsKind::Memfs,
+                    "passthrough" => FsKind::Passthrough,
+                    f => return Err(invalid(format!("fs {f:?}: memfs or passthrough"))),
+                })
+            }
             ("size", _) => o.size = text("size")?,
             ("inodes" | "nr_inodes", _) => o.inodes = Some(text("inodes")?),
             ("mode", _) => o.mode = Some(parse_mode(&text("mode")?).map_err(invalid)?),
@@ -203,11 +221,13 @@ pub fn mount_opts(a: &HelperArgs) -> io::Result<MountOpts> {
     let mut o = Defaults::try_parse_from([std::ffi::OsStr::new("mount"), a.target.as_os_str()])
         .map_err(|e| invalid(e.to_string()))?
         .o;
-    if a.source != "memfs" {
-        o.source = Some(PathBuf::from(&a.source));
-    }
     if let Some(opts) = &a.options {
         apply(&mut o, opts, a.sloppy)?;
+    }
+    if o.source.is_some() || o.fs == Some(FsKind::Memfs) || a.source == "memfs" {
+        o.fsname = Some(a.source.clone());
+    } else {
+        o.source = Some(PathBuf::from(&a.source));
     }
     Ok(o)
 }
@@ -309,6 +329,27 @@ mod tests {
 
         let o = mount_opts(&helper_args(&["memfs", "/mnt/x", "-o", "no_dir_refresh"])).unwrap();
         assert!(o.no_dir_refresh);
+    }
+
+    #[test]
+    fn source_is_a_name_when_the_options_say_what_to_serve() {
+        let o = mount_opts(&helper_args(&["/srv/d", "/m"])).unwrap();
+        assert_eq!((o.source, o.fsname), (Some(PathBuf::from("/srv/d")), None));
+        let o = mount_opts(&helper_args(&["memfs", "/m"])).unwrap();
+        assert_eq!((o.source, o.fsname.as_deref()), (None, Some("memfs")));
+        let o = mount_opts(&helper_args(&["scratch", "/m", "-o", "source=/srv/s"])).unwrap();
+        assert_eq!(o.source, Some(PathBuf::from("/srv/s")));
+        assert_eq!(o.fsname.as_deref(), Some("scratch"));
+        let o = mount_opts(&helper_args(&["memfs-a", "/m", "-o", "fs=memfs,size=1m"])).unwrap();
+        assert_eq!((o.source, o.fs), (None, Some(FsKind::Memfs)));
+        assert_eq!(o.fsname.as_deref(), Some("memfs-a"));
+        // Naming the kind the source implies changes nothing.
+        let o = mount_opts(&helper_args(&["/srv/d", "/m", "-o", "fs=passthrough"])).unwrap();
+        assert_eq!((o.source, o.fsname), (Some(PathBuf::from("/srv/d")), None));
+        for bad in ["fs=ext4", "fs", "source"] {
+            let e = mount_opts(&helper_args(&["x", "/m", "-o", bad])).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -156,6 +156,11 @@ pub struct MountOpts {
     /// mount(2) flags from `-o` (`MOUNT_FLAGS`).
     #[arg(skip)]
     pub mount_flags: libc::c_ulong,
+    /// What the mount table shows as the mount's source (findmnt's
+    /// SOURCE, what `umount NAME` finds): the helper's SOURCE argument
+    /// [default: the source directory, or `uvfs-memfs`].
+    #[arg(skip)]
+    pub fsname: Option<String>,
 }
 
 /// `--mode`: octal permission bits.
@@ -421,7 +426,10 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
             mountpoint,
             threads: o.threads,
             timeouts,
-            fsname: src.display().to_string(),
+            fsname: o
+                .fsname
+                .clone()
+                .unwrap_or_else(|| src.display().to_string()),
             control: true,
             server_opendir: o.opendir,
             uring,
@@ -451,7 +459,7 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
         mountpoint,
         threads: o.threads,
         timeouts,
-        fsname: "uvfs-memfs".into(),
+        fsname: o.fsname.clone().unwrap_or_else(|| "uvfs-memfs".into()),
         control: true,
         server_opendir: o.opendir,
         uring,
@@ -546,6 +554,7 @@ mod tests {
             gid: None,
             options: None,
             mount_flags: 0,
+            fsname: None,
         }
     }
 

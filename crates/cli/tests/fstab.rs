@@ -180,3 +180,64 @@ fn the_mount_helper_takes_the_standard_options_on_mount_and_remount() {
     drop(_guard);
     let _ = fs::remove_dir_all(&scratch);
 }
+
+/// The mount's source as the mount table shows it.
+fn mount_source(mnt: &Path) -> Option<String> {
+    let text = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line = text.lines().find(|l| l.split(' ').nth(4) == mnt.to_str())?;
+    let f: Vec<&str> = line.split(' ').collect();
+    let dash = f.iter().position(|x| *x == "-")?;
+    Some(f[dash + 2].to_string())
+}
+
+/// `-o source=DIR` and `-o fs=memfs` make the helper's SOURCE the mount's
+/// name, which `umount NAME` finds (fstests unmounts its test and scratch
+/// file systems so, `umount $TEST_DEV`); a directory SOURCE cannot be.
+#[test]
+fn named_mounts_are_unmounted_by_name() {
+    if let Err(why) = can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let scratch = std::env::temp_dir().join(format!("uvfs-cli-named-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&scratch);
+    for d in ["src", "mnt", "mnt2", "bin"] {
+        fs::create_dir_all(scratch.join(d)).unwrap();
+    }
+    let helper = scratch.join("bin/mount.fuse.uvfs");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_uvfs"), &helper).unwrap();
+    fs::write(scratch.join("src/f"), b"from the source").unwrap();
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let (src, mnt, mnt2) = (
+        scratch.join("src"),
+        scratch.join("mnt"),
+        scratch.join("mnt2"),
+    );
+    let pt_name = format!("uvfs-named-pt-{}", std::process::id());
+    let mem_name = format!("uvfs-named-mem-{}", std::process::id());
+    let run = |args: &[&str]| -> Output { Command::new(&helper).args(args).output().unwrap() };
+
+    let out = run(&[&pt_name, &s(&mnt), "-o", &format!("source={}", s(&src))]);
+    assert!(out.status.success(), "{out:?}");
+    let _guard = HelperMount(mnt.clone());
+    assert_eq!(mount_source(&mnt).as_deref(), Some(pt_name.as_str()));
+    assert_eq!(fs::read(mnt.join("f")).unwrap(), b"from the source");
+
+    let out = run(&[&mem_name, &s(&mnt2), "-o", "fs=memfs,size=1m"]);
+    assert!(out.status.success(), "{out:?}");
+    let _guard2 = HelperMount(mnt2.clone());
+    assert_eq!(mount_source(&mnt2).as_deref(), Some(mem_name.as_str()));
+    assert!(
+        fs::read_dir(&mnt2).unwrap().next().is_none(),
+        "a memfs starts empty"
+    );
+
+    for (name, m) in [(&pt_name, &mnt), (&mem_name, &mnt2)] {
+        let st = Command::new("umount").arg(name).output().unwrap();
+        assert!(st.status.success(), "umount {name}: {st:?}");
+        assert!(mount_source(m).is_none(), "{name} still mounted");
+    }
+    // Both are unmounted: nothing left for the guards to do.
+    std::mem::forget((_guard, _guard2));
+    let _ = fs::remove_dir_all(&scratch);
+}
