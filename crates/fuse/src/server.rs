@@ -773,6 +773,13 @@ impl Filesystem for Server {
                 }
                 Err(e) => return Err(e),
             };
+            // `.` of a file handle's node the kernel dropped while its
+            // FORGET has not reached us yet: the node itself, whatever its
+            // type (a file system's own lookup of `.` wants a directory,
+            // and any error here is ESTALE to `open_by_handle_at`).
+            if name(n) == b"." {
+                return i.with_attr(dir).map(Some);
+            }
             negative_ttl = i.entry_ttl(&dir);
             match i.fs.lookup_attr(&ctx(req), &dir, name(n)) {
                 // Answered with a negative entry, not an errno.

@@ -2846,3 +2846,20 @@ fn fuser_survives_malformed_requests() {
     }
     assert!(dead.is_empty(), "fuser's request loop died on: {dead:#?}");
 }
+
+/// `open_by_handle_at` after the kernel dropped a file's inode, while its
+/// FORGET has not reached the server: the kernel asks LOOKUP of `.` in the
+/// file's node id. The answer is the file itself, not ENOTDIR (which the
+/// kernel turned into ESTALE).
+#[test]
+fn lookup_of_dot_in_a_held_file_answers_the_file() {
+    let (fs, layer) = memfs();
+    let mut k = Kernel::start(fs, layer, false);
+    let (id, fh) = k.create(ROOT, b"f");
+    let r = k.call(RELEASE, id, &release_in(fh));
+    assert!(r.ok(), "RELEASE: {}", r.errno());
+    let r = k.lookup(id, b".");
+    assert!(r.ok(), "LOOKUP . in a file: {}", r.errno());
+    assert_eq!(r.nodeid(), id);
+    k.finish();
+}
