@@ -887,8 +887,17 @@ fn a_removed_directory_the_kernel_holds_keeps_its_node_when_its_number_is_reused
         return;
     };
     std::fs::create_dir(t.src("old")).unwrap();
-    // Held open through the mount (as a shell's cwd would be).
-    let old = std::fs::File::open(t.m("old")).unwrap();
+    // Held through the mount as a shell's cwd would be: by the kernel
+    // alone (an O_PATH open sends no OPENDIR, so no fd of the server's
+    // pins the inode, as a directory open through the server would).
+    let old = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::File::options()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+            .open(t.m("old"))
+            .unwrap()
+    };
     let ino = std::fs::metadata(t.src("old")).unwrap().ino();
     std::fs::remove_dir(t.src("old")).unwrap();
     // No fd of the server's may pin the removed inode.
