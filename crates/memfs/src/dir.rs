@@ -11,7 +11,7 @@
 //! A listing started at offset 0 returns only the entries whose cookie is
 //! below the counter at its start (its end), as tmpfs stops at the offset
 //! its directory had reached at opendir. Each offset it returns carries
-//! that end (`(end << COOKIE_BITS) | cookie`), so the listing resumes,
+//! that end (`(cookie << COOKIE_BITS) | end`), so the listing resumes,
 //! after any change, from an offset alone: FUSE passes nothing else (the
 //! kernel opens directories itself unless `--opendir`). So a listing
 //! returns every entry there throughout exactly once, and any other at
@@ -20,6 +20,12 @@
 //! another directory, say) is left to the next listing. Without the end,
 //! a program renaming each entry it reads away and back (fstests
 //! generic/736) would meet it again at the end, forever.
+//!
+//! The cookie is the offset's high part, so offsets grow with cookies:
+//! a position a program makes up between two of ours (`seekdir` to any
+//! value below the last `telldir`, fstests generic/676) finds the entries
+//! after it, as on tmpfs. An end that is no end of such a position (not
+//! above its cookie) is taken as no end.
 //!
 //! The counter stays below [`COOKIE_LIMIT`] so that an offset fits 63
 //! bits (the kernel's `loff_t`); a directory whose counter reaches it
@@ -34,7 +40,7 @@ pub const DOT_COOKIE: u64 = 1;
 /// Cookie of `..`.
 pub const DOTDOT_COOKIE: u64 = 2;
 const FIRST_COOKIE: u64 = 3;
-/// Bits of an offset that hold the cookie; those above hold the end.
+/// Bits of an offset that hold the end; those above hold the cookie.
 const COOKIE_BITS: u32 = 31;
 /// Cookies (and ends) stay below this.
 pub const COOKIE_LIMIT: u64 = 1 << COOKIE_BITS;
@@ -52,7 +58,7 @@ pub struct Cursor {
 impl Cursor {
     /// The offset to return with the entry of `cookie`.
     pub fn offset_of(&self, cookie: u64) -> u64 {
-        (self.end << COOKIE_BITS) | cookie
+        (cookie << COOKIE_BITS) | self.end
     }
 }
 
@@ -200,10 +206,11 @@ impl Directory {
     /// stands. Offset 0 starts a listing, which ends at the entries there
     /// now; so does an offset that carries no end (not one of ours).
     pub fn cursor(&self, offset: u64) -> Cursor {
-        let end = offset >> COOKIE_BITS;
+        let after = offset >> COOKIE_BITS;
+        let end = offset & (COOKIE_LIMIT - 1);
         Cursor {
-            after: offset & (COOKIE_LIMIT - 1),
-            end: if end == 0 { self.next_cookie } else { end },
+            after,
+            end: if end <= after { self.next_cookie } else { end },
         }
     }
 
@@ -239,6 +246,26 @@ mod tests {
 
     fn names(l: &[(u64, Vec<u8>)]) -> Vec<&[u8]> {
         l.iter().map(|(_, n)| &n[..]).collect()
+    }
+
+    #[test]
+    fn a_made_up_position_between_offsets_finds_the_entries_after_it() {
+        // `seekdir` to any value below the last `telldir` (generic/676):
+        // the next entries come, never an early end.
+        let mut d = Directory::new(1);
+        for i in 0..100u64 {
+            d.insert(format!("f{i}").as_bytes(), t(10 + i));
+        }
+        let l = list(&d, 0);
+        let last = l[l.len() - 2].0;
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..1000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let pos = x % last;
+            assert!(!list(&d, pos).is_empty(), "EOF at {pos:#x} (< {last:#x})");
+        }
     }
 
     #[test]
@@ -300,7 +327,7 @@ mod tests {
         }
         let l = list(&d, 0);
         assert_eq!(names(&l), [b"0", b"2", b"3", b"1"]);
-        assert!(l.iter().all(|(o, _)| o & (COOKIE_LIMIT - 1) < 8), "{l:?}");
+        assert!(l.iter().all(|(o, _)| o >> COOKIE_BITS < 8), "{l:?}");
         // A listing resumes from its offset.
         assert_eq!(names(&list(&d, l[1].0)), [b"3", b"1"]);
     }
