@@ -12,7 +12,7 @@
 //! gets), `--threads` the request loops (default: the number of CPUs, at
 //! least 2, as `uvfs mount`), `--file-handles` has it keep a file handle per
 //! inode instead of an `O_PATH` fd (`Config::inode_file_handles`), so the
-//! fds it holds no longer grow with the inodes the kernel knows.
+//! fds it holds do not grow with the inodes the kernel knows.
 
 use fuse_backend_rs::api::server::Server;
 use fuse_backend_rs::passthrough::{Config, PassthroughFs};
