@@ -315,7 +315,7 @@ impl PassthroughFs {
 
     /// `FileSystem::cache_limit`: what the watcher cannot see (another
     /// file system inside the source, everything once it stopped) is
-    /// cached no longer than without a watcher.
+    /// cached at most as long as without a watcher.
     pub(crate) fn node_cache_limit(&self, vp: &Vnode) -> Option<std::time::Duration> {
         if self.keep_timeouts || !self.watch.enabled() {
             return None;
@@ -725,7 +725,7 @@ impl PassthroughFs {
         Ok(st)
     }
 
-    /// A handle that no longer opens: the file is gone (`ESTALE`). ENOMEM
+    /// A handle that fails to open: the file is gone (`ESTALE`). ENOMEM
     /// too: when the kernel decodes the handle but finds no acceptable
     /// dentry for it (an inode unlinked and being evicted),
     /// `do_handle_to_path` turns the NULL dentry into -ENOMEM.
