@@ -12,7 +12,7 @@
 //! live for the (long) entry timeout. Attributes cannot go stale so (the
 //! kernel ignores attributes from a request that started before an
 //! inode's invalidation), names can. So when entry replies were under way
-//! or just sent as a batch is reported ([`EntryRace`]), its name
+//! or just sent as a batch is reported ([`crate::entry_race::EntryRace`]), its name
 //! invalidations are sent again a few times over the next 200 ms, by when
 //! the racing reply's name is in the dcache. (A requester descheduled for
 //! longer between our reply and its dcache update can still keep a stale
@@ -28,7 +28,7 @@ use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -43,71 +43,8 @@ const REPEATS: [Duration; 3] = [
     Duration::from_millis(200),
 ];
 
-/// How recently an entry reply must have ended for a batch to count as
-/// raced by it: the kernel fills its dcache after our reply, on the
-/// requester's thread, which may run late.
-const RACE_WINDOW: Duration = Duration::from_millis(100);
-
 /// Names to invalidate: (directory node id, name).
 type Names = Vec<(u64, Box<[u8]>)>;
-
-/// Entry replies under way and when the last one ended, for
-/// [`KernelCache`] to tell whether one may have raced a batch.
-pub struct EntryRace {
-    replying: AtomicUsize,
-    /// Nanoseconds after `epoch` at which the last reply ended.
-    last_end: AtomicU64,
-    epoch: Instant,
-}
-
-impl Default for EntryRace {
-    fn default() -> Self {
-        EntryRace {
-            replying: AtomicUsize::new(0),
-            last_end: AtomicU64::new(0),
-            epoch: Instant::now(),
-        }
-    }
-}
-
-impl EntryRace {
-    /// Marks an entry-handing request (LOOKUP, READDIRPLUS) under way
-    /// until the returned guard drops, after its reply is sent.
-    pub(crate) fn begin(&self) -> EntryReply<'_> {
-        self.replying.fetch_add(1, Ordering::SeqCst);
-        EntryReply(self)
-    }
-
-    /// Whether a reply is under way, or ended within [`RACE_WINDOW`]:
-    /// asked after a batch's invalidations were sent. A reply whose
-    /// `begin` came before the question is seen (SeqCst on both sides),
-    /// so a name read before the change is either in the dcache by now
-    /// (and was dropped) or from a reply this answers yes for.
-    pub(crate) fn may_have_raced(&self) -> bool {
-        if self.replying.load(Ordering::SeqCst) > 0 {
-            return true;
-        }
-        let end = self.last_end.load(Ordering::SeqCst);
-        end != 0 && self.now() < end.saturating_add(RACE_WINDOW.as_nanos() as u64)
-    }
-
-    fn now(&self) -> u64 {
-        (self.epoch.elapsed().as_nanos() as u64).max(1)
-    }
-}
-
-/// See [`EntryRace::begin`].
-pub(crate) struct EntryReply<'a>(&'a EntryRace);
-
-impl Drop for EntryReply<'_> {
-    fn drop(&mut self) {
-        let r = self.0;
-        // The end time before the count: a watcher that sees the count
-        // at zero sees this reply's end (both SeqCst).
-        r.last_end.fetch_max(r.now(), Ordering::SeqCst);
-        r.replying.fetch_sub(1, Ordering::SeqCst);
-    }
-}
 
 /// Counters of what was sent.
 #[derive(Default, Debug)]
@@ -277,24 +214,5 @@ impl ChangeSink for Sink {
             i.changes.repeated.fetch_add(1, Ordering::Relaxed);
             c.repeat_later(names);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_reply_under_way_or_just_sent_counts_as_racing() {
-        let r = EntryRace::default();
-        assert!(!r.may_have_raced(), "nothing replied yet");
-        let g = r.begin();
-        assert!(r.may_have_raced(), "under way");
-        drop(g);
-        assert!(r.may_have_raced(), "just ended");
-        // Long ago: a batch now cannot have raced it.
-        r.last_end.store(1, Ordering::SeqCst);
-        std::thread::sleep(RACE_WINDOW + Duration::from_millis(10));
-        assert!(!r.may_have_raced());
     }
 }

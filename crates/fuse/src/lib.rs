@@ -15,7 +15,9 @@
 //! - `refresh.rs`: listed directories' attributes fetched again in the
 //!   background, so a `stat` after a listing needs no round trip.
 //! - `changes.rs`: host changes a file system reports, turned into
-//!   the notifications that make the kernel forget exactly those.
+//!   the notifications that make the kernel forget exactly those;
+//!   `entry_race.rs` tells when a LOOKUP reply may have raced them
+//!   (public only under `--cfg loom`, for its model test).
 //! - `lockwait.rs` and `offload.rs`: requests answered off the request
 //!   loops (lock waits; syncs that wait for a disk), `threads.rs` what
 //!   their threads must not inherit.
@@ -25,6 +27,10 @@ mod changes;
 mod control;
 mod convert;
 mod daemon;
+#[cfg(not(loom))]
+mod entry_race;
+#[cfg(loom)]
+pub mod entry_race;
 mod evict;
 mod handles;
 mod kmount;
@@ -39,6 +45,7 @@ mod release;
 mod server;
 mod signals;
 mod stats;
+mod sync;
 mod threads;
 mod uring_offer;
 mod write_stall;

@@ -112,7 +112,7 @@ pub struct Inner {
     /// Host changes turned into notifications (`changes.rs`).
     pub changes: crate::changes::ChangeCounters,
     /// Entry replies under way, for the watcher's races (`changes.rs`).
-    pub(crate) entry_race: crate::changes::EntryRace,
+    pub(crate) entry_race: crate::entry_race::EntryRace,
     /// Changes were lost and the kernel could not be made to drop every
     /// cached name: nothing is cached for long any more.
     pub(crate) trust_lost: std::sync::atomic::AtomicBool,
