@@ -11,7 +11,9 @@
 //! included), a single `vnlru` thread with fixed sleeps, allocators that
 //! sleep up to a second when short, a scan that skips held vnodes and
 //! other file systems' vnodes one by one, batched requeues that give up on
-//! contention, a global `vfs_hash` lock. See `ANCHORS.md` section 1.
+//! contention, a global `vfs_hash` lock: what the seed documents (the
+//! vnode-limit commit and the `arc_prune` analysis) describe, and
+//! `docs/design/vnode-layer.md` contrasts with uvfs.
 //!
 //! # Map
 //!
