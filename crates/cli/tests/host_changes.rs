@@ -255,3 +255,66 @@ fn a_source_renamed_or_removed_under_the_mount_stays_coherent() {
     assert!(listing.is_empty(), "{listing:?}");
     fs::create_dir(m.src()).unwrap(); // for the drop's cleanup
 }
+
+#[test]
+fn a_write_through_a_shared_mapping_moves_mtime_at_once() {
+    if let Err(why) = can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let m = Mounted::new("mapped-write", &["--source", "src"]);
+    if !watched(&m) {
+        return;
+    }
+    let p = m.mnt.join("mapped");
+    fs::write(&p, vec![0u8; 4096]).unwrap();
+    settled(&m);
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&p)
+        .unwrap();
+    if m.counter("fuse.kernel_io.open_files") == 0 {
+        eprintln!("skipped: the kernel does not do this mount's I/O here");
+        return;
+    }
+    use std::os::fd::AsRawFd;
+    // SAFETY: a fresh shared mapping of 4096 bytes of an open file of at
+    // least that size; nothing else aliases it, and it is unmapped below.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(map, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
+    // Cached now (after the mmap, which makes the kernel drop its atime),
+    // as a day-long cache would keep it.
+    let before = meta(&p).unwrap();
+    let asked = m.requests("getattr");
+    // Past the file system's timestamp granularity.
+    std::thread::sleep(Duration::from_millis(50));
+    // SAFETY: `map` is a live, writable mapping of 4096 bytes.
+    unsafe { (map as *mut u8).write_volatile(1) };
+    let after = meta(&p).unwrap();
+    // SAFETY: `map` came from the mmap above and is not used after this.
+    unsafe { libc::munmap(map, 4096) };
+    let native = fs::metadata(m.src().join("mapped")).unwrap();
+    assert!(
+        m.requests("getattr") > asked,
+        "the kernel asked nothing after the write"
+    );
+    assert!(
+        (native.mtime(), native.mtime_nsec()) > (before.mtime(), before.mtime_nsec()),
+        "the source's mtime did not move: nothing to compare"
+    );
+    assert_eq!(
+        (after.mtime(), after.mtime_nsec()),
+        (native.mtime(), native.mtime_nsec()),
+        "a mapped write's mtime is stale through the mount"
+    );
+}

@@ -66,6 +66,8 @@ pub struct Backings<Id = BackingId> {
     /// Registrations the kernel refused (the node is then served by the
     /// server until its last RELEASE).
     pub refused: AtomicU64,
+    /// Nodes open for writing on their backing file, see [`Writers`].
+    pub writers: Writers,
 }
 
 impl<Id> Default for Backings<Id> {
@@ -77,6 +79,7 @@ impl<Id> Default for Backings<Id> {
             registered: AtomicU64::new(0),
             kernel_opens: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            writers: Writers::default(),
         }
     }
 }
@@ -170,6 +173,63 @@ impl<Id> Backings<Id> {
     pub fn clear(&self) {
         let all: Vec<Entry<Id>> = self.nodes.lock().drain().map(|(_, e)| e).collect();
         drop(all);
+        self.writers.clear();
+    }
+}
+
+/// Nodes open for writing with kernel I/O, whose attributes the kernel
+/// must not cache.
+///
+/// A write through a shared mapping of such a file dirties the backing
+/// file's pages directly: the backing file system moves its mtime and
+/// ctime, and neither this server nor the FUSE inode hears of it
+/// (fanotify reports no event for a mapped write; `write(2)` through the
+/// mount does update the FUSE inode). While a node is open for writing,
+/// its attributes are therefore answered with a zero timeout, so each
+/// `stat` asks the backing file; the first such open drops what the
+/// kernel cached before.
+#[derive(Default)]
+pub struct Writers {
+    /// Nodes in `opens`, read without the lock: zero on the hot path of
+    /// every attribute reply of a mount where nothing is open for writing.
+    nodes: AtomicU64,
+    opens: Mutex<HashMap<u64, u64>>,
+}
+
+impl Writers {
+    /// Counts a writable open of `node`; true for its first.
+    pub fn opened(&self, node: u64) -> bool {
+        let mut m = self.opens.lock();
+        let n = m.entry(node).or_insert(0);
+        *n += 1;
+        if *n == 1 {
+            self.nodes.fetch_add(1, Ordering::SeqCst);
+            return true;
+        }
+        false
+    }
+
+    /// Undoes one [`Writers::opened`] of `node`.
+    pub fn closed(&self, node: u64) {
+        let mut m = self.opens.lock();
+        if let Some(n) = m.get_mut(&node) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&node);
+                self.nodes.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// Whether `node` is open for writing on its backing file.
+    pub fn writing(&self, node: u64) -> bool {
+        self.nodes.load(Ordering::SeqCst) != 0 && self.opens.lock().contains_key(&node)
+    }
+
+    /// Forgets every node (the session ended).
+    pub fn clear(&self) {
+        self.opens.lock().clear();
+        self.nodes.store(0, Ordering::SeqCst);
     }
 }
 
@@ -300,6 +360,21 @@ mod tests {
         b.on.store(true, Ordering::Relaxed);
         b.attach(1, || refused(libc::EPERM));
         assert!(!b.enabled());
+    }
+
+    #[test]
+    fn a_node_is_written_from_its_first_writable_open_to_its_last_close() {
+        let w = Writers::default();
+        assert!(!w.writing(3));
+        assert!(w.opened(3), "first");
+        assert!(!w.opened(3), "second");
+        assert!(w.writing(3) && !w.writing(4));
+        w.closed(3);
+        assert!(w.writing(3), "one writer left");
+        w.closed(3);
+        assert!(!w.writing(3));
+        w.closed(3); // an unmatched close changes nothing
+        assert!(w.opened(3), "first again");
     }
 
     #[test]

@@ -25,6 +25,8 @@ pub struct OpenFile {
     /// The node whose I/O mode this open counts in (`backing.rs`), if it
     /// does: RELEASE then undoes that.
     pub backing_node: Option<u64>,
+    /// Open for writing on its backing file (`backing::Writers`).
+    pub kernel_writer: bool,
 }
 
 /// FUSE handle -> open file.
@@ -54,6 +56,7 @@ impl HandleTable {
             fh,
             writable,
             backing_node: None,
+            kernel_writer: false,
         })
     }
 

@@ -116,6 +116,8 @@ pub struct Inner {
     /// Changes were lost and the kernel could not be made to drop every
     /// cached name: nothing is cached for long any more.
     pub(crate) trust_lost: std::sync::atomic::AtomicBool,
+    /// Notifications from request handlers, once the session is up.
+    pub(crate) notifier: std::sync::OnceLock<fuser::Notifier>,
 }
 
 thread_local! {
@@ -165,6 +167,7 @@ fn with_dir<T>(
         fh: dh,
         writable: false,
         backing_node: None,
+        kernel_writer: false,
     };
     let r = f(&of);
     let _ = i.fs.releasedir(&of.vp, of.fh);
@@ -244,6 +247,7 @@ impl Server {
                 refresh: Default::default(),
                 changes: Default::default(),
                 entry_race: Default::default(),
+                notifier: Default::default(),
                 trust_lost: Default::default(),
             }),
         })
@@ -485,8 +489,11 @@ impl Server {
                     i.note_new(id, parent, n, false);
                 }
                 let generation = Generation(i.fs.generation(&vp));
-                let ttl = &i.entry_ttl(&vp);
+                let cached = vp.clone();
                 let (h, backing) = i.open_file(id, vp, fh, flags, |fd| reply.open_backing(fd));
+                // After the open: a file created open for writing on its
+                // backing file has its attributes cached for no time.
+                let ttl = &i.entry_ttl(&cached);
                 let attr = &file_attr(&attr, id);
                 let fh = FileHandle(h);
                 match backing {
@@ -535,6 +542,17 @@ impl Inner {
         f
     }
 
+    /// Makes the kernel drop node `node`'s cached attributes (not its
+    /// pages): `FUSE_NOTIFY_INVAL_INODE` with a negative offset. Sent
+    /// before the reply to the open that needs it; the kernel applies no
+    /// attribute reply that began before it.
+    fn forget_attrs(&self, node: u64) {
+        if let Some(n) = self.notifier.get() {
+            // ENOENT: the kernel holds nothing of the node to drop.
+            let _ = n.inval_inode(INodeNo(node), -1, 0);
+        }
+    }
+
     /// Registers an open file of node `node` and decides how its I/O is
     /// served (`backing.rs`): Some(backing id) if by the kernel on the
     /// backing file, which `register` registers on a node's first open.
@@ -551,6 +569,7 @@ impl Inner {
             fh,
             writable: writes(flags),
             backing_node: None,
+            kernel_writer: false,
         };
         let mut backing = None;
         if self.backings.enabled() && f.vp.vtype() == VType::Reg {
@@ -561,6 +580,12 @@ impl Inner {
             f.backing_node = Some(node);
             if let crate::backing::Mode::Kernel(id) = mode {
                 backing = Some(id);
+                if f.writable {
+                    f.kernel_writer = true;
+                    if self.backings.writers.opened(node) {
+                        self.forget_attrs(node);
+                    }
+                }
             }
         }
         (self.handles.insert_file(f), backing)
@@ -655,8 +680,13 @@ impl Inner {
     }
 
     /// `ttl`, capped where the file system cannot report changes of `vp`
-    /// (`FileSystem::cache_limit`) or changes were lost.
+    /// (`FileSystem::cache_limit`), changes were lost, or the kernel
+    /// writes `vp`'s backing file where neither it nor we see the
+    /// attributes move (`backing::Writers`).
     fn capped(&self, vp: &VnodeRef, ttl: Duration) -> Duration {
+        if self.backings.writers.writing(self.nodes.node_id(vp.ino())) {
+            return Duration::ZERO;
+        }
         let cap = if self.trust_lost.load(Ordering::Relaxed) {
             Some(LOST_TRUST_TTL)
         } else {
@@ -1146,6 +1176,9 @@ impl Filesystem for Server {
             let r = s.guard("release", |i| {
                 let of = i.handles.remove(fh.0)?;
                 if let Some(node) = of.backing_node {
+                    if of.kernel_writer {
+                        i.backings.writers.closed(node);
+                    }
                     i.backings.detach(node);
                 }
                 i.fs.release(&of.vp, of.fh)
