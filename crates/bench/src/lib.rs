@@ -2,7 +2,7 @@
 //! side across implementations in one process so the ratios we report come
 //! from one run on one (noisy, 2-core) machine.
 
-pub mod alloc;
+pub mod baseline;
 pub mod cache;
 pub mod cleanup;
 pub mod coherence;
@@ -11,7 +11,6 @@ pub mod devwork;
 pub mod freebsd;
 pub mod fuse_mount;
 pub mod fusestat;
-pub mod hugepages;
 pub mod memory;
 pub mod nocache;
 pub mod peers;
@@ -84,3 +83,5 @@ pub fn emit(
     }
     Ok(())
 }
+
+pub use uvfs_process::{alloc, hugepages};

@@ -17,6 +17,7 @@
 //! medians. When writers or a truncator are added, the reader-only
 //! configuration runs too, so `vs_readers_only` compares within one run.
 
+use crate::baseline::{BenchLock, MutexList, NoLock, WholeFile};
 use crate::report::{median, BarGroup, Progress, Report};
 use crate::{row, CommonOpts};
 use crossbeam_utils::CachePadded;
@@ -25,7 +26,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
-use uvfs_rangelock::baseline::{BenchLock, MutexList, NoLock, WholeFile};
 use uvfs_rangelock::{ByteRange, RangeLock};
 
 const PAGE: u64 = 4096;

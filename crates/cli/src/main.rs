@@ -11,7 +11,7 @@ mod mount_cmd;
 
 /// Counts heap bytes when the memory workload asks (off otherwise).
 #[global_allocator]
-static ALLOC: uvfs_bench::alloc::Counting = uvfs_bench::alloc::Counting;
+static ALLOC: uvfs_process::alloc::Counting = uvfs_process::alloc::Counting;
 
 #[derive(Parser)]
 #[command(
@@ -87,8 +87,8 @@ fn finish(
 fn main() -> ExitCode {
     // First: heap mapped from here on gets no transparent huge pages
     // (hugepages.rs says what they cost the vnode cache here).
-    uvfs_bench::hugepages::apply();
-    uvfs_bench::alloc::mark_installed();
+    uvfs_process::hugepages::apply();
+    uvfs_process::alloc::mark_installed();
     // Run by mount(8) as /sbin/mount.uvfs (a link to this binary).
     if std::env::args_os()
         .next()

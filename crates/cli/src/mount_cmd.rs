@@ -403,7 +403,7 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
         daemonize()?
     };
     let signals = BlockedSignals::block()?;
-    uvfs_fuse::set_memory_release(uvfs_bench::alloc::return_freed_memory)?;
+    uvfs_fuse::set_memory_release(uvfs_process::alloc::return_freed_memory)?;
     let layer = VnodeLayer::new(Config::with_limit(o.vnodes));
     // The kernel leaves a FUSE file's atime to its server: the file
     // system applies the mount's atime flags itself.

@@ -78,9 +78,6 @@ mod record;
 mod slot;
 mod sync;
 
-#[cfg(not(loom))]
-pub mod baseline;
-
 pub use guard::{ReadGuard, WriteGuard};
 pub use lock::{Holder, RangeLock, Snapshot};
 pub use parker::CancelToken;

@@ -1,18 +1,18 @@
 //! **Benchmark baselines**, not for production use: the locks `uvfs bench
-//! readseek` compares [`RangeLock`](crate::RangeLock) against, all behind
+//! readseek` compares [`RangeLock`](uvfs_rangelock::RangeLock) against, all behind
 //! one trait.
 //!
 //! * [`NoLock`] (`none`): no locking at all; correct only for pure readers.
 //! * [`WholeFile`] (`rwlock`): one reader/writer lock for the whole file.
 //! * [`MutexList`] (`mutex-list`): one mutex over a list of requests,
 //!   rescanned on every lock and unlock, as FreeBSD's rangelock before 2023.
-//! * [`RangeLock`](crate::RangeLock) (`uvfs`).
+//! * [`RangeLock`](uvfs_rangelock::RangeLock) (`uvfs`).
 
 mod mutex_list;
 
 pub use mutex_list::MutexList;
 
-use crate::{ByteRange, RangeLock};
+use uvfs_rangelock::{ByteRange, RangeLock};
 
 /// What a benchmark needs from a file's range lock.
 pub trait BenchLock: Send + Sync + 'static {
@@ -73,8 +73,8 @@ impl BenchLock for WholeFile {
 
 impl BenchLock for RangeLock {
     const NAME: &'static str = "uvfs";
-    type Read<'a> = crate::ReadGuard<'a>;
-    type Write<'a> = crate::WriteGuard<'a>;
+    type Read<'a> = uvfs_rangelock::ReadGuard<'a>;
+    type Write<'a> = uvfs_rangelock::WriteGuard<'a>;
     fn new() -> Self {
         RangeLock::new()
     }

@@ -7,8 +7,8 @@
 //! mutex and rescans the queue. Waiters sleep on one condition variable.
 
 use super::BenchLock;
-use crate::ByteRange;
 use std::sync::{Condvar, Mutex, MutexGuard};
+use uvfs_rangelock::ByteRange;
 
 struct Entry {
     id: u64,
