@@ -8,17 +8,16 @@
 //! a directory after its listing is a GETATTR round trip, whatever the
 //! attribute timeout. No reply carries a directory's own attributes after
 //! its listing (READDIRPLUS's `.` is skipped by the kernel), so a warm
-//! `find` paid one GETATTR per directory: 2,066 in a 200,000-file walk of
-//! memfs, all that stood between its rate and tmpfs's (0.92x on a fast
-//! day, 0.79x when round trips cost 20 µs; 0.99x once every directory had
-//! been stat'ed again after the walk).
+//! `find` would pay one GETATTR per directory, which is most of what
+//! separates a warm walk of memfs from one of tmpfs (docs/results.md,
+//! "Directory attribute refresh").
 //!
 //! # How
 //! Each directory listed is queued; a thread stats it through the mount
 //! [`DELAY`] after its last listing request, which makes the kernel send
 //! the GETATTR then and keep the answer. The round trip moves from the
-//! next `stat` (a caller waiting) to the background, where it costs about
-//! 7 µs of CPU per directory listed.
+//! next `stat` (a caller waiting) to the background, where nobody waits
+//! for it.
 //! - Through a private clone of the mount (`open_tree(OPEN_TREE_CLONE)`),
 //!   never through the mount itself: the thread's reference would make a
 //!   racing `umount` fail with EBUSY. The clone shares the superblock and
@@ -72,15 +71,15 @@ pub const MIN_ATTR_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DELAY: Duration = Duration::from_millis(2);
 
 /// How long the thread waits, once a directory is due, for others to be
-/// due too: a clone per batch costs 3-50 µs, a walk lists hundreds of
-/// directories a second.
+/// due too: a clone per batch costs far more than one directory's stat,
+/// and a walk lists hundreds of directories a second.
 pub const GATHER: Duration = Duration::from_millis(2);
 
 /// Descriptors a batch holds at most: the clone and one path in it. They
 /// come out of the file system's fd budget (`FileSystem::reserve_fds`).
 const FDS: usize = 2;
 
-/// Most directories per batch (about 7 µs each): a superblock unmounted
+/// Most directories per batch (each one stat): a superblock unmounted
 /// during a batch outlives its mount by no more than a batch.
 const MAX_BATCH: usize = 128;
 

@@ -8,11 +8,10 @@
 //!   back to the owner's page only when the owner next looks, and a page
 //!   goes back to the allocator only once its owner finds it empty. The
 //!   request threads allocate a file's inode, vnode and names, and any of
-//!   them may free them: after `rm -r` of 200,000 memfs files, 62 MiB of
-//!   the server's 121 MiB were free blocks no owner had collected (the
-//!   live heap was 59 MiB), and they stayed. So each request thread has
-//!   the allocator collect its own heap at most every [`EVERY`] while it
-//!   serves (75 MiB resident after the same removal).
+//!   them may free them: after an `rm -r` of many memfs files, about half
+//!   of the server's resident heap can be free blocks no owner collected,
+//!   and they stay. So each request thread has the allocator collect its
+//!   own heap at most every [`EVERY`] while it serves.
 //! - mimalloc returns empty pages to the system after a purge delay (1 s),
 //!   and only when some thread allocates or frees again once it passed: a
 //!   server idle right after `rm` of 500 MiB of memfs files kept them

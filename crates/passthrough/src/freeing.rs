@@ -20,7 +20,8 @@ use std::sync::atomic::Ordering;
 use uvfs_vfs::Freeing;
 
 /// Allocated bytes from which freeing is worth a hand-off to another
-/// thread: about 10 ms of ext4's work, next to a hand-off's ~10 µs.
+/// thread: milliseconds of the backing file system's work, next to a
+/// hand-off's microseconds.
 pub(crate) const LARGE_FREE: u64 = 64 << 20;
 
 /// Bytes of storage a file holds (`st_blocks` counts 512-byte units

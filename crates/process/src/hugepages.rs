@@ -5,17 +5,11 @@
 //! heap is cleared whole by the first small allocation that touches it.
 //! A vnode cache growing to hundreds of thousands of 128-byte vnodes and
 //! name-cache entries touches fresh heap on nearly every allocation, and
-//! on this project's VM (a guest whose freed memory its host takes back)
-//! that clear is where the time went: `uvfs bench statstorm`, large limit,
-//! one walker, cost 1,700-1,940 ns of CPU per stat with THP and
-//! 1,110-1,220 ns without (`MIMALLOC_ALLOW_THP=0`, same binary, runs
-//! alternated), with 12% of all samples in `clear_page_erms` under
-//! `do_huge_pmd_anonymous_page` before. Two walkers faulting huge pages at
-//! once also paid more per stat than one, which is what kept 2 threads
-//! from 1.8x one on large limits. memfs, whose 4 KiB file pages are heap
-//! too: a 512 MiB sequential write through FUSE 0.30x tmpfs without THP,
-//! 0.34x with; `copy_file_range` of it 0.59x without, 0.29x with; reads
-//! equal (`uvfs bench seqio --fs uvfs-memfs,tmpfs --size 512m`).
+//! on a guest whose freed memory its host takes back that clearing is
+//! where a walk's time goes (`clear_page_erms` under
+//! `do_huge_pmd_anonymous_page`), and two walkers faulting huge pages at
+//! once pay more per stat than one. memfs's 4 KiB file pages are heap too.
+//! The measurements are in docs/results.md (seed 000).
 //!
 //! `PR_SET_THP_DISABLE` is the process-wide switch (mimalloc's own
 //! `allow_thp` option is read before `main`, from the environment, and

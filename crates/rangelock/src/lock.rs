@@ -201,8 +201,8 @@ impl RangeLock {
     /// The biased path inline, everything else out of line: a biased read
     /// is the common case of a file nobody writes, and keeping the other
     /// paths out of its way keeps it to straight-line code (with them
-    /// inlined, the guard went through the stack and its drop through a
-    /// jump table: about 1 ns of a 30 ns page read in readseek).
+    /// inlined, the guard goes through the stack and its drop through a
+    /// jump table, a cost visible in readseek).
     #[inline]
     fn acquire_read(&self, r: ByteRange, wait: Wait<'_>) -> Option<ReadGuard<'_>> {
         match self.try_biased_read(&r) {

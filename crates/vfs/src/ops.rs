@@ -337,7 +337,8 @@ pub trait FileSystem: Send + Sync + 'static {
 
     /// Whether `what` may free so much of the backing store that the call
     /// blocks for long: ext4 frees a file's blocks in its last unlink or
-    /// last close, 0.2-0.7 s for 2 GiB on this project's VMs. A server
+    /// last close, which takes a large fraction of a second for a file of
+    /// gigabytes. A server
     /// whose request loops serve one request at a time (an io_uring queue
     /// per CPU) asks before such requests and serves them elsewhere if so,
     /// so that `rm` of a large file does not hold up every other request

@@ -22,10 +22,10 @@
 //!
 //! A shard keeps its entries in a slab of 64-byte slots with short names
 //! inline (`shard.rs`, `name.rs`): entering a name costs no allocation of
-//! its own, and a probe reads the index and one slot. (Entries used to be
-//! a linked hash map's nodes with the name in a shared allocation of its
-//! own: three allocations per entry and a pointer to follow for every name
-//! compared; entering names was most of the CPU of a cold walk.)
+//! its own, and a probe reads the index and one slot: a linked hash map
+//! would cost three allocations per entry and a pointer to follow for
+//! every name compared, and entering names is most of the CPU of a cold
+//! walk.
 //!
 //! # Links
 //!
