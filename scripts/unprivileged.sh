@@ -39,7 +39,7 @@ USER_NAME=${UVFS_UNPRIV_USER:-uvfs-unpriv}
 # Run as the user inside the namespace: `unprivileged.sh --as-user BIN`.
 if [ "${1:-}" = --as-user ]; then
     BIN=$2
-    PATH="$BIN:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+    export PATH="$BIN:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
     PASSED=0 FAILED=0
     pass() { echo "PASS: $*"; PASSED=$((PASSED + 1)); }
     fail() { echo "FAIL: $*"; FAILED=$((FAILED + 1)); }
@@ -130,7 +130,7 @@ PY
     fi
     if uvfs mount --inodes 10 "$H/few" 2>/dev/null; then
         made=0
-        for i in $(seq 1 20); do : > "$H/few/f$i" 2>/dev/null && made=$((made + 1)); done
+        for i in $(seq 1 20); do { : > "$H/few/f$i"; } 2>/dev/null && made=$((made + 1)); done
         err=$( : 2>&1 > "$H/few/one-more")
         if [ "$made" -lt 20 ] && [ "$made" -ge 5 ]; then
             case "$err" in *"No space left"*) pass "--inodes 10: $made files made, then ENOSPC" ;; *) fail "--inodes 10: $err" ;; esac
