@@ -13,9 +13,10 @@
 # `runuser` shell), it checks:
 #   1. memfs: mount (fusermount3 makes it, nosuid,nodev, user_id = the
 #      user), `uvfs stat` through the per-user control socket in
-#      /tmp/uvfs-UID (0700), pjdfstest (scripts/pjdfstest.sh, every test a
-#      user can run), fsx, a walk over WALK_FILES files, the --size and
-#      --inodes budgets (ENOSPC past them), unmount with `fusermount3 -u`;
+#      /tmp/uvfs-UID (0700), io_uring where the kernel offers it,
+#      pjdfstest (scripts/pjdfstest.sh, every test a user can run), fsx,
+#      a walk over WALK_FILES files, the --size and --inodes budgets
+#      (ENOSPC past them), unmount with `fusermount3 -u`;
 #   2. passthrough of a directory in the user's home: the features needing
 #      CAP_SYS_ADMIN (watcher, kernel I/O) turned off with one line each,
 #      pjdfstest, fsx, a walk of files made on the host side, `uvfs stat`
@@ -101,6 +102,14 @@ PY
     else
         fail "uvfs stat on memfs: $out"
     fi
+    # FUSE over io_uring needs no privilege: where the kernel offers it,
+    # a user's mount is served through it too.
+    if [ "$(cat /sys/module/fuse/parameters/enable_uring 2>/dev/null)" = Y ]; then
+        ring=$(uvfs stat --json "$H/m" | python3 -c 'import json,sys; print(json.load(sys.stdin)["counters"]["fuse.uring"])')
+        [ "$ring" = 1 ] && pass "memfs served through io_uring" || fail "memfs not served through io_uring (fuse.uring=$ring)"
+    else
+        echo "SKIP: io_uring: the kernel does not offer FUSE over io_uring"
+    fi
     if PJDFSTEST_TIMEOUT=600 pjdfstest.sh "$H/m" > "$H/pjd-memfs.out" 2>&1; then
         pass "memfs $(grep '^pjdfstest:' "$H/pjd-memfs.out")"
     else
@@ -154,7 +163,8 @@ PY
     # --- 2. passthrough ---------------------------------------------------
     n=${WALK_FILES:-3000}
     walk "$H/src" "$n" >/dev/null || fail "making the source tree"
-    err=$(XDG_RUNTIME_DIR="$H/xdg" uvfs mount --source "$H/src" "$H/p" 2>&1)
+    # A small fd budget, so that the walk below has nodes reopened.
+    err=$(XDG_RUNTIME_DIR="$H/xdg" uvfs mount --fd-budget 256 --source "$H/src" "$H/p" 2>&1)
     rc=$?
     if [ $rc = 0 ] && line=$(mountline "$H/p"); then
         pass "passthrough mounted: $(echo "$line" | cut -d' ' -f5-)"
@@ -179,6 +189,17 @@ PY
     fi
     seen=$(find "$H/p/walk" -type f | wc -l)
     [ "$seen" = "$n" ] && pass "passthrough walk: find sees $seen of $n files made on the host" || fail "passthrough walk: $seen of $n"
+    # Without CAP_DAC_READ_SEARCH there are no file handles: nodes whose
+    # fd the pool took back reopen by parent and name.
+    find "$H/p/walk" -type f -exec cat {} + > /dev/null || fail "passthrough: reading the walk's files"
+    pcount() { XDG_RUNTIME_DIR="$H/xdg" uvfs stat --json "$H/p" | python3 -c "import json,sys; print(json.load(sys.stdin)['counters']['$1'])"; }
+    handles=$(pcount passthrough.handles)
+    fallback=$(pcount passthrough.reopen.fallback)
+    if [ "$handles" = 0 ] && [ "${fallback:-0}" -gt 0 ]; then
+        pass "passthrough: no file handles; $fallback node fds reopened by parent and name"
+    else
+        fail "passthrough: handles=$handles, reopen.fallback=$fallback"
+    fi
     echo changed > "$H/p/walk/d00/f00000" && [ "$(cat "$H/src/walk/d00/f00000")" = changed ] &&
         pass "passthrough: a write reaches the source" || fail "passthrough: write did not reach the source"
     rm -rf "$H/p/walk" && [ ! -e "$H/src/walk" ] && pass "passthrough rm -rf" || fail "passthrough rm -rf"
