@@ -22,7 +22,9 @@
 #      the kernel's caches, `uvfs stat --check` must find every active
 #      vnode explained by a kernel node, no open handles, no file data,
 #   5. signals: SIGTERM unmounts cleanly; after SIGKILL, umount removes
-#      the dead mount.
+#      the dead mount,
+#   6. scripts/passthrough-ci.sh, and 7. scripts/unprivileged.sh (memfs
+#      and passthrough mounted by a non-root user through fusermount3).
 # Needs root and /dev/fuse. Installs what is missing with
 # scripts/install-deps.sh (Debian packages, pjdfstest, fsx, the dummy user
 # pjdfstest needs).
@@ -284,6 +286,9 @@ fi
 if [ -x "$ROOT/scripts/passthrough-ci.sh" ]; then
     "$ROOT/scripts/passthrough-ci.sh" && pass "passthrough-ci.sh" || fail "passthrough-ci.sh"
 fi
+
+# --- 7. unprivileged mounts: a user mounts both through fusermount3 ------
+UVFS_BIN="$UVFS" "$ROOT/scripts/unprivileged.sh" && pass "unprivileged.sh" || fail "unprivileged.sh"
 
 echo "conformance: $PASSED passed, $FAILED failed"
 [ "$FAILED" = 0 ]

@@ -31,6 +31,9 @@ enum Cmd {
     Mount(mount_cmd::MountOpts),
     /// Print a running server's vnode-layer and FUSE statistics.
     Stat(mount_cmd::StatOpts),
+    /// Unmount a uvfs mount (as root like umount, otherwise through
+    /// fusermount3 -u) and wait for its server to exit.
+    Umount(mount_cmd::UmountOpts),
     /// Run a benchmark workload (side by side across implementations).
     Bench {
         #[command(subcommand)]
@@ -114,6 +117,7 @@ fn main() -> ExitCode {
     let result: std::io::Result<()> = match cli.cmd {
         Cmd::Mount(o) => mount_cmd::mount(&o),
         Cmd::Stat(o) => mount_cmd::stat(&o),
+        Cmd::Umount(o) => mount_cmd::umount(&o),
         Cmd::Bench { workload } => match workload {
             Workload::All(o) => bench_all::run(&o),
             Workload::Statstorm(o) => finish(

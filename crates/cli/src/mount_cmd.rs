@@ -133,6 +133,11 @@ pub struct MountOpts {
     /// exactly as it was.
     #[arg(short, long)]
     pub read_only: bool,
+    /// Let other users into the mount (FUSE's `allow_other`). Root's
+    /// mounts always let them in (permissions still apply); a user's
+    /// mount only with `user_allow_other` in /etc/fuse.conf.
+    #[arg(long)]
+    pub allow_other: bool,
     /// memfs: permission bits of the root directory, in octal (tmpfs's
     /// `mode`; 1777 for a /tmp) [default: 755].
     #[arg(long, value_parser = parse_mode)]
@@ -183,6 +188,17 @@ pub struct StatOpts {
     /// vnode is a node the kernel holds (exit 1 if not). Use at rest.
     #[arg(long)]
     pub check: bool,
+}
+
+/// Options of `uvfs umount`.
+#[derive(Args, Debug)]
+pub struct UmountOpts {
+    /// Mountpoint of a uvfs mount.
+    pub mountpoint: PathBuf,
+    /// Detach the mount now even if it is busy; the kernel finishes the
+    /// unmount when its last user leaves.
+    #[arg(short, long)]
+    pub lazy: bool,
 }
 
 fn parse_size(s: &str) -> io::Result<Option<u64>> {
@@ -344,12 +360,26 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
             ))
         }
     };
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if o.allow_other && !root && !uvfs_fuse::user_allow_other() {
+        return Err(uvfs_fuse::allow_other_refused());
+    }
     let size_limit = parse_size(&o.size)?;
     let inode_limit = parse_inodes(o.inodes.as_deref())?;
     // A passthrough whose source is watched may let the kernel cache as
     // long as memfs does; asked before detaching, so the reason it cannot
     // be watched reaches the user.
+    let privileged = uvfs_fuse::has_cap_sys_admin();
     let watched = match &source {
+        Some(_) if !o.no_watch && !privileged => {
+            let _ = writeln!(
+                io::stderr(),
+                "uvfs: host changes in the source are not watched (fanotify needs \
+                 CAP_SYS_ADMIN); names and attributes are cached for 1 s"
+            );
+            false
+        }
         Some(src) if !o.no_watch => match uvfs_passthrough::PassthroughFs::probe_watch(src) {
             Ok(()) => true,
             Err(why) => {
@@ -371,6 +401,32 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
             "--attr-timeout",
         )?,
     };
+    // Features that need CAP_SYS_ADMIN, turned off here with one line
+    // each (before detaching, so the line reaches the terminal) rather
+    // than refused one request at a time once serving.
+    // Not read-only or noatime: the kernel would open the source files
+    // without O_NOATIME (`FileSystem::backing_file`).
+    let kernel_io = source.is_some()
+        && !o.server_io
+        && !o.read_only
+        && AtimeRule::from_mount_flags(o.mount_flags).files != Atime::Never;
+    if kernel_io && !privileged {
+        let _ = writeln!(
+            io::stderr(),
+            "uvfs: kernel I/O on the source's files is off (FUSE passthrough needs \
+             CAP_SYS_ADMIN); reads and writes go through the server"
+        );
+    }
+    let dir_refresh = !o.no_dir_refresh && timeouts.attr >= uvfs_fuse::MIN_REFRESH_ATTR_TIMEOUT;
+    if dir_refresh && !privileged {
+        let _ = writeln!(
+            io::stderr(),
+            "uvfs: directory attributes are not refreshed after listings (it clones \
+             the mount, which needs CAP_SYS_ADMIN); a stat after a listing is a round trip"
+        );
+    }
+    let kernel_io = kernel_io && privileged;
+    let dir_refresh = dir_refresh && privileged;
     let mountpoint = std::path::absolute(&o.mountpoint)?;
     if !mountpoint.is_dir() {
         return Err(io::Error::new(
@@ -435,10 +491,9 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
             uring,
             read_only: o.read_only,
             mount_flags: o.mount_flags,
-            // Not read-only or noatime: the kernel would open the source
-            // files without O_NOATIME (`FileSystem::backing_file`).
-            kernel_io: !o.server_io && !o.read_only && atime.files != Atime::Never,
-            dir_refresh: !o.no_dir_refresh,
+            kernel_io,
+            dir_refresh,
+            allow_other: o.allow_other,
         };
         return serve(fs, layer, &cfg, signals, &mut ready);
     }
@@ -466,7 +521,8 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
         read_only: false,
         mount_flags: o.mount_flags,
         kernel_io: false,
-        dir_refresh: !o.no_dir_refresh,
+        dir_refresh,
+        allow_other: o.allow_other,
     };
     serve(fs, layer, &cfg, signals, &mut ready)
 }
@@ -498,6 +554,28 @@ pub fn stat(o: &StatOpts) -> io::Result<()> {
             "vnode accounting failed: {}",
             v["accounting"]
         )));
+    }
+    Ok(())
+}
+
+/// `uvfs umount`: as `umount` for root, as `fusermount3 -u` for other
+/// users, then (unless lazy) waits for the server to exit, so that the
+/// mountpoint can be mounted again at once.
+pub fn umount(o: &UmountOpts) -> io::Result<()> {
+    let mp = uvfs_fuse::normalize_mountpoint(&o.mountpoint)?;
+    let served = uvfs_fuse::answers(&mp);
+    uvfs_fuse::unmount_path(&mp, o.lazy).map_err(|e| {
+        let hint = if e.raw_os_error() == Some(libc::EBUSY) {
+            " (a process has a file open there, or its working directory; \
+             `uvfs umount --lazy` detaches it now)"
+        } else {
+            ""
+        };
+        io::Error::new(e.kind(), format!("{}: {e}{hint}", mp.display()))
+    })?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while served && !o.lazy && uvfs_fuse::answers(&mp) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
     }
     Ok(())
 }
@@ -549,6 +627,7 @@ mod tests {
             server_io: false,
             transport: Transport::Auto,
             read_only: false,
+            allow_other: false,
             mode: None,
             uid: None,
             gid: None,

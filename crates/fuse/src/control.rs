@@ -1,11 +1,12 @@
 //! The control socket through which `uvfs stat` reads a running server.
 //!
 //! # Where
-//! `/run/uvfs/<hash>.sock`, where `<hash>` is the FNV-1a hash of the
-//! mountpoint's absolute path (parent canonicalised, the mountpoint itself
-//! not touched, so a dead server's mountpoint still maps to its socket).
-//! Only root can create sockets there, and the socket is mode 0600: the
-//! statistics are the server owner's.
+//! `<hash>.sock` in the server's runtime directory (`rundir.rs`:
+//! `/run/uvfs` for root, `$XDG_RUNTIME_DIR/uvfs` or `/tmp/uvfs-UID` for
+//! other users), where `<hash>` is the FNV-1a hash of the mountpoint's
+//! absolute path (parent canonicalised, the mountpoint itself not touched,
+//! so a dead server's mountpoint still maps to its socket). The socket is
+//! mode 0600: the statistics are the server owner's.
 //!
 //! # Protocol
 //! The client sends one line, `stats` or `check` (see `stats.rs`), and
@@ -20,9 +21,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Directory of the control sockets.
-pub const CONTROL_DIR: &str = "/run/uvfs";
-
 /// The mountpoint as an absolute path without touching the mountpoint
 /// itself (a dead FUSE mount answers ENOTCONN to stat).
 pub fn normalize_mountpoint(p: &Path) -> std::io::Result<PathBuf> {
@@ -33,20 +31,33 @@ pub fn normalize_mountpoint(p: &Path) -> std::io::Result<PathBuf> {
     }
 }
 
-/// The control socket path for a mountpoint.
-pub fn socket_path(mountpoint: &Path) -> std::io::Result<PathBuf> {
+/// The control socket's file name for a mountpoint.
+fn socket_name(mountpoint: &Path) -> std::io::Result<String> {
     let mp = normalize_mountpoint(mountpoint)?;
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in mp.as_os_str().as_encoded_bytes() {
         h ^= u64::from(*b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
-    Ok(Path::new(CONTROL_DIR).join(format!("{h:016x}.sock")))
+    Ok(format!("{h:016x}.sock"))
+}
+
+/// Where this user's server of `mountpoint` may have its control socket,
+/// preferred first (a server started from another kind of shell, with or
+/// without `XDG_RUNTIME_DIR`, used the other), in directories this user
+/// can trust only.
+pub fn socket_paths(mountpoint: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let name = socket_name(mountpoint)?;
+    Ok(crate::rundir::lookup_dirs()
+        .into_iter()
+        .filter(|d| crate::rundir::trusted_here(d))
+        .map(|d| d.join(&name))
+        .collect())
 }
 
 /// Whether a server answers on the control socket of `mountpoint`.
 pub fn answers(mountpoint: &Path) -> bool {
-    socket_path(mountpoint).is_ok_and(|p| UnixStream::connect(p).is_ok())
+    socket_paths(mountpoint).is_ok_and(|v| v.iter().any(|p| UnixStream::connect(p).is_ok()))
 }
 
 /// A listening control socket; removes its file when dropped.
@@ -57,9 +68,9 @@ pub struct ControlSocket {
 impl ControlSocket {
     /// Binds the socket for `mountpoint` and serves it on a thread.
     pub fn start(inner: Arc<Inner>, mountpoint: &Path) -> std::io::Result<ControlSocket> {
-        std::fs::create_dir_all(CONTROL_DIR)?;
-        sweep_stale(Path::new(CONTROL_DIR), STALE_AGE);
-        let path = socket_path(mountpoint)?;
+        let dir = crate::rundir::create()?;
+        sweep_stale(&dir, STALE_AGE);
+        let path = dir.join(socket_name(mountpoint)?);
         let listener = bind_replacing(&path)?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
         let mp = normalize_mountpoint(mountpoint)?.display().to_string();
@@ -155,17 +166,32 @@ fn serve_one(inner: &Inner, mp: &str, conn: UnixStream) -> std::io::Result<()> {
 /// Asks the server of `mountpoint` for its report (`check` purges the
 /// mount's name cache first to verify vnode accounting).
 pub fn query(mountpoint: &Path, check: bool) -> std::io::Result<serde_json::Value> {
-    let path = socket_path(mountpoint)?;
-    let mut s = UnixStream::connect(&path).map_err(|e| {
-        std::io::Error::new(
+    let paths = socket_paths(mountpoint)?;
+    let mut first_err = None;
+    let mut conn = None;
+    for p in &paths {
+        match UnixStream::connect(p) {
+            Ok(s) => {
+                conn = Some(s);
+                break;
+            }
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    let Some(mut s) = conn else {
+        let e = first_err.unwrap_or_else(|| std::io::ErrorKind::NotFound.into());
+        let looked: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        return Err(std::io::Error::new(
             e.kind(),
             format!(
-                "no uvfs server for {} ({}): {e}",
+                "no uvfs server of this user for {} ({}): {e}",
                 mountpoint.display(),
-                path.display()
+                looked.join(", ")
             ),
-        )
-    })?;
+        ));
+    };
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
     s.write_all(if check { b"check\n" } else { b"stats\n" })?;
     let mut buf = String::new();

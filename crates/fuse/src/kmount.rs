@@ -12,12 +12,14 @@
 //! device fd (`Session::from_fd`), so fuser never unmounts anything.
 //! Unmounting happens only on request (signal, embedding API) and only
 //! while our own connection is alive, as libfuse's `fuse_kern_unmount`
-//! does. Without the privilege for mount(2) the caller falls back to
-//! fuser's fusermount3 path.
+//! does. Without the privilege for mount(2), fusermount3 mounts and
+//! unmounts instead (`fusermount.rs`), and the session gets the fd it
+//! sends: the same guards hold.
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 /// A FUSE mount this process made, identified by its connection.
@@ -29,32 +31,86 @@ pub struct KernelMount {
     /// The device the kernel gave the mount (from mountinfo, right after
     /// mounting), if it could be read.
     device: Option<u64>,
-}
-
-/// What `mount` refused for lack of privilege: the caller should use
-/// fusermount3 instead.
-pub enum Mounted {
-    /// Mounted: the fd for the session, and the mount to unmount later.
-    Yes(OwnedFd, KernelMount),
-    /// mount(2) answered EPERM.
-    NotPermitted,
+    /// Mounted by fusermount3 (no privilege for mount(2)): unmounted by it
+    /// too.
+    helper: bool,
 }
 
 fn cstring(b: &[u8]) -> std::io::Result<CString> {
     CString::new(b).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
 }
 
-/// Mounts a FUSE file system on `mountpoint` with mount(2): device and
-/// setuid files honoured unless `flags` (MS_NOSUID, MS_NODEV, ...) say
-/// otherwise, read-write unless `read_only`, permissions checked by the
-/// kernel, and usable by every user when `allow_other`.
+fn euid() -> libc::uid_t {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Why `/dev/fuse` could not be opened, and what to do about it.
+fn dev_fuse_error(e: std::io::Error) -> std::io::Error {
+    let hint = match e.raw_os_error() {
+        Some(libc::ENOENT | libc::ENODEV | libc::ENXIO) => {
+            "the fuse kernel module is not loaded: `modprobe fuse` as root".to_string()
+        }
+        Some(libc::EACCES | libc::EPERM) if euid() != 0 => {
+            let mode = std::fs::metadata("/dev/fuse")
+                .map(|m| format!("{:o}", m.permissions().mode() & 0o7777))
+                .unwrap_or_else(|_| "?".into());
+            format!(
+                "FUSE servers run by users need it mode 0666, as distributions ship \
+                 it (here it is {mode}); ask an admin to `chmod 0666 /dev/fuse` (a udev \
+                 rule keeps it so), or mount as root"
+            )
+        }
+        _ => return std::io::Error::new(e.kind(), format!("/dev/fuse: {e}")),
+    };
+    std::io::Error::new(e.kind(), format!("/dev/fuse: {e}; {hint}"))
+}
+
+/// fusermount3's options for a mount `mount` would make with mount(2).
+fn helper_options(
+    fsname: &str,
+    allow_other: bool,
+    read_only: bool,
+    flags: libc::c_ulong,
+) -> String {
+    let mut o = vec![
+        format!("fsname={}", crate::fusermount::escape(fsname)),
+        "subtype=uvfs".to_string(),
+        "default_permissions".to_string(),
+    ];
+    // fusermount3 mounts nosuid,nodev for users whatever they ask; root
+    // (without CAP_SYS_ADMIN, in a container) gets what mount(2) would.
+    if euid() == 0 {
+        o.push("dev".into());
+        o.push("suid".into());
+    }
+    if allow_other {
+        o.push("allow_other".into());
+    }
+    o.push(if read_only { "ro" } else { "rw" }.into());
+    // Applied in order: these override `dev` and `suid` above.
+    for &(name, flag) in crate::mount::MOUNT_FLAGS {
+        if flags & flag != 0 {
+            o.push(name.into());
+        }
+    }
+    o.join(",")
+}
+
+/// Mounts a FUSE file system on `mountpoint`: device and setuid files
+/// honoured unless `flags` (MS_NOSUID, MS_NODEV, ...) say otherwise,
+/// read-write unless `read_only`, permissions checked by the kernel, and
+/// usable by every user when `allow_other`. With mount(2) where this
+/// process may, else through fusermount3 (which mounts users' file
+/// systems nosuid,nodev). Returns the fd for the session and the mount to
+/// unmount later.
 pub fn mount(
     mountpoint: &Path,
     fsname: &str,
     allow_other: bool,
     read_only: bool,
     flags: libc::c_ulong,
-) -> std::io::Result<Mounted> {
+) -> std::io::Result<(OwnedFd, KernelMount)> {
     let mp = mountpoint_cstring(mountpoint)?;
     let source = cstring(fsname.as_bytes())?;
     // SAFETY: an all-zero `stat` is a valid value for stat(2) to fill.
@@ -67,7 +123,7 @@ pub fn mount(
     // preconditions.
     let raw = unsafe { libc::open(c"/dev/fuse".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
     if raw < 0 {
-        return Err(std::io::Error::last_os_error());
+        return Err(dev_fuse_error(std::io::Error::last_os_error()));
     }
     // SAFETY: `raw` is a fresh descriptor that nothing else owns.
     let dev = unsafe { OwnedFd::from_raw_fd(raw) };
@@ -95,23 +151,37 @@ pub fn mount(
             opts.as_ptr().cast(),
         )
     };
-    if rc != 0 {
+    let (dev, helper) = if rc == 0 {
+        (dev, false)
+    } else {
         let e = std::io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::EPERM) {
-            return Ok(Mounted::NotPermitted);
+        if e.raw_os_error() != Some(libc::EPERM) {
+            return Err(std::io::Error::new(
+                e.kind(),
+                format!("mount({}): {e}", mountpoint.display()),
+            ));
         }
-        return Err(std::io::Error::new(
-            e.kind(),
-            format!("mount({}): {e}", mountpoint.display()),
-        ));
-    }
+        drop(dev);
+        let opts = helper_options(fsname, allow_other, read_only, flags);
+        let fd = crate::fusermount::mount(mountpoint, &opts).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!(
+                    "mounting {} (mount(2) needs CAP_SYS_ADMIN, so through fusermount3): {e}",
+                    mountpoint.display()
+                ),
+            )
+        })?;
+        (fd, true)
+    };
     let probe = dev.try_clone()?;
-    Ok(Mounted::Yes(
+    Ok((
         dev,
         KernelMount {
             dev: probe,
             mountpoint: mp,
             device: crate::mountinfo::device_of(mountpoint),
+            helper,
         },
     ))
 }
@@ -188,6 +258,10 @@ impl KernelMount {
         if !self.alive() || !self.on_top() {
             return Ok(());
         }
+        if self.helper {
+            let path = Path::new(std::ffi::OsStr::from_bytes(self.mountpoint.as_bytes()));
+            return crate::fusermount::unmount(path, flags & libc::MNT_DETACH != 0);
+        }
         // SAFETY: `mountpoint` is a NUL-terminated path that outlives the
         // call; umount2 does not retain it.
         if unsafe { libc::umount2(self.mountpoint.as_ptr(), flags) } != 0 {
@@ -200,38 +274,37 @@ impl KernelMount {
 /// Retries of an unmount that found the mount busy (10 ms apart).
 const UMOUNT_BUSY_RETRIES: u32 = 20;
 
-/// Unmounts this server's file system, however it was mounted.
-pub enum Unmounter {
-    /// Mounted by us with mount(2): guarded by the connection's liveness.
-    Kernel(std::sync::Arc<KernelMount>),
-    /// Mounted by fuser through fusermount3 (no privilege for mount(2)):
-    /// fuser's own unmount, and a lazy unmount by path as the fallback.
-    Fuser(fuser::SessionUnmounter, CString),
-}
+/// Unmounts this server's file system (the signal thread's and the
+/// embedding API's handle on it).
+pub struct Unmounter(pub std::sync::Arc<KernelMount>);
 
 impl Unmounter {
     /// Unmounts; fails with EBUSY while the mount is in use.
     pub fn unmount(&mut self) -> std::io::Result<()> {
-        match self {
-            Unmounter::Kernel(k) => k.unmount(),
-            Unmounter::Fuser(u, _) => u.unmount(),
-        }
+        self.0.unmount()
     }
 
     /// Detaches lazily (after `unmount` failed because the mount is busy).
     pub fn detach(&mut self) -> std::io::Result<()> {
-        match self {
-            Unmounter::Kernel(k) => k.detach(),
-            Unmounter::Fuser(_, mp) => {
-                // SAFETY: `mp` is a NUL-terminated path that outlives the
-                // call; umount2 does not retain it.
-                if unsafe { libc::umount2(mp.as_ptr(), libc::MNT_DETACH) } != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            }
-        }
+        self.0.detach()
     }
+}
+
+/// Unmounts whatever is mounted on `mountpoint` (`uvfs umount`): with
+/// umount2 where this process may, else with fusermount3 (which unmounts
+/// only the caller's own FUSE mounts); `lazy` detaches a busy mount.
+pub fn unmount_path(mountpoint: &Path, lazy: bool) -> std::io::Result<()> {
+    let mp = mountpoint_cstring(mountpoint)?;
+    let flags = if lazy { libc::MNT_DETACH } else { 0 };
+    // SAFETY: `mp` is a NUL-terminated path that outlives the call.
+    if unsafe { libc::umount2(mp.as_ptr(), flags) } == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() != Some(libc::EPERM) {
+        return Err(e);
+    }
+    crate::fusermount::unmount(mountpoint, lazy)
 }
 
 /// The mountpoint as a C string, for unmounting by path.

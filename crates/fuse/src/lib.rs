@@ -9,9 +9,10 @@
 //! - `handles.rs`: open files as vnode use references; `backing.rs`
 //!   the backing files the kernel reads and writes itself.
 //! - `mount.rs`: mounting with several request loops (`n_threads`,
-//!   `clone_fd`) or serving a given channel (`serve_fd`), `kmount.rs` mount(2) and unmounting only our own mount, `signals.rs` clean unmount on SIGINT/SIGTERM,
+//!   `clone_fd`) or serving a given channel (`serve_fd`), `kmount.rs` mount(2) and unmounting only our own mount (`fusermount.rs` for users without the privilege), `signals.rs` clean unmount on SIGINT/SIGTERM,
 //!   `daemon.rs` detaching.
-//! - `control.rs` and `stats.rs`: the control socket behind `uvfs stat`.
+//! - `control.rs` and `stats.rs`: the control socket behind `uvfs stat`,
+//!   in the runtime directory of `rundir.rs`.
 //! - `refresh.rs`: listed directories' attributes fetched again in the
 //!   background, so a `stat` after a listing needs no round trip.
 //! - `changes.rs`: host changes a file system reports, turned into
@@ -23,6 +24,7 @@
 //!   their threads must not inherit.
 
 mod backing;
+mod caps;
 mod changes;
 mod control;
 mod convert;
@@ -32,6 +34,7 @@ mod entry_race;
 #[cfg(loom)]
 pub mod entry_race;
 mod evict;
+mod fusermount;
 mod handles;
 mod kmount;
 mod lockwait;
@@ -42,6 +45,7 @@ mod offload;
 mod prune;
 mod refresh;
 mod release;
+mod rundir;
 mod server;
 mod signals;
 mod stats;
@@ -50,10 +54,14 @@ mod threads;
 mod uring_offer;
 mod write_stall;
 
-pub use control::{query, socket_path, CONTROL_DIR};
+pub use caps::has_cap_sys_admin;
+pub use control::{answers, normalize_mountpoint, query, socket_paths};
 pub use daemon::{daemonize, Readiness};
+pub use fusermount::{allow_other_refused, user_allow_other};
+pub use kmount::unmount_path;
 pub use mount::{serve, serve_fd, BackgroundMount, ServeConfig, MOUNT_FLAGS};
 pub use nodes::ROOT_ID;
+pub use refresh::MIN_ATTR_TIMEOUT as MIN_REFRESH_ATTR_TIMEOUT;
 pub use release::set_memory_release;
 pub use server::{Server, Timeouts, MAX_WRITE};
 pub use signals::BlockedSignals;

@@ -9,7 +9,7 @@ use crate::kmount::{self, Unmounter};
 use crate::mountinfo;
 use crate::server::{Inner, Server, Timeouts};
 use crate::signals::BlockedSignals;
-use fuser::{MountOption, Session, SessionACL};
+use fuser::{Session, SessionACL};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -61,6 +61,11 @@ pub struct ServeConfig {
     /// read-only mount, or with an attribute timeout under 10 s (what it
     /// fetches would expire before use).
     pub dir_refresh: bool,
+    /// Let every user reach the mount, not only the server's owner
+    /// (FUSE's `allow_other`). Root's mounts always do; a user's only
+    /// with `user_allow_other` in /etc/fuse.conf (`fusermount3` refuses
+    /// it otherwise).
+    pub allow_other: bool,
 }
 
 /// The mount(2) flags `ServeConfig::mount_flags` may hold, with their
@@ -79,20 +84,6 @@ pub const MOUNT_FLAGS: &[(&str, libc::c_ulong)] = &[
     ("lazytime", libc::MS_LAZYTIME),
     ("nosymfollow", libc::MS_NOSYMFOLLOW),
 ];
-
-/// fusermount3's spelling of a `MOUNT_FLAGS` flag.
-fn fuser_option(flag: libc::c_ulong) -> Option<MountOption> {
-    Some(match flag {
-        libc::MS_NOSUID => MountOption::NoSuid,
-        libc::MS_NODEV => MountOption::NoDev,
-        libc::MS_NOEXEC => MountOption::NoExec,
-        libc::MS_NOATIME => MountOption::NoAtime,
-        libc::MS_SYNCHRONOUS => MountOption::Sync,
-        libc::MS_DIRSYNC => MountOption::DirSync,
-        libc::MS_NODIRATIME => MountOption::CUSTOM("nodiratime".into()),
-        _ => return None,
-    })
-}
 
 /// Mounts `fs` and serves it until unmounted (by `umount`, `fusermount3
 /// -u` or a termination signal). `ready` learns whether the mount came up.
@@ -181,64 +172,36 @@ fn mount(
             format!("unsupported mount flags {:#x}", cfg.mount_flags & !known),
         ));
     }
-    let (server, inner) = new_server(fs.clone(), layer, cfg)?;
-    let mut config = fuser::Config::default();
-    config.mount_options = vec![
-        MountOption::FSName(cfg.fsname.clone()),
-        MountOption::Subtype("uvfs".to_string()),
-        // The kernel checks permissions with the caller's full credentials.
-        MountOption::DefaultPermissions,
-        MountOption::Dev,
-        MountOption::Suid,
-        if cfg.read_only {
-            MountOption::RO
-        } else {
-            MountOption::RW
-        },
-    ];
-    // (fusermount3 applies options in order: these override `Dev` and
-    // `Suid` above.)
-    for &(_, flag) in MOUNT_FLAGS {
-        if cfg.mount_flags & flag != 0 {
-            config.mount_options.extend(fuser_option(flag));
-        }
-    }
     // SAFETY: geteuid has no preconditions and cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
+    if cfg.allow_other && !root && !crate::fusermount::user_allow_other() {
+        return Err(crate::fusermount::allow_other_refused());
+    }
+    let (server, inner) = new_server(fs.clone(), layer, cfg)?;
+    let mut config = fuser::Config::default();
     // Everyone may use the mount when root serves it (allow_other), as a
-    // system file system; otherwise only the owner.
-    config.acl = if root {
+    // system file system, or when asked; otherwise only the owner.
+    config.acl = if root || cfg.allow_other {
         SessionACL::All
     } else {
         SessionACL::Owner
     };
     config.n_threads = Some(cfg.threads.max(1));
     config.clone_fd = true;
-    // As root, mount(2) ourselves so that fuser never unmounts by path
-    // (kmount.rs says why); otherwise fuser mounts through fusermount3.
-    let (session, mut unmounter) = match kmount::mount(
+    // mount(2) ourselves (or through fusermount3), so that fuser never
+    // unmounts by path (kmount.rs says why).
+    let (fd, km) = kmount::mount(
         &mountpoint,
         &cfg.fsname,
         config.acl == SessionACL::All,
         cfg.read_only,
         cfg.mount_flags,
-    )? {
-        kmount::Mounted::Yes(fd, km) => {
-            let km = Arc::new(km);
-            let session = Session::from_fd(server, fd, config.acl, config).inspect_err(|_| {
-                let _ = km.unmount().or_else(|_| km.detach());
-            })?;
-            (session, Unmounter::Kernel(km))
-        }
-        kmount::Mounted::NotPermitted => {
-            let mut session = Session::new(server, &mountpoint, &config)?;
-            let u = session.unmount_callable();
-            (
-                session,
-                Unmounter::Fuser(u, kmount::mountpoint_cstring(&mountpoint)?),
-            )
-        }
-    };
+    )?;
+    let km = Arc::new(km);
+    let session = Session::from_fd(server, fd, config.acl, config).inspect_err(|_| {
+        let _ = km.unmount().or_else(|_| km.detach());
+    })?;
+    let mut unmounter = Unmounter(km.clone());
     // Before any request is answered: the mount's device, so that a file
     // system reaching back into it by path refuses (mountinfo.rs).
     let dev = mountinfo::device_of(&mountpoint);
@@ -251,16 +214,10 @@ fn mount(
     if let (true, true, false, Some(dev)) = (cfg.dir_refresh, worth, cfg.read_only, dev) {
         let _ = inner.refresh.start(&mountpoint, dev, Arc::downgrade(&fs));
     }
-    let pruner = match &unmounter {
-        Unmounter::Kernel(km) => km.dup_dev().ok().map(crate::prune::Pruner::new),
-        Unmounter::Fuser(..) => None,
-    };
+    let pruner = km.dup_dev().ok().map(crate::prune::Pruner::new);
     // Changes made behind the kernel's back, reported by the file system
     // (a passthrough's watcher) from now on.
-    let raw = match &unmounter {
-        Unmounter::Kernel(km) => km.dup_dev().ok().map(crate::prune::Pruner::new),
-        Unmounter::Fuser(..) => None,
-    };
+    let raw = km.dup_dev().ok().map(crate::prune::Pruner::new);
     let cache = crate::changes::KernelCache::new(session.notifier(), raw, &inner);
     fs.watch(Arc::new(crate::changes::Sink(Arc::new(cache))));
     match start_helpers(&inner, &session, pruner, cfg, &mountpoint) {

@@ -397,6 +397,7 @@ impl Stack {
             // and offloading are what is tested here.
             kernel_io: false,
             dir_refresh: true,
+            allow_other: false,
         };
         let top = BackgroundMount::start(fs, layer, &scfg).expect("mount the passthrough");
         Some(Stack {

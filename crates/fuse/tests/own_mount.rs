@@ -41,6 +41,7 @@ fn a_source_holding_the_mountpoint_gets_eloop_not_a_hang() {
         mount_flags: 0,
         kernel_io: false,
         dir_refresh: true,
+        allow_other: false,
     };
     let m = BackgroundMount::start(fs, layer, &cfg).expect("mount");
 

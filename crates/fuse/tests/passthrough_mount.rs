@@ -86,6 +86,7 @@ impl Pt {
             // files is then what keeps the source's atimes.)
             kernel_io: true,
             dir_refresh: true,
+            allow_other: false,
         };
         let mount = BackgroundMount::start(fs.clone(), layer, &cfg).expect("mount");
         Some(Pt {

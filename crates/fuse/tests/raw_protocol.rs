@@ -627,6 +627,7 @@ impl Kernel {
             mount_flags: 0,
             kernel_io: false,
             dir_refresh: false,
+            allow_other: false,
         };
         k.mount = Some(serve_fd(fs, layer, theirs, &cfg).expect("serve_fd"));
         let r = k.recv_for(unique, "INIT");

@@ -134,6 +134,7 @@ pub fn serve_memfs_as(
         mount_flags: 0,
         kernel_io: false,
         dir_refresh: true,
+        allow_other: false,
     };
     tweak(&mut cfg);
     BackgroundMount::start(fs, layer, &cfg).expect("mount")
