@@ -122,6 +122,8 @@ pub fn apply(o: &mut MountOpts, options: &str, sloppy: bool) -> io::Result<()> {
             ("no_watch", None) => o.no_watch = true,
             ("server_io", None) => o.server_io = true,
             ("source", _) => o.source = Some(PathBuf::from(text("source")?)),
+            ("log_file", _) => o.log_file = Some(PathBuf::from(text("log_file")?)),
+            ("log_level", _) => o.log_level = Some(text("log_level")?),
             ("fs", _) => {
                 o.fs = Some(match text("fs")?.as_str() {
                     "memfs" => FsKind::Memfs,

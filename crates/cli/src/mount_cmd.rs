@@ -10,7 +10,7 @@
 //! `fusermount3 -u MNT`) stops the server.
 
 use clap::Args;
-use std::io::{self, Write as _};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use uvfs_fuse::{daemonize, serve, BlockedSignals, Readiness, ServeConfig, Timeouts};
@@ -85,6 +85,16 @@ pub struct MountOpts {
     /// Serve in the foreground instead of detaching.
     #[arg(short, long)]
     pub foreground: bool,
+    /// What to log: `error`, `warn`, `info`, `debug`, `trace` or `off`,
+    /// or directives as RUST_LOG takes them (`info,fuser=debug`)
+    /// [default: $RUST_LOG, else info].
+    #[arg(long)]
+    pub log_level: Option<String>,
+    /// Append the log to this file (in the foreground as well as on
+    /// stderr). Detached without it, the server logs to the system log
+    /// (/dev/log: the journal or syslog).
+    #[arg(long)]
+    pub log_file: Option<PathBuf>,
     /// Serve this host directory (passthrough) instead of memfs.
     #[arg(long)]
     pub source: Option<PathBuf>,
@@ -275,6 +285,11 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
         crate::fstab::apply(&mut o, &opts, false)?;
     }
     let o = &o;
+    uvfs_logger::init(&uvfs_logger::Config {
+        level: o.log_level.clone(),
+        file: o.log_file.clone(),
+        foreground: o.foreground,
+    })?;
     // Everything that can be refused is checked before detaching, so the
     // error reaches the terminal.
     let source = match (o.fs, &o.source) {
@@ -327,9 +342,7 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
         Transport::Dev => false,
         Transport::Auto => {
             let offer = uvfs_fuse::offer_uring();
-            if let Some(m) = offer.message() {
-                let _ = writeln!(io::stderr(), "uvfs: {m}");
-            }
+            crate::mount_log::uring_offer(offer);
             offer.usable()
         }
         Transport::Uring if uvfs_fuse::uring_available() => true,
@@ -353,9 +366,8 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
         Some(src) if !o.no_watch => match uvfs_passthrough::PassthroughFs::probe_watch(src) {
             Ok(()) => true,
             Err(why) => {
-                let _ = writeln!(
-                    io::stderr(),
-                    "uvfs: {why}; names and attributes are cached for 1 s"
+                log::warn!(
+                    "host-change watcher off: {why}; names and attributes are cached for 1 s"
                 );
                 false
             }
@@ -400,7 +412,9 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
     let mut ready = if o.foreground {
         Readiness::foreground()
     } else {
-        daemonize()?
+        let r = daemonize()?;
+        uvfs_logger::detached();
+        r
     };
     let signals = BlockedSignals::block()?;
     uvfs_fuse::set_memory_release(uvfs_process::alloc::return_freed_memory)?;
@@ -440,6 +454,7 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
             kernel_io: !o.server_io && !o.read_only && atime.files != Atime::Never,
             dir_refresh: !o.no_dir_refresh,
         };
+        crate::mount_log::start(o, &cfg, Some(&src), watched);
         return serve(fs, layer, &cfg, signals, &mut ready);
     }
     // SAFETY: getuid/getgid have no preconditions and cannot fail.
@@ -468,6 +483,7 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
         kernel_io: false,
         dir_refresh: !o.no_dir_refresh,
     };
+    crate::mount_log::start(o, &cfg, None, false);
     serve(fs, layer, &cfg, signals, &mut ready)
 }
 
@@ -540,6 +556,8 @@ mod tests {
             size: "1m".into(),
             inodes: None,
             foreground: true,
+            log_level: None,
+            log_file: None,
             source: source.map(PathBuf::from),
             fd_budget: None,
             opendir: false,

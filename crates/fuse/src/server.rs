@@ -18,7 +18,6 @@ use fuser::{
     ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
-use std::io::Write as _;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -258,15 +257,51 @@ impl Server {
         &self.inner
     }
 
-    /// Counts a request and runs its handler `f` (see `shielded`).
-    fn guard<T>(&self, what: &str, f: impl FnOnce(&Inner) -> VfsResult<T>) -> VfsResult<T> {
+    /// Says what the kernel agreed to at INIT, and why a feature asked for
+    /// is off.
+    fn log_init(&self, config: &KernelConfig) {
+        let i = &self.inner;
+        let on = |b: &std::sync::atomic::AtomicBool| {
+            if b.load(Ordering::Relaxed) {
+                "on"
+            } else {
+                "off"
+            }
+        };
+        log::info!(
+            "kernel FUSE protocol {}: io_uring {}, kernel I/O on source files {}, \
+             directories opened by the kernel {}",
+            config.kernel_abi(),
+            on(&i.uring_on),
+            on(&i.backings.on),
+            on(&i.no_opendir),
+        );
+        if i.uring.load(Ordering::Relaxed) && !i.uring_on.load(Ordering::Relaxed) {
+            log::warn!("FUSE over io_uring off: the kernel did not offer it at INIT");
+        }
+        if i.backings.wanted.load(Ordering::Relaxed) && !i.backings.on.load(Ordering::Relaxed) {
+            log::warn!(
+                "kernel I/O on source files off: the kernel does not offer FUSE passthrough \
+                 (Linux 6.9+); reads and writes go through the server"
+            );
+        }
+    }
+
+    /// Counts a request about `node` and runs its handler `f` (see
+    /// `shielded`).
+    fn guard<T>(
+        &self,
+        what: &str,
+        node: u64,
+        f: impl FnOnce(&Inner) -> VfsResult<T>,
+    ) -> VfsResult<T> {
         let i = &*self.inner;
         i.counters.requests.fetch_add(1, Ordering::Relaxed);
         i.counters.by_op.bump(what);
         if ON_URING_QUEUE.with(|u| *u) {
             i.counters.uring.fetch_add(1, Ordering::Relaxed);
         }
-        self.shielded(what, f)
+        self.shielded(what, node, f)
     }
 
     /// Like `guard`, for a request that changes the file system: answered
@@ -275,8 +310,13 @@ impl Server {
     /// (remounted read-write, or a peer that is not a kernel): every
     /// request that writes data, metadata or names goes through here, and
     /// OPEN checks its flags itself.
-    fn changing<T>(&self, what: &str, f: impl FnOnce(&Inner) -> VfsResult<T>) -> VfsResult<T> {
-        self.guard(what, |i| {
+    fn changing<T>(
+        &self,
+        what: &str,
+        node: u64,
+        f: impl FnOnce(&Inner) -> VfsResult<T>,
+    ) -> VfsResult<T> {
+        self.guard(what, node, |i| {
             if i.read_only {
                 return Err(Errno::EROFS);
             }
@@ -284,24 +324,27 @@ impl Server {
         })
     }
 
-    /// Runs `f`, turning a panic into `EIO` and counting errors.
-    fn shielded<T>(&self, what: &str, f: impl FnOnce(&Inner) -> VfsResult<T>) -> VfsResult<T> {
+    /// Runs `f`, turning a panic into `EIO`, counting errors and logging
+    /// those that are not ordinary (`answered.rs`).
+    fn shielded<T>(
+        &self,
+        what: &str,
+        node: u64,
+        f: impl FnOnce(&Inner) -> VfsResult<T>,
+    ) -> VfsResult<T> {
         crate::release::on_request();
         let i = &*self.inner;
         let r = match catch_unwind(AssertUnwindSafe(|| f(i))) {
             Ok(r) => r,
             Err(_) => {
                 i.counters.panics.fetch_add(1, Ordering::Relaxed);
-                // Not eprintln!: it panics if stderr is a closed pipe.
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "uvfs: {what} handler panicked; answered EIO"
-                );
+                log::error!("{what} handler on node {node} panicked; answered EIO");
                 Err(Errno::EIO)
             }
         };
-        if r.is_err() {
+        if let Err(e) = &r {
             i.counters.errors.fetch_add(1, Ordering::Relaxed);
+            crate::answered::note(what, node, *e, i.read_only);
         }
         r
     }
@@ -786,6 +829,7 @@ impl Filesystem for Server {
             self.inner.no_opendir.store(true, Ordering::Relaxed);
         }
         let _ = config.set_max_write(MAX_WRITE);
+        self.log_init(config);
         Ok(())
     }
 
@@ -1248,7 +1292,7 @@ impl Filesystem for Server {
         mut reply: ReplyDirectory,
     ) {
         let r = self.guard("readdir", ino.0, |i| {
-            with_dir(i, &ctx(_req), _ino.0, fh.0, |of| {
+            with_dir(i, &ctx(_req), ino.0, fh.0, |of| {
                 i.fs.readdir(&of.vp, of.fh, offset, &mut |e| {
                     let id = i.nodes.node_id(e.ino);
                     reply.add(
@@ -1263,7 +1307,7 @@ impl Filesystem for Server {
         match r {
             Ok(()) => {
                 reply.ok();
-                self.inner.refresh.listed(_ino.0);
+                self.inner.refresh.listed(ino.0);
             }
             Err(e) => reply.error(errno(e)),
         }
@@ -1280,7 +1324,7 @@ impl Filesystem for Server {
         self.inner.throttle_new_nodes();
         let _racing = self.inner.entry_race.begin();
         let r = self.guard("readdirplus", ino.0, |i| {
-            with_dir(i, &ctx(req), _ino.0, fh.0, |of| {
+            with_dir(i, &ctx(req), ino.0, fh.0, |of| {
                 i.fs.readdirplus(&ctx(req), &of.vp, of.fh, offset, &mut |e, found| {
                     let nm = OsStr::from_bytes(&e.name);
                     match found {
@@ -1330,7 +1374,7 @@ impl Filesystem for Server {
         match r {
             Ok(()) => {
                 reply.ok();
-                self.inner.refresh.listed(_ino.0);
+                self.inner.refresh.listed(ino.0);
             }
             // Entries remembered before a failure part way stay counted
             // (the node lives until unmount, never too short); memfs's
