@@ -331,6 +331,16 @@ mod tests {
 
         let o = mount_opts(&helper_args(&["memfs", "/mnt/x", "-o", "no_dir_refresh"])).unwrap();
         assert!(o.no_dir_refresh);
+
+        let o = mount_opts(&helper_args(&[
+            "memfs",
+            "/mnt/x",
+            "-o",
+            "log_file=/var/log/uvfs-x.log,log-level=warn",
+        ]))
+        .unwrap();
+        assert_eq!(o.log_file, Some(PathBuf::from("/var/log/uvfs-x.log")));
+        assert_eq!(o.log_level.as_deref(), Some("warn"));
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! # Detaching
 //! `uvfs mount MNT` returns once the file system is mounted and keeps
 //! serving in the background (a new session, standard streams on
-//! /dev/null); it exits 1 with the reason if mounting fails.
+//! /dev/null, its log in `--log-file` or the system log: uvfs-logger);
+//! it exits 1 with the reason if mounting fails.
 //! `--foreground` serves in the calling process instead. Either way
 //! SIGINT, SIGTERM or SIGHUP unmount cleanly, and `umount MNT` (or
 //! `fusermount3 -u MNT`) stops the server.
