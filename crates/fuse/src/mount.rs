@@ -111,7 +111,9 @@ pub fn serve(
             x
         }
         Err(e) => {
-            log::error!("mounting {} failed: {e}", cfg.mountpoint.display());
+            // The caller says it on the terminal (target: uvfs-logger's
+            // REPORTED keeps it off stderr).
+            log::error!(target: "uvfs::reported", "mounting {} failed: {e}", cfg.mountpoint.display());
             ready.report(&Err(std::io::Error::new(e.kind(), e.to_string())));
             return Err(e);
         }

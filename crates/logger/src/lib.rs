@@ -10,6 +10,9 @@
 //! Which lines: `--log-level`, else `RUST_LOG`, else `info`, in
 //! `env_logger`'s syntax (`warn`, `info,fuser=debug`, ...).
 //!
+//! Records with target [`REPORTED`] skip stderr: what the command reports
+//! there itself (a failed mount) is said once.
+//!
 //! No write can panic or fail the server: errors writing any destination
 //! (a closed stderr pipe, a full disk, no syslog daemon) drop the line.
 //! Errors, warnings and informational lines are rate-limited per message
@@ -28,6 +31,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Instant, SystemTime};
+
+/// The target of records that the command also reports on stderr.
+pub const REPORTED: &str = "uvfs::reported";
 
 /// What `init` sets up.
 #[derive(Clone, Debug, Default)]
@@ -171,7 +177,8 @@ impl Logger {
     fn write(&self, record: &Record<'_>, msg: &str) {
         let level = record.level();
         let short = short_line(record, msg);
-        if level as usize <= self.stderr_max.load(Ordering::Relaxed) {
+        if level as usize <= self.stderr_max.load(Ordering::Relaxed) && record.target() != REPORTED
+        {
             // Never eprintln!: it panics when stderr is a closed pipe.
             let _ = io::stderr()
                 .lock()
