@@ -119,10 +119,17 @@ fn a_server_whose_stderr_is_closed_serves_and_stops_cleanly() {
         return;
     }
     let d = scratch("closed-stderr");
-    let mnt = d.join("mnt");
+    let (mnt, log) = (d.join("mnt"), d.join("server.log"));
     // Debug: fuser logs every request, so stderr is written all along.
     let mut child = Command::new(env!("CARGO_BIN_EXE_uvfs"))
-        .args(["mount", "--foreground", "--log-level", "debug"])
+        .args([
+            "mount",
+            "--foreground",
+            "--log-level",
+            "debug",
+            "--log-file",
+        ])
+        .arg(&log)
         .arg(&mnt)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -143,9 +150,14 @@ fn a_server_whose_stderr_is_closed_serves_and_stops_cleanly() {
     });
     let _ = Command::new("umount").arg(&mnt).status();
     let status = child.wait().unwrap();
+    let text = fs::read_to_string(&log).unwrap_or_default();
     let _ = fs::remove_dir_all(&d);
     if let Err(e) = r {
         std::panic::resume_unwind(e);
     }
     assert!(status.success(), "server: {status}");
+    // fuser's own messages are in the log, and the server logged to the
+    // end with nobody reading its stderr.
+    assert!(text.contains(" DEBUG fuser::"), "{text}");
+    assert!(text.contains("stopped serving"), "{text}");
 }
