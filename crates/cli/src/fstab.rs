@@ -122,6 +122,8 @@ pub fn apply(o: &mut MountOpts, options: &str, sloppy: bool) -> io::Result<()> {
             ("allow_other", None) => o.allow_other = true,
             ("server_io", None) => o.server_io = true,
             ("source", _) => o.source = Some(PathBuf::from(text("source")?)),
+            ("log_file", _) => o.log_file = Some(PathBuf::from(text("log_file")?)),
+            ("log_level", _) => o.log_level = Some(text("log_level")?),
             ("fs", _) => {
                 o.fs = Some(match text("fs")?.as_str() {
                     "memfs" => FsKind::Memfs,
@@ -329,6 +331,16 @@ mod tests {
 
         let o = mount_opts(&helper_args(&["memfs", "/mnt/x", "-o", "no_dir_refresh"])).unwrap();
         assert!(o.no_dir_refresh);
+
+        let o = mount_opts(&helper_args(&[
+            "memfs",
+            "/mnt/x",
+            "-o",
+            "log_file=/var/log/uvfs-x.log,log-level=warn",
+        ]))
+        .unwrap();
+        assert_eq!(o.log_file, Some(PathBuf::from("/var/log/uvfs-x.log")));
+        assert_eq!(o.log_level.as_deref(), Some("warn"));
     }
 
     #[test]

@@ -8,6 +8,7 @@ use uvfs_bench::report::Report;
 mod bench_all;
 mod fstab;
 mod mount_cmd;
+mod mount_log;
 
 /// Counts heap bytes when the memory workload asks (off otherwise).
 #[global_allocator]

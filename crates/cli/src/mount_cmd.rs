@@ -4,13 +4,14 @@
 //! # Detaching
 //! `uvfs mount MNT` returns once the file system is mounted and keeps
 //! serving in the background (a new session, standard streams on
-//! /dev/null); it exits 1 with the reason if mounting fails.
+//! /dev/null, its log in `--log-file` or the system log: uvfs-logger);
+//! it exits 1 with the reason if mounting fails.
 //! `--foreground` serves in the calling process instead. Either way
 //! SIGINT, SIGTERM or SIGHUP unmount cleanly, and `umount MNT` (or
 //! `fusermount3 -u MNT`) stops the server.
 
 use clap::Args;
-use std::io::{self, Write as _};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use uvfs_fuse::{daemonize, serve, BlockedSignals, Readiness, ServeConfig, Timeouts};
@@ -85,6 +86,16 @@ pub struct MountOpts {
     /// Serve in the foreground instead of detaching.
     #[arg(short, long)]
     pub foreground: bool,
+    /// What to log: `error`, `warn`, `info`, `debug`, `trace` or `off`,
+    /// or directives as RUST_LOG takes them (`info,fuser=debug`)
+    /// [default: $RUST_LOG, else info].
+    #[arg(long)]
+    pub log_level: Option<String>,
+    /// Append the log to this file (in the foreground as well as on
+    /// stderr). Detached without it, the server logs to the system log
+    /// (/dev/log: the journal or syslog).
+    #[arg(long)]
+    pub log_file: Option<PathBuf>,
     /// Serve this host directory (passthrough) instead of memfs.
     #[arg(long)]
     pub source: Option<PathBuf>,
@@ -291,6 +302,11 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
         crate::fstab::apply(&mut o, &opts, false)?;
     }
     let o = &o;
+    uvfs_logger::init(&uvfs_logger::Config {
+        level: o.log_level.clone(),
+        file: o.log_file.clone(),
+        foreground: o.foreground,
+    })?;
     // Everything that can be refused is checked before detaching, so the
     // error reaches the terminal.
     let source = match (o.fs, &o.source) {
@@ -343,9 +359,7 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
         Transport::Dev => false,
         Transport::Auto => {
             let offer = uvfs_fuse::offer_uring();
-            if let Some(m) = offer.message() {
-                let _ = writeln!(io::stderr(), "uvfs: {m}");
-            }
+            crate::mount_log::uring_offer(offer);
             offer.usable()
         }
         Transport::Uring if uvfs_fuse::uring_available() => true,
@@ -383,9 +397,8 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
         Some(src) if !o.no_watch => match uvfs_passthrough::PassthroughFs::probe_watch(src) {
             Ok(()) => true,
             Err(why) => {
-                let _ = writeln!(
-                    io::stderr(),
-                    "uvfs: {why}; names and attributes are cached for 1 s"
+                log::warn!(
+                    "host-change watcher off: {why}; names and attributes are cached for 1 s"
                 );
                 false
             }
@@ -456,7 +469,9 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
     let mut ready = if o.foreground {
         Readiness::foreground()
     } else {
-        daemonize()?
+        let r = daemonize()?;
+        uvfs_logger::detached();
+        r
     };
     let signals = BlockedSignals::block()?;
     uvfs_fuse::set_memory_release(uvfs_process::alloc::return_freed_memory)?;
@@ -495,6 +510,7 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
             dir_refresh,
             allow_other: o.allow_other,
         };
+        crate::mount_log::start(o, &cfg, Some(&src), watched);
         return serve(fs, layer, &cfg, signals, &mut ready);
     }
     // SAFETY: getuid/getgid have no preconditions and cannot fail.
@@ -524,6 +540,7 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
         dir_refresh,
         allow_other: o.allow_other,
     };
+    crate::mount_log::start(o, &cfg, None, false);
     serve(fs, layer, &cfg, signals, &mut ready)
 }
 
@@ -618,6 +635,8 @@ mod tests {
             size: "1m".into(),
             inodes: None,
             foreground: true,
+            log_level: None,
+            log_file: None,
             source: source.map(PathBuf::from),
             fd_budget: None,
             opendir: false,

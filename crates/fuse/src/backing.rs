@@ -23,7 +23,6 @@
 use fuser::BackingId;
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -114,11 +113,10 @@ impl<Id> Backings<Id> {
                 // Without CAP_SYS_ADMIN no registration can succeed: stop
                 // asking (one ioctl per first open saved).
                 if e.raw_os_error() == Some(libc::EPERM) && self.on.swap(false, Ordering::Relaxed) {
-                    // Not eprintln!: it panics if stderr is a closed pipe.
-                    let _ = writeln!(
-                        std::io::stderr(),
-                        "uvfs: the kernel refused backing files (EPERM: the server lacks \
-                         CAP_SYS_ADMIN); reads and writes go through the server"
+                    log::warn!(
+                        "kernel I/O on source files off: the kernel refused backing files \
+                         (EPERM: the server lacks CAP_SYS_ADMIN); reads and writes go \
+                         through the server"
                     );
                 }
                 Mode::Server

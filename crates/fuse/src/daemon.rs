@@ -79,11 +79,13 @@ pub fn daemonize() -> std::io::Result<Readiness> {
         if msg == "ok" {
             std::process::exit(0);
         }
-        if msg.is_empty() {
-            eprintln!("uvfs: the server exited before mounting");
+        // Not eprintln!: it panics when stderr is a closed pipe.
+        let mut err = std::io::stderr();
+        let _ = if msg.is_empty() {
+            writeln!(err, "uvfs: the server exited before mounting")
         } else {
-            eprintln!("uvfs: {}", msg.trim_start_matches("error: "));
-        }
+            writeln!(err, "uvfs: {}", msg.trim_start_matches("error: "))
+        };
         std::process::exit(1);
     }
     drop(rd);

@@ -424,8 +424,8 @@ fn ask(asker: &mut Asker, batch: &[Entry], counters: &EvictCounters) {
             // The connection is going away (unmount): nothing to ask.
             Err(e) if e.raw_os_error() != Some(libc::EINVAL) => return,
             Err(e) => {
-                eprintln!(
-                    "uvfs: FUSE_NOTIFY_PRUNE refused ({e}); evicting by entry invalidation \
+                log::warn!(
+                    "FUSE_NOTIFY_PRUNE refused ({e}); evicting by entry invalidation \
                      of non-directories instead"
                 );
                 asker.pruner = None;

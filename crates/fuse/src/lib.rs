@@ -6,6 +6,7 @@
 //!   VOP -> reply).
 //! - `nodes.rs`: node id -> (vnode hold, kernel lookup count): the one
 //!   place where FUSE's LOOKUP/FORGET protocol becomes vnode holds.
+//! - `answered.rs`: which error answers are logged.
 //! - `handles.rs`: open files as vnode use references; `backing.rs`
 //!   the backing files the kernel reads and writes itself.
 //! - `mount.rs`: mounting with several request loops (`n_threads`,
@@ -23,6 +24,7 @@
 //!   loops (lock waits; syncs that wait for a disk), `threads.rs` what
 //!   their threads must not inherit.
 
+mod answered;
 mod backing;
 mod caps;
 mod changes;

@@ -97,16 +97,29 @@ pub fn serve(
     let r = start(fs, layer, cfg, signals);
     let (session, control) = match r {
         Ok(x) => {
+            log::info!("mounted {} ({})", cfg.mountpoint.display(), cfg.fsname);
             ready.report(&Ok(()));
             x
         }
         Err(e) => {
+            // The caller says it on the terminal (target: uvfs-logger's
+            // REPORTED keeps it off stderr).
+            log::error!(target: "uvfs::reported", "mounting {} failed: {e}", cfg.mountpoint.display());
             ready.report(&Err(std::io::Error::new(e.kind(), e.to_string())));
             return Err(e);
         }
     };
     let r = run(session);
     drop(control);
+    log::logger().flush();
+    let why = match crate::signals::taken() {
+        Some(sig) => format!("unmounted on {}", crate::signals::name(sig)),
+        None => "unmounted".into(),
+    };
+    match &r {
+        Ok(()) => log::info!("stopped serving {}: {why}", cfg.mountpoint.display()),
+        Err(e) => log::error!("stopped serving {}: {e}", cfg.mountpoint.display()),
+    }
     r
 }
 
@@ -211,8 +224,21 @@ fn mount(
     // A read-only superblock keeps its atimes: nothing to refresh; with a
     // short attribute timeout nothing refreshed would last until used.
     let worth = cfg.timeouts.attr >= crate::refresh::MIN_ATTR_TIMEOUT;
-    if let (true, true, false, Some(dev)) = (cfg.dir_refresh, worth, cfg.read_only, dev) {
-        let _ = inner.refresh.start(&mountpoint, dev, Arc::downgrade(&fs));
+    match (cfg.dir_refresh, worth, cfg.read_only, dev) {
+        (true, true, false, Some(dev)) => {
+            if let Err(e) = inner.refresh.start(&mountpoint, dev, Arc::downgrade(&fs)) {
+                log::warn!("directory attribute refresh off: {e}");
+            }
+        }
+        (false, ..) => log::info!("directory attribute refresh off (--no-dir-refresh)"),
+        (_, false, ..) => log::info!(
+            "directory attribute refresh off: the attribute timeout is under {:?}",
+            crate::refresh::MIN_ATTR_TIMEOUT
+        ),
+        (_, _, true, _) => {
+            log::info!("directory attribute refresh off: a read-only mount keeps its atimes")
+        }
+        (.., None) => log::warn!("directory attribute refresh off: the mount's device is unknown"),
     }
     let pruner = km.dup_dev().ok().map(crate::prune::Pruner::new);
     // Changes made behind the kernel's back, reported by the file system
@@ -271,7 +297,9 @@ fn start_helpers(
     };
     inner.locks.set_notifier(session.notifier());
     let _ = inner.notifier.set(session.notifier());
-    let _ = inner.evict.start(asker, Arc::downgrade(inner));
+    if let Err(e) = inner.evict.start(asker, Arc::downgrade(inner)) {
+        log::warn!("kernel-forget of cold nodes off ({e}): the vnode count is unbounded");
+    }
     if !cfg.control {
         return Ok(None);
     }

@@ -50,7 +50,6 @@ use crate::nodes::ROOT_ID;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::ffi::CString;
-use std::io::Write as _;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -370,11 +369,9 @@ impl Thread {
 
     /// Not allowed to clone mounts (no CAP_SYS_ADMIN): never will be.
     fn give_up(&self) {
-        // Not eprintln!: it panics if stderr is a closed pipe.
-        let _ = writeln!(
-            std::io::stderr(),
-            "uvfs: directory attributes are not refreshed after listings \
-             (EPERM: the server may not clone its mount)"
+        log::warn!(
+            "directory attribute refresh off: the server may not clone its mount (EPERM); \
+             the first stat of a directory after a listing is a round trip"
         );
         self.started.store(false, Ordering::Relaxed);
         self.shared.q.lock().closed = true;

@@ -18,7 +18,6 @@ use fuser::{
     ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
-use std::io::Write as _;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -258,15 +257,51 @@ impl Server {
         &self.inner
     }
 
-    /// Counts a request and runs its handler `f` (see `shielded`).
-    fn guard<T>(&self, what: &str, f: impl FnOnce(&Inner) -> VfsResult<T>) -> VfsResult<T> {
+    /// Says what the kernel agreed to at INIT, and why a feature asked for
+    /// is off.
+    fn log_init(&self, config: &KernelConfig) {
+        let i = &self.inner;
+        let on = |b: &std::sync::atomic::AtomicBool| {
+            if b.load(Ordering::Relaxed) {
+                "on"
+            } else {
+                "off"
+            }
+        };
+        log::info!(
+            "kernel FUSE protocol {}: io_uring {}, kernel I/O on source files {}, \
+             directories opened by the kernel {}",
+            config.kernel_abi(),
+            on(&i.uring_on),
+            on(&i.backings.on),
+            on(&i.no_opendir),
+        );
+        if i.uring.load(Ordering::Relaxed) && !i.uring_on.load(Ordering::Relaxed) {
+            log::warn!("FUSE over io_uring off: the kernel did not offer it at INIT");
+        }
+        if i.backings.wanted.load(Ordering::Relaxed) && !i.backings.on.load(Ordering::Relaxed) {
+            log::warn!(
+                "kernel I/O on source files off: the kernel does not offer FUSE passthrough \
+                 (Linux 6.9+); reads and writes go through the server"
+            );
+        }
+    }
+
+    /// Counts a request about `node` and runs its handler `f` (see
+    /// `shielded`).
+    fn guard<T>(
+        &self,
+        what: &str,
+        node: u64,
+        f: impl FnOnce(&Inner) -> VfsResult<T>,
+    ) -> VfsResult<T> {
         let i = &*self.inner;
         i.counters.requests.fetch_add(1, Ordering::Relaxed);
         i.counters.by_op.bump(what);
         if ON_URING_QUEUE.with(|u| *u) {
             i.counters.uring.fetch_add(1, Ordering::Relaxed);
         }
-        self.shielded(what, f)
+        self.shielded(what, node, f)
     }
 
     /// Like `guard`, for a request that changes the file system: answered
@@ -275,8 +310,13 @@ impl Server {
     /// (remounted read-write, or a peer that is not a kernel): every
     /// request that writes data, metadata or names goes through here, and
     /// OPEN checks its flags itself.
-    fn changing<T>(&self, what: &str, f: impl FnOnce(&Inner) -> VfsResult<T>) -> VfsResult<T> {
-        self.guard(what, |i| {
+    fn changing<T>(
+        &self,
+        what: &str,
+        node: u64,
+        f: impl FnOnce(&Inner) -> VfsResult<T>,
+    ) -> VfsResult<T> {
+        self.guard(what, node, |i| {
             if i.read_only {
                 return Err(Errno::EROFS);
             }
@@ -284,24 +324,27 @@ impl Server {
         })
     }
 
-    /// Runs `f`, turning a panic into `EIO` and counting errors.
-    fn shielded<T>(&self, what: &str, f: impl FnOnce(&Inner) -> VfsResult<T>) -> VfsResult<T> {
+    /// Runs `f`, turning a panic into `EIO`, counting errors and logging
+    /// those that are not ordinary (`answered.rs`).
+    fn shielded<T>(
+        &self,
+        what: &str,
+        node: u64,
+        f: impl FnOnce(&Inner) -> VfsResult<T>,
+    ) -> VfsResult<T> {
         crate::release::on_request();
         let i = &*self.inner;
         let r = match catch_unwind(AssertUnwindSafe(|| f(i))) {
             Ok(r) => r,
             Err(_) => {
                 i.counters.panics.fetch_add(1, Ordering::Relaxed);
-                // Not eprintln!: it panics if stderr is a closed pipe.
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "uvfs: {what} handler panicked; answered EIO"
-                );
+                log::error!("{what} handler on node {node} panicked; answered EIO");
                 Err(Errno::EIO)
             }
         };
-        if r.is_err() {
+        if let Err(e) = &r {
             i.counters.errors.fetch_add(1, Ordering::Relaxed);
+            crate::answered::note(what, node, *e, i.read_only);
         }
         r
     }
@@ -316,7 +359,7 @@ impl Server {
         kill_suidgid: bool,
         reply: ReplyOpen,
     ) {
-        let r = self.guard("open", |i| {
+        let r = self.guard("open", ino.0, |i| {
             let vp = i.nodes.get(ino.0)?;
             // The kernel opens FIFOs, sockets and devices itself (special
             // inodes to it) and sends OPEN for files and directories only.
@@ -345,17 +388,18 @@ impl Server {
         }
     }
 
-    /// Serves a WRITE, timing it (`write_stall.rs`).
+    /// Serves a WRITE of file `ino`'s handle `fh`, timing it
+    /// (`write_stall.rs`).
     fn write_now(
         &self,
         c: &Ctx,
-        fh: FileHandle,
+        (ino, fh): (INodeNo, FileHandle),
         offset: u64,
         data: &[u8],
         write_flags: WriteFlags,
         reply: ReplyWrite,
     ) {
-        let r = self.changing("write", |i| {
+        let r = self.changing("write", ino.0, |i| {
             let of = i.handles.get(fh.0)?;
             // FUSE_HANDLE_KILLPRIV_V2: a writer without CAP_FSETID drops
             // set-uid/set-gid, and it is ours to do.
@@ -785,6 +829,7 @@ impl Filesystem for Server {
             self.inner.no_opendir.store(true, Ordering::Relaxed);
         }
         let _ = config.set_max_write(MAX_WRITE);
+        self.log_init(config);
         Ok(())
     }
 
@@ -792,7 +837,7 @@ impl Filesystem for Server {
         self.inner.throttle_new_nodes();
         let _racing = self.inner.entry_race.begin();
         let mut negative_ttl = self.inner.timeouts.entry;
-        let r = self.guard("lookup", |i| {
+        let r = self.guard("lookup", parent.0, |i| {
             let dir = match i.nodes.get(parent.0) {
                 Ok(dir) => dir,
                 // A file handle of a node the kernel forgot: with
@@ -841,7 +886,7 @@ impl Filesystem for Server {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        let r = self.guard("getattr", |i| {
+        let r = self.guard("getattr", ino.0, |i| {
             let vp = i.nodes.get(ino.0)?;
             Ok((i.fs.getattr(&vp)?, i.attr_ttl(&vp)))
         });
@@ -899,7 +944,7 @@ impl Filesystem for Server {
         });
         let c = ctx(req);
         self.offload_if(slow, move |s| {
-            let r = s.changing("setattr", |i| {
+            let r = s.changing("setattr", ino.0, |i| {
                 let vp = i.nodes.get(ino.0)?;
                 Ok((i.fs.setattr(&c, &vp, &set)?, i.attr_ttl(&vp)))
             });
@@ -911,7 +956,7 @@ impl Filesystem for Server {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.guard("readlink", |i| i.fs.readlink(&i.nodes.get(ino.0)?)) {
+        match self.guard("readlink", ino.0, |i| i.fs.readlink(&i.nodes.get(ino.0)?)) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno(e)),
         }
@@ -929,7 +974,7 @@ impl Filesystem for Server {
     ) {
         let (c, n) = (ctx_making(req, umask), n.to_owned());
         self.making(move |s| {
-            let r = s.changing("mknod", |i| {
+            let r = s.changing("mknod", parent.0, |i| {
                 let dir = i.nodes.get(parent.0)?;
                 i.with_attr(i.fs.mknod(&c, &dir, name(&n), mode, u64::from(rdev))?)
             });
@@ -948,7 +993,7 @@ impl Filesystem for Server {
     ) {
         let (c, n) = (ctx_making(req, umask), n.to_owned());
         self.making(move |s| {
-            let r = s.changing("mkdir", |i| {
+            let r = s.changing("mkdir", parent.0, |i| {
                 let dir = i.nodes.get(parent.0)?;
                 i.with_attr(i.fs.mkdir(&c, &dir, name(&n), mode)?)
             });
@@ -966,7 +1011,7 @@ impl Filesystem for Server {
         });
         let (c, n) = (ctx(req), n.to_owned());
         self.offload_if(slow, move |s| {
-            let r = s.changing("unlink", |i| {
+            let r = s.changing("unlink", parent.0, |i| {
                 i.fs.unlink(&c, &i.nodes.get(parent.0)?, name(&n))
             });
             Self::reply_empty(reply, r);
@@ -974,7 +1019,7 @@ impl Filesystem for Server {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        let r = self.changing("rmdir", |i| {
+        let r = self.changing("rmdir", parent.0, |i| {
             i.fs.rmdir(&ctx(req), &i.nodes.get(parent.0)?, name(n))
         });
         Self::reply_empty(reply, r);
@@ -990,7 +1035,7 @@ impl Filesystem for Server {
     ) {
         let (c, n, target) = (ctx(req), link_name.to_owned(), target.to_owned());
         self.making(move |s| {
-            let r = s.changing("symlink", |i| {
+            let r = s.changing("symlink", parent.0, |i| {
                 let dir = i.nodes.get(parent.0)?;
                 i.with_attr(i.fs.symlink(&c, &dir, name(&n), target.as_os_str().as_bytes())?)
             });
@@ -1019,7 +1064,7 @@ impl Filesystem for Server {
         });
         let (c, n, newname) = (ctx(req), n.to_owned(), newname.to_owned());
         self.offload_if(self.short_of_space_here() || slow, move |s| {
-            let r = s.changing("rename", |i| {
+            let r = s.changing("rename", parent.0, |i| {
                 let (d, nd) = (i.nodes.get(parent.0)?, i.nodes.get(newparent.0)?);
                 let flags = RenameFlags(flags.bits());
                 i.fs.rename(&c, &d, name(&n), &nd, name(&newname), flags)?;
@@ -1045,7 +1090,7 @@ impl Filesystem for Server {
     ) {
         let (c, newname) = (ctx(req), newname.to_owned());
         self.making(move |s| {
-            let r = s.changing("link", |i| {
+            let r = s.changing("link", ino.0, |i| {
                 let (vp, dir) = (i.nodes.get(ino.0)?, i.nodes.get(newparent.0)?);
                 i.fs.link(&c, &vp, &dir, name(&newname))?;
                 i.with_attr(vp)
@@ -1076,7 +1121,7 @@ impl Filesystem for Server {
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -1094,11 +1139,11 @@ impl Filesystem for Server {
             Err(e) => reply.error(errno(e)),
         };
         if !self.offloading() {
-            return answer(reply, self.guard("read", read));
+            return answer(reply, self.guard("read", ino.0, read));
         }
         // Served here if it needs no disk; else on the pool, so that the
         // queue's other requests do not wait for the disk too.
-        let r = self.guard("read", |i| {
+        let r = self.guard("read", ino.0, |i| {
             let of = i.handles.get(fh.0)?;
             match i.fs.read_nowait(&of.vp, of.fh, offset, size) {
                 Err(Errno::EAGAIN) => Ok(None),
@@ -1107,7 +1152,7 @@ impl Filesystem for Server {
         });
         match r {
             Ok(Some(d)) => reply.data(&d),
-            Ok(None) => self.offload(move |s| answer(reply, s.shielded("read", read))),
+            Ok(None) => self.offload(move |s| answer(reply, s.shielded("read", ino.0, read))),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -1115,7 +1160,7 @@ impl Filesystem for Server {
     fn write(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -1129,21 +1174,22 @@ impl Filesystem for Server {
             // The data lives in the queue's buffer, which goes back to the
             // kernel when this returns.
             let data = data.to_vec();
-            let write = move |s: &Server| s.write_now(&c, fh, offset, &data, write_flags, reply);
+            let write =
+                move |s: &Server| s.write_now(&c, (ino, fh), offset, &data, write_flags, reply);
             return self.offload_if(true, write);
         }
-        self.write_now(&c, fh, offset, data, write_flags, reply);
+        self.write_now(&c, (ino, fh), offset, data, write_flags, reply);
     }
 
     fn flush(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        let r = self.guard("flush", |i| {
+        let r = self.guard("flush", ino.0, |i| {
             let of = i.handles.get(fh.0)?;
             // A close: POSIX drops every record lock its owner holds on
             // the file (the kernel leaves that to us with FUSE_POSIX_LOCKS).
@@ -1158,7 +1204,7 @@ impl Filesystem for Server {
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
@@ -1173,7 +1219,7 @@ impl Filesystem for Server {
             }))
         });
         self.offload_if(slow, move |s| {
-            let r = s.guard("release", |i| {
+            let r = s.guard("release", ino.0, |i| {
                 let of = i.handles.remove(fh.0)?;
                 if let Some(node) = of.backing_node {
                     if of.kernel_writer {
@@ -1190,13 +1236,13 @@ impl Filesystem for Server {
     fn fsync(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
         self.maybe_offload(move |s| {
-            let r = s.guard("fsync", |i| {
+            let r = s.guard("fsync", ino.0, |i| {
                 let of = i.handles.get(fh.0)?;
                 i.fs.fsync(&of.vp, of.fh, datasync)
             });
@@ -1211,7 +1257,7 @@ impl Filesystem for Server {
             self.inner.counters.by_op.bump("opendir");
             return reply.error(errno(Errno::ENOSYS));
         }
-        let r = self.guard("opendir", |i| {
+        let r = self.guard("opendir", ino.0, |i| {
             let vp = i.nodes.get(ino.0)?;
             let fh = i.fs.opendir(&ctx(req), &vp, flags.0)?;
             let keep = i.entry_ttl(&vp) >= LISTING_KEPT_FROM;
@@ -1240,13 +1286,13 @@ impl Filesystem for Server {
     fn readdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let r = self.guard("readdir", |i| {
-            with_dir(i, &ctx(_req), _ino.0, fh.0, |of| {
+        let r = self.guard("readdir", ino.0, |i| {
+            with_dir(i, &ctx(_req), ino.0, fh.0, |of| {
                 i.fs.readdir(&of.vp, of.fh, offset, &mut |e| {
                     let id = i.nodes.node_id(e.ino);
                     reply.add(
@@ -1261,7 +1307,7 @@ impl Filesystem for Server {
         match r {
             Ok(()) => {
                 reply.ok();
-                self.inner.refresh.listed(_ino.0);
+                self.inner.refresh.listed(ino.0);
             }
             Err(e) => reply.error(errno(e)),
         }
@@ -1270,15 +1316,15 @@ impl Filesystem for Server {
     fn readdirplus(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
         self.inner.throttle_new_nodes();
         let _racing = self.inner.entry_race.begin();
-        let r = self.guard("readdirplus", |i| {
-            with_dir(i, &ctx(req), _ino.0, fh.0, |of| {
+        let r = self.guard("readdirplus", ino.0, |i| {
+            with_dir(i, &ctx(req), ino.0, fh.0, |of| {
                 i.fs.readdirplus(&ctx(req), &of.vp, of.fh, offset, &mut |e, found| {
                     let nm = OsStr::from_bytes(&e.name);
                     match found {
@@ -1328,7 +1374,7 @@ impl Filesystem for Server {
         match r {
             Ok(()) => {
                 reply.ok();
-                self.inner.refresh.listed(_ino.0);
+                self.inner.refresh.listed(ino.0);
             }
             // Entries remembered before a failure part way stay counted
             // (the node lives until unmount, never too short); memfs's
@@ -1340,12 +1386,12 @@ impl Filesystem for Server {
     fn releasedir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        let r = self.guard("releasedir", |i| {
+        let r = self.guard("releasedir", ino.0, |i| {
             let of = i.handles.remove(fh.0)?;
             i.fs.releasedir(&of.vp, of.fh)
         });
@@ -1362,7 +1408,7 @@ impl Filesystem for Server {
     ) {
         let cx = ctx(req);
         self.maybe_offload(move |s| {
-            let r = s.guard("fsyncdir", |i| {
+            let r = s.guard("fsyncdir", ino.0, |i| {
                 with_dir(i, &cx, ino.0, fh.0, |of| {
                     i.fs.fsync(&of.vp, of.fh, datasync)
                 })
@@ -1371,8 +1417,8 @@ impl Filesystem for Server {
         });
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        match self.guard("statfs", |i| i.fs.statfs()) {
+    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        match self.guard("statfs", ino.0, |i| i.fs.statfs()) {
             Ok(s) => reply.statfs(
                 s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
             ),
@@ -1392,7 +1438,7 @@ impl Filesystem for Server {
     ) {
         let (c, n, value) = (ctx(req), n.to_owned(), value.to_vec());
         self.making(move |s| {
-            let r = s.changing("setxattr", |i| {
+            let r = s.changing("setxattr", ino.0, |i| {
                 if position != 0 {
                     return Err(Errno::EINVAL);
                 }
@@ -1409,24 +1455,26 @@ impl Filesystem for Server {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
-        let r = self.guard("getxattr", |i| i.fs.getxattr(&i.nodes.get(ino.0)?, name(n)));
+        let r = self.guard("getxattr", ino.0, |i| {
+            i.fs.getxattr(&i.nodes.get(ino.0)?, name(n))
+        });
         Self::reply_xattr(reply, size, r);
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let r = self.guard("listxattr", |i| i.fs.listxattr(&i.nodes.get(ino.0)?));
+        let r = self.guard("listxattr", ino.0, |i| i.fs.listxattr(&i.nodes.get(ino.0)?));
         Self::reply_xattr(reply, size, r);
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        let r = self.changing("removexattr", |i| {
+        let r = self.changing("removexattr", ino.0, |i| {
             i.fs.removexattr(&ctx(req), &i.nodes.get(ino.0)?, name(n))
         });
         Self::reply_empty(reply, r);
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        let r = self.guard("access", |i| {
+        let r = self.guard("access", ino.0, |i| {
             i.fs.access(&ctx(req), &i.nodes.get(ino.0)?, mask.bits() as u32)
         });
         Self::reply_empty(reply, r);
@@ -1445,7 +1493,7 @@ impl Filesystem for Server {
     ) {
         let (c, n) = (ctx_making(req, umask), n.to_owned());
         self.making(move |s| {
-            let r = s.changing("create", |i| {
+            let r = s.changing("create", parent.0, |i| {
                 let dir = i.nodes.get(parent.0)?;
                 let (vp, fh) =
                     i.fs.create(&c, &dir, name(&n), mode, open_flags(flags, kill_suidgid))?;
@@ -1467,7 +1515,7 @@ impl Filesystem for Server {
     ) {
         let c = ctx_making(req, umask);
         self.making(move |s| {
-            let r = s.changing("tmpfile", |i| {
+            let r = s.changing("tmpfile", parent.0, |i| {
                 let dir = i.nodes.get(parent.0)?;
                 let (vp, fh) = i.fs.tmpfile(&c, &dir, mode, flags)?;
                 let attr = i.fs.getattr(&vp)?;
@@ -1483,7 +1531,7 @@ impl Filesystem for Server {
     fn getlk(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         lock_owner: LockOwner,
         start: u64,
@@ -1498,7 +1546,7 @@ impl Filesystem for Server {
             typ,
             pid,
         };
-        let r = self.guard("getlk", |i| {
+        let r = self.guard("getlk", ino.0, |i| {
             let of = i.lock_target(fh.0)?;
             i.fs.getlk(&of.vp, of.fh, lock_owner.0, &lock)
         });
@@ -1530,7 +1578,7 @@ impl Filesystem for Server {
         };
         // Never waits here: a SETLKW that meets a conflict is parked
         // (`lockwait.rs`) and this request loop moves on.
-        let r = self.guard("setlk", |i| {
+        let r = self.guard("setlk", ino.0, |i| {
             let of = i.lock_target(fh.0)?;
             match i.fs.setlk(&of.vp, of.fh, lock_owner.0, &lock, flock) {
                 Err(e) if e == Errno::EAGAIN && sleep => Ok(Some(of)),
@@ -1568,7 +1616,7 @@ impl Filesystem for Server {
     fn fallocate(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         length: u64,
@@ -1576,7 +1624,7 @@ impl Filesystem for Server {
         reply: ReplyEmpty,
     ) {
         self.maybe_offload(move |s| {
-            let r = s.changing("fallocate", |i| {
+            let r = s.changing("fallocate", ino.0, |i| {
                 let of = i.handles.get(fh.0)?;
                 i.fs.fallocate(&of.vp, of.fh, FallocMode(mode), offset, length)
             });
@@ -1587,7 +1635,7 @@ impl Filesystem for Server {
     fn copy_file_range(
         &self,
         _req: &Request,
-        _ino_in: INodeNo,
+        ino_in: INodeNo,
         fh_in: FileHandle,
         offset_in: u64,
         _ino_out: INodeNo,
@@ -1598,7 +1646,7 @@ impl Filesystem for Server {
         reply: ReplyWrite,
     ) {
         self.maybe_offload(move |s| {
-            let r = s.changing("copy_file_range", |i| {
+            let r = s.changing("copy_file_range", ino_in.0, |i| {
                 let (a, b) = (i.handles.get(fh_in.0)?, i.handles.get(fh_out.0)?);
                 let flags = u32::try_from(flags.bits()).map_err(|_| Errno::EINVAL)?;
                 let n = i
@@ -1619,13 +1667,13 @@ impl Filesystem for Server {
     fn lseek(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: i64,
         whence: i32,
         reply: fuser::ReplyLseek,
     ) {
-        let r = self.guard("lseek", |i| {
+        let r = self.guard("lseek", ino.0, |i| {
             let hole = match whence {
                 libc::SEEK_DATA => false,
                 libc::SEEK_HOLE => true,

@@ -7,17 +7,30 @@
 //! which case the kernel finishes the unmount when its last user leaves.
 //! Either way the request loops then read `ENODEV` and the server exits.
 
-/// `eprintln!` panics when stderr is a closed pipe (a parent that went
-/// away), and a panic here would leave the mount behind: write, ignore errors.
-macro_rules! say {
-    ($($t:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($t)*);
-    }};
-}
-
 use crate::kmount::Unmounter;
 use std::path::Path;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// The termination signal taken, 0 before one: why the server stopped.
+static TAKEN: AtomicI32 = AtomicI32::new(0);
+
+/// The name of a termination signal.
+pub fn name(sig: i32) -> String {
+    match sig {
+        libc::SIGINT => "SIGINT".into(),
+        libc::SIGTERM => "SIGTERM".into(),
+        libc::SIGHUP => "SIGHUP".into(),
+        n => format!("signal {n}"),
+    }
+}
+
+/// The termination signal this process took, if any.
+pub fn taken() -> Option<i32> {
+    match TAKEN.load(Ordering::Relaxed) {
+        0 => None,
+        s => Some(s),
+    }
+}
 
 /// Proof that the termination signals are blocked in this thread: obtain
 /// it before creating any thread.
@@ -63,11 +76,12 @@ impl BlockedSignals {
                 if rc != 0 {
                     return;
                 }
-                say!("uvfs: signal {sig}, unmounting {mp}");
+                TAKEN.store(sig, Ordering::Relaxed);
+                log::info!("{}: unmounting {mp}", name(sig));
                 if let Err(e) = unmounter.unmount() {
-                    say!("uvfs: unmount failed ({e}); detaching lazily");
+                    log::warn!("unmount failed ({e}); detaching lazily");
                     if let Err(e) = unmounter.detach() {
-                        say!("uvfs: lazy unmount failed: {e}");
+                        log::error!("lazy unmount failed: {e}");
                     }
                 }
             })?;

@@ -23,6 +23,16 @@ macro_rules! errnos {
                 #[doc = concat!("`", stringify!($name), "`")]
                 pub const $name: Errno = Errno(libc::$name);
             )*
+
+            /// The symbolic name (`"EACCES"`) of the errnos named here.
+            pub fn name(self) -> Option<&'static str> {
+                // ENOTSUP is EOPNOTSUPP on Linux: the first name wins.
+                #[allow(unreachable_patterns)]
+                match self.0 {
+                    $(libc::$name => Some(stringify!($name)),)*
+                    _ => None,
+                }
+            }
         }
     };
 }
@@ -127,5 +137,12 @@ mod tests {
         assert_eq!(Errno::new(0), Errno::EIO);
         assert_eq!(Errno::new(-5), Errno::EIO);
         assert_eq!(Errno::new(libc::ENOENT).raw(), libc::ENOENT);
+    }
+
+    #[test]
+    fn names() {
+        assert_eq!(Errno::EACCES.name(), Some("EACCES"));
+        assert_eq!(Errno::ENOTSUP.name(), Some("EOPNOTSUPP"));
+        assert_eq!(Errno::new(4000).name(), None);
     }
 }

@@ -1,0 +1,163 @@
+//! What a server logs: a detached mount's log file shows its start, the
+//! options in force, a feature turned off and why, an error the source
+//! answered (EACCES on a backing `open`) and its stop; and a server whose
+//! stderr is a closed pipe serves and stops cleanly. Skipped (with a
+//! message) where mounting is not possible.
+
+mod common;
+
+use std::fs;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn scratch(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("uvfs-cli-logs-{tag}-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&d);
+    fs::create_dir_all(d.join("mnt")).unwrap();
+    fs::create_dir_all(d.join("src")).unwrap();
+    d
+}
+
+/// Waits (up to a minute) until `f` holds.
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !f() {
+        assert!(Instant::now() < deadline, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn mounted(mnt: &Path) -> bool {
+    let here = format!(" {} ", mnt.display());
+    fs::read_to_string("/proc/self/mountinfo").is_ok_and(|m| m.contains(&here))
+}
+
+#[test]
+fn a_detached_mount_logs_start_options_features_off_errors_and_stop() {
+    if let Err(why) = common::can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let d = scratch("detached");
+    let (mnt, log) = (d.join("mnt"), d.join("server.log"));
+    // Root's server reads any file: one the source refuses it needs a
+    // server without the capabilities that bypass permission bits. The
+    // kernel checks the caller (this root process, which may) first, so
+    // the OPEN reaches the server, and the source answers EACCES.
+    fs::write(d.join("src/locked"), b"secret").unwrap();
+    fs::set_permissions(
+        d.join("src/locked"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o000),
+    )
+    .unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_uvfs"));
+    cmd.arg("mount")
+        .arg("--source")
+        .arg(d.join("src"))
+        .arg(&mnt)
+        .arg("-o")
+        .arg(format!("no_watch,log_file={}", log.display()));
+    // SAFETY: the closure runs between fork and exec and only calls
+    // prctl, which is async-signal-safe and allocates nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            // CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH (linux/capability.h).
+            for cap in [1, 2] {
+                if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "uvfs mount: {out:?}");
+    let r = std::panic::catch_unwind(|| {
+        // A client that keeps trying: logged up to the rate limit.
+        for _ in 0..200 {
+            let e = fs::read(mnt.join("locked")).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::EACCES), "{e}");
+        }
+        fs::write(mnt.join("open"), b"x").unwrap();
+    });
+    assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
+    wait_for("the server's last line", || {
+        fs::read_to_string(&log).is_ok_and(|l| l.contains("stopped serving"))
+    });
+    let text = fs::read_to_string(&log).unwrap();
+    let _ = fs::remove_dir_all(&d);
+    if let Err(e) = r {
+        std::panic::resume_unwind(e);
+    }
+    let has = |line_with: &[&str]| {
+        text.lines()
+            .any(|l| line_with.iter().all(|part| l.contains(part)))
+    };
+    assert!(
+        has(&["INFO", "serving passthrough of", "uvfs 0."]),
+        "{text}"
+    );
+    assert!(has(&["options:", "threads=", "watcher=false"]), "{text}");
+    assert!(has(&["host-change watcher off (--no-watch)"]), "{text}");
+    assert!(has(&["WARN", "open on node", "EACCES"]), "{text}");
+    let refusals = text.lines().filter(|l| l.contains("EACCES")).count();
+    assert!((1..=12).contains(&refusals), "{refusals} lines:\n{text}");
+    assert!(has(&["EACCES", "suppressed"]), "{text}");
+    assert!(has(&["mounted ", &mnt.display().to_string()]), "{text}");
+    assert!(has(&["stopped serving", "unmounted"]), "{text}");
+    // Ordinary answers are not logged: the create of "open" looked it up
+    // first (ENOENT).
+    assert!(!text.contains("ENOENT"), "{text}");
+}
+
+#[test]
+fn a_server_whose_stderr_is_closed_serves_and_stops_cleanly() {
+    if let Err(why) = common::can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let d = scratch("closed-stderr");
+    let (mnt, log) = (d.join("mnt"), d.join("server.log"));
+    // Debug: fuser logs every request, so stderr is written all along.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_uvfs"))
+        .args([
+            "mount",
+            "--foreground",
+            "--log-level",
+            "debug",
+            "--log-file",
+        ])
+        .arg(&log)
+        .arg(&mnt)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // No reader from the start: each write to stderr fails with EPIPE.
+    drop(child.stderr.take());
+    wait_for("the mount", || {
+        mounted(&mnt) || child.try_wait().is_ok_and(|s| s.is_some())
+    });
+    let r = std::panic::catch_unwind(|| {
+        for i in 0..100 {
+            fs::write(mnt.join(format!("f{i}")), b"data").unwrap();
+            assert_eq!(fs::read(mnt.join(format!("f{i}"))).unwrap(), b"data");
+        }
+        assert!(fs::read(mnt.join("absent")).is_err());
+    });
+    let _ = Command::new("umount").arg(&mnt).status();
+    let status = child.wait().unwrap();
+    let text = fs::read_to_string(&log).unwrap_or_default();
+    let _ = fs::remove_dir_all(&d);
+    if let Err(e) = r {
+        std::panic::resume_unwind(e);
+    }
+    assert!(status.success(), "server: {status}");
+    // fuser's own messages are in the log, and the server logged to the
+    // end with nobody reading its stderr.
+    assert!(text.contains(" DEBUG fuser::"), "{text}");
+    assert!(text.contains("stopped serving"), "{text}");
+}

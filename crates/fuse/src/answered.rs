@@ -1,0 +1,81 @@
+//! Which errors answered to the kernel are logged.
+//!
+//! Most error answers are the file system working as asked: a name that
+//! is not there, a lock held by another, an attribute a file does not
+//! have. Those are *ordinary* and not logged; every other error answered
+//! is logged at `warn` with the request, the node it was about and the
+//! errno, so that a source that refuses the server (EACCES, EPERM), a
+//! failing disk (EIO), a full one (ENOSPC) or a bug (EINVAL, ESTALE,
+//! EBADF) leaves a trace. The logger's rate limit (per request and errno)
+//! keeps a client that repeats a failing request from flooding the log.
+//!
+//! Ordinary:
+//! - names: ENOENT, EEXIST, ENOTEMPTY, ENOTDIR, EISDIR, ELOOP (a symlink
+//!   opened with O_NOFOLLOW), ENAMETOOLONG;
+//! - extended attributes: ENODATA (none of that name), ERANGE (the size
+//!   probe of a buffer too small);
+//! - locks: EAGAIN (held by another), EDEADLK, EINTR (a wait interrupted);
+//! - what the kernel or the client falls back from: ENOSYS, EOPNOTSUPP
+//!   (an operation or mode not served), EXDEV (a rename, link or copy
+//!   across file systems);
+//! - EROFS from a read-only server: its promise kept.
+
+use uvfs_vfs::Errno;
+
+/// Whether answering `e` is the file system working as asked.
+pub fn ordinary(e: Errno, read_only: bool) -> bool {
+    const ORDINARY: &[Errno] = &[
+        Errno::ENOENT,
+        Errno::EEXIST,
+        Errno::ENOTEMPTY,
+        Errno::ENOTDIR,
+        Errno::EISDIR,
+        Errno::ELOOP,
+        Errno::ENAMETOOLONG,
+        Errno::ENODATA,
+        Errno::ERANGE,
+        Errno::EAGAIN,
+        Errno::EDEADLK,
+        Errno::EINTR,
+        Errno::ENOSYS,
+        Errno::EOPNOTSUPP,
+        Errno::ENOTSUP,
+        Errno::EXDEV,
+    ];
+    ORDINARY.contains(&e) || (read_only && e == Errno::EROFS)
+}
+
+/// Logs request `op` about node `node` answered `e`, unless ordinary.
+pub fn note(op: &str, node: u64, e: Errno, read_only: bool) {
+    if ordinary(e, read_only) {
+        return;
+    }
+    let name = e.name().unwrap_or("errno");
+    log::warn!(
+        "{op} on node {node} answered {name} ({})",
+        std::io::Error::from_raw_os_error(e.raw())
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_by_the_source_are_not_ordinary() {
+        for e in [
+            Errno::EACCES,
+            Errno::EPERM,
+            Errno::EIO,
+            Errno::ENOSPC,
+            Errno::ESTALE,
+        ] {
+            assert!(!ordinary(e, false), "{e:?}");
+        }
+        for e in [Errno::ENOENT, Errno::EEXIST, Errno::ENODATA, Errno::EAGAIN] {
+            assert!(ordinary(e, false), "{e:?}");
+        }
+        assert!(!ordinary(Errno::EROFS, false));
+        assert!(ordinary(Errno::EROFS, true));
+    }
+}
