@@ -169,8 +169,8 @@ PY
     if [ $rc = 0 ] && line=$(mountline "$H/p"); then
         pass "passthrough mounted: $(echo "$line" | cut -d' ' -f5-)"
         echo "  its stderr:"; echo "$err" | sed 's/^/    /'
-        echo "$err" | grep -q "not watched (fanotify needs CAP_SYS_ADMIN)" &&
-            echo "$err" | grep -q "kernel I/O on the source's files is off" &&
+        echo "$err" | grep -q "host-change watcher off: fanotify needs CAP_SYS_ADMIN" &&
+            echo "$err" | grep -q "kernel I/O on the source's files off" &&
             [ "$(echo "$err" | grep -c .)" = 2 ] &&
             pass "passthrough: watcher and kernel I/O turned off, one line each" ||
             fail "passthrough: stderr not the two expected lines"

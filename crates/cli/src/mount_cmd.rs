@@ -387,10 +387,9 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
     let privileged = uvfs_fuse::has_cap_sys_admin();
     let watched = match &source {
         Some(_) if !o.no_watch && !privileged => {
-            let _ = writeln!(
-                io::stderr(),
-                "uvfs: host changes in the source are not watched (fanotify needs \
-                 CAP_SYS_ADMIN); names and attributes are cached for 1 s"
+            log::warn!(
+                "host-change watcher off: fanotify needs CAP_SYS_ADMIN; names and \
+                 attributes are cached for 1 s"
             );
             false
         }
@@ -424,18 +423,16 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
         && !o.read_only
         && AtimeRule::from_mount_flags(o.mount_flags).files != Atime::Never;
     if kernel_io && !privileged {
-        let _ = writeln!(
-            io::stderr(),
-            "uvfs: kernel I/O on the source's files is off (FUSE passthrough needs \
-             CAP_SYS_ADMIN); reads and writes go through the server"
+        log::warn!(
+            "kernel I/O on the source's files off: FUSE passthrough needs \
+             CAP_SYS_ADMIN; reads and writes go through the server"
         );
     }
     let dir_refresh = !o.no_dir_refresh && timeouts.attr >= uvfs_fuse::MIN_REFRESH_ATTR_TIMEOUT;
     if dir_refresh && !privileged {
-        let _ = writeln!(
-            io::stderr(),
-            "uvfs: directory attributes are not refreshed after listings (it clones \
-             the mount, which needs CAP_SYS_ADMIN); a stat after a listing is a round trip"
+        log::warn!(
+            "directory attribute refresh off: it clones the mount, which needs \
+             CAP_SYS_ADMIN; a stat after a listing is a round trip"
         );
     }
     let kernel_io = kernel_io && privileged;
