@@ -23,7 +23,7 @@ use crate::creds::AsCaller;
 use crate::fdpool::{Fd, FdPool, Reservation};
 use crate::handle::{Handle, HandleOpener};
 use crate::inodes::InodeMap;
-use crate::node::{Ident, Node};
+use crate::node::{Ident, Node, Way};
 use crate::open::OpenTable;
 use crate::sys;
 use std::ffi::CStr;
@@ -223,10 +223,7 @@ impl PassthroughFs {
             st.stx_ino,
             Ident {
                 kind: VType::Dir,
-                gen: handle.as_ref().map_or(0, |h| h.generation()),
-                handle: handle.map(Arc::new),
-                parent: None,
-                name: Box::default(),
+                way: handle.map_or(Way::FdOnly, Way::Handle),
             },
             true,
         ));
@@ -359,7 +356,7 @@ impl PassthroughFs {
             return Err(Errno::ELOOP);
         }
         let ident = node.ident();
-        let fd = if let Some(h) = ident.handle.as_deref() {
+        let fd = if let Some(h) = ident.handle() {
             let res = self.pool.reserve()?;
             let fd = self
                 .handles
@@ -367,12 +364,12 @@ impl PassthroughFs {
                 .map_err(|e| self.stale(e))?;
             self.counters.reopen_handle.fetch_add(1, Ordering::Relaxed);
             res.into_fd(fd)
-        } else if let Some(parent) = ident.parent.as_ref() {
+        } else if let Way::Path(parent, name) = &ident.way {
             let pfd = match parent.cached_fd() {
                 Some(fd) => fd,
                 None => self.reopen(parent, depth + 1)?,
             };
-            let name = sys::cstr(&ident.name)?;
+            let name = sys::cstr(name)?;
             let res = self.pool.reserve()?;
             let fd = sys::open_beneath(pfd.raw(), &name, libc::O_PATH | libc::O_NOFOLLOW, 0)
                 .map_err(|e| {
@@ -506,23 +503,16 @@ impl PassthroughFs {
             self.counters.own_mount.fetch_add(1, Ordering::Relaxed);
             return Err(Errno::ELOOP);
         }
-        let handle = handle
-            .ok()
-            .filter(|h| self.handles.accepts(h))
-            .map(Arc::new);
-        let (parent, name) = match (&handle, at) {
-            (None, Some((p, n))) => (Some(p.clone()), n.into()),
-            _ => (None, Box::default()),
+        let handle = handle.ok().filter(|h| self.handles.accepts(h));
+        let way = match (handle, at) {
+            (Some(h), _) => Way::Handle(h),
+            (None, Some((p, n))) => Way::Path(p.clone(), n.into()),
+            (None, None) => Way::FdOnly,
         };
-        let ident = Ident {
-            kind,
-            gen: handle.as_ref().map_or(0, |h| h.generation()),
-            handle,
-            parent,
-            name,
-        };
+        let ident = Ident { kind, way };
+        let gen = ident.gen();
         let born = crate::node::birth_key(&st);
-        let mut id = self.inodes.id_of(dev, ino, ident.gen);
+        let mut id = self.inodes.id_of(dev, ino, gen);
         let (vp, node) = loop {
             let mut fresh = None;
             let vp = self.layer.get(&self.mnt, id, || {
@@ -556,7 +546,7 @@ impl PassthroughFs {
             // The kernel may still send requests for the old file under
             // this id (`inodes.rs`): the new file gets an alias.
             self.counters.aliases.fetch_add(1, Ordering::Relaxed);
-            id = self.inodes.make_alias(dev, ino, ident.gen);
+            id = self.inodes.make_alias(dev, ino, gen);
         };
         node.set_btime(born);
         if let Some(fd) = fd {
@@ -707,7 +697,7 @@ impl PassthroughFs {
     /// (and cache) through their parent as any operation would.
     fn statx_uncached(&self, node: &Arc<Node>) -> VfsResult<libc::statx> {
         let ident = node.ident();
-        let Some(h) = ident.handle.as_deref() else {
+        let Some(h) = ident.handle() else {
             return sys::statx_fd(self.fd_of(node)?.raw());
         };
         let res = self.pool.reserve()?;

@@ -28,7 +28,7 @@
 use crate::fdpool::Fd;
 use crate::handle::Handle;
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use uvfs_vfs::{Ino, VType};
 
@@ -38,14 +38,38 @@ use uvfs_vfs::{Ino, VType};
 pub struct Ident {
     /// File type.
     pub kind: VType,
-    /// Persistent handle, if usable on the source's mount.
-    pub handle: Option<Arc<Handle>>,
-    /// FUSE generation (from the handle; 0 without one).
-    pub gen: u64,
-    /// Fallback: the parent directory's node (only without a handle).
-    pub parent: Option<Arc<Node>>,
-    /// Fallback: the name in `parent`.
-    pub name: Box<[u8]>,
+    /// The way back to the file.
+    pub way: Way,
+}
+
+/// How a node's file is reopened once the pool took its fd.
+#[derive(Clone, Debug)]
+pub enum Way {
+    /// Only the cached fd leads to the file (the pinned root of a source
+    /// without usable handles) until a lookup finds it under a name.
+    FdOnly,
+    /// A persistent handle of the source's mount.
+    Handle(Handle),
+    /// Fallback without a handle: the parent directory's node and the
+    /// name in it.
+    Path(Arc<Node>, Box<[u8]>),
+}
+
+impl Ident {
+    /// The persistent handle, if the file is reached by one.
+    pub fn handle(&self) -> Option<&Handle> {
+        match &self.way {
+            Way::Handle(h) => Some(h),
+            _ => None,
+        }
+    }
+
+    /// The FUSE generation: the handle's (0 without one). Computed, not
+    /// kept: a few bytes hashed per lookup reply cost less than 8 bytes
+    /// in every cached node.
+    pub fn gen(&self) -> u64 {
+        self.handle().map_or(0, Handle::generation)
+    }
 }
 
 /// What the evictor found on a node.
@@ -62,6 +86,11 @@ pub(crate) enum Evict {
 }
 
 /// Per-vnode data of a passthrough mount.
+///
+/// One per cached file, so its size is most of what a cached file costs
+/// the server beyond its vnode: the handle is kept in place, the
+/// identity and the fd share one lock, and nothing here allocates for a
+/// file reached by a handle of up to 22 bytes.
 pub struct Node {
     /// Node id (the vnode's inode number).
     pub id: Ino,
@@ -69,18 +98,28 @@ pub struct Node {
     pub dev: u64,
     /// Backing inode number.
     pub ino: u64,
+    btime: AtomicU64,
+    state: Mutex<State>,
+    opens: AtomicU32,
     /// Never give the fd back (the root: no handle or parent to reopen by).
     pub pinned: bool,
-    ident: Mutex<Ident>,
-    fd: Mutex<Option<Arc<Fd>>>,
     referenced: AtomicBool,
     on_ring: AtomicBool,
-    opens: AtomicUsize,
     unlinked: AtomicBool,
     orphan: AtomicBool,
     removed: AtomicBool,
-    btime: AtomicU64,
 }
+
+/// What the node's lock protects: the identity and the cached fd.
+struct State {
+    ident: Ident,
+    fd: Option<Arc<Fd>>,
+}
+
+// 104 bytes make a 120-byte `Arc` allocation, inside the allocator's
+// 128-byte size class; a field that pushes the node past it costs every
+// cached file the next class (160 bytes).
+const _: () = assert!(std::mem::size_of::<Node>() <= 104);
 
 impl Node {
     /// A node for backing (dev, ino).
@@ -90,39 +129,39 @@ impl Node {
             dev,
             ino,
             pinned,
-            ident: Mutex::new(ident),
-            fd: Mutex::new(None),
+            btime: AtomicU64::new(0),
+            state: Mutex::new(State { ident, fd: None }),
+            opens: AtomicU32::new(0),
             referenced: AtomicBool::new(true),
             on_ring: AtomicBool::new(false),
-            opens: AtomicUsize::new(0),
             unlinked: AtomicBool::new(false),
             orphan: AtomicBool::new(false),
             removed: AtomicBool::new(false),
-            btime: AtomicU64::new(0),
         }
     }
 
     /// A snapshot of the identity.
     pub fn ident(&self) -> Ident {
-        self.ident.lock().clone()
+        self.state.lock().ident.clone()
     }
 
     /// The file type now.
     pub fn kind(&self) -> VType {
-        self.ident.lock().kind
+        self.state.lock().ident.kind
     }
 
     /// The FUSE generation now.
     pub fn generation(&self) -> u64 {
-        self.ident.lock().gen
+        self.state.lock().ident.gen()
     }
 
     /// Whether a lookup that found `found` found this node's file: same
     /// type and, where both have one, same handle.
     pub fn same_file(&self, found: &Ident) -> bool {
-        let me = self.ident.lock();
+        let st = self.state.lock();
+        let me = &st.ident;
         me.kind == found.kind
-            && match (&me.handle, &found.handle) {
+            && match (me.handle(), found.handle()) {
                 (Some(a), Some(b)) => a == b,
                 _ => true,
             }
@@ -145,10 +184,17 @@ impl Node {
     /// (dev, ino), or a rename moved a fallback node). Drops the cached fd
     /// if the file changed, since it refers to the old one.
     pub fn set_ident(&self, ident: Ident, file_changed: bool) {
-        *self.ident.lock() = ident;
+        let old = {
+            let mut st = self.state.lock();
+            st.ident = ident;
+            if file_changed {
+                st.fd.take()
+            } else {
+                None
+            }
+        };
+        drop(old);
         if file_changed {
-            let old = self.fd.lock().take();
-            drop(old);
             // Another file now: the old one's removal says nothing of it.
             self.removed.store(false, Ordering::SeqCst);
         }
@@ -157,18 +203,22 @@ impl Node {
     /// Updates the fallback location after a lookup or rename found the
     /// node at `parent`/`name` (no-op for nodes with handles).
     pub fn set_location(&self, parent: &Arc<Node>, name: &[u8]) {
-        let mut id = self.ident.lock();
-        if id.handle.is_none() && !std::ptr::eq(&**parent, self) {
-            id.parent = Some(parent.clone());
-            id.name = name.into();
+        let mut st = self.state.lock();
+        if std::ptr::eq(&**parent, self) {
+            return;
+        }
+        match &mut st.ident.way {
+            Way::Handle(_) => {}
+            Way::Path(p, n) if Arc::ptr_eq(p, parent) && **n == *name => {}
+            way => *way = Way::Path(parent.clone(), name.into()),
         }
     }
 
     /// The cached fd, marking the node used.
     #[inline]
     pub fn cached_fd(&self) -> Option<Arc<Fd>> {
-        let g = self.fd.lock();
-        let fd = g.as_ref()?.clone();
+        let g = self.state.lock();
+        let fd = g.fd.as_ref()?.clone();
         if !self.referenced.load(Ordering::Relaxed) {
             self.referenced.store(true, Ordering::Relaxed);
         }
@@ -178,11 +228,11 @@ impl Node {
     /// Caches `fd` unless another thread cached one first; returns the fd
     /// to use and whether the node must be entered on the pool's ring.
     pub(crate) fn install(&self, fd: Arc<Fd>) -> (Arc<Fd>, bool) {
-        let mut g = self.fd.lock();
-        if let Some(cur) = g.as_ref() {
+        let mut g = self.state.lock();
+        if let Some(cur) = g.fd.as_ref() {
             return (cur.clone(), false);
         }
-        *g = Some(fd.clone());
+        g.fd = Some(fd.clone());
         self.referenced.store(true, Ordering::Relaxed);
         let enter = !self.pinned && !self.on_ring.swap(true, Ordering::Relaxed);
         (fd, enter)
@@ -190,10 +240,10 @@ impl Node {
 
     /// The evictor's step (called with the ring locked).
     pub(crate) fn try_evict(&self) -> Evict {
-        let Some(mut g) = self.fd.try_lock() else {
+        let Some(mut g) = self.state.try_lock() else {
             return Evict::Busy;
         };
-        let Some(fd) = g.as_ref() else {
+        let Some(fd) = g.fd.as_ref() else {
             self.on_ring.store(false, Ordering::Relaxed);
             return Evict::NoFd;
         };
@@ -205,12 +255,12 @@ impl Node {
         // unlinked file.
         if Arc::strong_count(fd) > 1
             || self.orphan.load(Ordering::Relaxed)
-            || (self.opens.load(Ordering::Relaxed) > 0 && self.ident.lock().handle.is_none())
+            || (self.opens.load(Ordering::Relaxed) > 0 && g.ident.handle().is_none())
         {
             return Evict::Busy;
         }
         self.on_ring.store(false, Ordering::Relaxed);
-        match g.take() {
+        match g.fd.take() {
             Some(fd) => Evict::Taken(fd),
             None => Evict::NoFd,
         }
@@ -221,7 +271,7 @@ impl Node {
         if self.pinned {
             return;
         }
-        let old = self.fd.lock().take();
+        let old = self.state.lock().fd.take();
         drop(old);
     }
 
@@ -243,11 +293,11 @@ impl Node {
             // Re-checked after the store: a release that came between saw
             // no flag, and the fd must go now. SeqCst here and in `closed`:
             // one of the two sees the other's write (store-buffering shape).
-            if self.opens.load(Ordering::SeqCst) > 0 && self.ident.lock().handle.is_none() {
+            if self.opens.load(Ordering::SeqCst) > 0 && self.state.lock().ident.handle().is_none() {
                 return false;
             }
         }
-        let old = self.fd.lock().take();
+        let old = self.state.lock().fd.take();
         old.is_some()
     }
 
@@ -286,7 +336,7 @@ impl Node {
 
     /// Whether an fd is cached now.
     pub fn has_fd(&self) -> bool {
-        self.fd.lock().is_some()
+        self.state.lock().fd.is_some()
     }
 
     /// Counts an open file or directory on the node.
@@ -307,7 +357,7 @@ impl Node {
 
     /// Open files and directories on the node now.
     pub fn open_count(&self) -> usize {
-        self.opens.load(Ordering::Relaxed)
+        self.opens.load(Ordering::Relaxed) as usize
     }
 }
 
