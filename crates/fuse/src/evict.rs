@@ -91,9 +91,19 @@ pub const MAX_THROTTLE: Duration = Duration::from_millis(200);
 
 struct Entry {
     id: u64,
+    /// Where the node was handed out, for the fallback only: prune needs
+    /// no more than the node id, and the kernel keeps the names itself.
+    named: Option<Box<Named>>,
+}
+
+// The queue holds one entry per node the kernel remembers: with prune it
+// costs a node 16 bytes (and the deque's slack), no copy of its name.
+const _: () = assert!(std::mem::size_of::<Entry>() == 16);
+
+/// The (parent, name) an entry invalidation needs.
+struct Named {
     /// The parent's node id, with [`DIR_BIT`] set for a directory (node
-    /// ids are inode numbers, far below it): the queue holds one entry per
-    /// node the kernel remembers, so it stays 32 bytes.
+    /// ids are inode numbers, far below it).
     parent: u64,
     name: Box<[u8]>,
 }
@@ -107,7 +117,7 @@ pub struct Asker {
     pub notifier: Notifier,
 }
 
-impl Entry {
+impl Named {
     fn parent(&self) -> u64 {
         self.parent & !DIR_BIT
     }
@@ -143,6 +153,11 @@ pub struct Evictor {
     q: Mutex<VecDeque<Entry>>,
     bell: Arc<Bell>,
     started: AtomicBool,
+    /// Whether entries keep their (parent, name): only for the fallback.
+    /// Nodes queued while prune worked have none, so if the kernel later
+    /// refuses prune they cannot be asked about and are dropped from the
+    /// queue; the vnode layer overcommits for them rather than fail.
+    names: AtomicBool,
     /// Counters.
     pub counters: EvictCounters,
 }
@@ -224,8 +239,12 @@ impl Evictor {
             let mut q = self.q.lock();
             q.push_back(Entry {
                 id,
-                parent: if dir { parent | DIR_BIT } else { parent },
-                name: name.into(),
+                named: self.names.load(Ordering::Relaxed).then(|| {
+                    Box::new(Named {
+                        parent: if dir { parent | DIR_BIT } else { parent },
+                        name: name.into(),
+                    })
+                }),
             });
             q.len()
         };
@@ -256,8 +275,9 @@ impl Evictor {
 
     /// Starts the thread that sends the notifications.
     pub fn start(&self, asker: Asker, inner: Weak<Inner>) -> std::io::Result<()> {
-        self.started.store(true, Ordering::Relaxed);
         let prune = asker.pruner.is_some();
+        self.names.store(!prune, Ordering::Relaxed);
+        self.started.store(true, Ordering::Relaxed);
         self.counters
             .prune
             .store(u64::from(prune), Ordering::Relaxed);
@@ -374,9 +394,16 @@ fn pass(i: &Inner, asker: &mut Asker) -> Pass {
                 if e.id == crate::nodes::ROOT_ID || !i.nodes.contains(e.id) {
                     continue;
                 }
-                if e.is_dir() && asker.pruner.is_none() {
-                    skipped.push(e);
-                    continue;
+                if asker.pruner.is_none() {
+                    match &e.named {
+                        // Queued while prune worked: no way to ask.
+                        None => continue,
+                        Some(n) if n.is_dir() => {
+                            skipped.push(e);
+                            continue;
+                        }
+                        Some(_) => {}
+                    }
                 }
                 batch.push(e);
             }
@@ -385,7 +412,7 @@ fn pass(i: &Inner, asker: &mut Asker) -> Pass {
         if batch.is_empty() {
             return Pass::Stalled;
         }
-        ask(asker, &batch, &ev.counters);
+        ask(asker, &batch, ev);
         ev.counters
             .sent
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
@@ -416,7 +443,8 @@ fn pass(i: &Inner, asker: &mut Asker) -> Pass {
 
 /// Sends one batch; switches to the fallback for good if the kernel does
 /// not know prune.
-fn ask(asker: &mut Asker, batch: &[Entry], counters: &EvictCounters) {
+fn ask(asker: &mut Asker, batch: &[Entry], ev: &Evictor) {
+    let counters = &ev.counters;
     if let Some(p) = &asker.pruner {
         let ids: Vec<u64> = batch.iter().map(|e| e.id).collect();
         match p.prune(&ids) {
@@ -429,15 +457,19 @@ fn ask(asker: &mut Asker, batch: &[Entry], counters: &EvictCounters) {
                      of non-directories instead"
                 );
                 asker.pruner = None;
+                ev.names.store(true, Ordering::Relaxed);
                 counters.prune.store(0, Ordering::Relaxed);
             }
         }
     }
-    for e in batch.iter().filter(|e| !e.is_dir()) {
+    for n in batch.iter().filter_map(|e| e.named.as_deref()) {
+        if n.is_dir() {
+            continue;
+        }
         // ENOENT: the kernel no longer has that entry; nothing to do.
         let _ = asker
             .notifier
-            .inval_entry(INodeNo(e.parent()), OsStr::from_bytes(&e.name));
+            .inval_entry(INodeNo(n.parent()), OsStr::from_bytes(&n.name));
     }
 }
 
