@@ -317,7 +317,7 @@ impl PassthroughFs {
         if self.keep_timeouts || !self.watch.enabled() {
             return None;
         }
-        let dev = vp.data::<Arc<Node>>().map_or(u64::MAX, |n| n.dev);
+        let dev = vp.data::<Arc<Node>>().map_or(u64::MAX, |n| n.dev());
         self.watch.cache_limit(dev)
     }
 
@@ -364,7 +364,8 @@ impl PassthroughFs {
                 .map_err(|e| self.stale(e))?;
             self.counters.reopen_handle.fetch_add(1, Ordering::Relaxed);
             res.into_fd(fd)
-        } else if let Way::Path(parent, name) = &ident.way {
+        } else if let Way::Path(at) = &ident.way {
+            let (parent, name) = &**at;
             let pfd = match parent.cached_fd() {
                 Some(fd) => fd,
                 None => self.reopen(parent, depth + 1)?,
@@ -390,7 +391,7 @@ impl PassthroughFs {
         // The file must still be the node's: a handle or a name may now
         // lead to another inode (removed and replaced behind our back).
         let st = sys::statx_fd(fd.raw())?;
-        if (sys::stx_dev(&st), st.stx_ino) != (node.dev, node.ino)
+        if (sys::stx_dev(&st), st.stx_ino) != (node.dev(), node.ino)
             || mode_to_vtype(u32::from(st.stx_mode)) != Some(ident.kind)
         {
             self.counters.stale.fetch_add(1, Ordering::Relaxed);
@@ -471,7 +472,7 @@ impl PassthroughFs {
         let id = self.inodes.known_id(dev, ino)?;
         let vp = self.layer.lookup_cached(&self.mnt, id)?;
         let node = self.node_of(&vp).ok()?;
-        let same = (node.dev, node.ino) == (dev, ino)
+        let same = (node.dev(), node.ino) == (dev, ino)
             && node.btime() == born
             && Some(node.kind()) == mode_to_vtype(u32::from(st.stx_mode));
         same.then_some((vp, node))
@@ -506,7 +507,7 @@ impl PassthroughFs {
         let handle = handle.ok().filter(|h| self.handles.accepts(h));
         let way = match (handle, at) {
             (Some(h), _) => Way::Handle(h),
-            (None, Some((p, n))) => Way::Path(p.clone(), n.into()),
+            (None, Some((p, n))) => Way::Path(Box::new((p.clone(), n.into()))),
             (None, None) => Way::FdOnly,
         };
         let ident = Ident { kind, way };
@@ -559,7 +560,7 @@ impl PassthroughFs {
     /// directory beneath the root, or the walk is refused (`EACCES`: the
     /// directory was moved out of the tree behind the server's back).
     pub(crate) fn lookup_dotdot(&self, dir: &Arc<Node>) -> VfsResult<(VnodeRef, Attr)> {
-        if (dir.dev, dir.ino) == (self.root.dev, self.root.ino) {
+        if (dir.dev(), dir.ino) == (self.root.dev(), self.root.ino) {
             let vp = self.root_vnode()?;
             let st = sys::statx_fd(self.fd_of(&self.root)?.raw())?;
             return Ok((vp, self.attr_of(&self.root, &st)));
@@ -586,7 +587,7 @@ impl PassthroughFs {
             let raw = cur.as_ref().map_or(fd.raw(), |f| f.raw());
             let st = sys::statx_fd(raw)?;
             let here = (sys::stx_dev(&st), st.stx_ino);
-            if here == (self.root.dev, self.root.ino) {
+            if here == (self.root.dev(), self.root.ino) {
                 return Ok(true);
             }
             let res = self.pool.reserve()?;
@@ -708,7 +709,7 @@ impl PassthroughFs {
         );
         self.counters.stat_by_handle.fetch_add(1, Ordering::Relaxed);
         let st = sys::statx_fd(fd.raw())?;
-        if (sys::stx_dev(&st), st.stx_ino) != (node.dev, node.ino) {
+        if (sys::stx_dev(&st), st.stx_ino) != (node.dev(), node.ino) {
             self.counters.stale.fetch_add(1, Ordering::Relaxed);
             return Err(Errno::ESTALE);
         }

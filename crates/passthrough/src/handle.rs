@@ -34,12 +34,12 @@ use uvfs_vfs::{Errno, VfsResult};
 /// Most bytes of a handle (`MAX_HANDLE_SZ`).
 const MAX_HANDLE: usize = 128;
 
-/// Handle bytes kept in place: ext4's and xfs's handles are 8 bytes,
-/// tmpfs's 12, btrfs's 20. A node keeps its handle for its whole life,
-/// so a heap copy would be an allocation (and its rounding) per cached
-/// node; only larger handles (overlayfs, some network file systems) pay
-/// for one.
-const INLINE: usize = 22;
+/// Handle bytes kept in place: ext4's handles are 8 bytes, xfs's 8 or 12,
+/// tmpfs's 12. A node keeps its handle for its whole life, so a heap copy
+/// would be an allocation (and its rounding) per cached node; only larger
+/// handles (btrfs's 20, overlayfs's, some network file systems') pay for
+/// one.
+const INLINE: usize = 14;
 
 /// A persistent file handle and the mount it was made on.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -49,16 +49,21 @@ pub struct Handle {
     bytes: Bytes,
 }
 
-/// A handle's bytes: in place up to [`INLINE`], else on the heap.
+/// A handle's bytes: in place up to [`INLINE`], else on the heap behind
+/// a thin pointer (a boxed slice's length would widen every handle).
 #[derive(Clone, PartialEq, Eq, Debug)]
 enum Bytes {
-    Inline { len: u8, buf: [u8; INLINE] },
-    Heap(Box<[u8]>),
+    Inline {
+        len: u8,
+        buf: [u8; INLINE],
+    },
+    #[allow(clippy::box_collection)]
+    Heap(Box<Vec<u8>>),
 }
 
-// A handle is part of every cached passthrough node (`node.rs`): 32
-// bytes keeps the node in its allocation size class.
-const _: () = assert!(std::mem::size_of::<Handle>() <= 32);
+// A handle is part of every cached passthrough node (`node.rs`), whose
+// size decides its allocation's size class.
+const _: () = assert!(std::mem::size_of::<Handle>() <= 24);
 
 impl Bytes {
     fn new(b: &[u8]) -> Bytes {
@@ -70,7 +75,7 @@ impl Bytes {
                 buf,
             }
         } else {
-            Bytes::Heap(b.into())
+            Bytes::Heap(Box::new(b.to_vec()))
         }
     }
 

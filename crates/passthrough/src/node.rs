@@ -16,8 +16,8 @@
 //! | field | protected by |
 //! |---|---|
 //! | `id`, `dev`, `ino`, `pinned` | immutable |
-//! | `ident` | its mutex (a leaf) |
-//! | `fd` | its mutex; the pool's evictor only `try_lock`s it, under the ring lock |
+//! | `kind` | atomic; written with `state` locked |
+//! | `state` (the way back and the cached fd) | its mutex (a leaf); the pool's evictor only `try_lock`s it, under the ring lock |
 //! | `referenced` | atomic; set on every use, cleared by the evictor |
 //! | `on_ring` | changed only under the `fd` mutex (see `install`/`try_evict`) |
 //! | `opens` | atomic count of open files and directories on the node |
@@ -28,7 +28,7 @@
 use crate::fdpool::Fd;
 use crate::handle::Handle;
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use uvfs_vfs::{Ino, VType};
 
@@ -51,9 +51,13 @@ pub enum Way {
     /// A persistent handle of the source's mount.
     Handle(Handle),
     /// Fallback without a handle: the parent directory's node and the
-    /// name in it.
-    Path(Arc<Node>, Box<[u8]>),
+    /// name in it. Boxed, so that nodes with handles do not carry its
+    /// width.
+    Path(Box<(Arc<Node>, Box<[u8]>)>),
 }
+
+// The way back is most of a node's identity (`Node`'s size check).
+const _: () = assert!(std::mem::size_of::<Way>() <= 24);
 
 impl Ident {
     /// The persistent handle, if the file is reached by one.
@@ -94,13 +98,15 @@ pub(crate) enum Evict {
 pub struct Node {
     /// Node id (the vnode's inode number).
     pub id: Ino,
-    /// Backing device.
-    pub dev: u64,
     /// Backing inode number.
     pub ino: u64,
     btime: AtomicU64,
-    state: Mutex<State>,
+    /// Backing device, as the kernel's 32-bit `dev_t` ([`Node::dev`]).
+    dev: u32,
     opens: AtomicU32,
+    state: Mutex<State>,
+    /// The file type (`VType as u8`); changed only with `state` locked.
+    kind: AtomicU8,
     /// Never give the fd back (the root: no handle or parent to reopen by).
     pub pinned: bool,
     referenced: AtomicBool,
@@ -110,27 +116,39 @@ pub struct Node {
     removed: AtomicBool,
 }
 
-/// What the node's lock protects: the identity and the cached fd.
+/// What the node's lock protects: the way back and the cached fd.
 struct State {
-    ident: Ident,
+    way: Way,
     fd: Option<Arc<Fd>>,
 }
 
-// 104 bytes make a 120-byte `Arc` allocation, inside the allocator's
-// 128-byte size class; a field that pushes the node past it costs every
-// cached file the next class (160 bytes).
-const _: () = assert!(std::mem::size_of::<Node>() <= 104);
+// 80 bytes make a 96-byte `Arc` allocation, one of the allocator's size
+// classes; a field that pushes the node past it costs every cached file
+// the next class (112 bytes, then 128).
+const _: () = assert!(std::mem::size_of::<Node>() <= 80);
+
+/// A device number as the kernel keeps it (`dev_t`: 12 bits of major,
+/// 20 of minor), so that it fits 32 bits.
+fn dev_to_kernel(dev: u64) -> u32 {
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    debug_assert!(major < 1 << 12 && minor < 1 << 20, "dev {dev:#x}");
+    (major << 20) | (minor & 0xf_ffff)
+}
 
 impl Node {
     /// A node for backing (dev, ino).
     pub fn new(id: Ino, dev: u64, ino: u64, ident: Ident, pinned: bool) -> Node {
         Node {
             id,
-            dev,
+            dev: dev_to_kernel(dev),
             ino,
             pinned,
             btime: AtomicU64::new(0),
-            state: Mutex::new(State { ident, fd: None }),
+            kind: AtomicU8::new(ident.kind as u8),
+            state: Mutex::new(State {
+                way: ident.way,
+                fd: None,
+            }),
             opens: AtomicU32::new(0),
             referenced: AtomicBool::new(true),
             on_ring: AtomicBool::new(false),
@@ -142,27 +160,38 @@ impl Node {
 
     /// A snapshot of the identity.
     pub fn ident(&self) -> Ident {
-        self.state.lock().ident.clone()
+        let st = self.state.lock();
+        Ident {
+            kind: self.kind(),
+            way: st.way.clone(),
+        }
+    }
+
+    /// The backing device.
+    pub fn dev(&self) -> u64 {
+        libc::makedev(self.dev >> 20, self.dev & 0xf_ffff)
     }
 
     /// The file type now.
     pub fn kind(&self) -> VType {
-        self.state.lock().ident.kind
+        VType::from_u8(self.kind.load(Ordering::Acquire))
     }
 
     /// The FUSE generation now.
     pub fn generation(&self) -> u64 {
-        self.state.lock().ident.gen()
+        match &self.state.lock().way {
+            Way::Handle(h) => h.generation(),
+            _ => 0,
+        }
     }
 
     /// Whether a lookup that found `found` found this node's file: same
     /// type and, where both have one, same handle.
     pub fn same_file(&self, found: &Ident) -> bool {
         let st = self.state.lock();
-        let me = &st.ident;
-        me.kind == found.kind
-            && match (me.handle(), found.handle()) {
-                (Some(a), Some(b)) => a == b,
+        self.kind() == found.kind
+            && match (&st.way, found.handle()) {
+                (Way::Handle(a), Some(b)) => a == b,
                 _ => true,
             }
     }
@@ -186,7 +215,8 @@ impl Node {
     pub fn set_ident(&self, ident: Ident, file_changed: bool) {
         let old = {
             let mut st = self.state.lock();
-            st.ident = ident;
+            st.way = ident.way;
+            self.kind.store(ident.kind as u8, Ordering::Release);
             if file_changed {
                 st.fd.take()
             } else {
@@ -207,10 +237,10 @@ impl Node {
         if std::ptr::eq(&**parent, self) {
             return;
         }
-        match &mut st.ident.way {
+        match &mut st.way {
             Way::Handle(_) => {}
-            Way::Path(p, n) if Arc::ptr_eq(p, parent) && **n == *name => {}
-            way => *way = Way::Path(parent.clone(), name.into()),
+            Way::Path(at) if Arc::ptr_eq(&at.0, parent) && *at.1 == *name => {}
+            way => *way = Way::Path(Box::new((parent.clone(), name.into()))),
         }
     }
 
@@ -255,7 +285,7 @@ impl Node {
         // unlinked file.
         if Arc::strong_count(fd) > 1
             || self.orphan.load(Ordering::Relaxed)
-            || (self.opens.load(Ordering::Relaxed) > 0 && g.ident.handle().is_none())
+            || (self.opens.load(Ordering::Relaxed) > 0 && !matches!(g.way, Way::Handle(_)))
         {
             return Evict::Busy;
         }
@@ -293,7 +323,9 @@ impl Node {
             // Re-checked after the store: a release that came between saw
             // no flag, and the fd must go now. SeqCst here and in `closed`:
             // one of the two sees the other's write (store-buffering shape).
-            if self.opens.load(Ordering::SeqCst) > 0 && self.state.lock().ident.handle().is_none() {
+            if self.opens.load(Ordering::SeqCst) > 0
+                && !matches!(self.state.lock().way, Way::Handle(_))
+            {
                 return false;
             }
         }
@@ -377,7 +409,7 @@ impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Node")
             .field("id", &self.id)
-            .field("dev", &self.dev)
+            .field("dev", &self.dev())
             .field("ino", &self.ino)
             .field("kind", &self.kind())
             .field("has_fd", &self.has_fd())
