@@ -63,7 +63,7 @@ pub(crate) type Key = (MountId, Ino);
 
 /// One shard's vnodes by (mount, inode). The key is not stored: every
 /// vnode carries its own inode number and mount, so an entry is just the
-/// `Arc` (8 bytes and a control byte, where a map keyed by a copy took
+/// `Arc` (8 bytes and a control byte; a map keyed by a copy would take
 /// 24 and one): a table entry per cached file is paid a million times
 /// over by a server whose kernel remembers a million files.
 #[derive(Default)]
