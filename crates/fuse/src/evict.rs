@@ -64,7 +64,7 @@ use crate::prune::Pruner;
 use crate::server::Inner;
 use fuser::{INodeNo, Notifier};
 use parking_lot::{Condvar, Mutex};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -91,9 +91,59 @@ pub const MAX_THROTTLE: Duration = Duration::from_millis(200);
 
 struct Entry {
     id: u64,
+    /// Where the node was handed out, for the fallback only: prune needs
+    /// no more than the node id, and the kernel keeps the names itself.
+    named: Option<Box<Named>>,
+}
+
+/// The candidates, oldest first. The queue holds one id per node the
+/// kernel remembers, so with prune a node costs it 8 bytes (and the
+/// deque's slack): no copy of its name, no map entry.
+#[derive(Default)]
+struct Queue {
+    ids: VecDeque<u64>,
+    /// The (parent, name) of queued nodes, while the fallback needs them.
+    named: HashMap<u64, Box<Named>>,
+}
+
+impl Queue {
+    fn push(&mut self, e: Entry) {
+        if let Some(n) = e.named {
+            self.named.insert(e.id, n);
+        }
+        self.ids.push_back(e.id);
+    }
+
+    fn pop(&mut self) -> Option<Entry> {
+        let id = self.ids.pop_front()?;
+        let named = if self.named.is_empty() {
+            None
+        } else {
+            self.named.remove(&id)
+        };
+        Some(Entry { id, named })
+    }
+
+    fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Keeps only the nodes `keep` says the kernel still holds, and gives
+    /// back what a burst of nodes (a walk, a mass create) left the deque.
+    fn compact(&mut self, keep: impl Fn(u64) -> bool) {
+        self.ids.retain(|&id| keep(id));
+        self.named.retain(|&id, _| keep(id));
+        let room = 2 * self.ids.len();
+        if self.ids.capacity() > 2 * room + 1024 {
+            self.ids.shrink_to(room);
+        }
+    }
+}
+
+/// The (parent, name) an entry invalidation needs.
+struct Named {
     /// The parent's node id, with [`DIR_BIT`] set for a directory (node
-    /// ids are inode numbers, far below it): the queue holds one entry per
-    /// node the kernel remembers, so it stays 32 bytes.
+    /// ids are inode numbers, far below it).
     parent: u64,
     name: Box<[u8]>,
 }
@@ -107,7 +157,7 @@ pub struct Asker {
     pub notifier: Notifier,
 }
 
-impl Entry {
+impl Named {
     fn parent(&self) -> u64 {
         self.parent & !DIR_BIT
     }
@@ -140,9 +190,14 @@ pub struct EvictCounters {
 /// The candidate queue and the thread's bell.
 #[derive(Default)]
 pub struct Evictor {
-    q: Mutex<VecDeque<Entry>>,
+    q: Mutex<Queue>,
     bell: Arc<Bell>,
     started: AtomicBool,
+    /// Whether entries keep their (parent, name): only for the fallback.
+    /// Nodes queued while prune worked have none, so if the kernel later
+    /// refuses prune they cannot be asked about and are dropped from the
+    /// queue; the vnode layer overcommits for them rather than fail.
+    names: AtomicBool,
     /// Counters.
     pub counters: EvictCounters,
 }
@@ -222,10 +277,14 @@ impl Evictor {
         }
         let len = {
             let mut q = self.q.lock();
-            q.push_back(Entry {
+            q.push(Entry {
                 id,
-                parent: if dir { parent | DIR_BIT } else { parent },
-                name: name.into(),
+                named: self.names.load(Ordering::Relaxed).then(|| {
+                    Box::new(Named {
+                        parent: if dir { parent | DIR_BIT } else { parent },
+                        name: name.into(),
+                    })
+                }),
             });
             q.len()
         };
@@ -256,8 +315,9 @@ impl Evictor {
 
     /// Starts the thread that sends the notifications.
     pub fn start(&self, asker: Asker, inner: Weak<Inner>) -> std::io::Result<()> {
-        self.started.store(true, Ordering::Relaxed);
         let prune = asker.pruner.is_some();
+        self.names.store(!prune, Ordering::Relaxed);
+        self.started.store(true, Ordering::Relaxed);
         self.counters
             .prune
             .store(u64::from(prune), Ordering::Relaxed);
@@ -344,13 +404,7 @@ fn pass(i: &Inner, asker: &mut Asker) -> Pass {
         // Compact entries of nodes the kernel already forgot.
         let mut q = ev.q.lock();
         if q.len() > 2 * i.nodes.len() + 1024 {
-            q.retain(|e| i.nodes.contains(e.id));
-            // And give back what a burst of nodes (a walk, a mass
-            // create) left it.
-            let keep = 2 * q.len();
-            if q.capacity() > 2 * keep + 1024 {
-                q.shrink_to(keep);
-            }
+            q.compact(|id| i.nodes.contains(id));
         }
     }
     if mnt.vnode_count() <= high_water(limit) || held(&mnt) <= high_water(limit) {
@@ -370,22 +424,31 @@ fn pass(i: &Inner, asker: &mut Asker) -> Pass {
             let mut q = ev.q.lock();
             let mut skipped = Vec::new();
             while batch.len() < want {
-                let Some(e) = q.pop_front() else { break };
+                let Some(e) = q.pop() else { break };
                 if e.id == crate::nodes::ROOT_ID || !i.nodes.contains(e.id) {
                     continue;
                 }
-                if e.is_dir() && asker.pruner.is_none() {
-                    skipped.push(e);
-                    continue;
+                if asker.pruner.is_none() {
+                    match &e.named {
+                        // Queued while prune worked: no way to ask.
+                        None => continue,
+                        Some(n) if n.is_dir() => {
+                            skipped.push(e);
+                            continue;
+                        }
+                        Some(_) => {}
+                    }
                 }
                 batch.push(e);
             }
-            q.extend(skipped);
+            for e in skipped {
+                q.push(e);
+            }
         }
         if batch.is_empty() {
             return Pass::Stalled;
         }
-        ask(asker, &batch, &ev.counters);
+        ask(asker, &batch, ev);
         ev.counters
             .sent
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
@@ -396,7 +459,7 @@ fn pass(i: &Inner, asker: &mut Asker) -> Pass {
             let mut q = ev.q.lock();
             for e in batch {
                 if i.nodes.contains(e.id) {
-                    q.push_back(e);
+                    q.push(e);
                     kept += 1;
                 }
             }
@@ -416,7 +479,8 @@ fn pass(i: &Inner, asker: &mut Asker) -> Pass {
 
 /// Sends one batch; switches to the fallback for good if the kernel does
 /// not know prune.
-fn ask(asker: &mut Asker, batch: &[Entry], counters: &EvictCounters) {
+fn ask(asker: &mut Asker, batch: &[Entry], ev: &Evictor) {
+    let counters = &ev.counters;
     if let Some(p) = &asker.pruner {
         let ids: Vec<u64> = batch.iter().map(|e| e.id).collect();
         match p.prune(&ids) {
@@ -429,15 +493,19 @@ fn ask(asker: &mut Asker, batch: &[Entry], counters: &EvictCounters) {
                      of non-directories instead"
                 );
                 asker.pruner = None;
+                ev.names.store(true, Ordering::Relaxed);
                 counters.prune.store(0, Ordering::Relaxed);
             }
         }
     }
-    for e in batch.iter().filter(|e| !e.is_dir()) {
+    for n in batch.iter().filter_map(|e| e.named.as_deref()) {
+        if n.is_dir() {
+            continue;
+        }
         // ENOENT: the kernel no longer has that entry; nothing to do.
         let _ = asker
             .notifier
-            .inval_entry(INodeNo(e.parent()), OsStr::from_bytes(&e.name));
+            .inval_entry(INodeNo(n.parent()), OsStr::from_bytes(&n.name));
     }
 }
 
@@ -447,6 +515,40 @@ mod tests {
     use uvfs_memfs::{MemFs, MemFsConfig};
     use uvfs_vfs::{Ctx, FileSystem};
     use uvfs_vnode::{Config, VnodeLayer};
+
+    #[test]
+    fn the_queue_keeps_names_only_for_entries_that_came_with_one() {
+        let mut q = Queue::default();
+        let named = |parent: u64, name: &[u8]| {
+            Some(Box::new(Named {
+                parent,
+                name: name.into(),
+            }))
+        };
+        q.push(Entry { id: 5, named: None });
+        q.push(Entry {
+            id: 6,
+            named: named(1 | DIR_BIT, b"d"),
+        });
+        q.push(Entry {
+            id: 7,
+            named: named(6, b"f"),
+        });
+        q.push(Entry { id: 8, named: None });
+        // Node 7 was forgotten: compaction drops its id and its name.
+        q.compact(|id| id != 7);
+        assert_eq!((q.len(), q.named.len()), (3, 1));
+        let e = q.pop().unwrap();
+        assert!(e.id == 5 && e.named.is_none());
+        let e = q.pop().unwrap();
+        let n = e.named.as_deref().unwrap();
+        assert!(e.id == 6 && n.is_dir() && n.parent() == 1 && &*n.name == b"d");
+        // Requeued with its name, it comes back with it, after node 8.
+        q.push(e);
+        assert_eq!(q.pop().unwrap().id, 8);
+        assert_eq!(q.pop().unwrap().named.unwrap().name.as_ref(), b"d");
+        assert!(q.pop().is_none() && q.named.is_empty());
+    }
 
     #[test]
     fn the_bell_wakes_the_thread_once_per_ring_and_when_closed() {

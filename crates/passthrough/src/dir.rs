@@ -147,7 +147,7 @@ impl PassthroughFs {
         let ino = match d.name {
             b"." => dir.id,
             b".." if dir.id == self.root.id => self.root.id,
-            _ => self.inodes.newest_id(dir.dev, d.ino),
+            _ => self.inodes.newest_id(dir.dev(), d.ino),
         };
         let kind = dtype(d.dtype)
             .or_else(|| {
@@ -196,7 +196,7 @@ impl PassthroughFs {
         // alone, its next directories are this one's subdirectories.
         let ahead = self.prefetch.as_ref().map(|p| {
             if offset == 0 {
-                p.reading(dnode.dev, dnode.ino);
+                p.reading(dnode.dev(), dnode.ino);
             }
             (p, self.plus_load.alone())
         });
@@ -220,7 +220,7 @@ impl PassthroughFs {
             plus(&mut chunk, &mut given)?;
         }
         if let Some((p, _)) = ahead {
-            p.listed(&dnode, dnode.dev, dnode.ino, subdirs);
+            p.listed(&dnode, dnode.dev(), dnode.ino, subdirs);
         }
         Ok(())
     }
@@ -271,7 +271,7 @@ impl PassthroughFs {
             let subdir = match &p {
                 Ok((st, _))
                     if u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFDIR
-                        && sys::stx_dev(st) == dnode.dev =>
+                        && sys::stx_dev(st) == dnode.dev() =>
                 {
                     Some(st.stx_ino)
                 }

@@ -23,7 +23,7 @@ use crate::creds::AsCaller;
 use crate::fdpool::{Fd, FdPool, Reservation};
 use crate::handle::{Handle, HandleOpener};
 use crate::inodes::InodeMap;
-use crate::node::{Ident, Node};
+use crate::node::{Ident, Node, Way};
 use crate::open::OpenTable;
 use crate::sys;
 use std::ffi::CStr;
@@ -223,10 +223,7 @@ impl PassthroughFs {
             st.stx_ino,
             Ident {
                 kind: VType::Dir,
-                gen: handle.as_ref().map_or(0, |h| h.generation()),
-                handle: handle.map(Arc::new),
-                parent: None,
-                name: Box::default(),
+                way: handle.map_or(Way::FdOnly, Way::Handle),
             },
             true,
         ));
@@ -320,7 +317,7 @@ impl PassthroughFs {
         if self.keep_timeouts || !self.watch.enabled() {
             return None;
         }
-        let dev = vp.data::<Arc<Node>>().map_or(u64::MAX, |n| n.dev);
+        let dev = vp.data::<Arc<Node>>().map_or(u64::MAX, |n| n.dev());
         self.watch.cache_limit(dev)
     }
 
@@ -359,7 +356,7 @@ impl PassthroughFs {
             return Err(Errno::ELOOP);
         }
         let ident = node.ident();
-        let fd = if let Some(h) = ident.handle.as_deref() {
+        let fd = if let Some(h) = ident.handle() {
             let res = self.pool.reserve()?;
             let fd = self
                 .handles
@@ -367,12 +364,13 @@ impl PassthroughFs {
                 .map_err(|e| self.stale(e))?;
             self.counters.reopen_handle.fetch_add(1, Ordering::Relaxed);
             res.into_fd(fd)
-        } else if let Some(parent) = ident.parent.as_ref() {
+        } else if let Way::Path(at) = &ident.way {
+            let (parent, name) = &**at;
             let pfd = match parent.cached_fd() {
                 Some(fd) => fd,
                 None => self.reopen(parent, depth + 1)?,
             };
-            let name = sys::cstr(&ident.name)?;
+            let name = sys::cstr(name)?;
             let res = self.pool.reserve()?;
             let fd = sys::open_beneath(pfd.raw(), &name, libc::O_PATH | libc::O_NOFOLLOW, 0)
                 .map_err(|e| {
@@ -393,7 +391,7 @@ impl PassthroughFs {
         // The file must still be the node's: a handle or a name may now
         // lead to another inode (removed and replaced behind our back).
         let st = sys::statx_fd(fd.raw())?;
-        if (sys::stx_dev(&st), st.stx_ino) != (node.dev, node.ino)
+        if (sys::stx_dev(&st), st.stx_ino) != (node.dev(), node.ino)
             || mode_to_vtype(u32::from(st.stx_mode)) != Some(ident.kind)
         {
             self.counters.stale.fetch_add(1, Ordering::Relaxed);
@@ -474,7 +472,7 @@ impl PassthroughFs {
         let id = self.inodes.known_id(dev, ino)?;
         let vp = self.layer.lookup_cached(&self.mnt, id)?;
         let node = self.node_of(&vp).ok()?;
-        let same = (node.dev, node.ino) == (dev, ino)
+        let same = (node.dev(), node.ino) == (dev, ino)
             && node.btime() == born
             && Some(node.kind()) == mode_to_vtype(u32::from(st.stx_mode));
         same.then_some((vp, node))
@@ -506,23 +504,16 @@ impl PassthroughFs {
             self.counters.own_mount.fetch_add(1, Ordering::Relaxed);
             return Err(Errno::ELOOP);
         }
-        let handle = handle
-            .ok()
-            .filter(|h| self.handles.accepts(h))
-            .map(Arc::new);
-        let (parent, name) = match (&handle, at) {
-            (None, Some((p, n))) => (Some(p.clone()), n.into()),
-            _ => (None, Box::default()),
+        let handle = handle.ok().filter(|h| self.handles.accepts(h));
+        let way = match (handle, at) {
+            (Some(h), _) => Way::Handle(h),
+            (None, Some((p, n))) => Way::Path(Box::new((p.clone(), n.into()))),
+            (None, None) => Way::FdOnly,
         };
-        let ident = Ident {
-            kind,
-            gen: handle.as_ref().map_or(0, |h| h.generation()),
-            handle,
-            parent,
-            name,
-        };
+        let ident = Ident { kind, way };
+        let gen = ident.gen();
         let born = crate::node::birth_key(&st);
-        let mut id = self.inodes.id_of(dev, ino, ident.gen);
+        let mut id = self.inodes.id_of(dev, ino, gen);
         let (vp, node) = loop {
             let mut fresh = None;
             let vp = self.layer.get(&self.mnt, id, || {
@@ -556,7 +547,7 @@ impl PassthroughFs {
             // The kernel may still send requests for the old file under
             // this id (`inodes.rs`): the new file gets an alias.
             self.counters.aliases.fetch_add(1, Ordering::Relaxed);
-            id = self.inodes.make_alias(dev, ino, ident.gen);
+            id = self.inodes.make_alias(dev, ino, gen);
         };
         node.set_btime(born);
         if let Some(fd) = fd {
@@ -569,7 +560,7 @@ impl PassthroughFs {
     /// directory beneath the root, or the walk is refused (`EACCES`: the
     /// directory was moved out of the tree behind the server's back).
     pub(crate) fn lookup_dotdot(&self, dir: &Arc<Node>) -> VfsResult<(VnodeRef, Attr)> {
-        if (dir.dev, dir.ino) == (self.root.dev, self.root.ino) {
+        if (dir.dev(), dir.ino) == (self.root.dev(), self.root.ino) {
             let vp = self.root_vnode()?;
             let st = sys::statx_fd(self.fd_of(&self.root)?.raw())?;
             return Ok((vp, self.attr_of(&self.root, &st)));
@@ -596,7 +587,7 @@ impl PassthroughFs {
             let raw = cur.as_ref().map_or(fd.raw(), |f| f.raw());
             let st = sys::statx_fd(raw)?;
             let here = (sys::stx_dev(&st), st.stx_ino);
-            if here == (self.root.dev, self.root.ino) {
+            if here == (self.root.dev(), self.root.ino) {
                 return Ok(true);
             }
             let res = self.pool.reserve()?;
@@ -707,7 +698,7 @@ impl PassthroughFs {
     /// (and cache) through their parent as any operation would.
     fn statx_uncached(&self, node: &Arc<Node>) -> VfsResult<libc::statx> {
         let ident = node.ident();
-        let Some(h) = ident.handle.as_deref() else {
+        let Some(h) = ident.handle() else {
             return sys::statx_fd(self.fd_of(node)?.raw());
         };
         let res = self.pool.reserve()?;
@@ -718,7 +709,7 @@ impl PassthroughFs {
         );
         self.counters.stat_by_handle.fetch_add(1, Ordering::Relaxed);
         let st = sys::statx_fd(fd.raw())?;
-        if (sys::stx_dev(&st), st.stx_ino) != (node.dev, node.ino) {
+        if (sys::stx_dev(&st), st.stx_ino) != (node.dev(), node.ino) {
             self.counters.stale.fetch_add(1, Ordering::Relaxed);
             return Err(Errno::ESTALE);
         }

@@ -34,12 +34,57 @@ use uvfs_vfs::{Errno, VfsResult};
 /// Most bytes of a handle (`MAX_HANDLE_SZ`).
 const MAX_HANDLE: usize = 128;
 
+/// Handle bytes kept in place: ext4's handles are 8 bytes, xfs's 8 or 12,
+/// tmpfs's 12. A node keeps its handle for its whole life, so a heap copy
+/// would be an allocation (and its rounding) per cached node; only larger
+/// handles (btrfs's 20, overlayfs's, some network file systems') pay for
+/// one.
+const INLINE: usize = 14;
+
 /// A persistent file handle and the mount it was made on.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Handle {
     htype: i32,
     mount_id: i32,
-    bytes: Box<[u8]>,
+    bytes: Bytes,
+}
+
+/// A handle's bytes: in place up to [`INLINE`], else on the heap behind
+/// a thin pointer (a boxed slice's length would widen every handle).
+#[derive(Clone, PartialEq, Eq, Debug)]
+enum Bytes {
+    Inline {
+        len: u8,
+        buf: [u8; INLINE],
+    },
+    #[allow(clippy::box_collection)]
+    Heap(Box<Vec<u8>>),
+}
+
+// A handle is part of every cached passthrough node (`node.rs`), whose
+// size decides its allocation's size class.
+const _: () = assert!(std::mem::size_of::<Handle>() <= 24);
+
+impl Bytes {
+    fn new(b: &[u8]) -> Bytes {
+        if b.len() <= INLINE {
+            let mut buf = [0; INLINE];
+            buf[..b.len()].copy_from_slice(b);
+            Bytes::Inline {
+                len: b.len() as u8,
+                buf,
+            }
+        } else {
+            Bytes::Heap(Box::new(b.to_vec()))
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Bytes::Inline { len, buf } => &buf[..usize::from(*len)],
+            Bytes::Heap(b) => b,
+        }
+    }
 }
 
 /// `struct file_handle` with room for the largest handle.
@@ -87,7 +132,7 @@ impl Handle {
         Ok(Handle {
             htype: raw.handle_type,
             mount_id,
-            bytes: raw.f_handle[..n].into(),
+            bytes: Bytes::new(&raw.f_handle[..n]),
         })
     }
 
@@ -98,7 +143,7 @@ impl Handle {
 
     /// The handle's bytes (`f_handle`).
     pub fn bytes(&self) -> &[u8] {
-        &self.bytes
+        self.bytes.as_slice()
     }
 
     /// The mount the handle was made on.
@@ -112,16 +157,20 @@ impl Handle {
     /// in its handle. FNV-1a over the type and bytes.
     pub fn generation(&self) -> u64 {
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in self.htype.to_ne_bytes().iter().chain(self.bytes.iter()) {
+        for b in self.htype.to_ne_bytes().iter().chain(self.bytes()) {
             h ^= u64::from(*b);
             h = h.wrapping_mul(0x0000_0100_0000_01b3);
         }
         h
     }
 
-    /// Heap bytes held (memory reports).
+    /// Heap bytes held (memory reports): none unless the handle is
+    /// larger than fits in place.
     pub fn heap_bytes(&self) -> usize {
-        self.bytes.len()
+        match &self.bytes {
+            Bytes::Inline { .. } => 0,
+            Bytes::Heap(b) => b.len(),
+        }
     }
 }
 
@@ -185,12 +234,13 @@ impl HandleOpener {
         if h.mount_id != self.mount_id {
             return Err(Errno::EXDEV);
         }
+        let bytes = h.bytes();
         let mut raw = RawHandle {
-            handle_bytes: h.bytes.len() as u32,
+            handle_bytes: bytes.len() as u32,
             handle_type: h.htype,
             f_handle: [0; MAX_HANDLE],
         };
-        raw.f_handle[..h.bytes.len()].copy_from_slice(&h.bytes);
+        raw.f_handle[..bytes.len()].copy_from_slice(bytes);
         // SAFETY: `raw` is a `file_handle` header followed by
         // `handle_bytes` (<= MAX_HANDLE) bytes of handle; the kernel only
         // reads it. `mfd` is a valid fd we own.
@@ -247,5 +297,22 @@ mod tests {
         assert!(op.accepts(&h));
         assert_eq!(h.generation(), h.clone().generation());
         assert!(op.open(&h, libc::O_PATH).is_ok());
+    }
+
+    #[test]
+    fn small_handles_stay_in_place_and_large_ones_whole() {
+        let small = Bytes::new(&[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert!(matches!(small, Bytes::Inline { len: 8, .. }));
+        assert_eq!(small.as_slice(), &[1, 2, 3, 4, 5, 6, 7, 8]);
+        let edge: Vec<u8> = (0..INLINE as u8).collect();
+        assert!(matches!(Bytes::new(&edge), Bytes::Inline { .. }));
+        assert_eq!(Bytes::new(&edge).as_slice(), &edge[..]);
+        let big: Vec<u8> = (0..MAX_HANDLE as u8).collect();
+        let b = Bytes::new(&big);
+        assert!(matches!(b, Bytes::Heap(_)));
+        assert_eq!(b.as_slice(), &big[..]);
+        // Equal bytes compare equal whatever the buffer's tail holds.
+        assert_eq!(Bytes::new(&[9; 3]), Bytes::new(&[9; 3]));
+        assert_ne!(Bytes::new(&[9; 3]), Bytes::new(&[9; 4]));
     }
 }

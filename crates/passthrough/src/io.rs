@@ -200,7 +200,7 @@ impl PassthroughFs {
     /// nearly every file, that is found out once.
     pub(crate) fn do_read_nowait(&self, fh: Fh, offset: u64, size: u32) -> VfsResult<Vec<u8>> {
         let of = self.opens.get(fh)?;
-        let own = of.node.dev == self.root.dev;
+        let own = of.node.dev() == self.root.dev();
         match own.then(|| self.nowait.load(Ordering::Relaxed)) {
             Some(NOWAIT_MEMORY) => return read_with(&of, offset, size, sys::pread),
             Some(NOWAIT_NONE) => return Err(Errno::EAGAIN),

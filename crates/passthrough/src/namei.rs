@@ -158,7 +158,7 @@ impl PassthroughFs {
         let id = self.inodes.known_id(sys::stx_dev(st), st.stx_ino)?;
         let vp = self.layer.lookup_cached(&self.mnt, id)?;
         let node = self.node_of(&vp).ok()?;
-        if node.dev != sys::stx_dev(st) || node.ino != st.stx_ino {
+        if node.dev() != sys::stx_dev(st) || node.ino != st.stx_ino {
             return None;
         }
         let regular = fmt == libc::S_IFREG;
@@ -231,7 +231,7 @@ impl PassthroughFs {
         let (c1, c2) = (sys::cstr(name)?, sys::cstr(newname)?);
         let (d1, d2) = (self.fd_of(&dn)?, self.fd_of(&ndn)?);
         // Fallback nodes follow their names; find them before the rename.
-        let fallback = !self.handles.enabled() || dn.dev != self.root.dev;
+        let fallback = !self.handles.enabled() || dn.dev() != self.root.dev();
         let moved = |fd, n: &std::ffi::CStr| {
             sys::statx_at(fd, n, 0)
                 .ok()

@@ -16,8 +16,8 @@
 //! | field | protected by |
 //! |---|---|
 //! | `id`, `dev`, `ino`, `pinned` | immutable |
-//! | `ident` | its mutex (a leaf) |
-//! | `fd` | its mutex; the pool's evictor only `try_lock`s it, under the ring lock |
+//! | `kind` | atomic; written with `state` locked |
+//! | `state` (the way back and the cached fd) | its mutex (a leaf); the pool's evictor only `try_lock`s it, under the ring lock |
 //! | `referenced` | atomic; set on every use, cleared by the evictor |
 //! | `on_ring` | changed only under the `fd` mutex (see `install`/`try_evict`) |
 //! | `opens` | atomic count of open files and directories on the node |
@@ -28,7 +28,7 @@
 use crate::fdpool::Fd;
 use crate::handle::Handle;
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use uvfs_vfs::{Ino, VType};
 
@@ -38,14 +38,42 @@ use uvfs_vfs::{Ino, VType};
 pub struct Ident {
     /// File type.
     pub kind: VType,
-    /// Persistent handle, if usable on the source's mount.
-    pub handle: Option<Arc<Handle>>,
-    /// FUSE generation (from the handle; 0 without one).
-    pub gen: u64,
-    /// Fallback: the parent directory's node (only without a handle).
-    pub parent: Option<Arc<Node>>,
-    /// Fallback: the name in `parent`.
-    pub name: Box<[u8]>,
+    /// The way back to the file.
+    pub way: Way,
+}
+
+/// How a node's file is reopened once the pool took its fd.
+#[derive(Clone, Debug)]
+pub enum Way {
+    /// Only the cached fd leads to the file (the pinned root of a source
+    /// without usable handles) until a lookup finds it under a name.
+    FdOnly,
+    /// A persistent handle of the source's mount.
+    Handle(Handle),
+    /// Fallback without a handle: the parent directory's node and the
+    /// name in it. Boxed, so that nodes with handles do not carry its
+    /// width.
+    Path(Box<(Arc<Node>, Box<[u8]>)>),
+}
+
+// The way back is most of a node's identity (`Node`'s size check).
+const _: () = assert!(std::mem::size_of::<Way>() <= 24);
+
+impl Ident {
+    /// The persistent handle, if the file is reached by one.
+    pub fn handle(&self) -> Option<&Handle> {
+        match &self.way {
+            Way::Handle(h) => Some(h),
+            _ => None,
+        }
+    }
+
+    /// The FUSE generation: the handle's (0 without one). Computed, not
+    /// kept: a few bytes hashed per lookup reply cost less than 8 bytes
+    /// in every cached node.
+    pub fn gen(&self) -> u64 {
+        self.handle().map_or(0, Handle::generation)
+    }
 }
 
 /// What the evictor found on a node.
@@ -62,24 +90,49 @@ pub(crate) enum Evict {
 }
 
 /// Per-vnode data of a passthrough mount.
+///
+/// One per cached file, so its size is most of what a cached file costs
+/// the server beyond its vnode: the handle is kept in place, the
+/// identity and the fd share one lock, and nothing here allocates for a
+/// file reached by a handle of up to 22 bytes.
 pub struct Node {
     /// Node id (the vnode's inode number).
     pub id: Ino,
-    /// Backing device.
-    pub dev: u64,
     /// Backing inode number.
     pub ino: u64,
+    btime: AtomicU64,
+    /// Backing device, as the kernel's 32-bit `dev_t` ([`Node::dev`]).
+    dev: u32,
+    opens: AtomicU32,
+    state: Mutex<State>,
+    /// The file type (`VType as u8`); changed only with `state` locked.
+    kind: AtomicU8,
     /// Never give the fd back (the root: no handle or parent to reopen by).
     pub pinned: bool,
-    ident: Mutex<Ident>,
-    fd: Mutex<Option<Arc<Fd>>>,
     referenced: AtomicBool,
     on_ring: AtomicBool,
-    opens: AtomicUsize,
     unlinked: AtomicBool,
     orphan: AtomicBool,
     removed: AtomicBool,
-    btime: AtomicU64,
+}
+
+/// What the node's lock protects: the way back and the cached fd.
+struct State {
+    way: Way,
+    fd: Option<Arc<Fd>>,
+}
+
+// 80 bytes make a 96-byte `Arc` allocation, one of the allocator's size
+// classes; a field that pushes the node past it costs every cached file
+// the next class (112 bytes, then 128).
+const _: () = assert!(std::mem::size_of::<Node>() <= 80);
+
+/// A device number as the kernel keeps it (`dev_t`: 12 bits of major,
+/// 20 of minor), so that it fits 32 bits.
+fn dev_to_kernel(dev: u64) -> u32 {
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    debug_assert!(major < 1 << 12 && minor < 1 << 20, "dev {dev:#x}");
+    (major << 20) | (minor & 0xf_ffff)
 }
 
 impl Node {
@@ -87,43 +140,58 @@ impl Node {
     pub fn new(id: Ino, dev: u64, ino: u64, ident: Ident, pinned: bool) -> Node {
         Node {
             id,
-            dev,
+            dev: dev_to_kernel(dev),
             ino,
             pinned,
-            ident: Mutex::new(ident),
-            fd: Mutex::new(None),
+            btime: AtomicU64::new(0),
+            kind: AtomicU8::new(ident.kind as u8),
+            state: Mutex::new(State {
+                way: ident.way,
+                fd: None,
+            }),
+            opens: AtomicU32::new(0),
             referenced: AtomicBool::new(true),
             on_ring: AtomicBool::new(false),
-            opens: AtomicUsize::new(0),
             unlinked: AtomicBool::new(false),
             orphan: AtomicBool::new(false),
             removed: AtomicBool::new(false),
-            btime: AtomicU64::new(0),
         }
     }
 
     /// A snapshot of the identity.
     pub fn ident(&self) -> Ident {
-        self.ident.lock().clone()
+        let st = self.state.lock();
+        Ident {
+            kind: self.kind(),
+            way: st.way.clone(),
+        }
+    }
+
+    /// The backing device.
+    pub fn dev(&self) -> u64 {
+        libc::makedev(self.dev >> 20, self.dev & 0xf_ffff)
     }
 
     /// The file type now.
     pub fn kind(&self) -> VType {
-        self.ident.lock().kind
+        VType::from_u8(self.kind.load(Ordering::Acquire))
     }
 
     /// The FUSE generation now.
     pub fn generation(&self) -> u64 {
-        self.ident.lock().gen
+        match &self.state.lock().way {
+            Way::Handle(h) => h.generation(),
+            _ => 0,
+        }
     }
 
     /// Whether a lookup that found `found` found this node's file: same
     /// type and, where both have one, same handle.
     pub fn same_file(&self, found: &Ident) -> bool {
-        let me = self.ident.lock();
-        me.kind == found.kind
-            && match (&me.handle, &found.handle) {
-                (Some(a), Some(b)) => a == b,
+        let st = self.state.lock();
+        self.kind() == found.kind
+            && match (&st.way, found.handle()) {
+                (Way::Handle(a), Some(b)) => a == b,
                 _ => true,
             }
     }
@@ -145,10 +213,18 @@ impl Node {
     /// (dev, ino), or a rename moved a fallback node). Drops the cached fd
     /// if the file changed, since it refers to the old one.
     pub fn set_ident(&self, ident: Ident, file_changed: bool) {
-        *self.ident.lock() = ident;
+        let old = {
+            let mut st = self.state.lock();
+            st.way = ident.way;
+            self.kind.store(ident.kind as u8, Ordering::Release);
+            if file_changed {
+                st.fd.take()
+            } else {
+                None
+            }
+        };
+        drop(old);
         if file_changed {
-            let old = self.fd.lock().take();
-            drop(old);
             // Another file now: the old one's removal says nothing of it.
             self.removed.store(false, Ordering::SeqCst);
         }
@@ -157,18 +233,22 @@ impl Node {
     /// Updates the fallback location after a lookup or rename found the
     /// node at `parent`/`name` (no-op for nodes with handles).
     pub fn set_location(&self, parent: &Arc<Node>, name: &[u8]) {
-        let mut id = self.ident.lock();
-        if id.handle.is_none() && !std::ptr::eq(&**parent, self) {
-            id.parent = Some(parent.clone());
-            id.name = name.into();
+        let mut st = self.state.lock();
+        if std::ptr::eq(&**parent, self) {
+            return;
+        }
+        match &mut st.way {
+            Way::Handle(_) => {}
+            Way::Path(at) if Arc::ptr_eq(&at.0, parent) && *at.1 == *name => {}
+            way => *way = Way::Path(Box::new((parent.clone(), name.into()))),
         }
     }
 
     /// The cached fd, marking the node used.
     #[inline]
     pub fn cached_fd(&self) -> Option<Arc<Fd>> {
-        let g = self.fd.lock();
-        let fd = g.as_ref()?.clone();
+        let g = self.state.lock();
+        let fd = g.fd.as_ref()?.clone();
         if !self.referenced.load(Ordering::Relaxed) {
             self.referenced.store(true, Ordering::Relaxed);
         }
@@ -178,11 +258,11 @@ impl Node {
     /// Caches `fd` unless another thread cached one first; returns the fd
     /// to use and whether the node must be entered on the pool's ring.
     pub(crate) fn install(&self, fd: Arc<Fd>) -> (Arc<Fd>, bool) {
-        let mut g = self.fd.lock();
-        if let Some(cur) = g.as_ref() {
+        let mut g = self.state.lock();
+        if let Some(cur) = g.fd.as_ref() {
             return (cur.clone(), false);
         }
-        *g = Some(fd.clone());
+        g.fd = Some(fd.clone());
         self.referenced.store(true, Ordering::Relaxed);
         let enter = !self.pinned && !self.on_ring.swap(true, Ordering::Relaxed);
         (fd, enter)
@@ -190,10 +270,10 @@ impl Node {
 
     /// The evictor's step (called with the ring locked).
     pub(crate) fn try_evict(&self) -> Evict {
-        let Some(mut g) = self.fd.try_lock() else {
+        let Some(mut g) = self.state.try_lock() else {
             return Evict::Busy;
         };
-        let Some(fd) = g.as_ref() else {
+        let Some(fd) = g.fd.as_ref() else {
             self.on_ring.store(false, Ordering::Relaxed);
             return Evict::NoFd;
         };
@@ -205,12 +285,12 @@ impl Node {
         // unlinked file.
         if Arc::strong_count(fd) > 1
             || self.orphan.load(Ordering::Relaxed)
-            || (self.opens.load(Ordering::Relaxed) > 0 && self.ident.lock().handle.is_none())
+            || (self.opens.load(Ordering::Relaxed) > 0 && !matches!(g.way, Way::Handle(_)))
         {
             return Evict::Busy;
         }
         self.on_ring.store(false, Ordering::Relaxed);
-        match g.take() {
+        match g.fd.take() {
             Some(fd) => Evict::Taken(fd),
             None => Evict::NoFd,
         }
@@ -221,7 +301,7 @@ impl Node {
         if self.pinned {
             return;
         }
-        let old = self.fd.lock().take();
+        let old = self.state.lock().fd.take();
         drop(old);
     }
 
@@ -243,11 +323,13 @@ impl Node {
             // Re-checked after the store: a release that came between saw
             // no flag, and the fd must go now. SeqCst here and in `closed`:
             // one of the two sees the other's write (store-buffering shape).
-            if self.opens.load(Ordering::SeqCst) > 0 && self.ident.lock().handle.is_none() {
+            if self.opens.load(Ordering::SeqCst) > 0
+                && !matches!(self.state.lock().way, Way::Handle(_))
+            {
                 return false;
             }
         }
-        let old = self.fd.lock().take();
+        let old = self.state.lock().fd.take();
         old.is_some()
     }
 
@@ -286,7 +368,7 @@ impl Node {
 
     /// Whether an fd is cached now.
     pub fn has_fd(&self) -> bool {
-        self.fd.lock().is_some()
+        self.state.lock().fd.is_some()
     }
 
     /// Counts an open file or directory on the node.
@@ -307,7 +389,7 @@ impl Node {
 
     /// Open files and directories on the node now.
     pub fn open_count(&self) -> usize {
-        self.opens.load(Ordering::Relaxed)
+        self.opens.load(Ordering::Relaxed) as usize
     }
 }
 
@@ -327,7 +409,7 @@ impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Node")
             .field("id", &self.id)
-            .field("dev", &self.dev)
+            .field("dev", &self.dev())
             .field("ino", &self.ino)
             .field("kind", &self.kind())
             .field("has_fd", &self.has_fd())

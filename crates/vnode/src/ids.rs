@@ -24,7 +24,9 @@ pub enum VType {
 }
 
 impl VType {
-    pub(crate) fn from_u8(v: u8) -> VType {
+    /// The type stored as `t as u8` (anything else: `Non`), for callers
+    /// that keep it in an atomic.
+    pub fn from_u8(v: u8) -> VType {
         match v {
             1 => VType::Reg,
             2 => VType::Dir,

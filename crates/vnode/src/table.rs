@@ -5,8 +5,8 @@ use crate::ids::{Ino, MountId};
 use crate::sync::{Arc, Mutex, MutexGuard};
 use crate::vnode::Vnode;
 use crossbeam_utils::CachePadded;
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use hashbrown::HashTable;
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 
 /// A 64-bit mixer (the finalizer of SplitMix64): spreads sequential inode
 /// numbers over shards and buckets.
@@ -60,7 +60,70 @@ pub(crate) fn shard_index(mnt: MountId, ino: Ino, n: usize) -> usize {
 
 pub(crate) type MixBuild = BuildHasherDefault<MixHasher>;
 pub(crate) type Key = (MountId, Ino);
-pub(crate) type Map = HashMap<Key, Arc<Vnode>, MixBuild>;
+
+/// One shard's vnodes by (mount, inode). The key is not stored: every
+/// vnode carries its own inode number and mount, so an entry is just the
+/// `Arc` (8 bytes and a control byte; a map keyed by a copy would take
+/// 24 and one): a table entry per cached file is paid a million times
+/// over by a server whose kernel remembers a million files.
+#[derive(Default)]
+pub(crate) struct Map {
+    t: HashTable<Arc<Vnode>>,
+}
+
+#[inline]
+fn hash(key: Key) -> u64 {
+    MixBuild::default().hash_one(key)
+}
+
+#[inline]
+fn key_of(vp: &Vnode) -> Key {
+    (vp.mount_id(), vp.ino())
+}
+
+impl Map {
+    #[inline]
+    pub(crate) fn get(&self, key: &Key) -> Option<&Arc<Vnode>> {
+        self.t.find(hash(*key), |v| key_of(v) == *key)
+    }
+
+    /// Enters `vp` under its own key (replacing any vnode there).
+    pub(crate) fn insert(&mut self, key: Key, vp: Arc<Vnode>) {
+        debug_assert!(key_of(&vp) == key);
+        match self
+            .t
+            .entry(hash(key), |v| key_of(v) == key, |v| hash(key_of(v)))
+        {
+            hashbrown::hash_table::Entry::Occupied(mut e) => *e.get_mut() = vp,
+            hashbrown::hash_table::Entry::Vacant(e) => {
+                e.insert(vp);
+            }
+        }
+    }
+
+    pub(crate) fn remove(&mut self, key: &Key) -> Option<Arc<Vnode>> {
+        self.t
+            .find_entry(hash(*key), |v| key_of(v) == *key)
+            .ok()
+            .map(|e| e.remove().0)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.t.len()
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        self.t.capacity()
+    }
+
+    pub(crate) fn shrink_to(&mut self, n: usize) {
+        self.t.shrink_to(n, |v| hash(key_of(v)));
+    }
+
+    pub(crate) fn values(&self) -> impl Iterator<Item = &Arc<Vnode>> {
+        self.t.iter()
+    }
+}
 
 /// Capacity under which a shard is never shrunk (not worth a rehash).
 const MIN_SHRINK: usize = 64;
@@ -109,7 +172,7 @@ impl Table {
         let mut out = Vec::new();
         for s in self.shards.iter() {
             let m = s.lock();
-            out.extend(m.iter().filter(|(k, _)| k.0 == mnt).map(|(_, v)| v.clone()));
+            out.extend(m.values().filter(|v| v.mount_id() == mnt).cloned());
         }
         out
     }
@@ -121,7 +184,7 @@ impl Table {
 
     /// Heap bytes the table's maps reserve (for the memory report).
     pub(crate) fn heap_bytes(&self) -> usize {
-        let entry = std::mem::size_of::<(Key, Arc<Vnode>)>() + 1;
+        let entry = std::mem::size_of::<Arc<Vnode>>() + 1;
         self.shards
             .iter()
             .map(|s| s.lock().capacity() * entry)

@@ -612,7 +612,8 @@ fn the_table_gives_back_what_a_mass_removal_emptied() {
         drop(layer.get(&fs, i, file(i)).unwrap());
     }
     let full = layer.table_heap_bytes();
-    assert!(full > empty + 200_000 * 16, "{empty} -> {full}");
+    // At least a bucket (an 8-byte `Arc` and a control byte) per vnode.
+    assert!(full >= empty + 200_000 * 9, "{empty} -> {full}");
     let r = layer.prune(&fs, usize::MAX);
     assert_eq!(r.recycled, 200_000);
     assert_eq!(layer.table_len(), 0);
