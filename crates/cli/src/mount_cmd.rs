@@ -467,7 +467,10 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
         Readiness::foreground()
     } else {
         let r = daemonize()?;
-        uvfs_logger::detached();
+        let fallback = uvfs_fuse::fallback_log_path(&o.mountpoint).ok();
+        if let Some(to) = uvfs_logger::detached(fallback.as_deref()) {
+            log::debug!("logging to {}", to.display());
+        }
         r
     };
     let signals = BlockedSignals::block()?;

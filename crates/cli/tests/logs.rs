@@ -161,3 +161,37 @@ fn a_server_whose_stderr_is_closed_serves_and_stops_cleanly() {
     assert!(text.contains(" DEBUG fuser::"), "{text}");
     assert!(text.contains("stopped serving"), "{text}");
 }
+
+#[test]
+fn without_a_system_log_a_detached_server_logs_beside_its_control_socket() {
+    if let Err(why) = common::can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    use std::os::unix::fs::FileTypeExt;
+    if fs::metadata("/dev/log").is_ok_and(|m| m.file_type().is_socket()) {
+        eprintln!("skipped: this machine has a system log");
+        return;
+    }
+    let d = scratch("fallback");
+    let mnt = d.join("mnt");
+    let log = uvfs_fuse::fallback_log_path(&mnt).unwrap();
+    let _ = fs::remove_file(&log);
+    let st = Command::new(env!("CARGO_BIN_EXE_uvfs"))
+        .arg("mount")
+        .arg(&mnt)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert!(mounted(&mnt));
+    fs::write(mnt.join("f"), b"x").unwrap();
+    assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
+    let text = || fs::read_to_string(&log).unwrap_or_default();
+    wait_for("the server's stop in its log", || {
+        text().contains("stopped serving")
+    });
+    let t = text();
+    assert!(t.contains(&format!("mounted {}", mnt.display())), "{t}");
+    let _ = fs::remove_file(&log);
+    let _ = fs::remove_dir_all(&d);
+}

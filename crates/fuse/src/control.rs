@@ -55,6 +55,14 @@ pub fn socket_paths(mountpoint: &Path) -> std::io::Result<Vec<PathBuf>> {
         .collect())
 }
 
+/// The log of a detached server of `mountpoint` on a machine with no
+/// system log: beside its control socket, in this user's runtime
+/// directory (made if missing).
+pub fn fallback_log_path(mountpoint: &Path) -> std::io::Result<PathBuf> {
+    let dir = crate::rundir::create()?;
+    Ok(dir.join(socket_name(mountpoint)?).with_extension("log"))
+}
+
 /// Whether a server answers on the control socket of `mountpoint`.
 pub fn answers(mountpoint: &Path) -> bool {
     socket_paths(mountpoint).is_ok_and(|v| v.iter().any(|p| UnixStream::connect(p).is_ok()))

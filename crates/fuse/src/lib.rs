@@ -57,7 +57,7 @@ mod uring_offer;
 mod write_stall;
 
 pub use caps::has_cap_sys_admin;
-pub use control::{answers, normalize_mountpoint, query, socket_paths};
+pub use control::{answers, fallback_log_path, normalize_mountpoint, query, socket_paths};
 pub use daemon::{daemonize, Readiness};
 pub use fusermount::{allow_other_refused, user_allow_other};
 pub use kmount::unmount_path;

@@ -4,8 +4,10 @@
 //! Where lines go: stderr in the foreground; when the server detaches,
 //! stderr (the terminal, until the mount is up) gets warnings and errors
 //! only, and everything goes to `--log-file` if one is given, else to the
-//! system log (`/dev/log`: the journal or syslog). A log file is written
-//! in the foreground too.
+//! system log (`/dev/log`: the journal or syslog), else (a machine or
+//! container with no system log) to the file [`detached`] is given, so a
+//! detached server always leaves a trace. A log file is written in the
+//! foreground too.
 //!
 //! Which lines: `--log-level`, else `RUST_LOG`, else `info`, in
 //! `env_logger`'s syntax (`warn`, `info,fuser=debug`, ...).
@@ -52,6 +54,8 @@ struct Logger {
     /// The most verbose level written to stderr (`LevelFilter as usize`).
     stderr_max: AtomicUsize,
     file: Option<Mutex<File>>,
+    /// Where a detached server without `--log-file` or a system log writes.
+    fallback: OnceLock<Mutex<File>>,
     syslog: Mutex<Option<syslog::Syslog>>,
     limiter: Mutex<Limiter>,
 }
@@ -89,17 +93,9 @@ fn filter(level: Option<&str>) -> io::Result<env_filter::Filter> {
 pub fn init(cfg: &Config) -> io::Result<()> {
     let filter = filter(cfg.level.as_deref())?;
     let file = match &cfg.file {
-        Some(p) => Some(Mutex::new(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .mode(0o640)
-                .custom_flags(libc::O_CLOEXEC)
-                .open(p)
-                .map_err(|e| {
-                    io::Error::new(e.kind(), format!("--log-file {}: {e}", p.display()))
-                })?,
-        )),
+        Some(p) => Some(Mutex::new(open_log(p).map_err(|e| {
+            io::Error::new(e.kind(), format!("--log-file {}: {e}", p.display()))
+        })?)),
         None => None,
     };
     let max = filter.filter();
@@ -112,6 +108,7 @@ pub fn init(cfg: &Config) -> io::Result<()> {
         filter,
         stderr_max: AtomicUsize::new(stderr_max as usize),
         file,
+        fallback: OnceLock::new(),
         syslog: Mutex::new(None),
         limiter: Mutex::new(Limiter::default()),
     };
@@ -127,14 +124,32 @@ pub fn init(cfg: &Config) -> io::Result<()> {
     Ok(())
 }
 
+/// A log file, appended to, readable by the owner's group.
+fn open_log(p: &std::path::Path) -> io::Result<File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o640)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(p)
+}
+
 /// Called in the detached server: from now on lines also go to the
-/// system log unless they go to a log file.
-pub fn detached() {
-    if let Some(l) = LOGGER.get() {
-        if l.file.is_none() {
-            *l.syslog.lock() = Some(syslog::Syslog::new());
-        }
+/// system log unless they go to a log file, or to `fallback` where this
+/// machine has no system log. Returns where they go, for the start line.
+pub fn detached(fallback: Option<&std::path::Path>) -> Option<PathBuf> {
+    let l = LOGGER.get()?;
+    if l.file.is_some() {
+        return None;
     }
+    if syslog::listening() {
+        *l.syslog.lock() = Some(syslog::Syslog::new());
+        return Some(PathBuf::from(syslog::DEV_LOG));
+    }
+    let p = fallback?;
+    let f = open_log(p).ok()?;
+    let _ = l.fallback.set(Mutex::new(f));
+    Some(p.to_path_buf())
 }
 
 /// Panics are logged (a detached server's stderr is /dev/null), then
@@ -184,7 +199,7 @@ impl Logger {
                 .lock()
                 .write_all(format!("uvfs: {short}\n").as_bytes());
         }
-        if let Some(f) = &self.file {
+        if let Some(f) = self.file.as_ref().or(self.fallback.get()) {
             let line = format!(
                 "{} {:<5} {}: {msg}\n",
                 humantime::format_rfc3339_millis(SystemTime::now()),

@@ -9,6 +9,12 @@ use std::path::Path;
 /// Where local syslog listens.
 pub const DEV_LOG: &str = "/dev/log";
 
+/// Whether something listens on `/dev/log` (a socket is there).
+pub fn listening() -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(DEV_LOG).is_ok_and(|m| m.file_type().is_socket())
+}
+
 /// The `daemon` facility.
 const LOG_DAEMON: u8 = 3 << 3;
 
