@@ -61,7 +61,7 @@ pub use control::{answers, fallback_log_path, normalize_mountpoint, query, socke
 pub use daemon::{daemonize, Readiness};
 pub use fusermount::{allow_other_refused, user_allow_other};
 pub use kmount::unmount_path;
-pub use mount::{serve, serve_fd, BackgroundMount, ServeConfig, MOUNT_FLAGS};
+pub use mount::{mount_and_serve, serve, serve_fd, BackgroundMount, ServeConfig, MOUNT_FLAGS};
 pub use nodes::ROOT_ID;
 pub use refresh::MIN_ATTR_TIMEOUT as MIN_REFRESH_ATTR_TIMEOUT;
 pub use release::set_memory_release;

@@ -68,6 +68,55 @@ pub struct ServeConfig {
     pub allow_other: bool,
 }
 
+impl ServeConfig {
+    /// What a file system served by a library user gets unless it says
+    /// otherwise: two request loops (or FUSE over io_uring where the
+    /// kernel has it), names and attributes cached for a second, the
+    /// kernel opening directories alone, `nosuid,nodev`, no control
+    /// socket, no kernel I/O on backing files. Change fields as needed:
+    /// `ServeConfig { read_only: true, ..ServeConfig::new(mnt) }`.
+    pub fn new(mountpoint: impl Into<PathBuf>) -> ServeConfig {
+        let second = std::time::Duration::from_secs(1);
+        ServeConfig {
+            mountpoint: mountpoint.into(),
+            threads: 2,
+            timeouts: Timeouts {
+                entry: second,
+                attr: second,
+            },
+            fsname: "uvfs".into(),
+            control: false,
+            server_opendir: false,
+            uring: true,
+            read_only: false,
+            mount_flags: libc::MS_NOSUID | libc::MS_NODEV,
+            kernel_io: false,
+            dir_refresh: false,
+            allow_other: false,
+        }
+    }
+}
+
+/// Mounts the file system `make` builds and serves it until it is
+/// unmounted (`umount`, `fusermount3 -u`) or the process gets SIGINT or
+/// SIGTERM (then it unmounts itself): the one call a program serving its
+/// own file system needs. `vnodes` bounds the vnodes the file system
+/// caches (the vnode layer recycles the least recently used beyond it).
+///
+/// Blocks the termination signals before the vnode layer starts its
+/// threads, so that they reach the server's handler, not a thread that
+/// would die of them: call it before starting threads of your own that
+/// should not see those signals either.
+pub fn mount_and_serve<F>(cfg: &ServeConfig, vnodes: usize, make: F) -> std::io::Result<()>
+where
+    F: FnOnce(&Arc<VnodeLayer>) -> std::io::Result<Arc<dyn FileSystem>>,
+{
+    let signals = BlockedSignals::block()?;
+    let layer = VnodeLayer::new(uvfs_vnode::Config::with_limit(vnodes));
+    let fs = make(&layer)?;
+    serve(fs, layer, cfg, signals, &mut Readiness::foreground())
+}
+
 /// The mount(2) flags `ServeConfig::mount_flags` may hold, with their
 /// fstab names: those that only change what the kernel allows or records
 /// (the server needs to know none of them).

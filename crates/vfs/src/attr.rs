@@ -37,6 +37,29 @@ pub struct Attr {
 }
 
 impl Attr {
+    /// The attributes of a file that only has these to say: owned by
+    /// root, one link (two for a directory), blocks to hold `size`, every
+    /// time at the epoch. Set the other fields after, as needed.
+    pub fn new(ino: Ino, kind: VType, perm: u16, size: u64) -> Attr {
+        let t = Timespec { sec: 0, nsec: 0 };
+        Attr {
+            ino,
+            kind,
+            perm,
+            nlink: if kind == VType::Dir { 2 } else { 1 },
+            uid: 0,
+            gid: 0,
+            size,
+            blocks: size.div_ceil(512),
+            blksize: 4096,
+            rdev: 0,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            btime: t,
+        }
+    }
+
     /// `st_mode`: type bits and permission bits.
     pub fn mode(&self) -> u32 {
         vtype_to_mode(self.kind) | u32::from(self.perm)

@@ -18,3 +18,16 @@ pub struct DirEntry {
     /// Resume cookie (never 0: offset 0 means "from the start").
     pub offset: u64,
 }
+
+impl DirEntry {
+    /// Entry `name` for inode `ino` of type `kind`, resumed after with
+    /// cookie `offset` (not 0).
+    pub fn new(ino: Ino, kind: VType, name: &[u8], offset: u64) -> DirEntry {
+        DirEntry {
+            ino,
+            kind,
+            name: name.to_vec(),
+            offset,
+        }
+    }
+}

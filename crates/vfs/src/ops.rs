@@ -45,6 +45,24 @@ pub type DirSink<'a> = dyn FnMut(&DirEntry) -> bool + 'a;
 pub type DirPlusSink<'a> = dyn FnMut(&DirEntry, Option<(&VnodeRef, &Attr)>) -> bool + 'a;
 
 /// The operations of one mounted file system.
+///
+/// A read-only file system implements nine methods: [`fs_type`],
+/// [`mount`], [`root`], [`lookup`], [`getattr`], [`read`] and [`readdir`]
+/// (plus [`open`] and [`readlink`] if its defaults do not fit). Every
+/// method that changes the file system defaults to `EROFS`, extended
+/// attributes to "none" (`ENODATA` on get, `EOPNOTSUPP` on set), the rest
+/// to what a simple file system wants (`examples/hello.rs` in the
+/// `uvfs-fuse` crate serves one file in about sixty lines).
+///
+/// [`fs_type`]: FileSystem::fs_type
+/// [`mount`]: FileSystem::mount
+/// [`root`]: FileSystem::root
+/// [`lookup`]: FileSystem::lookup
+/// [`getattr`]: FileSystem::getattr
+/// [`read`]: FileSystem::read
+/// [`readdir`]: FileSystem::readdir
+/// [`open`]: FileSystem::open
+/// [`readlink`]: FileSystem::readlink
 pub trait FileSystem: Send + Sync + 'static {
     /// The file-system type, e.g. `"memfs"`.
     fn fs_type(&self) -> &'static str;
@@ -73,8 +91,10 @@ pub trait FileSystem: Send + Sync + 'static {
         Ok((vp, attr))
     }
 
-    /// Changes attributes and returns the new ones.
-    fn setattr(&self, ctx: &Ctx, vp: &VnodeRef, set: &SetAttr) -> VfsResult<Attr>;
+    /// Changes attributes and returns the new ones. Default: `EROFS`.
+    fn setattr(&self, _ctx: &Ctx, _vp: &VnodeRef, _set: &SetAttr) -> VfsResult<Attr> {
+        Err(Errno::EROFS)
+    }
 
     /// Checks `mask` (`R_OK|W_OK|X_OK`) for `ctx`; the default uses the
     /// owner and primary group only.
@@ -82,57 +102,84 @@ pub trait FileSystem: Send + Sync + 'static {
         check_access(&self.getattr(vp)?, ctx, mask)
     }
 
-    /// A symlink's target.
-    fn readlink(&self, vp: &VnodeRef) -> VfsResult<Vec<u8>>;
+    /// A symlink's target. Default: `EINVAL` (not a symlink), for file
+    /// systems that have none.
+    fn readlink(&self, _vp: &VnodeRef) -> VfsResult<Vec<u8>> {
+        Err(Errno::EINVAL)
+    }
 
     /// Makes a file of the type in `mode`'s `S_IFMT` bits (regular, device,
-    /// FIFO, socket); `rdev` is the device number.
+    /// FIFO, socket); `rdev` is the device number. Default: `EROFS`.
     fn mknod(
         &self,
-        ctx: &Ctx,
-        dir: &VnodeRef,
-        name: &[u8],
-        mode: u32,
-        rdev: u64,
-    ) -> VfsResult<VnodeRef>;
+        _ctx: &Ctx,
+        _dir: &VnodeRef,
+        _name: &[u8],
+        _mode: u32,
+        _rdev: u64,
+    ) -> VfsResult<VnodeRef> {
+        Err(Errno::EROFS)
+    }
 
-    /// Makes a directory.
-    fn mkdir(&self, ctx: &Ctx, dir: &VnodeRef, name: &[u8], mode: u32) -> VfsResult<VnodeRef>;
+    /// Makes a directory. Default: `EROFS`.
+    fn mkdir(&self, _ctx: &Ctx, _dir: &VnodeRef, _name: &[u8], _mode: u32) -> VfsResult<VnodeRef> {
+        Err(Errno::EROFS)
+    }
 
-    /// Makes a symbolic link to `target`.
-    fn symlink(&self, ctx: &Ctx, dir: &VnodeRef, name: &[u8], target: &[u8])
-        -> VfsResult<VnodeRef>;
+    /// Makes a symbolic link to `target`. Default: `EROFS`.
+    fn symlink(
+        &self,
+        _ctx: &Ctx,
+        _dir: &VnodeRef,
+        _name: &[u8],
+        _target: &[u8],
+    ) -> VfsResult<VnodeRef> {
+        Err(Errno::EROFS)
+    }
 
-    /// Adds the name `name` in `dir` for `vp` (not a directory).
-    fn link(&self, ctx: &Ctx, vp: &VnodeRef, dir: &VnodeRef, name: &[u8]) -> VfsResult<()>;
+    /// Adds the name `name` in `dir` for `vp` (not a directory). Default:
+    /// `EROFS`.
+    fn link(&self, _ctx: &Ctx, _vp: &VnodeRef, _dir: &VnodeRef, _name: &[u8]) -> VfsResult<()> {
+        Err(Errno::EROFS)
+    }
 
     /// Removes a non-directory name; the file lives on while it is in use.
-    fn unlink(&self, ctx: &Ctx, dir: &VnodeRef, name: &[u8]) -> VfsResult<()>;
+    /// Default: `EROFS`.
+    fn unlink(&self, _ctx: &Ctx, _dir: &VnodeRef, _name: &[u8]) -> VfsResult<()> {
+        Err(Errno::EROFS)
+    }
 
-    /// Removes an empty directory.
-    fn rmdir(&self, ctx: &Ctx, dir: &VnodeRef, name: &[u8]) -> VfsResult<()>;
+    /// Removes an empty directory. Default: `EROFS`.
+    fn rmdir(&self, _ctx: &Ctx, _dir: &VnodeRef, _name: &[u8]) -> VfsResult<()> {
+        Err(Errno::EROFS)
+    }
 
     /// Renames, honouring `RENAME_NOREPLACE` and `RENAME_EXCHANGE`.
+    /// Default: `EROFS`.
     fn rename(
         &self,
-        ctx: &Ctx,
-        dir: &VnodeRef,
-        name: &[u8],
-        newdir: &VnodeRef,
-        newname: &[u8],
-        flags: RenameFlags,
-    ) -> VfsResult<()>;
+        _ctx: &Ctx,
+        _dir: &VnodeRef,
+        _name: &[u8],
+        _newdir: &VnodeRef,
+        _newname: &[u8],
+        _flags: RenameFlags,
+    ) -> VfsResult<()> {
+        Err(Errno::EROFS)
+    }
 
     /// Creates (or, without `O_EXCL`, opens an existing) regular file and
-    /// opens it with the `open(2)` flags `flags`.
+    /// opens it with the `open(2)` flags `flags`. Default: `EROFS`.
     fn create(
         &self,
-        ctx: &Ctx,
-        dir: &VnodeRef,
-        name: &[u8],
-        mode: u32,
-        flags: i32,
-    ) -> VfsResult<(VnodeRef, Fh)>;
+        _ctx: &Ctx,
+        _dir: &VnodeRef,
+        _name: &[u8],
+        _mode: u32,
+        _flags: i32,
+    ) -> VfsResult<(VnodeRef, Fh)> {
+        Err(Errno::EROFS)
+    }
 
     /// Creates an unnamed regular file in `dir` (`O_TMPFILE`) and opens it
     /// with the `open(2)` flags `flags`. Its link count is 0 until `link`
@@ -149,15 +196,23 @@ pub trait FileSystem: Send + Sync + 'static {
         Err(Errno::ENOSYS)
     }
 
-    /// Opens a file with the `open(2)` flags `flags`.
-    fn open(&self, ctx: &Ctx, vp: &VnodeRef, flags: i32) -> VfsResult<Fh>;
+    /// Opens a file with the `open(2)` flags `flags`. Default: handle 0
+    /// for reading, `EROFS` for writing or truncating.
+    fn open(&self, _ctx: &Ctx, _vp: &VnodeRef, flags: i32) -> VfsResult<Fh> {
+        if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
+            return Err(Errno::EROFS);
+        }
+        Ok(Fh(0))
+    }
 
     /// Reads up to `size` bytes at `offset`; fewer at end of file.
     fn read(&self, vp: &VnodeRef, fh: Fh, offset: u64, size: u32) -> VfsResult<Vec<u8>>;
 
     /// Writes `data` at `offset`; returns how many bytes were written (short
-    /// only when space runs out part way).
-    fn write(&self, vp: &VnodeRef, fh: Fh, offset: u64, data: &[u8]) -> VfsResult<u32>;
+    /// only when space runs out part way). Default: `EROFS`.
+    fn write(&self, _vp: &VnodeRef, _fh: Fh, _offset: u64, _data: &[u8]) -> VfsResult<u32> {
+        Err(Errno::EROFS)
+    }
 
     /// Called on each `close(2)` of a descriptor.
     fn flush(&self, _vp: &VnodeRef, _fh: Fh) -> VfsResult<()> {
@@ -254,37 +309,56 @@ pub trait FileSystem: Send + Sync + 'static {
         Ok(())
     }
 
-    /// An extended attribute's value.
-    fn getxattr(&self, vp: &VnodeRef, name: &[u8]) -> VfsResult<Vec<u8>>;
+    /// An extended attribute's value. Default: `ENODATA` (none).
+    fn getxattr(&self, _vp: &VnodeRef, _name: &[u8]) -> VfsResult<Vec<u8>> {
+        Err(Errno::ENODATA)
+    }
 
-    /// Sets an extended attribute.
+    /// Sets an extended attribute. Default: `EOPNOTSUPP`.
     fn setxattr(
         &self,
-        ctx: &Ctx,
-        vp: &VnodeRef,
-        name: &[u8],
-        value: &[u8],
-        flags: XattrFlags,
-    ) -> VfsResult<()>;
+        _ctx: &Ctx,
+        _vp: &VnodeRef,
+        _name: &[u8],
+        _value: &[u8],
+        _flags: XattrFlags,
+    ) -> VfsResult<()> {
+        Err(Errno::EOPNOTSUPP)
+    }
 
     /// The names of all extended attributes, each followed by a NUL.
-    fn listxattr(&self, vp: &VnodeRef) -> VfsResult<Vec<u8>>;
+    /// Default: none.
+    fn listxattr(&self, _vp: &VnodeRef) -> VfsResult<Vec<u8>> {
+        Ok(Vec::new())
+    }
 
-    /// Removes an extended attribute.
-    fn removexattr(&self, ctx: &Ctx, vp: &VnodeRef, name: &[u8]) -> VfsResult<()>;
+    /// Removes an extended attribute. Default: `EOPNOTSUPP`.
+    fn removexattr(&self, _ctx: &Ctx, _vp: &VnodeRef, _name: &[u8]) -> VfsResult<()> {
+        Err(Errno::EOPNOTSUPP)
+    }
 
-    /// File-system statistics.
-    fn statfs(&self) -> VfsResult<StatFs>;
+    /// File-system statistics. Default: no space, names up to 255 bytes.
+    fn statfs(&self) -> VfsResult<StatFs> {
+        Ok(StatFs {
+            bsize: 4096,
+            frsize: 4096,
+            namelen: 255,
+            ..StatFs::default()
+        })
+    }
 
-    /// Allocates, zeroes or punches `[offset, offset+len)`.
+    /// Allocates, zeroes or punches `[offset, offset+len)`. Default:
+    /// `EOPNOTSUPP`.
     fn fallocate(
         &self,
-        vp: &VnodeRef,
-        fh: Fh,
-        mode: FallocMode,
-        offset: u64,
-        len: u64,
-    ) -> VfsResult<()>;
+        _vp: &VnodeRef,
+        _fh: Fh,
+        _mode: FallocMode,
+        _offset: u64,
+        _len: u64,
+    ) -> VfsResult<()> {
+        Err(Errno::EOPNOTSUPP)
+    }
 
     /// Told once mounted: the device number of the mount serving this file
     /// system. A file system that reaches other file systems by path (a

@@ -22,6 +22,9 @@ pub trait FsHooks: Send + Sync + 'static {
     fn reclaim(&self, _vp: &Vnode) {}
 }
 
+/// No hooks: for a file system whose vnodes cache nothing to release.
+impl FsHooks for () {}
+
 /// A mounted file system as the vnode layer sees it. Obtained from
 /// [`crate::VnodeLayer::mount`]; pass it to `get`, `prune`, `unmount`.
 pub struct Mount {
