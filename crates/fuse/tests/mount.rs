@@ -573,73 +573,15 @@ fn free_vnodes_do_not_make_the_server_evict() {
     drop(held);
 }
 
-/// `struct file_handle` with room for the largest handle.
-#[repr(C)]
-struct Fh {
-    bytes: u32,
-    htype: i32,
-    f: [u8; 128],
-}
-
-/// `name_to_handle_at` of `p`: (handle type, bytes).
-fn handle_of(p: &Path) -> (i32, Vec<u8>) {
-    let mut h = Fh {
-        bytes: 128,
-        htype: 0,
-        f: [0; 128],
-    };
-    let mut mount_id = 0;
-    let c = cstr(p);
-    // SAFETY: `h` is a file_handle header with room for 128 bytes, as
-    // its `bytes` says; `c` and `mount_id` are valid for the call.
-    let rc = unsafe {
-        libc::name_to_handle_at(
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            (&mut h as *mut Fh).cast(),
-            &mut mount_id,
-            0,
-        )
-    };
-    assert_eq!(
-        rc,
-        0,
-        "name_to_handle_at: {}",
-        std::io::Error::last_os_error()
-    );
-    (h.htype, h.f[..h.bytes as usize].to_vec())
-}
-
-/// `open_by_handle_at` on the mount `dir`.
-fn open_handle(dir: &Path, h: &(i32, Vec<u8>)) -> std::io::Result<fs::File> {
-    let mut raw = Fh {
-        bytes: h.1.len() as u32,
-        htype: h.0,
-        f: [0; 128],
-    };
-    raw.f[..h.1.len()].copy_from_slice(&h.1);
-    let m = fs::File::open(dir)?;
-    // SAFETY: `raw` is a file_handle with `bytes` bytes of handle; `m` is
-    // an open fd of the mount.
-    let fd = unsafe {
-        libc::open_by_handle_at(m.as_raw_fd(), (&mut raw as *mut Fh).cast(), libc::O_RDONLY)
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: a fresh fd that nothing else owns.
-    Ok(unsafe { <fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) })
-}
-
 #[test]
 fn file_handles_outlive_the_kernel_forgetting_the_node() {
     let Some(m) = Mnt::new(None) else { return };
     fs::create_dir(m.p("d")).unwrap();
     fs::write(m.p("d/f"), b"by handle").unwrap();
     fs::write(m.p("d/gone"), b"x").unwrap();
-    let hf = handle_of(&m.p("d/f"));
-    let hd = handle_of(&m.p("d"));
-    let hg = handle_of(&m.p("d/gone"));
+    let hf = common::handle_of(&m.p("d/f"));
+    let hd = common::handle_of(&m.p("d"));
+    let hg = common::handle_of(&m.p("d/gone"));
     fs::remove_file(m.p("d/gone")).unwrap();
     // The kernel forgets every node but the root.
     until_counters(&m, "the kernel forgets its nodes", |c| {
@@ -647,15 +589,15 @@ fn file_handles_outlive_the_kernel_forgetting_the_node() {
         c["fuse.nodes"].as_u64().unwrap() == 1
     });
     let mut data = Vec::new();
-    open_handle(&m.dir, &hf)
+    common::open_handle(&m.dir, &hf)
         .unwrap()
         .read_to_end(&mut data)
         .unwrap();
     assert_eq!(data, b"by handle");
-    let d = open_handle(&m.dir, &hd).unwrap();
+    let d = common::open_handle(&m.dir, &hd).unwrap();
     assert!(d.metadata().unwrap().is_dir());
     // A deleted file's handle is stale, not another file.
-    assert_eq!(errno_of(open_handle(&m.dir, &hg)), libc::ESTALE);
+    assert_eq!(errno_of(common::open_handle(&m.dir, &hg)), libc::ESTALE);
 }
 
 #[test]

@@ -1013,3 +1013,35 @@ fn the_kernel_reads_and_writes_open_files_on_their_source_files() {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+#[test]
+fn file_handles_outlive_the_kernel_and_the_server_forgetting_the_node() {
+    let Some(t) = Pt::new("handles") else { return };
+    std::fs::create_dir(t.m("d")).unwrap();
+    std::fs::write(t.m("d/f"), b"by handle").unwrap();
+    std::fs::write(t.m("d/gone"), b"x").unwrap();
+    let hf = common::handle_of(&t.m("d/f"));
+    let hd = common::handle_of(&t.m("d"));
+    let hg = common::handle_of(&t.m("d/gone"));
+    std::fs::remove_file(t.m("d/gone")).unwrap();
+    // The kernel forgets every node but the root's, then the vnode layer
+    // recycles every free vnode: nothing of the files is left in memory
+    // but what the server keeps for file handles.
+    let fs: &dyn uvfs_vfs::FileSystem = &*t.fs;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while fs.mount().vnode_count() > 1 {
+        assert!(Instant::now() < deadline, "the kernel kept its nodes");
+        let _ = std::fs::write("/proc/sys/vm/drop_caches", b"2");
+        t.fs.layer().prune(fs.mount(), usize::MAX);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut data = Vec::new();
+    std::io::Read::read_to_end(&mut common::open_handle(&t.m(""), &hf).unwrap(), &mut data)
+        .unwrap();
+    assert_eq!(data, b"by handle");
+    let d = common::open_handle(&t.m(""), &hd).unwrap();
+    assert!(d.metadata().unwrap().is_dir());
+    // A removed file's handle is stale, not another file.
+    let e = common::open_handle(&t.m(""), &hg).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ESTALE), "{e}");
+}

@@ -92,6 +92,8 @@ pub struct PtCounters {
     /// Lookups of a cached node's file answered from their statx alone
     /// (no handle taken, nothing opened).
     pub revalidated: AtomicU64,
+    /// Nodes found again by a remembered handle (`vget_id`).
+    pub vget_reopened: AtomicU64,
     /// Attributes of nodes without a cached fd read through a handle
     /// opened for that call only.
     pub stat_by_handle: AtomicU64,
@@ -138,6 +140,8 @@ pub struct PassthroughFs {
     keep_timeouts: bool,
     /// Counters.
     pub counters: PtCounters,
+    /// Handles of recycled nodes, for [`PassthroughFs::vget_id`].
+    pub(crate) remembered: Arc<crate::remembered::Remembered>,
     /// The budget slot of `handles`' mount fd (a backing fd like any
     /// other), held while handles are in use.
     _mount_fd_slot: Option<Reservation>,
@@ -152,13 +156,20 @@ impl std::fmt::Debug for PassthroughFs {
     }
 }
 
-/// The vnode layer's callbacks: a recycled vnode gives its fd back.
-struct Hooks;
+/// The vnode layer's callbacks: a recycled vnode gives its fd back and
+/// leaves its handle to [`Remembered`](crate::remembered::Remembered),
+/// for a file handle of the mount that names it later.
+struct Hooks {
+    remembered: Arc<crate::remembered::Remembered>,
+}
 
 impl FsHooks for Hooks {
     fn reclaim(&self, vp: &Vnode) {
         if let Some(node) = vp.data::<Arc<Node>>() {
             node.drop_fd();
+            if let Some(h) = node.ident().handle() {
+                self.remembered.remember(node.id, h.clone());
+            }
         }
     }
 }
@@ -227,7 +238,15 @@ impl PassthroughFs {
             },
             true,
         ));
-        let mnt = layer.mount("passthrough", Arc::new(Hooks));
+        let remembered = Arc::new(crate::remembered::Remembered::new(
+            crate::remembered::CAPACITY,
+        ));
+        let mnt = layer.mount(
+            "passthrough",
+            Arc::new(Hooks {
+                remembered: remembered.clone(),
+            }),
+        );
         let watch = if cfg.watch {
             crate::watch::Watch::new(
                 sys::raw(&root_fd),
@@ -273,6 +292,7 @@ impl PassthroughFs {
             watch,
             keep_timeouts: cfg.keep_timeouts,
             counters: PtCounters::default(),
+            remembered,
             _mount_fd_slot: mount_fd_slot,
         }))
     }
@@ -456,6 +476,30 @@ impl PassthroughFs {
             }
         };
         self.vnode_from(st, handle, Some((dir, name)), None)
+    }
+
+    /// The vnode of node id `id` without a name: cached, or reopened by
+    /// the handle it had when it was recycled (`remembered.rs`). ESTALE
+    /// if neither, if the handle no longer opens (the file was removed),
+    /// or if the file now has another id (an alias of a reused number).
+    pub(crate) fn vget_id(&self, id: Ino) -> VfsResult<VnodeRef> {
+        if let Some(vp) = self.layer.lookup_cached(&self.mnt, id) {
+            return Ok(vp);
+        }
+        let h = self.remembered.get(id).ok_or(Errno::ESTALE)?;
+        let res = self.pool.reserve()?;
+        let fd = res.into_fd(
+            self.handles
+                .open(&h, libc::O_PATH)
+                .map_err(|_| Errno::ESTALE)?,
+        );
+        let st = sys::statx_fd(fd.raw())?;
+        let (vp, _) = self.vnode_from(st, Ok(h), None, Some(fd))?;
+        if vp.ino() != id {
+            return Err(Errno::ESTALE);
+        }
+        self.counters.vget_reopened.fetch_add(1, Ordering::Relaxed);
+        Ok(vp)
     }
 
     /// The cached node of the file `st` describes, if it is the file the

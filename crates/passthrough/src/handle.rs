@@ -136,6 +136,16 @@ impl Handle {
         })
     }
 
+    /// A handle made of given parts, for tests of what stores them.
+    #[cfg(test)]
+    pub(crate) fn for_test(htype: i32, bytes: &[u8]) -> Handle {
+        Handle {
+            htype,
+            mount_id: 0,
+            bytes: Bytes::new(bytes),
+        }
+    }
+
     /// The handle's type (`handle_type`).
     pub fn htype(&self) -> i32 {
         self.htype

@@ -50,6 +50,7 @@ mod namei;
 pub mod node;
 mod open;
 mod prefetch;
+mod remembered;
 mod stats;
 mod sys;
 mod vops;

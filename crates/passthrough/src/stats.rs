@@ -149,6 +149,16 @@ impl PassthroughFs {
                 "Lookups of a cached node's file answered from one statx (no handle, no open)",
             ),
             (
+                "passthrough.handles.found_again",
+                ld(&c.vget_reopened),
+                "Nodes the kernel asked for by a file handle after they were recycled, reopened by the handle they had",
+            ),
+            (
+                "passthrough.handles.remembered",
+                self.remembered.len() as u64,
+                "Handles of recycled nodes kept for file handles of the mount (bounded)",
+            ),
+            (
                 "passthrough.stat_by_handle",
                 ld(&c.stat_by_handle),
                 "Attributes read through a handle opened for that call only (node with no cached fd)",

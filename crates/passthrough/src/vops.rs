@@ -296,6 +296,10 @@ impl FileSystem for PassthroughFs {
         Some(uvfs_vfs::FdReservation::of(parts))
     }
 
+    fn vget(&self, ino: uvfs_vfs::Ino) -> VfsResult<VnodeRef> {
+        self.vget_id(ino)
+    }
+
     fn generation(&self, vp: &VnodeRef) -> u64 {
         self.node_of(vp).map_or(0, |n| n.generation())
     }

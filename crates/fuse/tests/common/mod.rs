@@ -447,3 +447,65 @@ pub fn assert_uring_served(report: &serde_json::Value) {
         "{ring} of {all} requests came through io_uring"
     );
 }
+
+/// `struct file_handle` with room for the largest handle.
+#[repr(C)]
+pub struct Fh {
+    pub bytes: u32,
+    pub htype: i32,
+    pub f: [u8; 128],
+}
+
+/// `name_to_handle_at` of `p`: (handle type, bytes).
+pub fn handle_of(p: &Path) -> (i32, Vec<u8>) {
+    let mut h = Fh {
+        bytes: 128,
+        htype: 0,
+        f: [0; 128],
+    };
+    let mut mount_id = 0;
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: `h` is a file_handle header with room for 128 bytes, as
+    // its `bytes` says; `c` and `mount_id` are valid for the call.
+    let rc = unsafe {
+        libc::name_to_handle_at(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            (&mut h as *mut Fh).cast(),
+            &mut mount_id,
+            0,
+        )
+    };
+    assert_eq!(
+        rc,
+        0,
+        "name_to_handle_at: {}",
+        std::io::Error::last_os_error()
+    );
+    (h.htype, h.f[..h.bytes as usize].to_vec())
+}
+
+/// `open_by_handle_at` on the mount `dir`.
+pub fn open_handle(dir: &Path, h: &(i32, Vec<u8>)) -> std::io::Result<std::fs::File> {
+    let mut raw = Fh {
+        bytes: h.1.len() as u32,
+        htype: h.0,
+        f: [0; 128],
+    };
+    raw.f[..h.1.len()].copy_from_slice(&h.1);
+    let m = std::fs::File::open(dir)?;
+    // SAFETY: `raw` is a file_handle with `bytes` bytes of handle; `m` is
+    // an open fd of the mount.
+    let fd = unsafe {
+        libc::open_by_handle_at(
+            std::os::fd::AsRawFd::as_raw_fd(&m),
+            (&mut raw as *mut Fh).cast(),
+            libc::O_RDONLY,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd that nothing else owns.
+    Ok(unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+}
