@@ -4,6 +4,7 @@
 
 pub mod alloc;
 pub mod cache;
+pub mod chart;
 pub mod cleanup;
 pub mod coherence;
 pub mod cputime;
