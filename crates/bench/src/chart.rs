@@ -238,9 +238,7 @@ pub fn bar_chart_svg(title: &str, y_label: &str, groups: &[BarGroup]) -> String 
         + 9.0;
     let group_w = groups
         .iter()
-        .map(|g| {
-            (BAR_W * g.bars.len().max(1) as f64 + 14.0).max(text_w(&g.label, FONT) + 10.0)
-        })
+        .map(|g| (BAR_W * g.bars.len().max(1) as f64 + 14.0).max(text_w(&g.label, FONT) + 10.0))
         .collect::<Vec<f64>>();
     let legend_items: Vec<String> = series
         .iter()
@@ -342,7 +340,10 @@ pub fn bar_chart_svg(title: &str, y_label: &str, groups: &[BarGroup]) -> String 
                 .as_deref()
                 .and_then(|n| g.bars.iter().position(|b| b.0 == n))
             {
-                Some(bi) => (x0 + BAR_W * bi as f64 - 2.0, x0 + BAR_W * (bi + 1) as f64 + 2.0),
+                Some(bi) => (
+                    x0 + BAR_W * bi as f64 - 2.0,
+                    x0 + BAR_W * (bi + 1) as f64 + 2.0,
+                ),
                 None => (gx + 3.0, gx + gw - 3.0),
             };
             let y = y_of(t.value);
@@ -432,7 +433,11 @@ mod tests {
 
     #[test]
     fn names_every_series_and_group() {
-        let svg = bar_chart_svg("t", "ops/s", &[group("T=2", &[("uvfs", 10.0), ("freebsd", 5.0)])]);
+        let svg = bar_chart_svg(
+            "t",
+            "ops/s",
+            &[group("T=2", &[("uvfs", 10.0), ("freebsd", 5.0)])],
+        );
         assert!(svg.starts_with("<svg"));
         for needle in ["uvfs", "freebsd", "T=2", "</svg>"] {
             assert!(svg.contains(needle), "{needle} missing");
@@ -442,7 +447,10 @@ mod tests {
 
     #[test]
     fn orders_of_magnitude_get_a_log_axis() {
-        let g = [group("1000 vnodes", &[("uvfs", 250.0), ("freebsd", 81_400.0)])];
+        let g = [group(
+            "1000 vnodes",
+            &[("uvfs", 250.0), ("freebsd", 81_400.0)],
+        )];
         let svg = bar_chart_svg("prune", "ns", &g);
         assert!(svg.contains("ns (log scale)"), "{svg}");
         // Ticks at powers of ten around the data.

@@ -22,6 +22,7 @@ pub mod readseek;
 pub mod readseek_mount;
 pub mod report;
 pub mod seqio;
+pub mod setup;
 pub mod statstorm;
 pub mod synth;
 pub mod walk;

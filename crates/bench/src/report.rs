@@ -40,6 +40,9 @@ pub fn median(xs: &[f64]) -> f64 {
 pub struct Report {
     pub workload: String,
     pub rows: Vec<Row>,
+    /// The lines printed under the table (ratios, targets and verdicts),
+    /// kept in the JSON so `uvfs bench all` can gather the targets.
+    pub summary: Vec<String>,
 }
 
 impl Report {
@@ -47,6 +50,7 @@ impl Report {
         Report {
             workload: workload.to_string(),
             rows: Vec::new(),
+            summary: Vec::new(),
         }
     }
 
@@ -56,6 +60,10 @@ impl Report {
         let mut m = Map::new();
         m.insert("workload".into(), Value::String(self.workload.clone()));
         m.insert("rows".into(), Value::Array(rows));
+        if !self.summary.is_empty() {
+            let lines = self.summary.iter().cloned().map(Value::String).collect();
+            m.insert("summary".into(), Value::Array(lines));
+        }
         Value::Object(m)
     }
 

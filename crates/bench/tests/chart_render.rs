@@ -89,7 +89,11 @@ fn render(svg: &str) -> (u32, u32, Vec<u8>) {
     let mut reader = dec.read_info().unwrap();
     let mut buf = vec![0; reader.output_buffer_size()];
     let info = reader.next_frame(&mut buf).unwrap();
-    assert_eq!(info.color_type, png::ColorType::Rgba, "a transparent canvas");
+    assert_eq!(
+        info.color_type,
+        png::ColorType::Rgba,
+        "a transparent canvas"
+    );
     buf.truncate(info.buffer_size());
     (info.width, info.height, buf)
 }
@@ -133,7 +137,11 @@ fn text_problems(svg: &str) -> Vec<String> {
         }
     }
     // Rendered four at a time: a chart has up to a hundred texts.
-    let lines: Vec<&str> = body.iter().copied().filter(|l| l.starts_with("<text")).collect();
+    let lines: Vec<&str> = body
+        .iter()
+        .copied()
+        .filter(|l| l.starts_with("<text"))
+        .collect();
     let boxes: Vec<Option<BoxPx>> = std::thread::scope(|scope| {
         let chunks: Vec<_> = lines
             .chunks(lines.len().div_ceil(4).max(1))
@@ -160,7 +168,8 @@ fn text_problems(svg: &str) -> Vec<String> {
         }
         for (b, bb) in &texts[i + 1..] {
             // One pixel of slack for anti-aliased edges that touch.
-            let overlap = ba.0.max(bb.0) < ba.2.min(bb.2) - 1 && ba.1.max(bb.1) < ba.3.min(bb.3) - 1;
+            let overlap =
+                ba.0.max(bb.0) < ba.2.min(bb.2) - 1 && ba.1.max(bb.1) < ba.3.min(bb.3) - 1;
             if overlap {
                 problems.push(format!("overlap {ba:?} / {bb:?}: {a} / {b}"));
             }
@@ -195,7 +204,11 @@ fn check_workload(name: &str, json: &str, chart: ChartFn) -> String {
 
 macro_rules! results {
     ($f:literal) => {
-        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/results/", $f))
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/results/",
+            $f
+        ))
     };
 }
 
@@ -204,15 +217,26 @@ fn the_hand_placed_prune_chart_fails_the_check() {
     // The chart as written before the layout was computed: its title
     // runs off the 388-px image and its two x labels overlap.
     let p = text_problems(include_str!("data/prune-hand-placed.svg"));
-    assert!(p.iter().any(|l| l.contains("outside") && l.contains("prune: CPU")), "{p:?}");
-    assert!(p.iter().any(|l| l.contains("overlap") && l.contains("vnodes")), "{p:?}");
+    assert!(
+        p.iter()
+            .any(|l| l.contains("outside") && l.contains("prune: CPU")),
+        "{p:?}"
+    );
+    assert!(
+        p.iter()
+            .any(|l| l.contains("overlap") && l.contains("vnodes")),
+        "{p:?}"
+    );
 }
 
 #[test]
 fn prune_chart_is_readable_and_logarithmic() {
     let svg = check_workload("prune", results!("prune.json"), uvfs_bench::prune::chart);
     assert!(svg.contains("(log scale)"), "{svg}");
-    assert!(svg.contains("<title>target:"), "the CPU growth target: {svg}");
+    assert!(
+        svg.contains("<title>target:"),
+        "the CPU growth target: {svg}"
+    );
     // Seed 001's shape: uvfs a few hundred ns, FreeBSD tens of thousands.
     let seed = r#"{"workload": "prune", "rows": [
         {"impl": "uvfs", "vnodes": 100000, "cpu_ns_per_recycled": 235.0},
@@ -225,7 +249,11 @@ fn prune_chart_is_readable_and_logarithmic() {
 
 #[test]
 fn statstorm_chart_is_readable() {
-    let svg = check_workload("statstorm", results!("statstorm.json"), uvfs_bench::statstorm::chart);
+    let svg = check_workload(
+        "statstorm",
+        results!("statstorm.json"),
+        uvfs_bench::statstorm::chart,
+    );
     assert!(svg.contains("<title>target:"), "{svg}");
 }
 
@@ -237,13 +265,21 @@ fn memory_chart_is_readable() {
 
 #[test]
 fn readseek_chart_is_readable() {
-    let svg = check_workload("readseek", results!("readseek.json"), uvfs_bench::readseek::chart);
+    let svg = check_workload(
+        "readseek",
+        results!("readseek.json"),
+        uvfs_bench::readseek::chart,
+    );
     assert!(svg.contains("<title>target:"), "{svg}");
 }
 
 #[test]
 fn fuse_stat_chart_is_readable() {
-    let svg = check_workload("fuse-stat", results!("fuse-stat.json"), uvfs_bench::fusestat::chart);
+    let svg = check_workload(
+        "fuse-stat",
+        results!("fuse-stat.json"),
+        uvfs_bench::fusestat::chart,
+    );
     assert!(svg.contains("<title>target:"), "{svg}");
 }
 
@@ -255,13 +291,21 @@ fn seqio_chart_is_readable() {
 
 #[test]
 fn coherence_chart_is_readable() {
-    let svg = check_workload("coherence", results!("coherence.json"), uvfs_bench::coherence::chart);
+    let svg = check_workload(
+        "coherence",
+        results!("coherence.json"),
+        uvfs_bench::coherence::chart,
+    );
     assert!(svg.contains("<title>target: 10</title>"), "{svg}");
 }
 
 #[test]
 fn devwork_chart_is_readable() {
-    let svg = check_workload("devwork", results!("devwork.json"), uvfs_bench::devwork::chart);
+    let svg = check_workload(
+        "devwork",
+        results!("devwork.json"),
+        uvfs_bench::devwork::chart,
+    );
     assert!(svg.contains("<title>target:"), "{svg}");
 }
 
@@ -271,12 +315,19 @@ fn long_labels_and_many_series_stay_readable() {
         .map(|i| BarGroup {
             label: format!("T={i} a rather long configuration label"),
             bars: (0..8)
-                .map(|s| (format!("series-with-a-long-name-{s}"), 10f64.powi(s) * 1.234))
+                .map(|s| {
+                    (
+                        format!("series-with-a-long-name-{s}"),
+                        10f64.powi(s) * 1.234,
+                    )
+                })
                 .collect(),
             targets: Vec::new(),
         })
         .collect();
     let title = "a title much longer than any chart is wide, which has to wrap onto a second line and perhaps a third to stay inside the image";
-    assert_readable("synthetic", &bar_chart_svg(title, "units per second", &groups));
+    assert_readable(
+        "synthetic",
+        &bar_chart_svg(title, "units per second", &groups),
+    );
 }
-
