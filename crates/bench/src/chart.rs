@@ -66,8 +66,10 @@ pub fn push_bar(groups: &mut Vec<BarGroup>, label: String, series: String, value
     }
 }
 
-const PALETTE: [&str; 8] = [
+/// Twelve distinguishable colours (fuse-stat draws ten series).
+const PALETTE: [&str; 12] = [
     "#2b6cb0", "#c53030", "#dd6b20", "#2f855a", "#6b46c1", "#718096", "#b7791f", "#00838f",
+    "#d53f8c", "#1a202c", "#90cdf4", "#9ae6b4",
 ];
 const TARGET_COLOUR: &str = "#e53e3e";
 const FONT: f64 = 12.0;
