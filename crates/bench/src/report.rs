@@ -67,6 +67,18 @@ impl Report {
         Value::Object(m)
     }
 
+    /// The report [`Report::to_json`] wrote, or `None` if `v` is not one.
+    pub fn from_json(v: &Value) -> Option<Report> {
+        let mut r = Report::new(v["workload"].as_str()?);
+        for row in v["rows"].as_array()? {
+            r.rows.push(row.as_object()?.clone());
+        }
+        for line in v["summary"].as_array().into_iter().flatten() {
+            r.summary.push(line.as_str()?.to_string());
+        }
+        Some(r)
+    }
+
     pub fn write_json(&self, path: &str) -> io::Result<()> {
         let text = serde_json::to_string_pretty(&self.to_json()).map_err(io::Error::other)?;
         std::fs::write(path, text + "\n")
@@ -206,6 +218,12 @@ mod tests {
         assert_eq!(v["workload"], "demo");
         assert_eq!(v["rows"][0]["impl"], "uvfs");
         assert_eq!(v["rows"][0]["threads"], 2);
+        r.summary.push("a line".into());
+        let back = Report::from_json(&r.to_json()).unwrap();
+        assert_eq!(back.workload, "demo");
+        assert_eq!(back.rows, r.rows);
+        assert_eq!(back.summary, ["a line"]);
+        assert!(Report::from_json(&serde_json::json!({"rows": []})).is_none());
     }
 
     #[test]

@@ -184,12 +184,7 @@ fn assert_readable(name: &str, svg: &str) {
 }
 
 fn report(json: &str) -> Report {
-    let v: Value = serde_json::from_str(json).unwrap();
-    let mut r = Report::new(v["workload"].as_str().unwrap());
-    for row in v["rows"].as_array().unwrap() {
-        r.rows.push(row.as_object().unwrap().clone());
-    }
-    r
+    Report::from_json(&serde_json::from_str::<Value>(json).unwrap()).expect("a report")
 }
 
 type ChartFn = fn(&Report) -> (String, String, Vec<BarGroup>);
@@ -210,6 +205,67 @@ macro_rules! results {
             $f
         ))
     };
+}
+
+#[test]
+fn the_published_charts_are_drawn_from_their_json() {
+    // What readers see in docs/results/ is what the checks below pass.
+    for (name, json, svg, chart) in [
+        (
+            "statstorm",
+            results!("statstorm.json"),
+            results!("statstorm.svg"),
+            uvfs_bench::statstorm::chart as ChartFn,
+        ),
+        (
+            "prune",
+            results!("prune.json"),
+            results!("prune.svg"),
+            uvfs_bench::prune::chart,
+        ),
+        (
+            "memory",
+            results!("memory.json"),
+            results!("memory.svg"),
+            uvfs_bench::memory::chart,
+        ),
+        (
+            "readseek",
+            results!("readseek.json"),
+            results!("readseek.svg"),
+            uvfs_bench::readseek::chart,
+        ),
+        (
+            "fuse-stat",
+            results!("fuse-stat.json"),
+            results!("fuse-stat.svg"),
+            uvfs_bench::fusestat::chart,
+        ),
+        (
+            "seqio",
+            results!("seqio.json"),
+            results!("seqio.svg"),
+            uvfs_bench::seqio::chart,
+        ),
+        (
+            "coherence",
+            results!("coherence.json"),
+            results!("coherence.svg"),
+            uvfs_bench::coherence::chart,
+        ),
+        (
+            "devwork",
+            results!("devwork.json"),
+            results!("devwork.svg"),
+            uvfs_bench::devwork::chart,
+        ),
+    ] {
+        let (t, y, g) = chart(&report(json));
+        assert!(
+            bar_chart_svg(&t, &y, &g) == svg,
+            "docs/results/{name}.svg is stale: uvfs bench all --redraw --out docs/results"
+        );
+    }
 }
 
 #[test]

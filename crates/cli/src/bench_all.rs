@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 use std::process::Command;
+use uvfs_bench::report::Report;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct AllOpts {
@@ -18,6 +19,14 @@ pub struct AllOpts {
     /// Neither install Debian packages nor build the peers first.
     #[arg(long)]
     pub no_setup: bool,
+    /// Fail if anything could not be set up (CI: a peer that stops
+    /// building must not pass unnoticed).
+    #[arg(long, conflicts_with = "no_setup")]
+    pub strict_setup: bool,
+    /// Run nothing: draw `<workload>.svg` again from each
+    /// `<workload>.json` in the output directory.
+    #[arg(long, conflicts_with_all = ["no_setup", "strict_setup"])]
+    pub redraw: bool,
     /// Workloads to run, in order.
     #[arg(long, value_delimiter = ',', default_values_t = vec![
         "statstorm".to_string(), "prune".to_string(), "memory".to_string(), "readseek".to_string(),
@@ -28,6 +37,9 @@ pub struct AllOpts {
 }
 
 pub fn run(o: &AllOpts) -> std::io::Result<()> {
+    if o.redraw {
+        return redraw(o);
+    }
     std::fs::create_dir_all(&o.out)?;
     let setup_problems = if o.no_setup {
         Vec::new()
@@ -71,6 +83,9 @@ pub fn run(o: &AllOpts) -> std::io::Result<()> {
         println!("not set up: {line}");
     }
     println!("results in {}", o.out.display());
+    if o.strict_setup && !setup_problems.is_empty() {
+        failed.push("setup".into());
+    }
     if failed.is_empty() {
         Ok(())
     } else {
@@ -79,6 +94,53 @@ pub fn run(o: &AllOpts) -> std::io::Result<()> {
             failed.join(", ")
         )))
     }
+}
+
+type ChartFn = fn(&Report) -> (String, String, Vec<uvfs_bench::report::BarGroup>);
+
+/// The chart `uvfs bench <workload>` draws.
+fn chart_of(workload: &str) -> Option<ChartFn> {
+    use uvfs_bench::*;
+    Some(match workload {
+        "statstorm" => statstorm::chart,
+        "prune" => prune::chart,
+        "memory" => memory::chart,
+        "readseek" => readseek::chart,
+        "fuse-stat" => fusestat::chart,
+        "seqio" => seqio::chart,
+        "coherence" => coherence::chart,
+        "devwork" => devwork::chart,
+        _ => return None,
+    })
+}
+
+/// `--redraw`: each workload's SVG drawn again from its JSON.
+fn redraw(o: &AllOpts) -> std::io::Result<()> {
+    for w in &o.workloads {
+        let json = o.out.join(format!("{w}.json"));
+        let chart = chart_of(w).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{w}: no such workload"),
+            )
+        })?;
+        let text = std::fs::read(&json)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", json.display())))?;
+        let report = serde_json::from_slice(&text)
+            .ok()
+            .and_then(|v| Report::from_json(&v))
+            .ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("{}: not a uvfs bench report", json.display()),
+                )
+            })?;
+        let (title, y, groups) = chart(&report);
+        let svg = o.out.join(format!("{w}.svg"));
+        std::fs::write(&svg, uvfs_bench::report::bar_chart_svg(&title, &y, &groups))?;
+        println!("{}", svg.display());
+    }
+    Ok(())
 }
 
 /// One row of the closing table.
@@ -177,7 +239,29 @@ fn targets_table(out: &std::path::Path, workloads: &[String], failed: &[String])
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
     use serde_json::json;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        all: AllOpts,
+    }
+
+    impl AllOpts {
+        fn parse_from(args: [&str; 1]) -> AllOpts {
+            Cli::parse_from(args).all
+        }
+    }
+
+    #[test]
+    fn every_default_workload_has_a_chart() {
+        let o = AllOpts::parse_from(["all"]);
+        for w in &o.workloads {
+            assert!(chart_of(w).is_some(), "{w}");
+        }
+        assert!(chart_of("nope").is_none());
+    }
 
     #[test]
     fn verdicts() {
