@@ -78,21 +78,26 @@ pub fn run(o: &AllOpts) -> std::io::Result<()> {
         }
         println!();
     }
-    print!("{}", targets_table(&o.out, &o.workloads, &failed));
-    for line in &setup_problems {
-        println!("not set up: {line}");
-    }
+    print!(
+        "{}",
+        targets_table(&o.out, &o.workloads, &failed, &setup_problems)
+    );
     println!("results in {}", o.out.display());
-    if o.strict_setup && !setup_problems.is_empty() {
-        failed.push("setup".into());
+    let mut errors = Vec::new();
+    if !failed.is_empty() {
+        errors.push(format!("workloads failed: {}", failed.join(", ")));
     }
-    if failed.is_empty() {
+    if o.strict_setup && !setup_problems.is_empty() {
+        errors.push(format!(
+            "{} thing(s) not set up (--strict-setup): {}",
+            setup_problems.len(),
+            setup_problems.join("; ")
+        ));
+    }
+    if errors.is_empty() {
         Ok(())
     } else {
-        Err(std::io::Error::other(format!(
-            "workloads failed: {}",
-            failed.join(", ")
-        )))
+        Err(std::io::Error::other(errors.join("; ")))
     }
 }
 
@@ -209,8 +214,20 @@ fn target_rows(json: &serde_json::Value, workload: &str, failed: bool) -> Vec<Ta
 }
 
 /// Every workload's targets against its results, one line each.
-fn targets_table(out: &std::path::Path, workloads: &[String], failed: &[String]) -> String {
-    let mut rows = Vec::new();
+fn targets_table(
+    out: &std::path::Path,
+    workloads: &[String],
+    failed: &[String],
+    setup_problems: &[String],
+) -> String {
+    let mut rows: Vec<TargetRow> = setup_problems
+        .iter()
+        .map(|p| TargetRow {
+            workload: "setup".into(),
+            verdict: "SETUP",
+            line: p.clone(),
+        })
+        .collect();
     for w in workloads {
         let json = std::fs::read(out.join(format!("{w}.json")))
             .ok()
