@@ -135,7 +135,11 @@ impl Scale {
 
     fn ticks(&self) -> Vec<f64> {
         match self {
-            Scale::Linear { max } => (0..=4).map(|i| max * i as f64 / 4.0).collect(),
+            Scale::Linear { max } => {
+                let step = nice_ceiling(max / 5.0);
+                let n = (max / step).round() as usize;
+                (0..=n).map(|i| step * i as f64).collect()
+            }
             Scale::Log { lo, hi } => {
                 // Powers of ten, and 2 and 5 times them where the axis
                 // spans few decades; always both ends.
@@ -445,6 +449,8 @@ mod tests {
             assert!(svg.contains(needle), "{needle} missing");
         }
         assert!(!svg.contains("log scale"), "{svg}");
+        let ticks = Scale::for_values(&[438.0, 201.0]).ticks();
+        assert_eq!(ticks, [0.0, 100.0, 200.0, 300.0, 400.0, 500.0]);
     }
 
     #[test]
