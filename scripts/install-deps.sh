@@ -7,7 +7,8 @@
 # way compatible with `set -euo pipefail` callers).
 #
 #   Debian:  fuse3 libfuse3-dev libacl1-dev stress-ng pkg-config, git sqlite3
-#            (what `uvfs bench devwork` runs on each file system), and
+#            (what `uvfs bench devwork` runs on each file system), librsvg2-bin
+#            (rsvg-convert, for the chart render test), and
 #            golang-go where no Go is installed (for the go-fuse peer; it
 #            needs Go 1.21+, so Debian 12's 1.19 leaves that peer unbuilt)
 #   rustup:  rustfmt, clippy (stable)
@@ -43,7 +44,7 @@ _uvfs_install_deps() {
     esac
 
     # ---- Debian packages -------------------------------------------------
-    local pkgs=(fuse3 libfuse3-dev libacl1-dev stress-ng pkg-config git sqlite3)
+    local pkgs=(fuse3 libfuse3-dev libacl1-dev stress-ng pkg-config git sqlite3 librsvg2-bin)
     if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then
         pkgs+=(golang-go)
     fi

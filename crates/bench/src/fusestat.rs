@@ -43,7 +43,7 @@
 use crate::fuse_mount::{self, ScratchDir, ServerMount, ServerSample, Tmpfs};
 use crate::peers::{PeerKind, PeerMount, PeerOptions};
 use crate::procstat::{self, Peaks, Sampler};
-use crate::report::{median, BarGroup, Progress, Report, Row};
+use crate::report::{median, push_bar, BarGroup, Progress, Report, Row};
 use crate::walk::{self, TreeShape};
 use crate::{row, CommonOpts};
 use serde_json::{json, Value};
@@ -1195,20 +1195,33 @@ fn server_peaks(r: &Report) -> Vec<String> {
 
 /// Bar chart: stats/s per (threads, pass), one bar per file system (rows
 /// that failed have no rate and no bar; the table and summary show them).
+/// Targets: memfs warm 0.8x tmpfs, the default passthrough warm 0.9x
+/// native, the passthrough 1.2x (cold) and no-watch 1.5x (warm) the best
+/// peer.
 pub fn chart(r: &Report) -> (String, String, Vec<BarGroup>) {
     let mut groups: Vec<BarGroup> = Vec::new();
     for x in r.rows.iter().filter(|x| num(x, "stats_per_sec").is_some()) {
-        let label = format!("T={} {}", x["threads"], x["pass"].as_str().unwrap_or(""));
-        let bar = (
+        push_bar(
+            &mut groups,
+            format!("T={} {}", x["threads"], x["pass"].as_str().unwrap_or("")),
             x["fs"].as_str().unwrap_or("?").to_string(),
             x["stats_per_sec"].as_f64().unwrap_or(0.0),
         );
-        match groups.iter_mut().find(|g| g.label == label) {
-            Some(g) => g.bars.push(bar),
-            None => groups.push(BarGroup {
-                label,
-                bars: vec![bar],
-            }),
+    }
+    for g in &mut groups {
+        let best_peer = PEERS.iter().filter_map(|p| g.value(p)).reduce(f64::max);
+        if g.label.ends_with(" warm") {
+            if let Some(t) = g.value(TMPFS) {
+                g.target(Some(MEMFS), 0.8 * t);
+            }
+            if let Some(n) = g.value(NATIVE) {
+                g.target(Some(PASSTHROUGH_DEFAULT), 0.9 * n);
+            }
+            if let Some(p) = best_peer {
+                g.target(Some(PASSTHROUGH_NOWATCH), 1.5 * p);
+            }
+        } else if let Some(p) = best_peer {
+            g.target(Some(PASSTHROUGH), 1.2 * p);
         }
     }
     (

@@ -4,6 +4,7 @@
 
 pub mod baseline;
 pub mod cache;
+pub mod chart;
 pub mod cleanup;
 pub mod coherence;
 pub mod cputime;
@@ -20,6 +21,7 @@ pub mod readseek;
 pub mod readseek_mount;
 pub mod report;
 pub mod seqio;
+pub mod setup;
 pub mod statstorm;
 pub mod synth;
 pub mod walk;

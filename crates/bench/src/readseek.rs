@@ -10,7 +10,7 @@
 //! truncates the file to zero and re-extends it under an exclusive
 //! whole-file lock every MS milliseconds.
 //!
-//! Locks compared (see `uvfs_rangelock::baseline`): `none` (pure readers
+//! Locks compared (see `crate::baseline`): `none` (pure readers
 //! only, so skipped when anything writes), `rwlock`, `mutex-list` (FreeBSD's
 //! rangelock before 2023) and `uvfs`. For each thread count, every lock
 //! runs in turn, repeat after repeat, in this one process; rows carry the
@@ -18,7 +18,7 @@
 //! configuration runs too, so `vs_readers_only` compares within one run.
 
 use crate::baseline::{BenchLock, MutexList, NoLock, WholeFile};
-use crate::report::{median, BarGroup, Progress, Report};
+use crate::report::{median, push_bar, BarGroup, Progress, Report};
 use crate::{row, CommonOpts};
 use crossbeam_utils::CachePadded;
 use std::cell::UnsafeCell;
@@ -405,27 +405,60 @@ pub fn summary(report: &Report) -> Vec<String> {
     out
 }
 
-/// Bar chart: reader ops/s per configuration, one bar per lock.
+/// Bar chart: reader ops/s per configuration, one bar per lock; targets
+/// on uvfs's bars: 0.9x no lock at 2+ threads, 3x a mutex-guarded list at
+/// 10, and 0.8x its reader-only rate with one writer.
 pub fn chart(report: &Report) -> (String, String, Vec<BarGroup>) {
     let mut groups: Vec<BarGroup> = Vec::new();
+    let label = |threads: u64, writers: u64| {
+        if writers > 0 {
+            format!("T={threads} W={writers}")
+        } else {
+            format!("T={threads}")
+        }
+    };
     for r in &report.rows {
-        let mut label = format!("T={}", r["threads"]);
-        if r["writers"].as_u64().unwrap_or(0) > 0 {
-            label += &format!(" W={}", r["writers"]);
-        }
+        let (t, w) = (
+            r["threads"].as_u64().unwrap_or(0),
+            r["writers"].as_u64().unwrap_or(0),
+        );
+        let mut l = label(t, w);
         if !r["truncate_ms"].is_null() {
-            label += &format!(" trunc/{}ms", r["truncate_ms"]);
+            l += &format!(" trunc/{}ms", r["truncate_ms"]);
         }
-        let bar = (
+        push_bar(
+            &mut groups,
+            l,
             r["lock"].as_str().unwrap_or("?").to_string(),
             r["ops_per_sec"].as_f64().unwrap_or(0.0),
         );
-        match groups.iter_mut().find(|g| g.label == label) {
-            Some(g) => g.bars.push(bar),
-            None => groups.push(BarGroup {
-                label,
-                bars: vec![bar],
-            }),
+    }
+    let readers_only: Vec<(String, f64)> = groups
+        .iter()
+        .filter(|g| !g.label.contains(' '))
+        .filter_map(|g| Some((g.label.clone(), g.value("uvfs")?)))
+        .collect();
+    for g in &mut groups {
+        let threads: u64 = g.label[2..]
+            .split(' ')
+            .next()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0);
+        if !g.label.contains(' ') {
+            if threads >= 2 {
+                if let Some(n) = g.value("none") {
+                    g.target(Some("uvfs"), 0.9 * n);
+                }
+            }
+            if threads == 10 {
+                if let Some(m) = g.value("mutex-list") {
+                    g.target(Some("uvfs"), 3.0 * m);
+                }
+            }
+        } else if g.label == label(threads, 1) {
+            if let Some((_, v)) = readers_only.iter().find(|(l, _)| *l == label(threads, 0)) {
+                g.target(Some("uvfs"), 0.8 * v);
+            }
         }
     }
     (

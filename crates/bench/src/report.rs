@@ -8,6 +8,8 @@ use serde_json::{Map, Value};
 use std::io::{self, Write};
 use std::time::Instant;
 
+pub use crate::chart::{bar_chart_svg, push_bar, BarGroup, Target};
+
 /// One result row: a flat JSON object (`impl`, `threads`, `secs`, ...).
 pub type Row = Map<String, Value>;
 
@@ -38,6 +40,9 @@ pub fn median(xs: &[f64]) -> f64 {
 pub struct Report {
     pub workload: String,
     pub rows: Vec<Row>,
+    /// The lines printed under the table (ratios, targets and verdicts),
+    /// kept in the JSON so `uvfs bench all` can gather the targets.
+    pub summary: Vec<String>,
 }
 
 impl Report {
@@ -45,6 +50,7 @@ impl Report {
         Report {
             workload: workload.to_string(),
             rows: Vec::new(),
+            summary: Vec::new(),
         }
     }
 
@@ -54,7 +60,23 @@ impl Report {
         let mut m = Map::new();
         m.insert("workload".into(), Value::String(self.workload.clone()));
         m.insert("rows".into(), Value::Array(rows));
+        if !self.summary.is_empty() {
+            let lines = self.summary.iter().cloned().map(Value::String).collect();
+            m.insert("summary".into(), Value::Array(lines));
+        }
         Value::Object(m)
+    }
+
+    /// The report [`Report::to_json`] wrote, or `None` if `v` is not one.
+    pub fn from_json(v: &Value) -> Option<Report> {
+        let mut r = Report::new(v["workload"].as_str()?);
+        for row in v["rows"].as_array()? {
+            r.rows.push(row.as_object()?.clone());
+        }
+        for line in v["summary"].as_array().into_iter().flatten() {
+            r.summary.push(line.as_str()?.to_string());
+        }
+        Some(r)
     }
 
     pub fn write_json(&self, path: &str) -> io::Result<()> {
@@ -177,126 +199,6 @@ fn is_tty(fd: i32) -> bool {
     }
 }
 
-/// One group of bars in a chart: a label and `(series, value)` pairs.
-pub struct BarGroup {
-    pub label: String,
-    pub bars: Vec<(String, f64)>,
-}
-
-/// A grouped bar chart as a standalone SVG document: one group per
-/// configuration, one coloured bar per implementation, value printed on each
-/// bar, so "who wins where" reads at a glance.
-pub fn bar_chart_svg(title: &str, y_label: &str, groups: &[BarGroup]) -> String {
-    const PALETTE: [&str; 6] = [
-        "#2b6cb0", "#c53030", "#dd6b20", "#2f855a", "#6b46c1", "#718096",
-    ];
-    let mut series: Vec<String> = Vec::new();
-    for g in groups {
-        for (s, _) in &g.bars {
-            if !series.contains(s) {
-                series.push(s.clone());
-            }
-        }
-    }
-    let max = groups
-        .iter()
-        .flat_map(|g| g.bars.iter().map(|b| b.1))
-        .fold(0.0f64, f64::max)
-        .max(1e-9);
-    let bar_w = 22.0;
-    let group_w = bar_w * series.len().max(1) as f64 + 30.0;
-    let (left, top, plot_h) = (80.0, 50.0, 300.0);
-    let width = left + group_w * groups.len() as f64 + 160.0;
-    let height = top + plot_h + 90.0;
-    let mut s = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width:.0}\" height=\"{height:.0}\" font-family=\"sans-serif\" font-size=\"11\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{left}\" y=\"24\" font-size=\"15\" font-weight=\"bold\">{}</text>\n\
-         <text x=\"14\" y=\"{:.0}\" transform=\"rotate(-90 14 {:.0})\">{}</text>\n\
-         <line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{:.0}\" stroke=\"black\"/>\n\
-         <line x1=\"{left}\" y1=\"{:.0}\" x2=\"{:.0}\" y2=\"{:.0}\" stroke=\"black\"/>\n",
-        esc(title),
-        top + plot_h / 2.0,
-        top + plot_h / 2.0,
-        esc(y_label),
-        top + plot_h,
-        top + plot_h,
-        left + group_w * groups.len() as f64,
-        top + plot_h,
-    );
-    for i in 0..=4 {
-        let v = max * i as f64 / 4.0;
-        let y = top + plot_h - plot_h * i as f64 / 4.0;
-        s += &format!(
-            "<text x=\"{:.0}\" y=\"{:.0}\" text-anchor=\"end\">{}</text>\n",
-            left - 4.0,
-            y + 4.0,
-            human(v)
-        );
-    }
-    for (gi, g) in groups.iter().enumerate() {
-        let gx = left + 15.0 + group_w * gi as f64;
-        for (name, v) in &g.bars {
-            let si = series.iter().position(|x| x == name).unwrap_or(0);
-            let h = plot_h * v / max;
-            let x = gx + bar_w * si as f64;
-            let y = top + plot_h - h;
-            s += &format!(
-                "<rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{h:.1}\" fill=\"{}\"><title>{}: {}</title></rect>\n\
-                 <text x=\"{:.1}\" y=\"{:.1}\" font-size=\"8\" text-anchor=\"middle\">{}</text>\n",
-                bar_w - 2.0,
-                PALETTE[si % PALETTE.len()],
-                esc(name),
-                human(*v),
-                x + bar_w / 2.0 - 1.0,
-                y - 2.0,
-                human(*v)
-            );
-        }
-        s += &format!(
-            "<text x=\"{:.1}\" y=\"{:.0}\" text-anchor=\"middle\">{}</text>\n",
-            gx + bar_w * series.len() as f64 / 2.0,
-            top + plot_h + 16.0,
-            esc(&g.label)
-        );
-    }
-    let lx = left + group_w * groups.len() as f64 + 20.0;
-    for (i, name) in series.iter().enumerate() {
-        let y = top + 16.0 * i as f64;
-        s += &format!(
-            "<rect x=\"{lx:.0}\" y=\"{y:.0}\" width=\"12\" height=\"12\" fill=\"{}\"/>\
-             <text x=\"{:.0}\" y=\"{:.0}\">{}</text>\n",
-            PALETTE[i % PALETTE.len()],
-            lx + 16.0,
-            y + 10.0,
-            esc(name)
-        );
-    }
-    s += "</svg>\n";
-    s
-}
-
-fn human(v: f64) -> String {
-    let a = v.abs();
-    if a >= 1e9 {
-        format!("{:.2}G", v / 1e9)
-    } else if a >= 1e6 {
-        format!("{:.2}M", v / 1e6)
-    } else if a >= 1e3 {
-        format!("{:.1}k", v / 1e3)
-    } else if a >= 10.0 {
-        format!("{v:.0}")
-    } else {
-        format!("{v:.2}")
-    }
-}
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -316,6 +218,12 @@ mod tests {
         assert_eq!(v["workload"], "demo");
         assert_eq!(v["rows"][0]["impl"], "uvfs");
         assert_eq!(v["rows"][0]["threads"], 2);
+        r.summary.push("a line".into());
+        let back = Report::from_json(&r.to_json()).unwrap();
+        assert_eq!(back.workload, "demo");
+        assert_eq!(back.rows, r.rows);
+        assert_eq!(back.summary, ["a line"]);
+        assert!(Report::from_json(&serde_json::json!({"rows": []})).is_none());
     }
 
     #[test]
@@ -328,18 +236,5 @@ mod tests {
         assert_eq!(lines.len(), 3);
         assert!(lines[1].ends_with("12346"), "{t}");
         assert!(lines[2].ends_with('-'), "{t}");
-    }
-
-    #[test]
-    fn svg_names_every_series_and_group() {
-        let g = vec![BarGroup {
-            label: "T=2".into(),
-            bars: vec![("uvfs".into(), 10.0), ("freebsd".into(), 5.0)],
-        }];
-        let svg = bar_chart_svg("t", "ops/s", &g);
-        assert!(svg.starts_with("<svg"));
-        for needle in ["uvfs", "freebsd", "T=2", "</svg>"] {
-            assert!(svg.contains(needle), "{needle} missing");
-        }
     }
 }

@@ -6,7 +6,7 @@
 
 use crate::cache::{Cache, Nc, Uvfs};
 use crate::cputime::{process_cpu, process_minor_faults};
-use crate::report::{median, BarGroup, Progress, Report};
+use crate::report::{median, push_bar, BarGroup, Progress, Report};
 use crate::synth::{SynthNode, Tree};
 use crate::{row, CommonOpts};
 use std::sync::{Arc, Barrier};
@@ -234,6 +234,14 @@ pub fn run(o: &StatstormOpts) -> std::io::Result<Report> {
 }
 
 /// Target ratios from a statstorm report, as printable lines.
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "met"
+    } else {
+        "NOT met"
+    }
+}
+
 pub fn summary(r: &Report) -> Vec<String> {
     let field = |imp: &str, t: usize, kind: &str, key: &str| -> Option<f64> {
         r.rows
@@ -253,15 +261,17 @@ pub fn summary(r: &Report) -> Vec<String> {
     let mut out = Vec::new();
     if let (Some(l), Some(s)) = (get("uvfs", tmax, "large"), get("uvfs", tmax, "small")) {
         out.push(format!(
-            "uvfs small-limit time / large-limit time at T={tmax}: {:.2} (target <= 1.2; FreeBSD after seed 000: ~1.9)",
-            l / s
+            "uvfs small-limit time / large-limit time at T={tmax}: {:.2} (target <= 1.2: {}; FreeBSD after seed 000: ~1.9)",
+            l / s,
+            verdict(l / s <= 1.2)
         ));
     }
     for imp in ["freebsd", "freebsd-pre"] {
         if let (Some(u), Some(f)) = (get("uvfs", tmax, "small"), get(imp, tmax, "small")) {
             out.push(format!(
-                "uvfs / {imp} throughput, small limit, T={tmax}: {:.2}x (target >= 2)",
-                u / f
+                "uvfs / {imp} throughput, small limit, T={tmax}: {:.2}x (target >= 2: {})",
+                u / f,
+                verdict(u / f >= 2.0)
             ));
         }
         if let (Some(l), Some(s)) = (get(imp, tmax, "large"), get(imp, tmax, "small")) {
@@ -274,8 +284,9 @@ pub fn summary(r: &Report) -> Vec<String> {
     for kind in ["large", "small"] {
         if let (Some(a), Some(b)) = (get("uvfs", 1, kind), get("uvfs", 2, kind)) {
             out.push(format!(
-                "uvfs 2-thread / 1-thread throughput, {kind} limit: {:.2}x (target >= 1.8){}{}{}",
+                "uvfs 2-thread / 1-thread throughput, {kind} limit: {:.2}x (target >= 1.8: {}){}{}{}",
                 b / a,
+                verdict(b / a >= 1.8),
                 match (cpu(1, kind), cpu(2, kind)) {
                     (Some(x), Some(y)) => format!("; CPU per stat {x:.0} / {y:.0} ns"),
                     _ => String::new(),
@@ -294,24 +305,52 @@ pub fn summary(r: &Report) -> Vec<String> {
     out
 }
 
+/// Stats per second per (threads, limit); targets on uvfs's bars: 2x the
+/// faster FreeBSD replica at the small limit and most threads, 1.8x its
+/// own 1-thread rate at 2 threads.
 pub fn chart(r: &Report) -> (String, String, Vec<BarGroup>) {
     let mut groups: Vec<BarGroup> = Vec::new();
+    let label = |t: u64, kind: &str| format!("T={t} {kind}");
     for x in &r.rows {
-        let label = format!(
-            "T={} {}",
-            x["threads"],
-            x["limit_kind"].as_str().unwrap_or("")
-        );
-        let bar = (
+        push_bar(
+            &mut groups,
+            label(
+                x["threads"].as_u64().unwrap_or(0),
+                x["limit_kind"].as_str().unwrap_or(""),
+            ),
             x["impl"].as_str().unwrap_or("?").to_string(),
             x["ops_per_sec"].as_f64().unwrap_or(0.0),
         );
-        match groups.iter_mut().find(|g| g.label == label) {
-            Some(g) => g.bars.push(bar),
-            None => groups.push(BarGroup {
-                label,
-                bars: vec![bar],
-            }),
+    }
+    let tmax = r
+        .rows
+        .iter()
+        .filter_map(|x| x["threads"].as_u64())
+        .max()
+        .unwrap_or(1);
+    let value = |groups: &[BarGroup], l: &str, s: &str| {
+        groups
+            .iter()
+            .find(|g| g.label == l)
+            .and_then(|g| g.value(s))
+    };
+    let small = label(tmax, "small");
+    let freebsd = ["freebsd", "freebsd-pre"]
+        .iter()
+        .filter_map(|s| value(&groups, &small, s))
+        .reduce(f64::max);
+    let scaling: Vec<(String, Option<f64>)> = ["large", "small"]
+        .iter()
+        .map(|k| (label(2, k), value(&groups, &label(1, k), "uvfs")))
+        .collect();
+    for g in &mut groups {
+        if g.label == small {
+            if let Some(f) = freebsd {
+                g.target(Some("uvfs"), 2.0 * f);
+            }
+        }
+        if let Some((_, Some(one))) = scaling.iter().find(|(l, _)| *l == g.label) {
+            g.target(Some("uvfs"), 1.8 * one);
         }
     }
     (

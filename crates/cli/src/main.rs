@@ -80,9 +80,10 @@ fn finish(
     summary: fn(&Report) -> Vec<String>,
     chart: fn(&Report) -> (String, String, Vec<uvfs_bench::report::BarGroup>),
 ) -> std::io::Result<()> {
-    let r = r?;
+    let mut r = r?;
+    r.summary = summary(&r);
     uvfs_bench::emit(&r, columns, common, chart)?;
-    for line in summary(&r) {
+    for line in &r.summary {
         println!("{line}");
     }
     Ok(())

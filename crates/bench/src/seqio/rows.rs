@@ -5,7 +5,7 @@
 use super::passes::PassSample;
 use super::{MEMFS, NATIVE, PASSTHROUGH, PASSTHROUGH_SERVER_IO, PEERS, TMPFS};
 use crate::procstat::Peaks;
-use crate::report::{median, BarGroup, Report, Row};
+use crate::report::{median, push_bar, BarGroup, Report, Row};
 use crate::row;
 use serde_json::{json, Value};
 use std::io;
@@ -280,21 +280,24 @@ pub fn summary(r: &Report) -> Vec<String> {
     out
 }
 
-/// Bar chart: MiB/s per op, one bar per file system.
+/// Bar chart: MiB/s per op, one bar per file system; the target (0.9x
+/// the best peer) on the passthrough's write and read bars.
 pub fn chart(r: &Report) -> (String, String, Vec<BarGroup>) {
     let mut groups: Vec<BarGroup> = Vec::new();
     for x in r.rows.iter().filter(|x| is_ok(x)) {
-        let label = text(x, "op").to_string();
-        let bar = (
+        push_bar(
+            &mut groups,
+            text(x, "op").to_string(),
             text(x, "fs").to_string(),
             num(x, "mib_per_sec").unwrap_or(0.0),
         );
-        match groups.iter_mut().find(|g| g.label == label) {
-            Some(g) => g.bars.push(bar),
-            None => groups.push(BarGroup {
-                label,
-                bars: vec![bar],
-            }),
+    }
+    for g in groups
+        .iter_mut()
+        .filter(|g| g.label == "write" || g.label == "read")
+    {
+        if let Some(best) = PEERS.iter().filter_map(|p| g.value(p)).reduce(f64::max) {
+            g.target(Some(PASSTHROUGH), 0.9 * best);
         }
     }
     (
