@@ -23,6 +23,7 @@
 //!   their threads must not inherit.
 
 mod backing;
+mod caller_caps;
 mod changes;
 mod control;
 mod convert;
@@ -32,6 +33,7 @@ mod entry_race;
 #[cfg(loom)]
 pub mod entry_race;
 mod evict;
+mod fileattr;
 mod handles;
 mod kmount;
 mod lockwait;

@@ -313,6 +313,7 @@ fn start_helpers(
         notifier: session.notifier(),
     };
     inner.locks.set_notifier(session.notifier());
+    let _ = inner.notifier.set(session.notifier());
     let _ = inner.evict.start(asker, Arc::downgrade(inner));
     if !cfg.control {
         return Ok(None);

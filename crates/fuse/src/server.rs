@@ -81,6 +81,10 @@ pub struct Inner {
     pub handles: HandleTable,
     /// Cache lifetimes.
     pub timeouts: Timeouts,
+    /// The session's notifier, once it runs: for the few changes the
+    /// kernel makes through us without dropping what it cached
+    /// (`fileattr.rs`).
+    pub(crate) notifier: std::sync::OnceLock<fuser::Notifier>,
     /// Counters.
     pub counters: RequestCounters,
     /// Kernel-forget of cold nodes over the vnode limit.
@@ -147,7 +151,7 @@ pub struct Server {
 /// (handle 0, FUSE_NO_OPENDIR_SUPPORT), one opened for this call alone and
 /// released after it. Offsets are stable cookies, so a fresh open resumes
 /// where the last call stopped.
-fn with_dir<T>(
+pub(crate) fn with_dir<T>(
     i: &Inner,
     ctx: &Ctx,
     ino: u64,
@@ -230,6 +234,7 @@ impl Server {
                 nodes,
                 handles: HandleTable::default(),
                 timeouts,
+                notifier: Default::default(),
                 counters: RequestCounters::default(),
                 evict: Default::default(),
                 server_opendir,
@@ -1530,6 +1535,30 @@ impl Filesystem for Server {
 
     fn interrupt(&self, _req: &Request, unique: fuser::RequestId) {
         self.inner.locks.interrupt(unique.0);
+    }
+
+    fn ioctl(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        let c = ctx(req);
+        let serve = |i: &Inner| crate::fileattr::ioctl(i, &c, ino.0, fh.0, cmd, in_data, out_size);
+        let r = if crate::fileattr::changes(cmd) {
+            self.changing("ioctl", serve)
+        } else {
+            self.guard("ioctl", serve)
+        };
+        match r {
+            Ok(out) => reply.ioctl(0, &out),
+            Err(e) => reply.error(errno(e)),
+        }
     }
 
     fn fallocate(

@@ -43,6 +43,7 @@ pub mod fdpool;
 mod freeing;
 mod fs;
 pub mod handle;
+mod iflags;
 pub mod inodes;
 mod io;
 mod locks;

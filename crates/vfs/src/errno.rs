@@ -64,6 +64,7 @@ errnos!(
     ENOLCK,
     EINTR,
     EDEADLK,
+    ENOTTY,
 );
 
 impl Errno {
