@@ -43,7 +43,8 @@ _uvfs_install_deps() {
     esac
 
     # ---- Debian packages -------------------------------------------------
-    local pkgs=(fuse3 libfuse3-dev libacl1-dev stress-ng pkg-config git sqlite3)
+    # e2fsprogs: lsattr, for the inode-flag mount tests.
+    local pkgs=(fuse3 libfuse3-dev libacl1-dev stress-ng pkg-config git sqlite3 e2fsprogs)
     if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then
         pkgs+=(golang-go)
     fi
