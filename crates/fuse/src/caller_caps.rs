@@ -1,6 +1,7 @@
 //! The capabilities of a request's caller, for the few checks the kernel
 //! leaves to a FUSE server because they involve state only the server
-//! keeps (inode flags: who may set `FS_IMMUTABLE_FL`).
+//! keeps (inode flags: who may set `FS_IMMUTABLE_FL`), or that the server
+//! would otherwise pass with its own privilege (`FITRIM` on a source).
 //!
 //! A FUSE request carries the caller's uid, gid and thread id, not its
 //! capabilities. The thread's effective set is read from
@@ -18,6 +19,8 @@
 pub const CAP_FOWNER: u32 = 3;
 /// `CAP_LINUX_IMMUTABLE`: set or clear the immutable and append-only flags.
 pub const CAP_LINUX_IMMUTABLE: u32 = 9;
+/// `CAP_SYS_ADMIN`: among much else, discard a device's free blocks.
+pub const CAP_SYS_ADMIN: u32 = 21;
 
 /// Whether thread `tid` (uid `uid`) has capability `cap` in effect.
 pub fn has_cap(tid: u32, uid: u32, cap: u32) -> bool {

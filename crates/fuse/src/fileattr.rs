@@ -5,11 +5,8 @@
 //! (OPEN or OPENDIR with `O_RDONLY`; none for a directory when the kernel
 //! opens directories alone, handle 0), one FUSE_IOCTL with that command and
 //! RELEASE (`fuse_fileattr_get`/`set` in fs/fuse/ioctl.c). Before a change
-//! it asks FSGETXATTR for the old flags. The reply's data must be exactly
-//! the size asked: 4 bytes of flags (an `int`, though the ioctl's number
-//! says `long`) or a 28-byte `struct fsxattr`.
-//!
-//! Every other ioctl is answered `ENOTTY`, as by a file system without it.
+//! it asks FSGETXATTR for the old flags. The flags are 4 bytes (an `int`,
+//! though the ioctl's number says `long`), `struct fsxattr` 28.
 //!
 //! The kernel keeps the attributes it cached across a change of flags, so
 //! the server drops them (the ctime moved) with an inode invalidation.
@@ -26,89 +23,56 @@ use crate::caller_caps::{has_cap, CAP_FOWNER, CAP_LINUX_IMMUTABLE};
 use crate::handles::OpenFile;
 use crate::server::Inner;
 use uvfs_vfs::{
-    Ctx, Errno, FsXattr, VType, VfsResult, FS_IOC_FSGETXATTR, FS_IOC_FSSETXATTR, FS_IOC_GETFLAGS,
+    Ctx, Errno, FsXattr, VfsResult, FS_IOC_FSGETXATTR, FS_IOC_FSSETXATTR, FS_IOC_GETFLAGS,
     FS_IOC_SETFLAGS, FS_NEED_CAP_FL,
 };
 
-/// Whether ioctl `cmd` changes the file (answered `EROFS` when served
-/// read-only).
+/// Whether ioctl `cmd` changes inode flags.
 pub(crate) fn changes(cmd: u32) -> bool {
     matches!(cmd, FS_IOC_SETFLAGS | FS_IOC_FSSETXATTR)
 }
 
-/// Serves FUSE_IOCTL `cmd` on node `ino` open as handle `fh` (0: not
-/// opened through the server); returns the reply's data, `out_size` bytes.
-pub(crate) fn ioctl(
+/// Whether ioctl `cmd` is one of the inode-flag commands served here.
+pub(crate) fn handles(cmd: u32) -> bool {
+    matches!(
+        cmd,
+        FS_IOC_GETFLAGS | FS_IOC_SETFLAGS | FS_IOC_FSGETXATTR | FS_IOC_FSSETXATTR
+    )
+}
+
+/// Serves inode-flag command `cmd` on node `ino`, open as `of`; returns
+/// the answer's data.
+pub(crate) fn serve(
     i: &Inner,
     c: &Ctx,
     ino: u64,
-    fh: u64,
+    of: &OpenFile,
     cmd: u32,
     input: &[u8],
-    out_size: u32,
 ) -> VfsResult<Vec<u8>> {
-    if !matches!(
-        cmd,
-        FS_IOC_GETFLAGS | FS_IOC_SETFLAGS | FS_IOC_FSGETXATTR | FS_IOC_FSSETXATTR
-    ) {
-        return Err(Errno::ENOTTY);
-    }
-    let mut out = with_open(i, c, ino, fh, |of| match cmd {
-        FS_IOC_GETFLAGS => Ok(i.fs.get_flags(&of.vp, of.fh)?.to_ne_bytes().to_vec()),
-        FS_IOC_FSGETXATTR => Ok(i.fs.get_fsxattr(&of.vp, of.fh)?.to_bytes().to_vec()),
+    match cmd {
+        FS_IOC_GETFLAGS => return Ok(i.fs.get_flags(&of.vp, of.fh)?.to_ne_bytes().to_vec()),
+        FS_IOC_FSGETXATTR => return Ok(i.fs.get_fsxattr(&of.vp, of.fh)?.to_bytes().to_vec()),
         FS_IOC_SETFLAGS => {
             let new = flags_arg(input)?;
             let old = i.fs.get_flags(&of.vp, of.fh)?;
             may_change(i, c, of, old, new)?;
             i.fs.set_flags(c, &of.vp, of.fh, new)?;
-            Ok(Vec::new())
         }
-        _ => {
+        FS_IOC_FSSETXATTR => {
             let new = FsXattr::from_bytes(input)?;
             let old = i.fs.get_fsxattr(&of.vp, of.fh)?;
             may_change(i, c, of, old.flags(), new.flags())?;
             i.fs.set_fsxattr(c, &of.vp, of.fh, &new)?;
-            Ok(Vec::new())
         }
-    })?;
-    if changes(cmd) {
-        // The new ctime (and a passthrough source's too): the kernel
-        // keeps the attributes it cached across a change of flags.
-        if let Some(n) = i.notifier.get() {
-            let _ = n.inval_inode(fuser::INodeNo(ino), -1, 0);
-        }
+        _ => return Err(Errno::ENOTTY),
     }
-    // The kernel takes exactly what it asked for.
-    out.resize(out_size as usize, 0);
-    Ok(out)
-}
-
-/// Runs `f` on node `ino` open as handle `fh`, or, for handle 0 (the
-/// kernel opened it without us), opened read-only for this call alone.
-fn with_open<T>(
-    i: &Inner,
-    c: &Ctx,
-    ino: u64,
-    fh: u64,
-    f: impl FnOnce(&OpenFile) -> VfsResult<T>,
-) -> VfsResult<T> {
-    if fh != 0 {
-        return f(&i.handles.get(fh)?);
+    // The new ctime (and a passthrough source's too): the kernel keeps
+    // the attributes it cached across a change of flags.
+    if let Some(n) = i.notifier.get() {
+        let _ = n.inval_inode(fuser::INodeNo(ino), -1, 0);
     }
-    let vp = i.nodes.get(ino)?;
-    if vp.vtype() == VType::Dir {
-        return crate::server::with_dir(i, c, ino, fh, f);
-    }
-    let h = i.fs.open(c, &vp, libc::O_RDONLY)?;
-    let of = OpenFile {
-        vp,
-        fh: h,
-        writable: false,
-        backing_node: None,
-    };
-    let r = f(&of);
-    let _ = i.fs.release(&of.vp, of.fh);
-    r
+    Ok(Vec::new())
 }
 
 /// The flags word of `FS_IOC_SETFLAGS`: an `int` from the kernel; a

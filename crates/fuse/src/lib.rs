@@ -35,6 +35,7 @@ pub mod entry_race;
 mod evict;
 mod fileattr;
 mod handles;
+mod ioctl;
 mod kmount;
 mod lockwait;
 mod mount;

@@ -1549,8 +1549,8 @@ impl Filesystem for Server {
         reply: fuser::ReplyIoctl,
     ) {
         let c = ctx(req);
-        let serve = |i: &Inner| crate::fileattr::ioctl(i, &c, ino.0, fh.0, cmd, in_data, out_size);
-        let r = if crate::fileattr::changes(cmd) {
+        let serve = |i: &Inner| crate::ioctl::serve(i, &c, ino.0, fh.0, cmd, in_data, out_size);
+        let r = if crate::ioctl::changes(cmd) {
             self.changing("ioctl", serve)
         } else {
             self.guard("ioctl", serve)

@@ -12,7 +12,8 @@ use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -24,6 +25,7 @@ const FS_IOC_GETFLAGS: libc::Ioctl = 0x8008_6601;
 const FS_IOC_SETFLAGS: libc::Ioctl = 0x4008_6602;
 const FS_IMMUTABLE_FL: u32 = 0x10;
 const FS_APPEND_FL: u32 = 0x20;
+const FS_DAX_FL: u32 = 0x0200_0000;
 
 fn get_flags(p: &Path) -> std::io::Result<u32> {
     let f = fs::File::open(p)?;
@@ -313,8 +315,27 @@ fn passthrough_sets_flags_on_its_source() {
     .unwrap();
     let on_source = get_flags(&src.join("s")).unwrap() & FS_IMMUTABLE_FL != 0;
     let _ = set_flags(&src.join("s"), 0);
+    // DAX is not passed on: the mount could not honour it.
+    let dax = res(set_flags(
+        &mnt.join("s"),
+        get_flags(&mnt.join("s")).unwrap() | FS_DAX_FL,
+    ));
+    // FITRIM reaches the server from anyone (the kernel leaves the check
+    // to the file system); only an administrator's is passed on.
+    let stranger_trim = Command::new("fstrim")
+        .arg(&mnt)
+        .uid(1000)
+        .output()
+        .expect("fstrim (util-linux)");
     mount.unmount().expect("unmount");
     let _ = fs::remove_dir_all(&base);
     assert_eq!(t, EXPECTED);
     assert!(on_source, "the source file is not immutable");
+    assert_eq!(dax, format!("errno {}", libc::EOPNOTSUPP));
+    assert!(
+        !stranger_trim.status.success(),
+        "fstrim by uid 1000 succeeded"
+    );
+    let why = String::from_utf8_lossy(&stranger_trim.stderr);
+    assert!(why.contains("Operation not permitted"), "fstrim: {why}");
 }

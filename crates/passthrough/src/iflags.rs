@@ -5,11 +5,18 @@
 //! writes, renames and removals as it refuses anyone's. The server sets
 //! them with its own privilege; the front end has checked the caller's
 //! (`FileSystem::set_flags`).
+//!
+//! DAX is the one flag not passed on: it asks that the file's I/O bypass
+//! the page cache, which the mount cannot do (the kernel's FUSE inode is
+//! never a DAX inode outside virtiofs), so setting it answers
+//! `EOPNOTSUPP`, as on a file system without DAX. A source file that has
+//! it shows it.
 
 use crate::fs::PassthroughFs;
 use crate::sys;
 use uvfs_vfs::{
-    Fh, FsXattr, VfsResult, FS_IOC_FSGETXATTR, FS_IOC_FSSETXATTR, FS_IOC_GETFLAGS, FS_IOC_SETFLAGS,
+    Errno, Fh, FsXattr, VfsResult, FS_DAX_FL, FS_IOC_FSGETXATTR, FS_IOC_FSSETXATTR,
+    FS_IOC_GETFLAGS, FS_IOC_SETFLAGS,
 };
 
 impl PassthroughFs {
@@ -29,6 +36,9 @@ impl PassthroughFs {
     }
 
     pub(crate) fn do_set_flags(&self, fh: Fh, flags: u32) -> VfsResult<()> {
+        if flags & FS_DAX_FL != 0 && self.do_get_flags(fh)? & FS_DAX_FL == 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
         let of = self.opens.get(fh)?;
         let flags = flags as libc::c_int;
         // SAFETY: FS_IOC_SETFLAGS reads one `int` from the pointer, which
@@ -59,6 +69,10 @@ impl PassthroughFs {
     }
 
     pub(crate) fn do_set_fsxattr(&self, fh: Fh, x: &FsXattr) -> VfsResult<()> {
+        let dax = |x: &FsXattr| x.flags() & FS_DAX_FL != 0;
+        if dax(x) && !dax(&self.do_get_fsxattr(fh)?) {
+            return Err(Errno::EOPNOTSUPP);
+        }
         let of = self.opens.get(fh)?;
         let buf = x.to_bytes();
         // SAFETY: FS_IOC_FSSETXATTR reads one `struct fsxattr` (28 bytes)

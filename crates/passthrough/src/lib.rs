@@ -53,6 +53,7 @@ mod open;
 mod prefetch;
 mod stats;
 mod sys;
+mod trim;
 mod vops;
 mod watch;
 

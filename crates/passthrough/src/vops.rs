@@ -280,6 +280,16 @@ impl FileSystem for PassthroughFs {
         self.do_set_fsxattr(fh, x)
     }
 
+    fn trim(
+        &self,
+        _ctx: &Ctx,
+        _vp: &VnodeRef,
+        fh: Fh,
+        range: uvfs_vfs::TrimRange,
+    ) -> VfsResult<u64> {
+        self.do_trim(fh, range)
+    }
+
     fn statfs(&self) -> VfsResult<StatFs> {
         self.do_statfs()
     }

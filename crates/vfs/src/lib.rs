@@ -23,6 +23,7 @@ mod name;
 mod ops;
 mod statfs;
 mod time;
+mod trim;
 
 pub use access::{check_access, R_OK, W_OK, X_OK};
 pub use attr::{killed_suidgid, mode_to_vtype, vtype_to_mode, Attr, SetAttr, SetTime};
@@ -46,4 +47,5 @@ pub use name::{
 pub use ops::{DirPlusSink, DirSink, Fh, FileSystem};
 pub use statfs::StatFs;
 pub use time::Timespec;
+pub use trim::{TrimRange, FITRIM};
 pub use uvfs_vnode::{HoldRef, Ino, Mount, MountId, VType, VnodeLayer, VnodeRef};

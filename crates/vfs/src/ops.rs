@@ -29,6 +29,7 @@ use crate::fileattr::FsXattr;
 use crate::flags::{FallocMode, RenameFlags, XattrFlags};
 use crate::lock::FileLock;
 use crate::statfs::StatFs;
+use crate::trim::TrimRange;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use uvfs_vnode::{Ino, Mount, VType, VnodeRef};
@@ -309,6 +310,15 @@ pub trait FileSystem: Send + Sync + 'static {
         }
         let old = self.get_flags(vp, fh)?;
         self.set_flags(ctx, vp, fh, (old & !crate::FS_COMMON_FL) | x.flags())
+    }
+
+    /// `FITRIM` through `vp` (open as `fh`): discards the free space in
+    /// `range` of the file system that holds the files, and returns the
+    /// bytes discarded. The caller has checked that `ctx` may
+    /// (`CAP_SYS_ADMIN`, as Linux asks). The default, `ENOTTY`, suits a
+    /// file system on no device.
+    fn trim(&self, _ctx: &Ctx, _vp: &VnodeRef, _fh: Fh, _range: TrimRange) -> VfsResult<u64> {
+        Err(Errno::ENOTTY)
     }
 
     /// File-system statistics.
