@@ -20,6 +20,12 @@ pub(crate) fn changes(cmd: u32) -> bool {
     cmd == FITRIM || crate::fileattr::changes(cmd)
 }
 
+/// Whether ioctl `cmd` may keep a request loop for long waiting for a
+/// device (served off an io_uring queue's thread, `offload.rs`).
+pub(crate) fn waits_for_device(cmd: u32) -> bool {
+    cmd == FITRIM
+}
+
 /// Serves FUSE_IOCTL `cmd` on node `ino` open as handle `fh` (0: not
 /// opened through the server); returns the reply's data, `out_size` bytes.
 pub(crate) fn serve(

@@ -1548,17 +1548,21 @@ impl Filesystem for Server {
         out_size: u32,
         reply: fuser::ReplyIoctl,
     ) {
-        let c = ctx(req);
-        let serve = |i: &Inner| crate::ioctl::serve(i, &c, ino.0, fh.0, cmd, in_data, out_size);
-        let r = if crate::ioctl::changes(cmd) {
-            self.changing("ioctl", serve)
-        } else {
-            self.guard("ioctl", serve)
-        };
-        match r {
-            Ok(out) => reply.ioctl(0, &out),
-            Err(e) => reply.error(errno(e)),
-        }
+        let (c, input) = (ctx(req), in_data.to_vec());
+        // FITRIM walks the whole device's free space (seconds).
+        let slow = crate::ioctl::waits_for_device(cmd) && self.offloading();
+        self.offload_if(slow, move |s| {
+            let serve = |i: &Inner| crate::ioctl::serve(i, &c, ino.0, fh.0, cmd, &input, out_size);
+            let r = if crate::ioctl::changes(cmd) {
+                s.changing("ioctl", serve)
+            } else {
+                s.guard("ioctl", serve)
+            };
+            match r {
+                Ok(out) => reply.ioctl(0, &out),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
     }
 
     fn fallocate(
