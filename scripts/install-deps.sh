@@ -44,7 +44,9 @@ _uvfs_install_deps() {
     esac
 
     # ---- Debian packages -------------------------------------------------
-    local pkgs=(fuse3 libfuse3-dev libacl1-dev stress-ng pkg-config git sqlite3 librsvg2-bin)
+    # e2fsprogs: lsattr, for the inode-flag mount tests; librsvg2-bin:
+    # rsvg-convert, for the chart render test.
+    local pkgs=(fuse3 libfuse3-dev libacl1-dev stress-ng pkg-config git sqlite3 librsvg2-bin e2fsprogs)
     if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then
         pkgs+=(golang-go)
     fi

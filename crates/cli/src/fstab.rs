@@ -32,7 +32,8 @@ use std::path::PathBuf;
 /// that only restate uvfs's defaults, and those a FUSE mount has no use
 /// for: `iversion` (the server keeps no change counter the kernel reads),
 /// `silent`/`loud` (the kernel's messages while mounting), `nomand`
-/// (Linux has no mandatory locks any more).
+/// (Linux has no mandatory locks any more), `norecovery`/`noload` (ext4's
+/// and XFS's: mount without replaying the journal; uvfs has none).
 const IGNORED: &[&str] = &[
     "defaults",
     "auto",
@@ -50,6 +51,8 @@ const IGNORED: &[&str] = &[
     "silent",
     "loud",
     "nomand",
+    "norecovery",
+    "noload",
 ];
 
 /// The flags of `MOUNT_FLAGS` and the options that turn them off again.
@@ -389,7 +392,7 @@ mod tests {
         let all = "defaults,auto,noauto,user,nouser,users,owner,group,_netdev,nofail,\
                    x-systemd.automount,x-mount.mkdir=0755,comment=systemd.x,rw,suid,dev,exec,\
                    async,atime,diratime,relatime,norelatime,strictatime,nostrictatime,lazytime,\
-                   nolazytime,iversion,noiversion,silent,loud,nomand,symfollow";
+                   nolazytime,iversion,noiversion,silent,loud,nomand,norecovery,noload,symfollow";
         let o = mount_opts(&helper_args(&["memfs", "/m", "-o", all])).unwrap();
         assert_eq!(o.mount_flags, 0, "every flag set was cleared again");
         assert!(!o.read_only);

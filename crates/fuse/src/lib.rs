@@ -26,6 +26,7 @@
 
 mod answered;
 mod backing;
+mod caller_caps;
 mod caps;
 mod changes;
 mod control;
@@ -36,8 +37,10 @@ mod entry_race;
 #[cfg(loom)]
 pub mod entry_race;
 mod evict;
+mod fileattr;
 mod fusermount;
 mod handles;
+mod ioctl;
 mod kmount;
 mod lockwait;
 mod mount;

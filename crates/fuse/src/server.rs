@@ -80,6 +80,10 @@ pub struct Inner {
     pub handles: HandleTable,
     /// Cache lifetimes.
     pub timeouts: Timeouts,
+    /// The session's notifier, once it runs: for the few changes the
+    /// kernel makes through us without dropping what it cached
+    /// (`fileattr.rs`, a file's first writable open with kernel I/O).
+    pub(crate) notifier: std::sync::OnceLock<fuser::Notifier>,
     /// Counters.
     pub counters: RequestCounters,
     /// Kernel-forget of cold nodes over the vnode limit.
@@ -115,8 +119,6 @@ pub struct Inner {
     /// Changes were lost and the kernel could not be made to drop every
     /// cached name: nothing is cached for long any more.
     pub(crate) trust_lost: std::sync::atomic::AtomicBool,
-    /// Notifications from request handlers, once the session is up.
-    pub(crate) notifier: std::sync::OnceLock<fuser::Notifier>,
 }
 
 thread_local! {
@@ -148,7 +150,7 @@ pub struct Server {
 /// (handle 0, FUSE_NO_OPENDIR_SUPPORT), one opened for this call alone and
 /// released after it. Offsets are stable cookies, so a fresh open resumes
 /// where the last call stopped.
-fn with_dir<T>(
+pub(crate) fn with_dir<T>(
     i: &Inner,
     ctx: &Ctx,
     ino: u64,
@@ -232,6 +234,7 @@ impl Server {
                 nodes,
                 handles: HandleTable::default(),
                 timeouts,
+                notifier: Default::default(),
                 counters: RequestCounters::default(),
                 evict: Default::default(),
                 server_opendir,
@@ -246,7 +249,6 @@ impl Server {
                 refresh: Default::default(),
                 changes: Default::default(),
                 entry_race: Default::default(),
-                notifier: Default::default(),
                 trust_lost: Default::default(),
             }),
         })
@@ -1611,6 +1613,34 @@ impl Filesystem for Server {
 
     fn interrupt(&self, _req: &Request, unique: fuser::RequestId) {
         self.inner.locks.interrupt(unique.0);
+    }
+
+    fn ioctl(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        let (c, input) = (ctx(req), in_data.to_vec());
+        // FITRIM walks the whole device's free space (seconds).
+        let slow = crate::ioctl::waits_for_device(cmd) && self.offloading();
+        self.offload_if(slow, move |s| {
+            let serve = |i: &Inner| crate::ioctl::serve(i, &c, ino.0, fh.0, cmd, &input, out_size);
+            let r = if crate::ioctl::changes(cmd) {
+                s.changing("ioctl", ino.0, serve)
+            } else {
+                s.guard("ioctl", ino.0, serve)
+            };
+            match r {
+                Ok(out) => reply.ioctl(0, &out),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
     }
 
     fn fallocate(

@@ -300,7 +300,7 @@ pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
 
 /// Opcodes counted one by one, most frequent first (the names
 /// `Server::guard` is given); anything else counts as `other`.
-const OPS: [&str; 36] = [
+const OPS: [&str; 37] = [
     "lookup",
     "getattr",
     "readdirplus",
@@ -336,6 +336,7 @@ const OPS: [&str; 36] = [
     "lseek",
     "getlk",
     "setlk",
+    "ioctl",
     "other",
 ];
 

@@ -71,7 +71,10 @@ impl MemFs {
             self.atime.files
         };
         if rule != Atime::Never {
-            inode.meta.lock().touch_accessed_by(rule, now);
+            let mut m = inode.meta.lock();
+            if m.flags & uvfs_vfs::FS_NOATIME_FL == 0 {
+                m.touch_accessed_by(rule, now);
+            }
         }
     }
 }

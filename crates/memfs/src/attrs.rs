@@ -23,6 +23,7 @@ impl MemFs {
 
     pub(crate) fn do_setattr(&self, ctx: &Ctx, vp: &VnodeRef, set: &SetAttr) -> VfsResult<Attr> {
         let inode = self.inode_of(vp)?;
+        check_setattr(&inode.meta.lock(), set)?;
         if let Some(size) = set.size {
             self.truncate(vp, size)?;
         }
@@ -111,6 +112,7 @@ impl MemFs {
     ) -> VfsResult<()> {
         let inode = self.inode_of(vp)?;
         xattr::check_name(inode.kind, name)?;
+        inode.check_fixed()?;
         if acl::is_acl(name) {
             return set_acl(ctx, inode, name, Some(value));
         }
@@ -137,6 +139,7 @@ impl MemFs {
     pub(crate) fn do_removexattr(&self, ctx: &Ctx, vp: &VnodeRef, name: &[u8]) -> VfsResult<()> {
         let inode = self.inode_of(vp)?;
         xattr::check_name(inode.kind, name)?;
+        inode.check_fixed()?;
         if acl::is_acl(name) {
             return set_acl(ctx, inode, name, None);
         }
@@ -205,5 +208,26 @@ fn set_acl(ctx: &Ctx, inode: &Inode, name: &[u8], value: Option<&[u8]>) -> VfsRe
         None => m.xattrs.discard(name),
     }
     m.ctime = Timespec::now();
+    Ok(())
+}
+
+/// The inode flags' rules for a SETATTR (`notify_change`): an immutable
+/// file takes no change at all, an append-only one only times set to
+/// "now" (`touch`), not truncation, mode, owner or given times.
+fn check_setattr(m: &crate::inode::Meta, set: &SetAttr) -> VfsResult<()> {
+    if m.immutable() && !set.is_empty() {
+        return Err(Errno::EPERM);
+    }
+    let given = |t: Option<SetTime>| matches!(t, Some(SetTime::At(_)));
+    if m.append_only()
+        && (set.size.is_some()
+            || set.mode.is_some()
+            || set.uid.is_some()
+            || set.gid.is_some()
+            || given(set.atime)
+            || given(set.mtime))
+    {
+        return Err(Errno::EPERM);
+    }
     Ok(())
 }

@@ -64,6 +64,7 @@ impl MemFs {
         }
         let (iin, fin) = self.regular(vin)?;
         let (iout, fout) = self.regular(vout)?;
+        iout.check_write(off_out, fout.size())?;
         if off_in > MAX_FILE_SIZE || off_out > MAX_FILE_SIZE {
             return Err(Errno::EINVAL);
         }

@@ -130,6 +130,7 @@ impl MemFs {
                 ctime: now,
                 btime: now,
                 xattrs: Default::default(),
+                flags: 0,
             },
             Body::Dir(RwLock::new(Directory::new(ROOT_INO))),
             // (Its cost is taken: a new budget starts with the root's.)

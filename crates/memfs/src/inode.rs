@@ -63,6 +63,8 @@ pub struct Meta {
     pub btime: Timespec,
     /// Extended attributes.
     pub xattrs: Xattrs,
+    /// Inode flags (`FS_*_FL`, `iflags.rs`).
+    pub flags: u32,
 }
 
 impl Meta {
@@ -210,6 +212,7 @@ mod tests {
             ctime: t(ctime),
             btime: t(0),
             xattrs: Xattrs::default(),
+            flags: 0,
         }
     }
 

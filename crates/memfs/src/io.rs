@@ -17,6 +17,7 @@ impl MemFs {
     pub(crate) fn do_open(&self, ctx: &Ctx, vp: &VnodeRef, flags: i32) -> VfsResult<Fh> {
         let inode = self.inode_of(vp)?;
         let writes = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        inode.check_open(flags)?;
         match inode.kind {
             VType::Dir if writes => return Err(Errno::EISDIR),
             VType::Lnk => return Err(Errno::ELOOP),
@@ -80,6 +81,7 @@ impl MemFs {
         }
         let n = {
             let _g = io_lock::lock_write(vp, offset..offset.saturating_add(u64::from(len)));
+            inode.check_write(offset, f.size())?;
             f.write(offset, data)?
         };
         inode.meta.lock().touch_modified(Timespec::now());
@@ -127,6 +129,14 @@ impl MemFs {
         }
         let keep = mode.0 & FallocMode::KEEP_SIZE != 0;
         let op = mode.0 & !FallocMode::KEEP_SIZE;
+        // `vfs_fallocate`: nothing on an immutable file, only plain
+        // allocation on an append-only one.
+        {
+            let m = inode.meta.lock();
+            if m.immutable() || (m.append_only() && op != 0) {
+                return Err(Errno::EPERM);
+            }
+        }
         {
             let _g = io_lock::lock_write(vp, offset..u64::MAX);
             match op {

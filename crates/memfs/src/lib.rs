@@ -30,6 +30,7 @@ mod budget;
 mod copy;
 mod dir;
 mod fs;
+mod iflags;
 mod inode;
 mod io;
 mod io_lock;

@@ -93,10 +93,10 @@ impl MemFs {
         // Set-gid directories hand their group down, and their set-gid bit
         // to subdirectories (the kernel already stripped set-gid from a
         // file's mode when the caller may not have it).
-        let (pgid, psgid, pdefault) = {
+        let (pgid, psgid, pdefault, pflags) = {
             let m = dinode.meta.lock();
             let dflt = m.xattrs.get(acl::DEFAULT).ok();
-            (m.gid, m.perm & libc::S_ISGID as u16 != 0, dflt)
+            (m.gid, m.perm & libc::S_ISGID as u16 != 0, dflt, m.flags)
         };
         let gid = if psgid { pgid } else { ctx.gid };
         if psgid && new.kind == VType::Dir {
@@ -141,6 +141,7 @@ impl MemFs {
             ctime: now,
             btime: now,
             xattrs,
+            flags: pflags & crate::iflags::INHERITED,
         };
         Ok(Arc::new(Inode::new(
             ino,
@@ -168,6 +169,7 @@ impl MemFs {
         if let Some(t) = g.get(name) {
             return Ok(Made::Exists(t));
         }
+        dinode.check_may_add()?;
         let now = Timespec::now();
         let kind = new.kind;
         let inode = self.new_inode(ctx, dinode, new, now)?;
@@ -205,6 +207,7 @@ impl MemFs {
         // Even in a removed directory, as tmpfs: the file has no name
         // there to be refused.
         let (dinode, _) = self.dir_of(dir)?;
+        dinode.check_may_add()?;
         let new = NewNode {
             kind: VType::Reg,
             perm: mode,
@@ -349,6 +352,8 @@ impl MemFs {
         if inode.kind == VType::Dir {
             return Err(Errno::EPERM);
         }
+        inode.check_fixed()?;
+        dinode.check_may_add()?;
         let now = Timespec::now();
         let mut g = d.write();
         if g.removed {
@@ -405,6 +410,10 @@ impl MemFs {
             return Err(Errno::EISDIR);
         }
         let inode = self.table.get(t.ino);
+        dinode.check_may_remove()?;
+        if let Some(i) = &inode {
+            i.check_fixed()?;
+        }
         g.remove(name);
         self.layer.namecache().remove(dir, name);
         dinode.meta.lock().touch_modified(now);
@@ -442,6 +451,8 @@ impl MemFs {
             return Err(Errno::ENOTDIR);
         }
         let child = self.table.get(t.ino).ok_or(Errno::ENOENT)?;
+        dinode.check_may_remove()?;
+        child.check_fixed()?;
         let cd = child.dir().ok_or(Errno::ENOTDIR)?;
         {
             let mut cg = cd.write();

@@ -97,6 +97,26 @@ impl MemFs {
         }
     }
 
+    /// The inode flags' rules (`iflags.rs`): the name leaves `sdir`, goes
+    /// into `ddir` (replacing `target`'s there, if any); neither file may
+    /// be immutable or append-only.
+    fn check_inode_flags(
+        sdir: &Inode,
+        ddir: &Inode,
+        moved: &Inode,
+        target: Option<&Inode>,
+    ) -> VfsResult<()> {
+        sdir.check_may_remove()?;
+        moved.check_fixed()?;
+        match target {
+            Some(t) => {
+                ddir.check_may_remove()?;
+                t.check_fixed()
+            }
+            None => ddir.check_may_add(),
+        }
+    }
+
     /// Type rules for replacing `dst` by `src` (not for exchange).
     fn check_replace(src: Target, dst: Option<Target>) -> VfsResult<()> {
         match dst {
@@ -220,6 +240,11 @@ impl MemFs {
             return Err(Errno::EEXIST);
         }
         let moved = self.table.get(src.ino).ok_or(Errno::ENOENT)?;
+        let target = match dst {
+            Some(t) => Some(self.table.get(t.ino).ok_or(Errno::ENOENT)?),
+            None => None,
+        };
+        Self::check_inode_flags(di, di, &moved, target.as_deref())?;
         let nc = self.layer.namecache();
         if let (true, Some(dt)) = (flags.exchange(), dst) {
             let other = self.table.get(dt.ino).ok_or(Errno::ENOENT)?;
@@ -350,6 +375,7 @@ impl MemFs {
                 Some(t) => Some(self.table.get(t.ino).ok_or(Errno::ENOENT)?),
                 None => None,
             };
+            Self::check_inode_flags(si, di, &moved, other.as_deref())?;
             let now = Timespec::now();
             let nc = self.layer.namecache();
             if flags.exchange() {

@@ -172,6 +172,14 @@ impl FileSystem for MemFs {
         self.do_removexattr(ctx, vp, name)
     }
 
+    fn get_flags(&self, vp: &VnodeRef, _fh: Fh) -> VfsResult<u32> {
+        self.do_get_flags(vp)
+    }
+
+    fn set_flags(&self, ctx: &Ctx, vp: &VnodeRef, _fh: Fh, flags: u32) -> VfsResult<()> {
+        self.do_set_flags(ctx, vp, flags)
+    }
+
     fn posix_acls(&self) -> bool {
         true
     }

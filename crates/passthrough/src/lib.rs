@@ -43,6 +43,7 @@ pub mod fdpool;
 mod freeing;
 mod fs;
 pub mod handle;
+mod iflags;
 pub mod inodes;
 mod io;
 mod locks;
@@ -53,6 +54,7 @@ mod prefetch;
 mod remembered;
 mod stats;
 mod sys;
+mod trim;
 mod vops;
 mod watch;
 

@@ -258,6 +258,38 @@ impl FileSystem for PassthroughFs {
         self.do_removexattr(vp, name)
     }
 
+    fn get_flags(&self, _vp: &VnodeRef, fh: Fh) -> VfsResult<u32> {
+        self.do_get_flags(fh)
+    }
+
+    fn set_flags(&self, _ctx: &Ctx, _vp: &VnodeRef, fh: Fh, flags: u32) -> VfsResult<()> {
+        self.do_set_flags(fh, flags)
+    }
+
+    fn get_fsxattr(&self, _vp: &VnodeRef, fh: Fh) -> VfsResult<uvfs_vfs::FsXattr> {
+        self.do_get_fsxattr(fh)
+    }
+
+    fn set_fsxattr(
+        &self,
+        _ctx: &Ctx,
+        _vp: &VnodeRef,
+        fh: Fh,
+        x: &uvfs_vfs::FsXattr,
+    ) -> VfsResult<()> {
+        self.do_set_fsxattr(fh, x)
+    }
+
+    fn trim(
+        &self,
+        _ctx: &Ctx,
+        _vp: &VnodeRef,
+        fh: Fh,
+        range: uvfs_vfs::TrimRange,
+    ) -> VfsResult<u64> {
+        self.do_trim(fh, range)
+    }
+
     fn statfs(&self) -> VfsResult<StatFs> {
         self.do_statfs()
     }

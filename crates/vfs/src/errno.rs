@@ -74,6 +74,7 @@ errnos!(
     ENOLCK,
     EINTR,
     EDEADLK,
+    ENOTTY,
 );
 
 impl Errno {

@@ -15,6 +15,7 @@ mod dirent;
 mod droplater;
 mod errno;
 mod fds;
+mod fileattr;
 mod flags;
 mod freeing;
 mod lock;
@@ -22,6 +23,7 @@ mod name;
 mod ops;
 mod statfs;
 mod time;
+mod trim;
 
 pub use access::{check_access, R_OK, W_OK, X_OK};
 pub use attr::{killed_suidgid, mode_to_vtype, vtype_to_mode, Attr, SetAttr, SetTime};
@@ -31,6 +33,11 @@ pub use dirent::DirEntry;
 pub use droplater::DropLater;
 pub use errno::{Errno, VfsResult};
 pub use fds::FdReservation;
+pub use fileattr::{
+    FsXattr, FS_APPEND_FL, FS_COMMON_FL, FS_DAX_FL, FS_IMMUTABLE_FL, FS_IOC_FSGETXATTR,
+    FS_IOC_FSSETXATTR, FS_IOC_GETFLAGS, FS_IOC_SETFLAGS, FS_NEED_CAP_FL, FS_NOATIME_FL,
+    FS_NODUMP_FL, FS_PROJINHERIT_FL, FS_SYNC_FL,
+};
 pub use flags::{FallocMode, RenameFlags, XattrFlags, O_KILL_SUIDGID};
 pub use freeing::Freeing;
 pub use lock::{FileLock, LOCK_TO_EOF};
@@ -40,4 +47,5 @@ pub use name::{
 pub use ops::{DirPlusSink, DirSink, Fh, FileSystem};
 pub use statfs::StatFs;
 pub use time::Timespec;
+pub use trim::{TrimRange, FITRIM};
 pub use uvfs_vnode::{HoldRef, Ino, Mount, MountId, VType, VnodeLayer, VnodeRef};

@@ -25,9 +25,11 @@ use crate::attr::{Attr, SetAttr};
 use crate::ctx::Ctx;
 use crate::dirent::DirEntry;
 use crate::errno::{Errno, VfsResult};
+use crate::fileattr::FsXattr;
 use crate::flags::{FallocMode, RenameFlags, XattrFlags};
 use crate::lock::FileLock;
 use crate::statfs::StatFs;
+use crate::trim::TrimRange;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use uvfs_vnode::{Ino, Mount, VType, VnodeRef};
@@ -335,6 +337,52 @@ pub trait FileSystem: Send + Sync + 'static {
     /// Removes an extended attribute. Default: `EOPNOTSUPP`.
     fn removexattr(&self, _ctx: &Ctx, _vp: &VnodeRef, _name: &[u8]) -> VfsResult<()> {
         Err(Errno::EOPNOTSUPP)
+    }
+
+    /// The inode flags of `vp` (`FS_*_FL`, what `lsattr` shows), open as
+    /// `fh` (a regular file or a directory). The default, `ENOTTY`, is
+    /// what a file system without flags answers `FS_IOC_GETFLAGS`.
+    fn get_flags(&self, _vp: &VnodeRef, _fh: Fh) -> VfsResult<u32> {
+        Err(Errno::ENOTTY)
+    }
+
+    /// Sets the inode flags of `vp` to `flags` (`chattr`); `EOPNOTSUPP`
+    /// for a flag the file system does not keep. The caller has checked
+    /// that `ctx` may: owns the file, and may change `FS_NEED_CAP_FL`
+    /// flags if they change (`CAP_LINUX_IMMUTABLE`). A file system that
+    /// keeps `FS_IMMUTABLE_FL` or `FS_APPEND_FL` itself enforces them in
+    /// every other operation, as Linux's VFS does for native file systems
+    /// (FUSE's kernel side knows nothing of them).
+    fn set_flags(&self, _ctx: &Ctx, _vp: &VnodeRef, _fh: Fh, _flags: u32) -> VfsResult<()> {
+        Err(Errno::ENOTTY)
+    }
+
+    /// `FS_IOC_FSGETXATTR` of `vp`. The kernel asks it before every
+    /// change of flags (either form). The default derives it from
+    /// `get_flags`, as Linux does for file systems without it.
+    fn get_fsxattr(&self, vp: &VnodeRef, fh: Fh) -> VfsResult<FsXattr> {
+        self.get_flags(vp, fh).map(FsXattr::from_flags)
+    }
+
+    /// `FS_IOC_FSSETXATTR` of `vp`; permissions as `set_flags`. The
+    /// default keeps the flags without an `FS_XFLAG_*` twin and sets the
+    /// others through `set_flags`, refusing (`EOPNOTSUPP`) what only
+    /// `fsxattr` can say (extent hints, project ids).
+    fn set_fsxattr(&self, ctx: &Ctx, vp: &VnodeRef, fh: Fh, x: &FsXattr) -> VfsResult<()> {
+        if x.has_fsx_only() {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let old = self.get_flags(vp, fh)?;
+        self.set_flags(ctx, vp, fh, (old & !crate::FS_COMMON_FL) | x.flags())
+    }
+
+    /// `FITRIM` through `vp` (open as `fh`): discards the free space in
+    /// `range` of the file system that holds the files, and returns the
+    /// bytes discarded. The caller has checked that `ctx` may
+    /// (`CAP_SYS_ADMIN`, as Linux asks). The default, `ENOTTY`, suits a
+    /// file system on no device.
+    fn trim(&self, _ctx: &Ctx, _vp: &VnodeRef, _fh: Fh, _range: TrimRange) -> VfsResult<u64> {
+        Err(Errno::ENOTTY)
     }
 
     /// File-system statistics. Default: no space, names up to 255 bytes.

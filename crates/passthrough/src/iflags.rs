@@ -1,0 +1,85 @@
+//! Inode flags (`chattr`/`lsattr`): asked of and set on the source file
+//! through the open file's fd, in both forms (`FS_IOC_GETFLAGS` and
+//! `FS_IOC_FSGETXATTR`), so the source's file system keeps them and
+//! enforces them itself: an immutable source file refuses the server's
+//! writes, renames and removals as it refuses anyone's. The server sets
+//! them with its own privilege; the front end has checked the caller's
+//! (`FileSystem::set_flags`).
+//!
+//! DAX is the one flag not passed on: it asks that the file's I/O bypass
+//! the page cache, which the mount cannot do (the kernel's FUSE inode is
+//! never a DAX inode outside virtiofs), so setting it answers
+//! `EOPNOTSUPP`, as on a file system without DAX. A source file that has
+//! it shows it.
+
+use crate::fs::PassthroughFs;
+use crate::sys;
+use uvfs_vfs::{
+    Errno, Fh, FsXattr, VfsResult, FS_DAX_FL, FS_IOC_FSGETXATTR, FS_IOC_FSSETXATTR,
+    FS_IOC_GETFLAGS, FS_IOC_SETFLAGS,
+};
+
+impl PassthroughFs {
+    pub(crate) fn do_get_flags(&self, fh: Fh) -> VfsResult<u32> {
+        let of = self.opens.get(fh)?;
+        let mut flags: libc::c_int = 0;
+        // SAFETY: FS_IOC_GETFLAGS writes one `int` (whatever its number
+        // says) to the pointer, which points at one.
+        sys::cvt(unsafe {
+            libc::ioctl(
+                of.fd.raw(),
+                FS_IOC_GETFLAGS as libc::Ioctl,
+                &mut flags as *mut libc::c_int,
+            )
+        })?;
+        Ok(flags as u32)
+    }
+
+    pub(crate) fn do_set_flags(&self, fh: Fh, flags: u32) -> VfsResult<()> {
+        if flags & FS_DAX_FL != 0 && self.do_get_flags(fh)? & FS_DAX_FL == 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let of = self.opens.get(fh)?;
+        let flags = flags as libc::c_int;
+        // SAFETY: FS_IOC_SETFLAGS reads one `int` from the pointer, which
+        // points at one.
+        sys::cvt(unsafe {
+            libc::ioctl(
+                of.fd.raw(),
+                FS_IOC_SETFLAGS as libc::Ioctl,
+                &flags as *const libc::c_int,
+            )
+        })?;
+        Ok(())
+    }
+
+    pub(crate) fn do_get_fsxattr(&self, fh: Fh) -> VfsResult<FsXattr> {
+        let of = self.opens.get(fh)?;
+        let mut buf = [0u8; FsXattr::SIZE];
+        // SAFETY: FS_IOC_FSGETXATTR writes one `struct fsxattr` (28 bytes)
+        // to the pointer, which points at 28 writable bytes.
+        sys::cvt(unsafe {
+            libc::ioctl(
+                of.fd.raw(),
+                FS_IOC_FSGETXATTR as libc::Ioctl,
+                buf.as_mut_ptr(),
+            )
+        })?;
+        FsXattr::from_bytes(&buf)
+    }
+
+    pub(crate) fn do_set_fsxattr(&self, fh: Fh, x: &FsXattr) -> VfsResult<()> {
+        let dax = |x: &FsXattr| x.flags() & FS_DAX_FL != 0;
+        if dax(x) && !dax(&self.do_get_fsxattr(fh)?) {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let of = self.opens.get(fh)?;
+        let buf = x.to_bytes();
+        // SAFETY: FS_IOC_FSSETXATTR reads one `struct fsxattr` (28 bytes)
+        // from the pointer, which points at 28 bytes.
+        sys::cvt(unsafe {
+            libc::ioctl(of.fd.raw(), FS_IOC_FSSETXATTR as libc::Ioctl, buf.as_ptr())
+        })?;
+        Ok(())
+    }
+}
