@@ -9,7 +9,7 @@
 //! either (its estimate is narrower than the fonts it names) and no
 //! grouped bars, so it would save no layout code.
 //!
-//! Values that span orders of magnitude (prune: ~250 ns next to ~80k ns)
+//! Values that span orders of magnitude (prune: uvfs next to FreeBSD)
 //! get a log axis, so the small bars stay visible.
 
 /// One group of bars: a label, `(series, value)` pairs, and the targets

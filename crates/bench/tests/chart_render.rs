@@ -11,7 +11,7 @@
 //!
 //! The charts come from the workloads' own `chart` functions fed the rows
 //! of the latest full run (docs/results/*.json), plus a prune run shaped
-//! like seed 001's (uvfs ~250 ns next to FreeBSD's ~80k ns).
+//! like seed 001's (uvfs hundreds of times below FreeBSD).
 
 use serde_json::Value;
 use std::io::Write;
