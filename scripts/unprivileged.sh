@@ -223,7 +223,13 @@ PY
     else
         fail "uvfs umount of the passthrough"
     fi
-    [ -z "$(ls "$H/xdg/uvfs")" ] && pass "uvfs umount waited for the server (socket gone)" || fail "socket left in $H/xdg/uvfs"
+    # Its log (no system log here) stays beside where the socket was.
+    [ -z "$(ls "$H/xdg/uvfs" | grep '\.sock$')" ] && pass "uvfs umount waited for the server (socket gone)" || fail "socket left in $H/xdg/uvfs"
+    if [ ! -S /dev/log ]; then
+        grep -qs "stopped serving $H/p" "$H"/xdg/uvfs/*.log &&
+            pass "the detached server logged its stop beside its socket" ||
+            fail "no log of the detached server in $H/xdg/uvfs"
+    fi
 
     # --- 3. refusals that say why ------------------------------------------
     if grep -qx '[[:space:]]*user_allow_other[[:space:]]*' /etc/fuse.conf 2>/dev/null; then
