@@ -24,8 +24,8 @@ use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use uvfs_vnode::Ino;
 
-/// Most handles remembered: some 70 bytes each, so at most about 18 MiB
-/// for a mount that recycled this many nodes.
+/// Most handles remembered: what bounds the table's memory, an entry
+/// being a handle and two map slots.
 pub(crate) const CAPACITY: usize = 1 << 18;
 
 /// Node id -> source handle of recycled nodes, oldest first out.
