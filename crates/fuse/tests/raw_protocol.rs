@@ -2244,7 +2244,7 @@ fn inode_flags(k: &mut Kernel, memfs: bool) {
     (k.uid, k.pid) = (root_uid, root_pid);
     assert_eq!(flags(k), base | FS_NODUMP_FL);
     // Root (CAP_LINUX_IMMUTABLE, read from its status) sets immutable:
-    // the handle opened for writing before can no longer write.
+    // from then on even the handle opened for writing before fails.
     assert!(set(k, base | FS_NODUMP_FL | FS_IMMUTABLE_FL).ok(), "+i");
     let r = k.call(IOCTL, f, &ioctl_in(fh, FS_IOC_FSGETXATTR, &[], 28));
     assert!(r.ok(), "FSGETXATTR: errno {}", r.errno());

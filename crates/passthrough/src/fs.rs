@@ -480,7 +480,7 @@ impl PassthroughFs {
 
     /// The vnode of node id `id` without a name: cached, or reopened by
     /// the handle it had when it was recycled (`remembered.rs`). ESTALE
-    /// if neither, if the handle no longer opens (the file was removed),
+    /// if neither, if the handle does not open (the file was removed),
     /// or if the file now has another id (an alias of a reused number).
     pub(crate) fn vget_id(&self, id: Ino) -> VfsResult<VnodeRef> {
         if let Some(vp) = self.layer.lookup_cached(&self.mnt, id) {

@@ -5,7 +5,7 @@
 //!
 //! # Why a table
 //! Such a handle carries only the node id and its generation. When the
-//! kernel no longer has the inode, it asks the server for `.` of that
+//! kernel has dropped the inode, it asks the server for `.` of that
 //! id (`FileSystem::vget`), and a node id alone cannot be turned back
 //! into a source file: this table keeps each recycled node's source
 //! handle, which can. The kernel then checks the generation (a hash of

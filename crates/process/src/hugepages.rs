@@ -8,7 +8,7 @@
 //! on a guest whose freed memory its host takes back that clearing is
 //! where a walk's time goes (`clear_page_erms` under
 //! `do_huge_pmd_anonymous_page`), and two walkers faulting huge pages at
-//! once pay more per stat than one. memfs's 4 KiB file pages are heap too.
+//! once pay more per stat than one. memfs's file pages are heap too.
 //! The measurements are in docs/results.md (seed 000).
 //!
 //! `PR_SET_THP_DISABLE` is the process-wide switch (mimalloc's own

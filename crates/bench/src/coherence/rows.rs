@@ -250,7 +250,7 @@ fn pick(rows: &[&Row], key: &str, max: bool) -> Value {
 }
 
 /// Bars: p99 per kind, one bar per server; a "never" is drawn at the
-/// wait (its title says so in the table). The 10 ms target is marked on
+/// wait (its title says so in the table). The p99 target is marked on
 /// uvfs's bars.
 pub fn chart(r: &Report) -> (String, String, Vec<BarGroup>) {
     let mut groups: Vec<BarGroup> = Vec::new();
