@@ -29,6 +29,20 @@ pub struct OpenFile {
     pub kernel_writer: bool,
 }
 
+impl OpenFile {
+    /// A file system handle opened for one request and released after
+    /// it (a request naming no open file): read-only, no backing file.
+    pub fn transient(vp: VnodeRef, fh: Fh) -> OpenFile {
+        OpenFile {
+            vp,
+            fh,
+            writable: false,
+            backing_node: None,
+            kernel_writer: false,
+        }
+    }
+}
+
 /// FUSE handle -> open file.
 pub struct HandleTable {
     shards: Box<[Mutex<HashMap<u64, OpenFile>>]>,

@@ -75,13 +75,7 @@ fn with_open<T>(
         return crate::server::with_dir(i, c, ino, fh, f);
     }
     let h = i.fs.open(c, &vp, libc::O_RDONLY)?;
-    let of = OpenFile {
-        vp,
-        fh: h,
-        writable: false,
-        backing_node: None,
-        kernel_writer: false,
-    };
+    let of = OpenFile::transient(vp, h);
     let r = f(&of);
     let _ = i.fs.release(&of.vp, of.fh);
     r

@@ -163,13 +163,7 @@ pub(crate) fn with_dir<T>(
     }
     let vp = i.nodes.get(ino)?;
     let dh = i.fs.opendir(ctx, &vp, libc::O_RDONLY)?;
-    let of = OpenFile {
-        vp,
-        fh: dh,
-        writable: false,
-        backing_node: None,
-        kernel_writer: false,
-    };
+    let of = OpenFile::transient(vp, dh);
     let r = f(&of);
     let _ = i.fs.releasedir(&of.vp, of.fh);
     r
