@@ -52,6 +52,17 @@ pub(crate) fn device_in(text: &str, mountpoint: &Path) -> Option<u64> {
         })
 }
 
+/// Whether any mount in mountinfo `text` is of device `dev`.
+pub(crate) fn lists_device(text: &str, dev: u64) -> bool {
+    text.lines().any(|l| {
+        l.split(' ')
+            .nth(2)
+            .and_then(|d| d.split_once(':'))
+            .and_then(|(maj, min)| Some(libc::makedev(maj.parse().ok()?, min.parse().ok()?)))
+            == Some(dev)
+    })
+}
+
 /// The device of the mount on `mountpoint` now, if it is listed.
 pub(crate) fn device_of(mountpoint: &Path) -> Option<u64> {
     device_in(
@@ -87,6 +98,17 @@ mod tests {
             device_in("garbage\n1 2 x:y / /tmp/x rw\n", Path::new("/tmp/x")),
             None
         );
+    }
+
+    #[test]
+    fn a_device_is_listed_wherever_it_is_mounted() {
+        assert!(lists_device(TEXT, libc::makedev(0, 54)));
+        assert!(lists_device(TEXT, libc::makedev(8, 1)));
+        assert!(!lists_device(TEXT, libc::makedev(0, 55)));
+        assert!(!lists_device(
+            "garbage\n1 2 x:y / /tmp/x rw\n",
+            libc::makedev(0, 0)
+        ));
     }
 
     #[test]

@@ -19,15 +19,19 @@
 //! next `stat` (a caller waiting) to the background, where nobody waits
 //! for it.
 //! - Through a private clone of the mount (`open_tree(OPEN_TREE_CLONE)`),
-//!   never through the mount itself: the thread's reference would make a
-//!   racing `umount` fail with EBUSY. The clone shares the superblock and
-//!   so the caches. One clone per batch, closed right after it: a
-//!   superblock unmounted meanwhile lives on only until then (its server
-//!   ends with it), and an idle server holds none. So that a batch is more
-//!   than one directory, the thread gathers for [`GATHER`] after the first
-//!   is due. (While a clone is open, "our connection is alive" no longer
-//!   means "our mount is on the mountpoint": `kmount.rs` checks the
-//!   device before unmounting by path.)
+//!   never through the mount itself: any reference the thread held on the
+//!   mount, even the instant a path walk to it takes, would make a racing
+//!   `umount` fail with EBUSY. The clone shares the superblock and so the
+//!   caches. It is made once, when the mount is made and before anyone
+//!   can list or unmount it, so the thread never walks the mountpoint
+//!   again. Being a mount of its own, it keeps the superblock (and so the
+//!   server) alive after an unmount: a watcher ([`watch_mounts`]) closes
+//!   it once no mount of this device is left in the server's mount table,
+//!   and the superblock ends with the batch under way, if any. So that a
+//!   batch is more than one directory, the thread gathers for [`GATHER`]
+//!   after the first is due. (While the clone is open, "our connection is
+//!   alive" does not mean "our mount is on the mountpoint": `kmount.rs`
+//!   checks the device before unmounting by path.)
 //! - By path, from the names the kernel was handed (`DirNames`), resolved
 //!   with `RESOLVE_CACHED`: a component the kernel no longer caches (it
 //!   forgot it, or the entry expired) fails with EAGAIN instead of being
@@ -43,20 +47,20 @@
 //! A read-only mount needs none of this (the kernel keeps its atimes), nor
 //! does one whose attribute timeout is short ([`MIN_ATTR_TIMEOUT`]: what is
 //! fetched would expire before it is used), nor can a server that may not
-//! clone mounts (no CAP_SYS_ADMIN): the thread is not started, or stops at
-//! its first EPERM.
+//! clone mounts (no CAP_SYS_ADMIN): the thread is not started.
 
 use crate::nodes::ROOT_ID;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::ffi::CString;
+use std::io::{PipeReader, PipeWriter};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
-use uvfs_vfs::FileSystem;
+use uvfs_vfs::{FdReservation, FileSystem};
 
 /// Shortest attribute timeout for which refreshing pays: attributes fetched
 /// now must live until the next `stat` to be of use, and with a short
@@ -74,9 +78,10 @@ pub const DELAY: Duration = Duration::from_millis(2);
 /// and a walk lists hundreds of directories a second.
 pub const GATHER: Duration = Duration::from_millis(2);
 
-/// Descriptors a batch holds at most: the clone and one path in it. They
-/// come out of the file system's fd budget (`FileSystem::reserve_fds`).
-const FDS: usize = 2;
+/// Descriptors a batch holds at most: one path in the clone. They come out
+/// of the file system's fd budget (`FileSystem::reserve_fds`), as does the
+/// clone's own for as long as it is kept.
+const FDS: usize = 1;
 
 /// Most directories per batch (each one stat): a superblock unmounted
 /// during a batch outlives its mount by no more than a batch.
@@ -196,9 +201,9 @@ pub struct RefreshCounters {
     pub unknown: AtomicU64,
     /// Listings not queued because the queue was full.
     pub dropped: AtomicU64,
-    /// Clones of the mount opened.
+    /// Clones of the mount opened (one per mount).
     pub clones: AtomicU64,
-    /// Batches given up because no clone of this mount could be had.
+    /// Batches given up: no fd to spare, or the mount is gone.
     pub unavailable: AtomicU64,
     /// Directories queued and not yet dealt with (a gauge).
     pub waiting: AtomicU64,
@@ -270,8 +275,9 @@ impl Refresher {
         }
     }
 
-    /// Starts the thread for the mount on `mountpoint`, whose device is
-    /// `dev`, serving `fs`.
+    /// Starts the thread for the mount just made on `mountpoint`, whose
+    /// device is `dev`, serving `fs`. Called before the mount is handed to
+    /// anyone: the clone is made here.
     pub fn start(
         &self,
         mountpoint: &Path,
@@ -280,11 +286,34 @@ impl Refresher {
     ) -> std::io::Result<()> {
         let mp = CString::new(mountpoint.as_os_str().as_bytes())
             .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+        let reserved = fs
+            .upgrade()
+            .and_then(|fs| fs.reserve_fds(1))
+            .ok_or_else(|| std::io::Error::other("no file descriptor to spare for it"))?;
+        let clone = clone_mount(&mp, dev).map_err(|e| {
+            if e.raw_os_error() == Some(libc::EPERM) {
+                std::io::Error::other(
+                    "the server may not clone its mount (EPERM); \
+                     the first stat of a directory after a listing is a round trip",
+                )
+            } else {
+                e
+            }
+        })?;
+        self.counters.clones.fetch_add(1, Ordering::Relaxed);
+        let kept = Arc::new(Kept(Mutex::new(Some((Arc::new(clone), reserved)))));
+        let (ending_rx, ending) = std::io::pipe()?;
+        let watched = kept.clone();
+        std::thread::Builder::new()
+            .name("uvfs-mountwatch".into())
+            .spawn(move || watch_mounts(dev, watched, ending_rx))?;
+        // From here on, the thread's end (or its failure to start, which
+        // drops it) closes `ending` and so the clone.
         let t = Thread {
-            mountpoint: mp,
             dev,
             fs,
-            started: self.started.clone(),
+            kept,
+            _ending: ending,
             names: self.names.clone(),
             shared: self.shared.clone(),
             counters: self.counters.clone(),
@@ -307,12 +336,33 @@ enum Outcome {
     Unknown,
 }
 
+/// The private clone of the mount every batch stats through (see "How"),
+/// with its fd's share of the file system's budget. Emptied once the
+/// mount is gone; a batch under way keeps its own reference until it ends.
+struct Kept(Mutex<Option<(Arc<OwnedFd>, FdReservation)>>);
+
+impl Kept {
+    fn get(&self) -> Option<Arc<OwnedFd>> {
+        self.0.lock().as_ref().map(|(fd, _)| fd.clone())
+    }
+
+    /// Lets the clone go. Taken out under the lock, dropped outside it:
+    /// closing the last reference may end an unmounted superblock, which
+    /// waits for its connection's requests.
+    fn close(&self) {
+        let kept = self.0.lock().take();
+        drop(kept);
+    }
+}
+
 struct Thread {
-    mountpoint: CString,
     dev: u64,
     /// For its fd budget; the thread ends once it is gone.
     fs: Weak<dyn FileSystem>,
-    started: Arc<AtomicBool>,
+    kept: Arc<Kept>,
+    /// Closed when the thread ends (this is dropped with it), which tells
+    /// the watcher to let the clone go.
+    _ending: PipeWriter,
     names: Arc<DirNames>,
     shared: Arc<Shared>,
     counters: Arc<RefreshCounters>,
@@ -328,26 +378,13 @@ impl Thread {
             };
             let fds = fs.reserve_fds(FDS);
             drop(fs);
-            let clone = match fds
-                .as_ref()
-                .map(|_| clone_mount(&self.mountpoint, self.dev))
-            {
-                Some(Ok(clone)) => clone,
-                // No fds to spare now (the next batch asks again), or no
-                // clone of this mount to be had (unmounted, covered).
-                failed => {
-                    self.counters.unavailable.fetch_add(1, Ordering::Relaxed);
-                    self.counters.waiting.fetch_sub(n, Ordering::Relaxed);
-                    if let Some(Err(e)) = failed {
-                        if e.raw_os_error() == Some(libc::EPERM) {
-                            self.give_up();
-                            return;
-                        }
-                    }
-                    continue;
-                }
+            // No fds to spare now (the next batch asks again), or the
+            // mount is gone.
+            let Some(clone) = fds.as_ref().and_then(|_| self.kept.get()) else {
+                self.counters.unavailable.fetch_add(1, Ordering::Relaxed);
+                self.counters.waiting.fetch_sub(n, Ordering::Relaxed);
+                continue;
             };
-            self.counters.clones.fetch_add(1, Ordering::Relaxed);
             for id in batch {
                 let c = &self.counters;
                 let counter = match refresh(&clone, self.dev, id, &self.names) {
@@ -365,17 +402,6 @@ impl Thread {
             drop(clone);
             drop(fds);
         }
-    }
-
-    /// Not allowed to clone mounts (no CAP_SYS_ADMIN): never will be.
-    fn give_up(&self) {
-        log::warn!(
-            "directory attribute refresh off: the server may not clone its mount (EPERM); \
-             the first stat of a directory after a listing is a round trip"
-        );
-        self.started.store(false, Ordering::Relaxed);
-        self.shared.q.lock().closed = true;
-        self.names.map.lock().clear();
     }
 
     /// Waits for directories to be due (with no timeout while none is
@@ -408,6 +434,47 @@ impl Thread {
             return Some(batch);
         }
     }
+}
+
+/// Lets `kept` go once no mount of device `dev` is left in this process's
+/// mount table (unmounted, detached: the clone alone would keep the
+/// superblock and its server alive), or once `ending` is closed (the
+/// refresher stopped). The kernel flags a change of the table to `poll`
+/// on an open mountinfo; an idle server's watcher sleeps until then.
+fn watch_mounts(dev: u64, kept: Arc<Kept>, ending: PipeReader) {
+    crate::threads::detach_from_creator();
+    let present = || {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .is_ok_and(|t| crate::mountinfo::lists_device(&t, dev))
+    };
+    // Opened before the first look, so that an unmount between the two is
+    // flagged to the poll below.
+    if let Ok(table) = std::fs::File::open("/proc/self/mountinfo") {
+        while present() {
+            let mut fds = [
+                libc::pollfd {
+                    fd: table.as_raw_fd(),
+                    events: libc::POLLPRI,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: ending.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: `fds` is a valid array of two pollfds on open fds;
+            // poll only writes their `revents`.
+            let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+            if rc < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+                break;
+            }
+            if fds[1].revents != 0 {
+                break;
+            }
+        }
+    }
+    kept.close();
 }
 
 /// A private clone of the mount on `mountpoint`, checked to be on `dev`.

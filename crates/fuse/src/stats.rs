@@ -134,8 +134,8 @@ pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
         ("fuse.refresh.stale", &fc.stale, "Listed directories whose name led elsewhere or nowhere"),
         ("fuse.refresh.unknown", &fc.unknown, "Listed directories with no known name"),
         ("fuse.refresh.dropped", &fc.dropped, "Listings not queued: too many directories waiting"),
-        ("fuse.refresh.clones", &fc.clones, "Private clones of the mount opened for refreshing"),
-        ("fuse.refresh.unavailable", &fc.unavailable, "Batches dropped: no clone of this mount could be had"),
+        ("fuse.refresh.clones", &fc.clones, "Private clones of the mount opened for refreshing (one per mount)"),
+        ("fuse.refresh.unavailable", &fc.unavailable, "Batches dropped: no fd to spare, or the mount is gone"),
         ("fuse.refresh.waiting", &fc.waiting, "Listed directories queued and not yet dealt with"),
     ] {
         put(n, v.load(Ordering::Relaxed), d);
