@@ -23,7 +23,9 @@
 #      with XDG_RUNTIME_DIR set (socket in $XDG_RUNTIME_DIR/uvfs),
 #      unmount with `uvfs umount`;
 #   3. refusals that say why: allow_other without user_allow_other in
-#      /etc/fuse.conf, and /dev/fuse at 0600.
+#      /etc/fuse.conf, and /dev/fuse at 0600;
+#   4. root reading (`uvfs stat`) and unmounting (`uvfs umount`) a mount
+#      of the user's.
 # Any failed step fails the script. Needs root, unshare, runuser,
 # fusermount3 setuid root (Debian: fuse3), pjdfstest and fsx
 # (scripts/install-deps.sh).
@@ -256,6 +258,25 @@ if [ "${1:-}" = --in-namespace ]; then
     echo "in a private mount namespace: $(ls -l /dev/fuse)"
     runuser -u "$USER_NAME" -- env -i HOME="$(getent passwd "$USER_NAME" | cut -d: -f6)" \
         LANG=C.UTF-8 bash "$STAGE/bin/unprivileged.sh" --as-user "$STAGE/bin" || fails=1
+    # An administrator reads and unmounts a user's mount: root's `uvfs
+    # stat` finds the socket in the owner's runtime directory.
+    m=$(runuser -u "$USER_NAME" -- mktemp -d /tmp/uvfs-unpriv-root.XXXXXX)
+    if runuser -u "$USER_NAME" -- env -i HOME=/tmp PATH=/usr/bin:/bin "$STAGE/bin/uvfs" mount "$m" 2>/dev/null; then
+        if out=$("$STAGE/bin/uvfs" stat "$m" 2>&1) && echo "$out" | grep -q 'fs "memfs"'; then
+            echo "PASS: root's uvfs stat on the user's mount: $(echo "$out" | head -1)"
+        else
+            echo "FAIL: root's uvfs stat on the user's mount: $out"; fails=1
+        fi
+        if "$STAGE/bin/uvfs" umount "$m" && ! grep -q " $m " /proc/self/mountinfo; then
+            echo "PASS: root's uvfs umount of the user's mount"
+        else
+            echo "FAIL: root's uvfs umount of the user's mount"; fails=1
+            umount -l "$m"
+        fi
+    else
+        echo "FAIL: the user's memfs mount for root's checks"; fails=1
+    fi
+    rmdir "$m"
     # /dev/fuse as many systems have it for root only: the error must say
     # what to do.
     mknod -m 600 "$STAGE/fuse600" c 10 229 || exit 1

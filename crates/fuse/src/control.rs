@@ -45,14 +45,26 @@ fn socket_name(mountpoint: &Path) -> std::io::Result<String> {
 /// Where this user's server of `mountpoint` may have its control socket,
 /// preferred first (a server started from another kind of shell, with or
 /// without `XDG_RUNTIME_DIR`, used the other), in directories this user
-/// can trust only.
+/// can trust only. For root, also where the server of the user who owns
+/// the mount (its `user_id=`) keeps it, if private to that user: an
+/// administrator reads any user's mount.
 pub fn socket_paths(mountpoint: &Path) -> std::io::Result<Vec<PathBuf>> {
     let name = socket_name(mountpoint)?;
-    Ok(crate::rundir::lookup_dirs()
+    let mut dirs: Vec<PathBuf> = crate::rundir::lookup_dirs()
         .into_iter()
         .filter(|d| crate::rundir::trusted_here(d))
-        .map(|d| d.join(&name))
-        .collect())
+        .collect();
+    if crate::rundir::is_root() {
+        let owner = crate::mountinfo::owner_of(&normalize_mountpoint(mountpoint)?);
+        if let Some(uid) = owner.filter(|&u| u != 0) {
+            dirs.extend(
+                crate::rundir::dirs_of(uid)
+                    .into_iter()
+                    .filter(|d| crate::rundir::trusted(d, uid)),
+            );
+        }
+    }
+    Ok(dirs.into_iter().map(|d| d.join(&name)).collect())
 }
 
 /// The log of a detached server of `mountpoint` on a machine with no

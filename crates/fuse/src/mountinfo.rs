@@ -52,6 +52,31 @@ pub(crate) fn device_in(text: &str, mountpoint: &Path) -> Option<u64> {
         })
 }
 
+/// The `user_id=` of the FUSE mount on `mountpoint` in mountinfo `text`
+/// (the one on top): the user whose server it is.
+pub(crate) fn owner_in(text: &str, mountpoint: &Path) -> Option<u32> {
+    use std::os::unix::ffi::OsStrExt;
+    let want = mountpoint.as_os_str().as_bytes();
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.split(' ').nth(4).is_some_and(|mp| unescape(mp) == want))?;
+    // After the optional fields' ` - `: type, source, super options.
+    let (_, tail) = line.split_once(" - ")?;
+    let opts = tail.split(' ').nth(2)?;
+    opts.split(',')
+        .find_map(|o| o.strip_prefix("user_id="))
+        .and_then(|u| u.parse().ok())
+}
+
+/// The owner of the FUSE mount on `mountpoint` now, if it is listed.
+pub(crate) fn owner_of(mountpoint: &Path) -> Option<u32> {
+    owner_in(
+        &std::fs::read_to_string("/proc/self/mountinfo").ok()?,
+        mountpoint,
+    )
+}
+
 /// Whether any mount in mountinfo `text` is of device `dev`.
 pub(crate) fn lists_device(text: &str, dev: u64) -> bool {
     text.lines().any(|l| {
@@ -98,6 +123,19 @@ mod tests {
             device_in("garbage\n1 2 x:y / /tmp/x rw\n", Path::new("/tmp/x")),
             None
         );
+    }
+
+    #[test]
+    fn the_owner_is_the_user_id_of_the_mount_on_top() {
+        let text = format!(
+            "{TEXT}43 22 0:56 / /home/u/m rw - fuse.uvfs uvfs rw,user_id=1000,group_id=1000\n"
+        );
+        assert_eq!(owner_in(&text, Path::new("/home/u/m")), Some(1000));
+        assert_eq!(owner_in(&text, Path::new("/tmp/x")), Some(0));
+        assert_eq!(owner_in(&text, Path::new("/tmp/a b")), Some(0));
+        // Not FUSE (no user_id), not mounted.
+        assert_eq!(owner_in(&text, Path::new("/")), None);
+        assert_eq!(owner_in(&text, Path::new("/home/u")), None);
     }
 
     #[test]

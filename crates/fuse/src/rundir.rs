@@ -53,6 +53,15 @@ pub(crate) fn lookup_dirs() -> Vec<PathBuf> {
     v
 }
 
+/// Where root looks for the server of a mount that user `uid` owns: the
+/// directories that user's server may have used, from any kind of shell,
+/// each to be trusted only if private to that user ([`trusted`]).
+pub(crate) fn dirs_of(uid: u32) -> Vec<PathBuf> {
+    let mut v = vec![PathBuf::from(format!("/run/user/{uid}/uvfs"))];
+    v.extend(candidates(uid, None));
+    v
+}
+
 /// The first runtime directory of this process that can be made ready,
 /// created if missing (for a server about to bind its socket).
 pub(crate) fn create() -> std::io::Result<PathBuf> {
@@ -123,6 +132,11 @@ pub(crate) fn trusted_here(dir: &Path) -> bool {
     trusted(dir, euid())
 }
 
+/// Whether this process runs as root.
+pub(crate) fn is_root() -> bool {
+    euid() == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,6 +157,17 @@ mod tests {
         for x in [None, Some(OsStr::new("")), Some(OsStr::new("run/user"))] {
             assert_eq!(candidates(1000, x), vec![PathBuf::from("/tmp/uvfs-1000")]);
         }
+    }
+
+    #[test]
+    fn root_looks_where_any_shell_of_the_owner_put_its_socket() {
+        assert_eq!(
+            dirs_of(1000),
+            vec![
+                PathBuf::from("/run/user/1000/uvfs"),
+                PathBuf::from("/tmp/uvfs-1000")
+            ]
+        );
     }
 
     #[test]
