@@ -24,6 +24,8 @@
 //!   loops (lock waits; syncs that wait for a disk), `threads.rs` what
 //!   their threads must not inherit.
 
+#![warn(missing_docs)]
+
 mod answered;
 mod backing;
 mod caller_caps;

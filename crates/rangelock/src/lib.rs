@@ -68,6 +68,8 @@
 //! The lock-free sorted list of Kogan, Dice and Issa (EuroSys 2020) is
 //! patented; this crate does not use a lock-free list at all.
 
+#![warn(missing_docs)]
+
 mod bias;
 mod guard;
 mod lock;

@@ -7,6 +7,8 @@
 //! [`StatFs`], [`Ctx`] and the flag words, plus the name and permission
 //! checks every file system shares.
 
+#![warn(missing_docs)]
+
 mod access;
 mod attr;
 mod changes;

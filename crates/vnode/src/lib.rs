@@ -27,6 +27,8 @@
 //! `namecache` · `counter` · `stats` · `config` · `mount` · `sync` (std or
 //! loom primitives).
 
+#![warn(missing_docs)]
+
 mod aged;
 mod clock;
 mod config;

@@ -64,10 +64,12 @@ impl Mount {
         }
     }
 
+    /// The mount's number, which vnodes carry to name their mount without a reference.
     pub fn id(&self) -> MountId {
         self.id
     }
 
+    /// The file system type given to [`VnodeLayer::mount`](crate::VnodeLayer::mount), for statistics and logs.
     pub fn fs_type(&self) -> &str {
         &self.fs_type
     }
@@ -82,6 +84,8 @@ impl Mount {
         self.free.len()
     }
 
+    /// Whether unmount has begun: from then on `get` on this mount fails
+    /// with [`Error::MountGone`](crate::Error::MountGone).
     pub fn is_unmounted(&self) -> bool {
         self.gone.load(Ordering::Acquire)
     }
