@@ -64,7 +64,8 @@ impl Mount {
         }
     }
 
-    /// The mount's number, which vnodes carry to name their mount without a reference.
+    /// The mount's number: unique in its layer for the layer's life, so it
+    /// can name the mount where a reference would keep it alive.
     pub fn id(&self) -> MountId {
         self.id
     }

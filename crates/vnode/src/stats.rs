@@ -13,7 +13,7 @@ pub struct Stats {
     pub limit: u64,
     /// How far the distributed vnode count may read above the limit before a fold makes it exact.
     pub count_slop: u64,
-    /// Vnodes allocated, whether fresh or reused from a recycled one.
+    /// Vnodes allocated: one per `get` that missed the cache and built a vnode.
     pub allocations: u64,
     /// Vnodes torn down by any path: direct, reclaimer, prune, unmount, or freed with `recycle_when_free`.
     pub recycles: u64,

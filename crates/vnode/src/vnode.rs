@@ -136,8 +136,9 @@ impl Vnode {
         refs::uses(self.refs.load())
     }
 
-    /// Holds ([`HoldRef`]s, plus one for any external references) now; a
-    /// held vnode is never recycled.
+    /// Holds now: [`HoldRef`]s, the name cache's one on a directory with
+    /// entries, one for all external references. A held vnode is never
+    /// recycled.
     pub fn hold_count(&self) -> u32 {
         refs::holds(self.refs.load())
     }
