@@ -1,6 +1,106 @@
 //! The uvfs FUSE server: serves any `uvfs_vfs::FileSystem` through the
 //! kernel's FUSE interface, using fuser 0.18.
 //!
+//! # Walkthrough
+//!
+//! A file system written against [`uvfs_vfs::FileSystem`] knows nothing of
+//! FUSE: it answers operations on vnodes. This crate is the front end that
+//! puts it under a mountpoint. The kernel names files by node ids and
+//! counts how many times it was told of each; the server keeps one vnode
+//! hold per node the kernel remembers (so the vnode layer never recycles a
+//! file the kernel may still ask about) and one use reference per open
+//! file, turns each request into the matching operation, and turns its
+//! [`Errno`](uvfs_vfs::Errno) into the kernel's answer. Everything else is
+//! left to the vnode layer's limit: nodes the kernel forgets become free
+//! vnodes, recycled when the layer needs room, and the server asks the
+//! kernel to forget cold nodes so that the count stays under the limit
+//! however many files the kernel has looked up.
+//!
+//! The entry points, from the simplest:
+//!
+//! * [`mount_and_serve`] builds a vnode layer, lets a closure build the
+//!   file system on it, mounts it and serves until it is unmounted or the
+//!   process gets SIGINT or SIGTERM: the one call a program serving its own
+//!   file system needs.
+//! * [`ServeConfig`] says how: the mountpoint, request threads, kernel
+//!   cache lifetimes ([`Timeouts`]), read-only, mount flags, FUSE over
+//!   io_uring ([`uring_available`]), kernel I/O on backing files. Start
+//!   from [`ServeConfig::new`] and change what you need.
+//! * [`serve`] is the same as `mount_and_serve` for a program that makes
+//!   its own layer and detaches first ([`daemonize`], [`Readiness`],
+//!   [`BlockedSignals`]), as the `uvfs` command does.
+//! * [`BackgroundMount`] serves on background threads and unmounts when
+//!   asked or dropped: for tests and programs that embed a mount.
+//!   [`serve_fd`] serves a FUSE channel it is given, mounting nothing.
+//! * [`query`] and [`format_stats`] read a running server's statistics
+//!   through its control socket (`uvfs stat`).
+//!
+//! A read-only file system of one file, served until Ctrl-C or `umount`
+//! (`cargo run -p uvfs-fuse --example hello -- MOUNTPOINT` runs the whole
+//! of it):
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use uvfs_fuse::{mount_and_serve, ServeConfig};
+//! # use uvfs_vfs::{Attr, Ctx, DirEntry, DirSink, Errno, Fh, FileSystem, VfsResult};
+//! # use uvfs_vfs::{Ino, Mount, VType, VnodeLayer, VnodeRef};
+//! #
+//! // `Hello` implements `uvfs_vfs::FileSystem`: the seven required methods,
+//! // as in that crate's walkthrough.
+//! struct Hello {
+//!     layer: Arc<uvfs_vfs::VnodeLayer>,
+//!     mnt: Arc<uvfs_vfs::Mount>,
+//! }
+//! # impl Hello {
+//! #     fn vnode(&self, ino: Ino) -> VfsResult<VnodeRef> {
+//! #         let kind = if ino == 1 { VType::Dir } else { VType::Reg };
+//! #         Ok(self.layer.get(&self.mnt, ino, || Ok((kind, Box::new(()))))?)
+//! #     }
+//! # }
+//! # impl FileSystem for Hello {
+//! #     fn fs_type(&self) -> &'static str { "hello" }
+//! #     fn mount(&self) -> &Arc<Mount> { &self.mnt }
+//! #     fn root(&self) -> VfsResult<VnodeRef> { self.vnode(1) }
+//! #     fn lookup(&self, _: &Ctx, dir: &VnodeRef, name: &[u8]) -> VfsResult<VnodeRef> {
+//! #         match name {
+//! #             b"." | b".." => self.vnode(dir.ino()),
+//! #             b"hello" => self.vnode(2),
+//! #             _ => Err(Errno::ENOENT),
+//! #         }
+//! #     }
+//! #     fn getattr(&self, vp: &VnodeRef) -> VfsResult<Attr> {
+//! #         Ok(match vp.ino() {
+//! #             1 => Attr::new(1, VType::Dir, 0o555, 0),
+//! #             ino => Attr::new(ino, VType::Reg, 0o444, 6),
+//! #         })
+//! #     }
+//! #     fn read(&self, _: &VnodeRef, _: Fh, off: u64, size: u32) -> VfsResult<Vec<u8>> {
+//! #         let text = b"hello\n";
+//! #         let start = (off as usize).min(text.len());
+//! #         Ok(text[start..(start + size as usize).min(text.len())].to_vec())
+//! #     }
+//! #     fn readdir(&self, _: &VnodeRef, _: Fh, off: u64, sink: &mut DirSink<'_>) -> VfsResult<()> {
+//! #         let all = [(1, VType::Dir, "."), (1, VType::Dir, ".."), (2, VType::Reg, "hello")];
+//! #         for (i, (ino, kind, name)) in all.into_iter().enumerate().skip(off as usize) {
+//! #             if sink(&DirEntry::new(ino, kind, name.as_bytes(), i as u64 + 1)) {
+//! #                 break;
+//! #             }
+//! #         }
+//! #         Ok(())
+//! #     }
+//! # }
+//!
+//! fn main() -> std::io::Result<()> {
+//!     let cfg = ServeConfig::new("/mnt/hello");
+//!     // At most 1024 vnodes cached; the closure builds the file system on
+//!     // the layer that `mount_and_serve` made for it.
+//!     mount_and_serve(&cfg, 1024, |layer| {
+//!         let mnt = layer.mount("hello", Arc::new(()));
+//!         Ok(Arc::new(Hello { layer: layer.clone(), mnt }))
+//!     })
+//! }
+//! ```
+//!
 //! # Pieces
 //! - `server.rs`: the fuser `Filesystem` implementation (request ->
 //!   VOP -> reply).
@@ -23,6 +123,8 @@
 //! - `lockwait.rs` and `offload.rs`: requests answered off the request
 //!   loops (lock waits; syncs that wait for a disk), `threads.rs` what
 //!   their threads must not inherit.
+
+#![warn(missing_docs)]
 
 mod answered;
 mod backing;

@@ -59,7 +59,8 @@ impl UringOffer {
 static OFFERED: std::sync::OnceLock<UringOffer> = std::sync::OnceLock::new();
 
 /// Makes FUSE over io_uring available if the kernel has it and this
-/// process may switch it on. Recorded for [`offered`].
+/// process may switch it on. The answer is kept for the statistics that
+/// `uvfs stat` shows.
 pub fn offer_uring() -> UringOffer {
     let o = offer_at(std::path::Path::new(URING_PARAMETER));
     let _ = OFFERED.set(o);

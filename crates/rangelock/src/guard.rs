@@ -85,6 +85,7 @@ impl<'a> WriteGuard<'a> {
         WriteGuard { lock, range, id }
     }
 
+    /// The bytes this guard holds exclusively.
     pub fn range(&self) -> ByteRange {
         self.range
     }

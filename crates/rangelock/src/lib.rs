@@ -9,6 +9,21 @@
 //! form (`*_until`) and a cancellable form (`*_cancellable` with a
 //! [`CancelToken`]); an abandoned wait leaves no trace in the lock.
 //!
+//! ```
+//! use uvfs_rangelock::RangeLock;
+//!
+//! let lock = RangeLock::new();
+//! let reading = lock.read(0..4096);
+//! // Readers share; a writer waits only for ranges it overlaps.
+//! let also_reading = lock.read(0..100);
+//! assert!(lock.try_write(4096..8192).is_some());
+//! assert!(lock.try_write(4000..5000).is_none());
+//! drop(reading);
+//! drop(also_reading);
+//! // A truncate takes the file from its new end to infinity.
+//! let _truncating = lock.write(4000..);
+//! ```
+//!
 //! # Design
 //!
 //! Three mechanisms share the work (see `bias.rs`, `slot.rs` and
@@ -67,6 +82,8 @@
 //!
 //! The lock-free sorted list of Kogan, Dice and Issa (EuroSys 2020) is
 //! patented; this crate does not use a lock-free list at all.
+
+#![warn(missing_docs)]
 
 mod bias;
 mod guard;

@@ -74,7 +74,9 @@ impl Default for RangeLock {
 /// What a snapshot shows of one holder or waiter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Holder {
+    /// The bytes held or waited for.
     pub range: ByteRange,
+    /// Whether the holder reads or writes.
     pub mode: Mode,
     /// How many identical holders this stands for (fast readers share).
     pub count: usize,
@@ -84,7 +86,9 @@ pub struct Holder {
 /// slots without the mutex, so take it while the lock is quiet (tests).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Snapshot {
+    /// Holders that own their range now, fast readers included.
     pub granted: Vec<Holder>,
+    /// Queued requests in the order they will be considered.
     pub waiting: Vec<Holder>,
     /// Writers asleep until a slot's readers leave.
     pub draining: usize,

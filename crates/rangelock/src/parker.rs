@@ -63,6 +63,8 @@ impl Default for CancelToken {
 }
 
 impl CancelToken {
+    /// A token not yet cancelled; pass it to `*_cancellable` waits that
+    /// another thread may need to abandon.
     pub fn new() -> Self {
         CancelToken {
             cancelled: AtomicBool::new(false),
@@ -81,6 +83,7 @@ impl CancelToken {
         }
     }
 
+    /// Whether [`Self::cancel`] was called; a cancelled token stays cancelled.
     pub fn is_cancelled(&self) -> bool {
         self.cancelled.load(SeqCst)
     }

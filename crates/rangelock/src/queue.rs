@@ -23,7 +23,9 @@ use std::collections::VecDeque;
 /// Shared (read) or exclusive (write, truncate).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
+    /// Readers: any number may hold overlapping shared ranges at once.
     Shared,
+    /// Writers and truncates: no other holder may overlap the range.
     Exclusive,
 }
 

@@ -47,6 +47,7 @@ impl ByteRange {
         ByteRange::new(start, start.saturating_add(len))
     }
 
+    /// The first byte of the range.
     #[inline]
     pub const fn start(&self) -> u64 {
         self.start
@@ -58,11 +59,14 @@ impl ByteRange {
         self.end
     }
 
+    /// Whether the range covers no byte; an empty range conflicts with nothing.
     #[inline]
     pub const fn is_empty(&self) -> bool {
         self.start == self.end
     }
 
+    /// Whether the range runs to the end of the file, whatever size the
+    /// file grows to (truncate, append).
     #[inline]
     pub const fn is_unbounded(&self) -> bool {
         self.end == Self::INFINITY

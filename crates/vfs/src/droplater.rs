@@ -16,6 +16,8 @@ use std::sync::Mutex;
 
 type Item = (u64, Box<dyn Send>);
 
+/// A background dropper for values whose drop is slow (large frees, last
+/// closes), bounded by a total weight; see the module notes.
 pub struct DropLater {
     name: &'static str,
     max_pending: u64,

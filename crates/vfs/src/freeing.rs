@@ -10,11 +10,26 @@ pub enum Freeing<'a> {
     /// Removing `name` from `dir`: an unlink, or a rename over it (the
     /// target's last link goes, and with it the file, if nothing holds
     /// it open).
-    Remove { dir: &'a VnodeRef, name: &'a [u8] },
+    Remove {
+        /// The directory the name is removed from.
+        dir: &'a VnodeRef,
+        /// The name removed.
+        name: &'a [u8],
+    },
     /// Cutting `vp` to `size` bytes: a truncate, or an open with
     /// `O_TRUNC` (size 0).
-    Truncate { vp: &'a VnodeRef, size: u64 },
+    Truncate {
+        /// The file cut.
+        vp: &'a VnodeRef,
+        /// Its size afterwards, in bytes.
+        size: u64,
+    },
     /// Releasing open file `fh` of `vp`: the last close of a file already
     /// removed frees it.
-    Release { vp: &'a VnodeRef, fh: Fh },
+    Release {
+        /// The file closed.
+        vp: &'a VnodeRef,
+        /// The handle its open returned.
+        fh: Fh,
+    },
 }

@@ -6,6 +6,120 @@
 //! types it speaks in: [`Errno`], [`Attr`], [`SetAttr`], [`DirEntry`],
 //! [`StatFs`], [`Ctx`] and the flag words, plus the name and permission
 //! checks every file system shares.
+//!
+//! # Walkthrough
+//!
+//! A file system is a type that implements [`FileSystem`]. It names files by
+//! [`VnodeRef`]s, use references into a [`VnodeLayer`] shared with every
+//! other mount of the process: the file system registers once with
+//! [`VnodeLayer::mount`] and answers [`FileSystem::mount`] with the
+//! [`Mount`] it got, and whenever it yields a file (`root`, `lookup`,
+//! `create`, ...) it calls [`VnodeLayer::get`] with the inode number and,
+//! for a vnode not cached yet, a constructor that attaches its per-file
+//! data. The layer keeps those vnodes under its limit, recycles cold ones,
+//! and tells the file system through [`uvfs_vnode::FsHooks`] when one goes.
+//!
+//! Seven methods are required, which is a read-only file system:
+//! [`fs_type`](FileSystem::fs_type), [`mount`](FileSystem::mount),
+//! [`root`](FileSystem::root), [`lookup`](FileSystem::lookup),
+//! [`getattr`](FileSystem::getattr), [`read`](FileSystem::read) and
+//! [`readdir`](FileSystem::readdir). Everything that changes the file
+//! system answers [`Errno::EROFS`] until overridden; the rest has defaults
+//! a simple file system wants. Every operation returns a [`VfsResult`], whose
+//! error is an [`Errno`] the front end hands to the kernel as it is.
+//!
+//! Operations take the caller as a [`Ctx`] (ids a new file is owned by),
+//! speak of attributes as [`Attr`] (and changes to them as [`SetAttr`]),
+//! list directories into a [`DirSink`] one [`DirEntry`] at a time, and name
+//! open files by the [`Fh`] that `open` returned. Permission checks are the
+//! caller's: the FUSE server (`uvfs-fuse`) lets the kernel make them, and
+//! [`check_access`] is there for front ends that cannot.
+//!
+//! The file system below has one directory and one file, and is driven by
+//! hand as a front end would drive it:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use uvfs_vfs::{Attr, Ctx, DirEntry, DirSink, Errno, Fh, FileSystem, VfsResult};
+//! use uvfs_vfs::{Ino, Mount, VType, VnodeLayer, VnodeRef};
+//!
+//! const TEXT: &[u8] = b"hi\n";
+//!
+//! struct OneFile {
+//!     layer: Arc<VnodeLayer>,
+//!     mnt: Arc<Mount>,
+//! }
+//!
+//! impl OneFile {
+//!     fn vnode(&self, ino: Ino) -> VfsResult<VnodeRef> {
+//!         let kind = if ino == 1 { VType::Dir } else { VType::Reg };
+//!         Ok(self.layer.get(&self.mnt, ino, || Ok((kind, Box::new(()))))?)
+//!     }
+//! }
+//!
+//! impl FileSystem for OneFile {
+//!     fn fs_type(&self) -> &'static str {
+//!         "onefile"
+//!     }
+//!     fn mount(&self) -> &Arc<Mount> {
+//!         &self.mnt
+//!     }
+//!     fn root(&self) -> VfsResult<VnodeRef> {
+//!         self.vnode(1)
+//!     }
+//!     fn lookup(&self, _: &Ctx, dir: &VnodeRef, name: &[u8]) -> VfsResult<VnodeRef> {
+//!         match name {
+//!             b"." | b".." => self.vnode(dir.ino()),
+//!             b"hi" => self.vnode(2),
+//!             _ => Err(Errno::ENOENT),
+//!         }
+//!     }
+//!     fn getattr(&self, vp: &VnodeRef) -> VfsResult<Attr> {
+//!         Ok(match vp.ino() {
+//!             1 => Attr::new(1, VType::Dir, 0o555, 0),
+//!             ino => Attr::new(ino, VType::Reg, 0o444, TEXT.len() as u64),
+//!         })
+//!     }
+//!     fn read(&self, _: &VnodeRef, _: Fh, offset: u64, size: u32) -> VfsResult<Vec<u8>> {
+//!         let start = (offset as usize).min(TEXT.len());
+//!         Ok(TEXT[start..(start + size as usize).min(TEXT.len())].to_vec())
+//!     }
+//!     fn readdir(&self, _: &VnodeRef, _: Fh, offset: u64, sink: &mut DirSink<'_>) -> VfsResult<()> {
+//!         let all = [(1, VType::Dir, "."), (1, VType::Dir, ".."), (2, VType::Reg, "hi")];
+//!         for (i, (ino, kind, name)) in all.into_iter().enumerate().skip(offset as usize) {
+//!             // The cookie resumes after this entry; it is never 0.
+//!             if sink(&DirEntry::new(ino, kind, name.as_bytes(), i as u64 + 1)) {
+//!                 break;
+//!             }
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//!
+//! let layer = VnodeLayer::new(Default::default());
+//! let fs = OneFile { mnt: layer.mount("onefile", Arc::new(())), layer };
+//! let ctx = Ctx::new(1000, 1000);
+//!
+//! let root = fs.root()?;
+//! let file = fs.lookup(&ctx, &root, b"hi")?;
+//! assert_eq!(fs.getattr(&file)?.size, 3);
+//! let fh = fs.open(&ctx, &file, libc::O_RDONLY)?;
+//! assert_eq!(fs.read(&file, fh, 0, 4096)?, b"hi\n");
+//! assert_eq!(fs.lookup(&ctx, &root, b"nope").unwrap_err(), Errno::ENOENT);
+//!
+//! let mut names = Vec::new();
+//! fs.readdir(&root, Fh(0), 0, &mut |e| {
+//!     names.push(String::from_utf8_lossy(&e.name).into_owned());
+//!     false
+//! })?;
+//! assert_eq!(names, [".", "..", "hi"]);
+//!
+//! // Changes were not implemented, so they are refused as on a read-only mount.
+//! assert_eq!(fs.mkdir(&ctx, &root, b"d", 0o755).unwrap_err(), Errno::EROFS);
+//! # Ok::<(), Errno>(())
+//! ```
+
+#![warn(missing_docs)]
 
 mod access;
 mod attr;

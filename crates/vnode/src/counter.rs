@@ -65,6 +65,9 @@ pub struct DistCounter {
 }
 
 impl DistCounter {
+    /// A counter at zero whose cells each fold into the global value once
+    /// their delta passes `slop` (at least 1): a larger slop makes updates
+    /// cheaper and [`Self::approx`] coarser.
     pub fn new(slop: usize) -> Self {
         DistCounter {
             global: CachePadded::new(AtomicIsize::new(0)),
@@ -130,16 +133,20 @@ impl Default for StatCounter {
 }
 
 impl StatCounter {
+    /// Adds `n` to the calling thread's cell.
     #[inline]
     pub fn add(&self, n: u64) {
         self.cells[thread_slot()].fetch_add(n, Ordering::Relaxed);
     }
 
+    /// Counts one event.
     #[inline]
     pub fn inc(&self) {
         self.add(1);
     }
 
+    /// The total over every cell; updates racing the read may or may not
+    /// be included.
     pub fn get(&self) -> u64 {
         self.cells.iter().map(|c| c.load(Ordering::Relaxed)).sum()
     }

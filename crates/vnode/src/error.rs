@@ -11,7 +11,10 @@ pub enum Error {
     MountGone,
     /// Unmount refused: this many vnodes of the mount are still in use or
     /// held. Nothing was torn down beyond the free vnodes.
-    Busy { busy: usize },
+    Busy {
+        /// Vnodes of the mount with a use or hold reference left.
+        busy: usize,
+    },
     /// The file system's constructor failed with this errno; no cache entry
     /// was left behind and every waiter got the same errno.
     Errno(i32),

@@ -13,13 +13,21 @@ pub struct MountId(pub u32);
 #[derive(Copy, Clone, Eq, PartialEq, Hash, Debug)]
 #[repr(u8)]
 pub enum VType {
+    /// Not yet known: the vnode is still being constructed.
     Non = 0,
+    /// A regular file.
     Reg = 1,
+    /// A directory.
     Dir = 2,
+    /// A symbolic link.
     Lnk = 3,
+    /// A character device.
     Chr = 4,
+    /// A block device.
     Blk = 5,
+    /// A named pipe.
     Fifo = 6,
+    /// A Unix-domain socket.
     Sock = 7,
 }
 

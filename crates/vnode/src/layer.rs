@@ -106,10 +106,13 @@ impl VnodeLayer {
         &self.shared
     }
 
+    /// The configuration the layer was built with.
     pub fn config(&self) -> &Config {
         &self.shared.cfg
     }
 
+    /// The layer's name cache, shared by every mount: (directory, name) ->
+    /// vnode, purged when a vnode is recycled.
     pub fn namecache(&self) -> &NameCache {
         &self.nc
     }

@@ -64,10 +64,13 @@ impl Mount {
         }
     }
 
+    /// The mount's number: unique in its layer for the layer's life, so it
+    /// can name the mount where a reference would keep it alive.
     pub fn id(&self) -> MountId {
         self.id
     }
 
+    /// The file system type given to [`VnodeLayer::mount`](crate::VnodeLayer::mount), for statistics and logs.
     pub fn fs_type(&self) -> &str {
         &self.fs_type
     }
@@ -82,6 +85,8 @@ impl Mount {
         self.free.len()
     }
 
+    /// Whether unmount has begun: from then on `get` on this mount fails
+    /// with [`Error::MountGone`](crate::Error::MountGone).
     pub fn is_unmounted(&self) -> bool {
         self.gone.load(Ordering::Acquire)
     }

@@ -5,36 +5,67 @@
 /// since the layer was created.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
+    /// Vnodes in existence (`vfs.numvnodes`), free or in use.
     pub numvnodes: u64,
+    /// Vnodes on a free list, which an allocation over the limit may recycle (`vfs.freevnodes`).
     pub freevnodes: u64,
+    /// The vnode limit that allocation and the reclaimer steer towards (`vfs.desiredvnodes`).
     pub limit: u64,
+    /// How far the distributed vnode count may read above the limit before a fold makes it exact.
     pub count_slop: u64,
+    /// Vnodes allocated: one per `get` that missed the cache and built a vnode.
     pub allocations: u64,
+    /// Vnodes torn down by any path: direct, reclaimer, prune, unmount, or freed with `recycle_when_free`.
     pub recycles: u64,
+    /// Vnodes recycled by an allocating thread that found the layer at its limit.
     pub direct_recycles: u64,
+    /// Vnodes recycled by the background reclaimer (`vfs.vnode.vnlru.recycles`).
     pub reclaimer_recycles: u64,
+    /// Allocations that slept waiting for the reclaimer: always 0, since allocation here never sleeps; kept so FreeBSD-minded readers find the counter they look for.
     pub alloc_waits: u64,
+    /// Allocations that went over the limit because no vnode was free to recycle.
     pub alloc_overcommits: u64,
+    /// Times the background reclaimer woke up to look for work.
     pub reclaimer_wakeups: u64,
+    /// Times the reclaimer was rung because the count stood over the limit with nothing free to recycle.
     pub reclaimer_kicks: u64,
+    /// Calls to [`VnodeLayer::prune`](crate::VnodeLayer::prune).
     pub prune_calls: u64,
+    /// Vnodes a per-mount prune examined; close to `prune_recycled` because lists are per mount.
     pub prune_attempts: u64,
+    /// Vnodes a per-mount prune recycled.
     pub prune_recycled: u64,
+    /// Free-list entries any reclaim path examined.
     pub free_attempts: u64,
+    /// Examined vnodes passed over because they had just gained a reference.
     pub skip_raced: u64,
+    /// Examined vnodes passed over because held: always 0, since free lists hold no held vnode (FreeBSD's global list does).
     pub skip_held: u64,
+    /// Examined vnodes of another mount: always 0, since free lists are per mount (FreeBSD's is global).
     pub skip_foreign: u64,
+    /// Lookups that found a doomed vnode in the cache and built a fresh one in its place.
     pub lookup_doomed: u64,
+    /// Lookups that waited for another thread to finish constructing the same vnode.
     pub construct_waits: u64,
+    /// Constructions whose file-system hook failed, leaving no cache entry.
     pub construct_failed: u64,
+    /// File systems mounted in the layer now.
     pub mounts: u64,
+    /// Entries in the name cache now.
     pub nc_entries: u64,
+    /// The name cache's entry limit, past which it evicts its least recently used entries.
     pub nc_limit: u64,
+    /// Name-cache lookups that found a vnode.
     pub nc_hits: u64,
+    /// Name-cache lookups that found nothing, so the file system was asked.
     pub nc_misses: u64,
+    /// Name-cache lookups that found a cached "no such name".
     pub nc_neg_hits: u64,
+    /// Name-cache entries added.
     pub nc_enters: u64,
+    /// Name-cache entries evicted to stay under the limit.
     pub nc_evictions: u64,
+    /// Name-cache entries dropped because a vnode they name or sit under was recycled.
     pub nc_purges: u64,
 }
 

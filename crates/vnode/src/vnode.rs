@@ -79,10 +79,12 @@ impl Vnode {
         }
     }
 
+    /// The inode number this vnode was looked up by in its mount.
     pub fn ino(&self) -> Ino {
         self.ino
     }
 
+    /// The mount this vnode belongs to.
     pub fn mount_id(&self) -> MountId {
         self.mount.id()
     }
@@ -92,6 +94,8 @@ impl Vnode {
         self.mount.fs_type()
     }
 
+    /// The kind of file, as the constructor set it; [`VType::Non`] until
+    /// construction finishes.
     pub fn vtype(&self) -> VType {
         VType::from_u8(self.vtype.load(Ordering::Acquire))
     }
@@ -127,10 +131,14 @@ impl Vnode {
         self.refs.load() & DOOMED != 0
     }
 
+    /// Active users ([`VnodeRef`]s) now; a vnode with users is never free.
     pub fn use_count(&self) -> u32 {
         refs::uses(self.refs.load())
     }
 
+    /// Holds now: [`HoldRef`]s, the name cache's one on a directory with
+    /// entries, one for all external references. A held vnode is never
+    /// recycled.
     pub fn hold_count(&self) -> u32 {
         refs::holds(self.refs.load())
     }
@@ -364,6 +372,8 @@ impl HoldRef {
         }
     }
 
+    /// The held vnode, for reading its identity and counts; use
+    /// [`HoldRef::get`] to act on it as a user.
     pub fn vnode(&self) -> &Vnode {
         &self.vp
     }

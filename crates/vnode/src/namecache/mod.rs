@@ -425,6 +425,7 @@ impl NameCache {
         self.shards.iter().map(|s| s.lock().len()).sum()
     }
 
+    /// Whether no entry is cached (locks every shard).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
