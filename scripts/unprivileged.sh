@@ -25,7 +25,8 @@
 #   3. refusals that say why: allow_other without user_allow_other in
 #      /etc/fuse.conf, and /dev/fuse at 0600;
 #   4. root reading (`uvfs stat`) and unmounting (`uvfs umount`) a mount
-#      of the user's.
+#      of the user's; the user mounting and unmounting a line of fstab
+#      marked `user` with mount(8) and umount(8).
 # Any failed step fails the script. Needs root, unshare, runuser,
 # fusermount3 setuid root (Debian: fuse3), pjdfstest and fsx
 # (scripts/install-deps.sh).
@@ -158,7 +159,9 @@ PY
     else
         fail "fusermount3 -u of memfs"
     fi
-    for _ in $(seq 1 100); do uvfs stat "$H/m" >/dev/null 2>&1 || break; sleep 0.05; done
+    # The server removes its socket as it exits: wait for that (a `uvfs
+    # stat` that fails may only have timed out on a loaded machine).
+    for _ in $(seq 1 200); do [ -n "$sock" ] && [ -e "$sock" ] || break; sleep 0.05; done
     if uvfs stat "$H/m" >/dev/null 2>&1; then fail "the memfs server still answers after unmount"; else pass "the memfs server exited"; fi
     [ -n "$sock" ] && [ ! -e "$sock" ] && pass "its control socket is gone" || fail "control socket $sock left behind"
 
@@ -218,9 +221,9 @@ PY
     else
         fail "passthrough fsx"
     fi
-    # Found without XDG_RUNTIME_DIR too? No: a server started with it is
-    # looked for in the same place; `uvfs umount` needs no socket.
-    if uvfs umount "$H/p" && ! mountline "$H/p" >/dev/null; then
+    # From the same session (XDG_RUNTIME_DIR set), `uvfs umount` finds the
+    # server's socket and waits for it to exit.
+    if XDG_RUNTIME_DIR="$H/xdg" uvfs umount "$H/p" && ! mountline "$H/p" >/dev/null; then
         pass "uvfs umount unmounts the passthrough"
     else
         fail "uvfs umount of the passthrough"
@@ -275,6 +278,36 @@ if [ "${1:-}" = --in-namespace ]; then
         fi
     else
         echo "FAIL: the user's memfs mount for root's checks"; fails=1
+    fi
+    rmdir "$m"
+    # A line of /etc/fstab with `user`: the user mounts and unmounts it
+    # with mount(8) and umount(8), which run /sbin/mount.uvfs as the user
+    # (links put there by an overlay over this namespace's /sbin, and this
+    # namespace's own /etc/fstab).
+    mkdir "$STAGE/sbin"
+    ln -s "$STAGE/bin/uvfs" "$STAGE/sbin/mount.uvfs"
+    sbin=$(readlink -f /sbin)
+    m=$(runuser -u "$USER_NAME" -- mktemp -d /tmp/uvfs-unpriv-fstab.XXXXXX)
+    { cat /etc/fstab 2>/dev/null; echo "scratch-u $m uvfs user,noauto,fs=memfs,size=10m 0 0"; } > "$STAGE/fstab"
+    if [ ! -f /etc/fstab ]; then
+        echo "SKIP: fstab user mount: no /etc/fstab to stand in for"
+    elif mount -t overlay uvfs-unpriv-sbin -o "lowerdir=$STAGE/sbin:$sbin" "$sbin" &&
+        mount --bind "$STAGE/fstab" /etc/fstab; then
+        if runuser -u "$USER_NAME" -- mount "$m" &&
+            grep -q " $m .* fuse.uvfs scratch-u .*user_id=$(id -u "$USER_NAME")," /proc/self/mountinfo &&
+            runuser -u "$USER_NAME" -- sh -c "echo fstab > $m/f && [ \"\$(cat $m/f)\" = fstab ]"; then
+            echo "PASS: fstab user mount: $(grep " $m " /proc/self/mountinfo | cut -d' ' -f5-)"
+        else
+            echo "FAIL: fstab user mount of $m"; fails=1
+        fi
+        if runuser -u "$USER_NAME" -- umount "$m" && ! grep -q " $m " /proc/self/mountinfo; then
+            echo "PASS: fstab user umount"
+        else
+            echo "FAIL: fstab user umount"; fails=1
+            umount -l "$m" 2>/dev/null
+        fi
+    else
+        echo "FAIL: could not stage /sbin/mount.uvfs and /etc/fstab in the namespace"; fails=1
     fi
     rmdir "$m"
     # /dev/fuse as many systems have it for root only: the error must say
