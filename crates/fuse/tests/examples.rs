@@ -313,21 +313,34 @@ fn tar_refuses_what_is_not_an_archive() {
     };
     let junk = dir.join("junk.tar");
     fs::write(&junk, vec![b'x'; 2000]).unwrap();
+    let dangling = dir.join("dangling.tar");
+    let mut b = tar::Builder::new(fs::File::create(&dangling).unwrap());
+    add_link(&mut b, tar::EntryType::Link, "a/hard", "nowhere");
+    b.into_inner().unwrap();
     let mnt = dir.join("mnt");
     fs::create_dir_all(&mnt).unwrap();
-    for archive in [junk, dir.join("missing.tar")] {
-        let out = Command::new(example("tar"))
-            .arg(&archive)
-            .arg(&mnt)
-            .output()
-            .unwrap();
+    let run = |args: &[&std::ffi::OsStr]| Command::new(example("tar")).args(args).output().unwrap();
+    for (archive, says) in [
+        (&junk, ""),
+        (&dir.join("missing.tar"), "No such file"),
+        (&dangling, "a/hard: hard link to nowhere"),
+    ] {
+        let out = run(&[archive.as_os_str(), mnt.as_os_str()]);
         assert_eq!(out.status.code(), Some(1), "{archive:?}: {out:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
             err.starts_with(&format!("tar: {}: ", archive.display())),
             "{err}"
         );
+        assert!(err.contains(says), "{err}");
         assert!(!mounted(&mnt));
     }
+    let out = run(&[
+        junk.as_os_str(),
+        mnt.as_os_str(),
+        "--vnodes".as_ref(),
+        "0".as_ref(),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
     let _ = fs::remove_dir_all(&dir);
 }

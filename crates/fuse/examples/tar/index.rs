@@ -202,7 +202,8 @@ impl Builder {
         let (parent, name) = self
             .parent_of(path, mtime)?
             .ok_or_else(|| invalid("a hard link cannot be the root".into()))?;
-        self.nodes[node as usize].nlink += 1;
+        let links = &mut self.nodes[node as usize].nlink;
+        *links = links.saturating_add(1);
         self.children.insert((parent, Box::from(name)), node);
         Ok(())
     }
@@ -252,8 +253,12 @@ impl Builder {
         } = self;
         let mut names = Vec::with_capacity(children.len());
         for ((parent, name), node) in children {
-            let off = u32::try_from(arena.len()).map_err(|_| invalid("names too long".into()))?;
+            let off = arena.len() as u32;
             arena.extend_from_slice(&name);
+            // Offsets and ends of names must fit the u32s of a `Name`.
+            if u32::try_from(arena.len()).is_err() {
+                return Err(invalid("names too long".into()));
+            }
             names.push(Name {
                 parent,
                 node,
