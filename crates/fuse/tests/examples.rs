@@ -295,8 +295,8 @@ fn tar_walks_many_entries_within_its_vnode_limit() {
     assert!(n("vfs.vnode.stats.recycles") > files as u64 - LIMIT, "{c}");
     // The kernel holds every node it was handed until the server has it
     // forget cold ones, so a directory listing in flight can take the
-    // count past the limit for a moment; it stays near it, a fortieth of
-    // what the walk saw.
+    // count past the limit for a moment; it stays near it, far below the
+    // entries walked.
     assert!(n("fuse.evict.max_vnodes") <= LIMIT + LIMIT / 4, "{c}");
     wait_for("the vnode count back within the limit", || {
         let r = uvfs_fuse::query(&served.mnt, false).unwrap();
