@@ -127,6 +127,7 @@ fetch_go() {
         (cd / && GOTOOLCHAIN=local GOMODCACHE="$cache" GOFLAGS=-modcacherw \
             "$old" mod download "$mod") >&2 || return 1
         chmod -R u+w "$dir" && chmod a+x "$dir"/bin/* "$dir"/pkg/tool/*/* || return 1
+        rm -rf "$cache/cache" # the downloaded zip, unpacked in $dir
     fi
     echo "$dir/bin/go"
 }
