@@ -19,16 +19,20 @@
 # Idempotent: a peer whose binary is newer than its sources is left alone,
 # so a second run takes well under a second. Needs cc, pkg-config and
 # libfuse3-dev (scripts/install-deps.sh installs them) for passthrough_ll,
-# cargo and crates.io for fbr-passthrough, Go 1.21 or later (`go` on PATH,
-# else /usr/local/go/bin/go; install-deps.sh installs Debian's golang-go
-# where there is none) for gofuse-loopback. Exits non-zero if a requested
-# peer cannot be built, after trying every one.
+# cargo and crates.io for fbr-passthrough, and for gofuse-loopback a go
+# command (on PATH, else /usr/local/go/bin/go; install-deps.sh installs
+# Debian's golang-go where there is none): where it is older than the
+# peer's go.mod asks, Go $UVFS_GO_TOOLCHAIN (default go1.27.3) is
+# downloaded through the Go module proxy into $OUT/go-toolchain once.
+# Exits non-zero if a requested peer cannot be built, after trying every one.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 OUT="$CARGO_TARGET_DIR/peers"
 LL_SRC_DIR=${LL_SRC_DIR:-/usr/share/doc/libfuse3-dev/examples}
+# The Go release fetched when the system's Go is too old for gofuse-loopback.
+GO_TOOLCHAIN=${UVFS_GO_TOOLCHAIN:-go1.27.3}
 mkdir -p "$OUT" || exit 1
 
 # True when $1 exists and no later argument is newer than it.
@@ -98,8 +102,38 @@ find_go() {
     fi
 }
 
+# True when dotted version $1 is at least $2.
+version_ge() {
+    [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]
+}
+
+# A Go of $GO_TOOLCHAIN's release, for when the system's is older than the
+# peer's go.mod asks (Debian 12 ships 1.19). The Go module proxy serves
+# each Go release as the module golang.org/toolchain; any go command, also
+# one from before GOTOOLCHAIN existed, downloads it through the proxy set
+# in `go env GOPROXY` and checks it against the checksum database like any
+# module. It goes into a module cache of its own under $OUT, made
+# executable as the go command does when it switches toolchains itself.
+# Prints the new go's path.
+fetch_go() {
+    local old=$1 cache="$OUT/go-toolchain" os arch mod dir
+    os=$(GOTOOLCHAIN=local "$old" env GOHOSTOS) || return 1
+    arch=$(GOTOOLCHAIN=local "$old" env GOHOSTARCH) || return 1
+    mod="golang.org/toolchain@v0.0.1-$GO_TOOLCHAIN.$os-$arch"
+    dir="$cache/$mod"
+    if [ ! -x "$dir/bin/go" ]; then
+        echo "build-peers: downloading Go $GO_TOOLCHAIN (module $mod, about 80 MB)" >&2
+        # Outside any module, so no go.mod is read or changed.
+        (cd / && GOTOOLCHAIN=local GOMODCACHE="$cache" GOFLAGS=-modcacherw \
+            "$old" mod download "$mod") >&2 || return 1
+        chmod -R u+w "$dir" && chmod a+x "$dir"/bin/* "$dir"/pkg/tool/*/* || return 1
+        rm -rf "$cache/cache" # the downloaded zip, unpacked in $dir
+    fi
+    echo "$dir/bin/go"
+}
+
 build_gofuse() {
-    local dir="$ROOT/peers/gofuse-loopback" bin="$OUT/gofuse-loopback" go ver
+    local dir="$ROOT/peers/gofuse-loopback" bin="$OUT/gofuse-loopback" go ver need
     if up_to_date "$bin" "$dir/main.go" "$dir/go.mod" "$dir/go.sum" "$0"; then
         echo "build-peers: gofuse-loopback up to date ($bin)"
         return 0
@@ -108,16 +142,18 @@ build_gofuse() {
         echo "build-peers: no go command (apt-get install golang-go)" >&2
         return 1
     }
-    # go-fuse needs Go 1.21 (min, max, clear); an older go would fail deep
-    # in its sources, so say it plainly. GOTOOLCHAIN=local: never fetch a
-    # newer toolchain behind our back.
+    # GOTOOLCHAIN=local: the go command never switches toolchains by
+    # itself here; an older one is replaced by fetch_go, in the open.
+    need=$(sed -n 's/^go \([0-9.]*\).*/\1/p' "$dir/go.mod")
     ver=$(GOTOOLCHAIN=local "$go" env GOVERSION 2>/dev/null) || ver=""
-    case "$ver" in
-        go1.1[0-9]* | go1.[0-9] | go1.[0-9].* | go1.20*)
-            echo "build-peers: $go is $ver; gofuse-loopback needs Go 1.21 or later" >&2
+    if ! version_ge "${ver#go}" "$need"; then
+        echo "build-peers: $go is ${ver:-of unknown version}; gofuse-loopback needs Go $need or later" >&2
+        go=$(fetch_go "$go") || {
+            echo "build-peers: could not download Go $GO_TOOLCHAIN; install Go $need or later" >&2
             return 1
-            ;;
-    esac
+        }
+        ver=$(GOTOOLCHAIN=local "$go" env GOVERSION) || return 1
+    fi
     (cd "$dir" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly "$go" build -trimpath -o "$bin.tmp" .) || return 1
     mv "$bin.tmp" "$bin"
     echo "build-peers: built $bin ($ver)"

@@ -9,8 +9,10 @@
 #   Debian:  fuse3 libfuse3-dev libacl1-dev stress-ng pkg-config, git sqlite3
 #            (what `uvfs bench devwork` runs on each file system), librsvg2-bin
 #            (rsvg-convert, for the chart render test), and
-#            golang-go where no Go is installed (for the go-fuse peer; it
-#            needs Go 1.21+, so Debian 12's 1.19 leaves that peer unbuilt)
+#            golang-go where no Go is installed (for the go-fuse peer;
+#            where that Go is older than the peer asks, as Debian 12's 1.19
+#            is, build-peers.sh downloads a newer one through the Go
+#            module proxy)
 #   rustup:  rustfmt, clippy (stable)
 #   cargo:   pjdfstest 0.2.x, fsx 0.3.x   (cargo install --locked)
 #   users:   "tests", the dummy user pjdfstest switches to besides "nobody"

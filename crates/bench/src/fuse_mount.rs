@@ -683,7 +683,9 @@ mod tests {
         assert!(mountinfo_has(text, Path::new("/mnt/a b")));
         assert!(mountinfo_has(text, Path::new("/tmp/uvfs-bench-1-memfs")));
         assert!(!mountinfo_has(text, Path::new("/tmp")));
-        assert!(is_mounted(Path::new("/")).unwrap());
+        // /proc, not /: in a chroot the root is a plain directory, and
+        // this function reads /proc, so /proc is mounted wherever it works.
+        assert!(is_mounted(Path::new("/proc")).unwrap());
     }
 
     #[test]

@@ -23,6 +23,9 @@ pub const DEBIAN_PACKAGES: [(&str, &str); 5] = [
 
 /// Whether a Go toolchain is there (on PATH or where the official tarball
 /// puts it); Debian's golang-go is added to the packages when it is not.
+/// Its version is not checked here: scripts/build-peers.sh downloads a
+/// newer Go through that go command when it is older than the go-fuse
+/// peer asks.
 fn has_go() -> bool {
     Path::new("/usr/local/go/bin/go").is_file()
         || Command::new("go")
@@ -78,7 +81,7 @@ pub fn prepare() -> Vec<String> {
     if !debian {
         let names: Vec<&str> = DEBIAN_PACKAGES.iter().map(|p| p.0).collect();
         problems.push(format!(
-            "not a Debian system: install the equivalents of {} and Go 1.21+ yourself",
+            "not a Debian system: install the equivalents of {} and Go 1.22+ yourself",
             names.join(", ")
         ));
     } else {

@@ -381,7 +381,7 @@ impl Node {
         // Never below zero, even if release were called twice.
         let before = self
             .opens
-            .fetch_update(Ordering::SeqCst, Ordering::Relaxed, |n| n.checked_sub(1));
+            .try_update(Ordering::SeqCst, Ordering::Relaxed, |n| n.checked_sub(1));
         if before == Ok(1) && self.unlinked.swap(false, Ordering::SeqCst) {
             let _ = self.uncache_unlinked();
         }

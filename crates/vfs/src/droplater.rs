@@ -46,7 +46,7 @@ impl DropLater {
     /// Takes `weight` of the room, if there is that much.
     pub fn reserve(&self, weight: u64) -> bool {
         self.pending
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| {
+            .try_update(Ordering::AcqRel, Ordering::Acquire, |p| {
                 (p + weight <= self.max_pending).then_some(p + weight)
             })
             .is_ok()
