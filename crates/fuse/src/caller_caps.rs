@@ -59,8 +59,7 @@ mod tests {
 
     #[test]
     fn this_threads_own_capabilities_are_read() {
-        // SAFETY: gettid has no arguments and cannot fail.
-        let tid = unsafe { libc::gettid() } as u32;
+        let tid = rustix::thread::gettid().as_raw_nonzero().get() as u32;
         let own = std::fs::read_to_string("/proc/thread-self/status").unwrap();
         let eff = effective_caps(&own).unwrap();
         let want = eff & (1 << CAP_LINUX_IMMUTABLE) != 0;

@@ -16,10 +16,10 @@
 //! unmounts instead (`fusermount.rs`), and the session gets the fd it
 //! sends: the same guards hold.
 
-use std::ffi::CString;
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::fs::{Mode, OFlags};
 use rustix::mount::{MountFlags, UnmountFlags};
+use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
@@ -135,7 +135,13 @@ pub fn mount(
     }
     // `fuse.uvfs`: findmnt and mount(8) show (and look for a
     // `mount.fuse.uvfs` helper for) uvfs, not any FUSE server.
-    let rc = rustix::mount::mount(source.as_c_str(), mp.as_c_str(), c"fuse.uvfs", mflags, opts.as_c_str());
+    let rc = rustix::mount::mount(
+        source.as_c_str(),
+        mp.as_c_str(),
+        c"fuse.uvfs",
+        mflags,
+        opts.as_c_str(),
+    );
     let (dev, helper) = if let Err(e) = rc {
         let e = std::io::Error::from(e);
         if e.raw_os_error() != Some(libc::EPERM) {

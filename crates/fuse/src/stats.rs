@@ -390,9 +390,7 @@ fn process_rss_bytes() -> u64 {
         .nth(1)
         .and_then(|f| f.parse().ok())
         .unwrap_or(0);
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    pages * u64::try_from(page).unwrap_or(0)
+    pages * rustix::param::page_size() as u64
 }
 
 /// The report as `name value  # description` lines for people.

@@ -8,8 +8,8 @@
 use crate::creds::AsCaller;
 use crate::fs::PassthroughFs;
 use crate::sys;
-use rustix::fs::{AtFlags, Gid, Mode, Timestamps, Uid};
 use rustix::event::Timespec;
+use rustix::fs::{AtFlags, Gid, Mode, Timestamps, Uid};
 use std::os::fd::AsFd;
 use uvfs_vfs::{
     killed_suidgid, Attr, Ctx, Errno, SetAttr, SetTime, StatFs, VType, VfsResult, VnodeRef,
@@ -51,7 +51,10 @@ impl PassthroughFs {
             let perm = u32::from(st.stx_mode) & 0o7777;
             let kept = killed_suidgid(perm, st.stx_gid, ctx);
             if kept != perm && set.mode.is_none() {
-                rustix::fs::chmod(sys::proc_path(fd.as_fd()).as_c_str(), Mode::from_raw_mode(kept))?;
+                rustix::fs::chmod(
+                    sys::proc_path(fd.as_fd()).as_c_str(),
+                    Mode::from_raw_mode(kept),
+                )?;
             }
         }
         // Ownership first: chown clears set-uid bits that a mode given in
@@ -116,8 +119,9 @@ impl PassthroughFs {
         let n = sys::cstr(name)?;
         let fd = self.fd_of(&self.node_of(vp)?)?;
         let p = sys::proc_path(fd.as_fd());
-        let r = self.xattr_read(|buf: &mut [u8]| {
-            rustix::fs::getxattr(p.as_c_str(), n.as_c_str(), buf)
+        let r = self.xattr_read(|buf: &mut [u8]| match buf.is_empty() {
+            true => rustix::fs::getxattr_query(p.as_c_str(), n.as_c_str()),
+            false => rustix::fs::getxattr(p.as_c_str(), n.as_c_str(), buf),
         });
         match r {
             // A source without ACL support has no ACLs: the kernel, which
@@ -130,8 +134,9 @@ impl PassthroughFs {
     pub(crate) fn do_listxattr(&self, vp: &VnodeRef) -> VfsResult<Vec<u8>> {
         let fd = self.fd_of(&self.node_of(vp)?)?;
         let p = sys::proc_path(fd.as_fd());
-        self.xattr_read(|buf: &mut [u8]| {
-            rustix::fs::listxattr(p.as_c_str(), buf)
+        self.xattr_read(|buf: &mut [u8]| match buf.is_empty() {
+            true => rustix::fs::listxattr_query(p.as_c_str()),
+            false => rustix::fs::listxattr(p.as_c_str(), buf),
         })
     }
 
@@ -176,7 +181,12 @@ impl PassthroughFs {
             None
         };
         let flags = rustix::fs::XattrFlags::from_bits_retain(flags.0 as u32);
-        Ok(rustix::fs::setxattr(p.as_c_str(), n.as_c_str(), value, flags)?)
+        Ok(rustix::fs::setxattr(
+            p.as_c_str(),
+            n.as_c_str(),
+            value,
+            flags,
+        )?)
     }
 
     pub(crate) fn do_removexattr(&self, vp: &VnodeRef, name: &[u8]) -> VfsResult<()> {

@@ -23,13 +23,13 @@
 //! A name that vanished between listing and lookup is skipped, as if the
 //! scan had come after.
 
-use std::os::fd::{AsFd, BorrowedFd};
 use crate::fs::{probe, PassthroughFs, Probe};
 use crate::node::Node;
 use crate::open::OpenFile;
 use crate::sys;
 use rayon::prelude::*;
 use std::ffi::CString;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

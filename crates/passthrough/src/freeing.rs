@@ -11,12 +11,12 @@
 //! beforehand, from the blocks the file has: cheap next to the request,
 //! and asked only on io_uring queues.
 
-use std::os::fd::AsFd;
 use crate::closer::CLOSER;
 use crate::fs::PassthroughFs;
 use crate::sys;
-use std::ffi::CStr;
 use rustix::fs::{Mode, OFlags};
+use std::ffi::CStr;
+use std::os::fd::AsFd;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use uvfs_vfs::Freeing;
@@ -46,7 +46,12 @@ impl PassthroughFs {
     /// large file: an `O_PATH` fd of it, to be held across the removal and
     /// given to [`close_held`](Self::close_held) after it (`closer.rs`
     /// says why). None for anything else, or when the closer has no room.
-    pub(crate) fn hold_large(&self, dfd: BorrowedFd<'_>, name: &CStr, st: &crate::sys::Statx) -> Option<OwnedFd> {
+    pub(crate) fn hold_large(
+        &self,
+        dfd: BorrowedFd<'_>,
+        name: &CStr,
+        st: &crate::sys::Statx,
+    ) -> Option<OwnedFd> {
         if !last_link_of_large(st) || !CLOSER.reserve(1) {
             return None;
         }
@@ -79,7 +84,8 @@ impl PassthroughFs {
                     return false;
                 };
                 // Its last link: nothing else names the file.
-                return sys::statx_at(dfd.as_fd(), &cname, rustix::fs::AtFlags::empty()).is_ok_and(|st| last_link_of_large(&st));
+                return sys::statx_at(dfd.as_fd(), &cname, rustix::fs::AtFlags::empty())
+                    .is_ok_and(|st| last_link_of_large(&st));
             }
             Freeing::Truncate { vp, size } => {
                 let Ok(node) = self.node_of(vp) else {

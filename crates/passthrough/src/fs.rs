@@ -19,7 +19,6 @@
 //! new file, so the new file gets an alias id instead (`inodes.rs`) and
 //! the old node, keeping its handle, answers `ESTALE`.
 
-use std::os::fd::{AsFd, BorrowedFd};
 use crate::creds::AsCaller;
 use crate::fdpool::{Fd, FdPool, Reservation};
 use crate::handle::{Handle, HandleOpener};
@@ -29,6 +28,7 @@ use crate::open::OpenTable;
 use crate::sys;
 use std::ffi::CStr;
 use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -677,8 +677,7 @@ impl PassthroughFs {
             return mode;
         }
         let p = sys::proc_path(dfd);
-        // A buffer of length 0 asks for the value's size only.
-        let n = rustix::fs::getxattr(p.as_c_str(), c"system.posix_acl_default", &mut [0u8; 0]);
+        let n = rustix::fs::getxattr_query(p.as_c_str(), c"system.posix_acl_default");
         if n.is_ok_and(|n| n > 0) {
             mode
         } else {

@@ -27,8 +27,8 @@
 //! Sources on such file systems use the parent-and-name fallback for
 //! every node ([`HandleOpener::new`]).
 
-use std::os::fd::AsFd;
 use crate::sys;
+use std::os::fd::AsFd;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use uvfs_vfs::{Errno, VfsResult};
 

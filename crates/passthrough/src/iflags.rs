@@ -12,13 +12,9 @@
 //! `EOPNOTSUPP`, as on a file system without DAX. A source file that has
 //! it shows it.
 
-
 use crate::fs::PassthroughFs;
 use crate::sys;
-use uvfs_vfs::{
-    Errno, Fh, FsXattr, VfsResult, FS_DAX_FL, FS_IOC_FSGETXATTR, FS_IOC_FSSETXATTR,
-
-};
+use uvfs_vfs::{Errno, Fh, FsXattr, VfsResult, FS_DAX_FL, FS_IOC_FSGETXATTR, FS_IOC_FSSETXATTR};
 
 impl PassthroughFs {
     pub(crate) fn do_get_flags(&self, fh: Fh) -> VfsResult<u32> {

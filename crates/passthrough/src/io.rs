@@ -6,12 +6,12 @@
 //! server opens as root (the kernel has checked the caller's access), with
 //! the caller's flags minus those that only make sense to the kernel.
 
-use std::os::fd::AsFd;
 use crate::creds::AsCaller;
 use crate::fs::PassthroughFs;
 use crate::open::OpenFile;
 use crate::sys;
 use rustix::fs::SeekFrom;
+use std::os::fd::AsFd;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use uvfs_vfs::{Ctx, Errno, FallocMode, Fh, SetAttr, VType, VfsResult, VnodeRef, O_KILL_SUIDGID};

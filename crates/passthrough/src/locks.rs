@@ -35,14 +35,14 @@
 //! retries a waiting request (SETLKW) off its request loops, so a lock held
 //! for an hour ties up no thread, and a signal can interrupt the wait.
 
-use rustix::fs::FlockOperation;
-use std::os::fd::AsFd;
 use crate::fdpool::Fd;
 use crate::fs::PassthroughFs;
 use crate::node::Node;
 use crate::sys;
 use parking_lot::Mutex;
+use rustix::fs::FlockOperation;
 use std::collections::HashMap;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use uvfs_vfs::{Errno, Fh, FileLock, Ino, VfsResult, VnodeRef, LOCK_TO_EOF};
 

@@ -11,11 +11,11 @@
 //! a reopen that finds the wrong file answers `ESTALE`, never the wrong
 //! file.
 
-use rustix::fs::{AtFlags, FileType, Mode};
-use std::os::fd::AsFd;
 use crate::fs::PassthroughFs;
 use crate::node::Node;
 use crate::sys;
+use rustix::fs::{AtFlags, FileType, Mode};
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use uvfs_vfs::{check_name, is_dot_or_dotdot, Ctx, Errno, RenameFlags, VType, VfsResult, VnodeRef};
 

@@ -38,12 +38,12 @@
 //! thread moves past that directory (the server is looking it up now). If
 //! it is warming that very directory, it stops.
 
-use std::os::fd::AsFd;
 use crate::fdpool::FdPool;
 use crate::node::Node;
 use crate::sys;
 use parking_lot::{Condvar, Mutex};
 use std::ffi::CString;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 

@@ -15,10 +15,10 @@
 //! exact inode the fd refers to, not a path that can be swapped) where it
 //! does not (reopening for I/O, `chmod`, `truncate`, xattrs).
 
-use std::ffi::{CStr, CString};
-use std::io;
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags, StatxFlags};
 use rustix::io::ReadWriteFlags;
+use std::ffi::{CStr, CString};
+use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use uvfs_vfs::{Errno, VfsResult};
@@ -104,7 +104,12 @@ pub(crate) fn open_beneath(
             }
         }
     }
-    Ok(rustix::fs::openat(dirfd, name, flags | OFlags::NOFOLLOW, mode)?)
+    Ok(rustix::fs::openat(
+        dirfd,
+        name,
+        flags | OFlags::NOFOLLOW,
+        mode,
+    )?)
 }
 
 /// Plain `openat` (for `.` and `..`, which `open_beneath` refuses or
@@ -121,7 +126,12 @@ pub(crate) fn openat_mode(
     mode: u32,
 ) -> VfsResult<OwnedFd> {
     let flags = oflags(flags) | OFlags::CLOEXEC;
-    Ok(rustix::fs::openat(dirfd, name, flags, Mode::from_raw_mode(mode))?)
+    Ok(rustix::fs::openat(
+        dirfd,
+        name,
+        flags,
+        Mode::from_raw_mode(mode),
+    )?)
 }
 
 /// `/proc/self/fd/N`: names exactly the inode `fd` refers to.
@@ -133,7 +143,11 @@ pub(crate) fn proc_path(fd: BorrowedFd<'_>) -> CString {
 /// Opens the inode behind `fd` (typically `O_PATH`) anew with `flags`.
 pub(crate) fn reopen(fd: BorrowedFd<'_>, flags: libc::c_int) -> VfsResult<OwnedFd> {
     let flags = oflags(flags) | OFlags::CLOEXEC;
-    Ok(rustix::fs::open(proc_path(fd).as_c_str(), flags, Mode::empty())?)
+    Ok(rustix::fs::open(
+        proc_path(fd).as_c_str(),
+        flags,
+        Mode::empty(),
+    )?)
 }
 
 /// A `statx` result.
@@ -171,7 +185,12 @@ pub(crate) fn pread(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> VfsResul
 pub(crate) fn pread_nowait(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> VfsResult<usize> {
     i64::try_from(offset).map_err(|_| Errno::EINVAL)?;
     let mut iov = [std::io::IoSliceMut::new(buf)];
-    Ok(rustix::io::preadv2(fd, &mut iov, offset, ReadWriteFlags::NOWAIT)?)
+    Ok(rustix::io::preadv2(
+        fd,
+        &mut iov,
+        offset,
+        ReadWriteFlags::NOWAIT,
+    )?)
 }
 
 /// Whether the file system of `fd` keeps its files in memory (tmpfs,
@@ -181,9 +200,8 @@ pub(crate) fn in_memory_fs(fd: BorrowedFd<'_>) -> bool {
     const TMPFS_MAGIC: i64 = 0x0102_1994;
     const RAMFS_MAGIC: i64 = 0x8584_58f6;
     const HUGETLBFS_MAGIC: i64 = 0x9584_58f6;
-    rustix::fs::fstatfs(fd).is_ok_and(|s| {
-        matches!(s.f_type as i64, TMPFS_MAGIC | RAMFS_MAGIC | HUGETLBFS_MAGIC)
-    })
+    rustix::fs::fstatfs(fd)
+        .is_ok_and(|s| matches!(s.f_type as i64, TMPFS_MAGIC | RAMFS_MAGIC | HUGETLBFS_MAGIC))
 }
 
 /// Writes `buf` at `offset`; returns the bytes written.
@@ -199,7 +217,12 @@ pub(crate) fn getdents(fd: BorrowedFd<'_>, buf: &mut [u8]) -> VfsResult<usize> {
     // SAFETY: `buf` is valid for writes of `buf.len()` bytes; the kernel
     // writes at most that many.
     let n = unsafe {
-        libc::syscall(libc::SYS_getdents64, fd.as_raw_fd(), buf.as_mut_ptr(), buf.len())
+        libc::syscall(
+            libc::SYS_getdents64,
+            fd.as_raw_fd(),
+            buf.as_mut_ptr(),
+            buf.len(),
+        )
     };
     Ok(cvt_long(n)? as usize)
 }
