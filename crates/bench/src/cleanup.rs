@@ -265,6 +265,21 @@ pub fn unblock_in_child(cmd: &mut std::process::Command) -> &mut std::process::C
     }
 }
 
+/// Makes the child `cmd` will start get SIGTERM when this process dies
+/// (`PR_SET_PDEATHSIG`), so a server or peer still goes with its
+/// benchmark when the benchmark is killed outright.
+pub fn dies_with_parent(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec and
+    // calls only prctl, which is async-signal-safe and allocates nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        })
+    }
+}
+
 /// Takes SIGINT, SIGTERM and SIGHUP on a thread of their own that undoes
 /// the registered leftovers and exits. Call before starting any thread:
 /// threads started earlier keep the default action and a signal delivered

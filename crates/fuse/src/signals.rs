@@ -41,19 +41,20 @@ pub struct BlockedSignals {
 impl BlockedSignals {
     /// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread.
     pub fn block() -> std::io::Result<BlockedSignals> {
-        // SAFETY: sigset_t is a plain C struct for which all-zero bytes are
-        // a valid (if unspecified) value; sigemptyset initialises it next.
-        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
         // SAFETY:
+        // - all-zero bytes are a valid (if unspecified) sigset_t, which
+        //   sigemptyset initialises;
         // - `set` is a valid, exclusively borrowed sigset_t for each call;
         // - the signal numbers are valid constants;
         // - pthread_sigmask only reads `set` and accepts a null old mask.
-        let rc = unsafe {
+        let (set, rc) = unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut set);
             libc::sigaddset(&mut set, libc::SIGINT);
             libc::sigaddset(&mut set, libc::SIGTERM);
             libc::sigaddset(&mut set, libc::SIGHUP);
-            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut())
+            let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            (set, rc)
         };
         if rc != 0 {
             return Err(std::io::Error::from_raw_os_error(rc));
