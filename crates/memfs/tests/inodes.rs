@@ -130,8 +130,6 @@ fn inodes_links_and_attributes_share_one_budget() {
     assert_eq!(fs.read(&a, Fh(0), 0, 10).unwrap(), b"data");
 }
 
-/// A small deterministic generator (xorshift), so a failure repeats.
-
 #[test]
 fn everything_taken_comes_back() {
     for seed in 1..=20u64 {

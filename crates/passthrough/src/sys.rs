@@ -201,7 +201,7 @@ pub(crate) fn in_memory_fs(fd: BorrowedFd<'_>) -> bool {
     const RAMFS_MAGIC: i64 = 0x8584_58f6;
     const HUGETLBFS_MAGIC: i64 = 0x9584_58f6;
     rustix::fs::fstatfs(fd)
-        .is_ok_and(|s| matches!(s.f_type as i64, TMPFS_MAGIC | RAMFS_MAGIC | HUGETLBFS_MAGIC))
+        .is_ok_and(|s| matches!(s.f_type, TMPFS_MAGIC | RAMFS_MAGIC | HUGETLBFS_MAGIC))
 }
 
 /// Writes `buf` at `offset`; returns the bytes written.

@@ -35,8 +35,6 @@ fn secs() -> f64 {
         .unwrap_or(1.0)
 }
 
-/// A small xorshift so the test needs no RNG crate.
-
 /// Runs readers whose ranges lie in aligned blocks of `1 << read_shift`
 /// bytes against writers of blocks of `1 << read_shift ..= MAX_BLOCK_SHIFT`
 /// and, if `truncate`, a truncator.
