@@ -9,8 +9,9 @@
 //! switched to the caller's, and everything else runs as the server.
 //!
 //! On Linux `setfsuid`, `setfsgid` and the raw `setgroups` system call
-//! change only the calling thread (glibc's `setgroups` wrapper would
-//! change every thread, so it is not used). Supplementary groups come from
+//! (`rustix::thread::set_thread_groups`) change only the calling thread
+//! (glibc's `setgroups` wrapper would change every thread, so it is not
+//! used). Supplementary groups come from
 //! `/proc/PID/status` of the caller (`Ctx::groups`);
 //! when that is unreadable the caller gets its primary group only.
 
