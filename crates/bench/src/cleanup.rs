@@ -28,6 +28,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::Mutex;
+use uvfs_fuse::BlockedSignals;
 
 /// One thing to undo.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -232,34 +233,24 @@ pub fn hold_if_signalled() {
     }
 }
 
-/// The signals [`install`] blocks.
-fn termination_signals() -> libc::sigset_t {
-    // SAFETY: an all-zero sigset_t is a valid value to hand sigemptyset.
-    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a valid, exclusively borrowed sigset_t and the
-    // signal numbers are valid.
-    unsafe {
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigaddset(&mut set, libc::SIGHUP);
-    }
-    set
-}
-
 /// Unblocks the termination signals in the child `cmd` will start: a
 /// blocked mask survives fork and exec, and a server started with SIGTERM
 /// blocked never hears its stop signal (libfuse's `passthrough_ll` had to
 /// be killed after the grace period).
 pub fn unblock_in_child(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    BlockedSignals::unblock_in_child(cmd)
+}
+
+/// Makes the child `cmd` will start get SIGTERM when this process dies
+/// (`PR_SET_PDEATHSIG`), so a server or peer still goes with its
+/// benchmark when the benchmark is killed outright.
+pub fn dies_with_parent(cmd: &mut std::process::Command) -> &mut std::process::Command {
     use std::os::unix::process::CommandExt;
-    let set = termination_signals();
     // SAFETY: the closure runs in the child between fork and exec and
-    // calls only pthread_sigmask (sigprocmask in a single-threaded child,
-    // async-signal-safe) on a sigset_t it owns; it allocates nothing.
+    // calls only prctl, which is async-signal-safe and allocates nothing.
     unsafe {
-        cmd.pre_exec(move || {
-            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
             Ok(())
         })
     }
@@ -270,32 +261,16 @@ pub fn unblock_in_child(cmd: &mut std::process::Command) -> &mut std::process::C
 /// threads started earlier keep the default action and a signal delivered
 /// to one of them ends the process at once.
 pub fn install() -> std::io::Result<()> {
-    let set = termination_signals();
-    // SAFETY: `set` is a valid sigset_t; pthread_sigmask reads it and
-    // takes a null old mask.
-    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
-    if rc != 0 {
-        return Err(std::io::Error::from_raw_os_error(rc));
-    }
-    std::thread::Builder::new()
-        .name("uvfs-bench-signals".into())
-        .spawn(move || {
-            let mut sig: libc::c_int = 0;
-            // SAFETY: `set` is an initialised sigset_t owned by this
-            // closure and `sig` a valid out-pointer.
-            if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
-                return;
-            }
-            SIGNALLED.store(sig, Ordering::SeqCst);
-            use std::io::Write as _;
-            let mut err = std::io::stderr();
-            let _ = writeln!(err, "\nuvfs bench: signal {sig}: cleaning up");
-            for line in GLOBAL.undo_all() {
-                let _ = writeln!(err, "uvfs bench:   {line}");
-            }
-            std::process::exit(128 + sig);
-        })?;
-    Ok(())
+    BlockedSignals::block()?.wait_on_thread("uvfs-bench-signals", |sig| {
+        SIGNALLED.store(sig, Ordering::SeqCst);
+        use std::io::Write as _;
+        let mut err = std::io::stderr();
+        let _ = writeln!(err, "\nuvfs bench: signal {sig}: cleaning up");
+        for line in GLOBAL.undo_all() {
+            let _ = writeln!(err, "uvfs bench:   {line}");
+        }
+        std::process::exit(128 + sig);
+    })
 }
 
 #[cfg(test)]
@@ -366,15 +341,16 @@ mod tests {
     fn children_start_with_the_termination_signals_unblocked() {
         let bits = |s: libc::c_int| 1u64 << (s - 1);
         let ours = bits(libc::SIGINT) | bits(libc::SIGTERM) | bits(libc::SIGHUP);
-        let set = termination_signals();
-        // SAFETY: sigset_t is a plain bit array; all-zero is a valid (empty) set.
+        // SAFETY: sigset_t is a plain bit array; all-zero is a valid (empty)
+        // set, which a null new mask leaves alone while the old one is read.
         let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: valid sigsets; this test's thread alone changes its mask,
-        // and restores it below.
+        // SAFETY: `old` is a valid sigset_t to write; this test's thread
+        // alone changes its mask, and restores it below.
         assert_eq!(
-            unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) },
+            unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut old) },
             0
         );
+        BlockedSignals::block().unwrap();
         let inherited = child_sigblk(false);
         let unblocked = child_sigblk(true);
         // SAFETY: as above.

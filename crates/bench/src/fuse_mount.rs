@@ -31,7 +31,6 @@ use std::ffi::CString;
 use std::fs::File;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -419,15 +418,7 @@ impl ServerMount {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(File::create(&log)?);
-        // SAFETY: the closure runs in the child between fork and exec and
-        // calls only prctl, which is async-signal-safe and allocates
-        // nothing.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-                Ok(())
-            });
-        }
+        cleanup::dies_with_parent(&mut cmd);
         let child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {

@@ -35,7 +35,6 @@
 use crate::fuse_mount::{self, scratch_path};
 use std::fs::File;
 use std::io;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -319,15 +318,7 @@ impl PeerMount {
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
             .stderr(out);
-        // SAFETY: the closure runs in the child between fork and exec and
-        // calls only prctl, which is async-signal-safe and allocates
-        // nothing.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-                Ok(())
-            });
-        }
+        crate::cleanup::dies_with_parent(&mut cmd);
         let child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {

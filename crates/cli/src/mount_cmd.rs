@@ -374,8 +374,7 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
             ))
         }
     };
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = rustix::process::geteuid().is_root();
     if o.allow_other && !root && !uvfs_fuse::user_allow_other() {
         return Err(uvfs_fuse::allow_other_refused());
     }
@@ -513,8 +512,8 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
         crate::mount_log::start(o, &cfg, Some(&src), watched);
         return serve(fs, layer, &cfg, signals, &mut ready);
     }
-    // SAFETY: getuid/getgid have no preconditions and cannot fail.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let uid = rustix::process::getuid().as_raw();
+    let gid = rustix::process::getgid().as_raw();
     let fs = MemFs::new(
         layer.clone(),
         MemFsConfig {

@@ -4,9 +4,9 @@
 //! would otherwise pass with its own privilege (`FITRIM` on a source).
 //!
 //! A FUSE request carries the caller's uid, gid and thread id, not its
-//! capabilities. The thread's effective set is read from
-//! `/proc/<tid>/status` (`CapEff`), which the kernel keeps per thread; the
-//! id is the one in the server's pid namespace. Where that cannot be read
+//! capabilities. The thread's effective set is asked of the kernel
+//! (`capget`, which needs no privilege and answers per thread); the id is
+//! the one in the server's pid namespace. Where that cannot be read
 //! (id 0: a caller in a pid namespace the server cannot see, or a thread
 //! that has already exited) a caller counts as capable if it is root, the
 //! rule of a kernel without capabilities. The kernel checks the same
@@ -24,24 +24,21 @@ pub const CAP_SYS_ADMIN: u32 = 21;
 
 /// Whether thread `tid` (uid `uid`) has capability `cap` in effect.
 pub fn has_cap(tid: u32, uid: u32, cap: u32) -> bool {
-    let status = if tid == 0 {
-        None
-    } else {
-        std::fs::read_to_string(format!("/proc/{tid}/status")).ok()
-    };
-    match status.as_deref().and_then(effective_caps) {
+    let pid = i32::try_from(tid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw);
+    match pid.and_then(|p| effective(Some(p))) {
         Some(eff) => eff & (1u64 << cap) != 0,
         None => uid == 0,
     }
 }
 
-/// The `CapEff:` mask of a `/proc/<pid>/status` text.
-fn effective_caps(status: &str) -> Option<u64> {
-    let hex = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))?
-        .trim();
-    u64::from_str_radix(hex, 16).ok()
+/// The effective capability set of thread `tid`, or of the calling
+/// thread for `None`; `None` if the thread is gone.
+pub(crate) fn effective(tid: Option<rustix::process::Pid>) -> Option<u64> {
+    rustix::thread::capabilities(tid)
+        .ok()
+        .map(|sets| sets.effective.bits())
 }
 
 #[cfg(test)]
@@ -49,20 +46,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn effective_set_is_parsed_from_status() {
-        let s = "Name:\tbash\nCapInh:\t0000000000000000\nCapPrm:\t00000000000003ff\n\
-                 CapEff:\t0000000000000200\nCapBnd:\t000001ffffffffff\n";
-        assert_eq!(effective_caps(s), Some(0x200));
-        assert_eq!(effective_caps("Name:\tx\n"), None);
-        assert_eq!(effective_caps("CapEff:\tzz\n"), None);
-    }
-
-    #[test]
     fn this_threads_own_capabilities_are_read() {
-        // SAFETY: gettid has no arguments and cannot fail.
-        let tid = unsafe { libc::gettid() } as u32;
+        let tid = rustix::thread::gettid().as_raw_nonzero().get() as u32;
         let own = std::fs::read_to_string("/proc/thread-self/status").unwrap();
-        let eff = effective_caps(&own).unwrap();
+        let hex = own.lines().find_map(|l| l.strip_prefix("CapEff:")).unwrap();
+        let eff = u64::from_str_radix(hex.trim(), 16).unwrap();
+        assert_eq!(effective(None), Some(eff));
         let want = eff & (1 << CAP_LINUX_IMMUTABLE) != 0;
         // The uid given is the opposite of what the fallback would say,
         // so the answer must come from the status file.

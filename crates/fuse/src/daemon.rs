@@ -8,7 +8,6 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd};
 
 /// The child's end of the readiness pipe.
 pub struct Readiness {
@@ -46,25 +45,18 @@ fn redirect_stdio() {
     else {
         return;
     };
-    for fd in 0..3 {
-        // SAFETY: both descriptors are open; dup2 atomically replaces the
-        // standard stream with /dev/null and touches no Rust-owned fd.
-        unsafe { libc::dup2(null.as_raw_fd(), fd) };
-    }
+    // Each dup2 atomically replaces a standard stream with /dev/null.
+    let _ = rustix::stdio::dup2_stdin(&null);
+    let _ = rustix::stdio::dup2_stdout(&null);
+    let _ = rustix::stdio::dup2_stderr(&null);
 }
 
 /// Forks. In the parent this never returns: it exits with the child's
 /// verdict. In the child it returns the reporter to call once mounted.
 /// Must be called while the process has a single thread.
 pub fn daemonize() -> std::io::Result<Readiness> {
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: pipe2 returned two fresh descriptors that nothing else owns;
-    // each File takes sole ownership of one.
-    let (rd, wr) = unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
+    let (rd, wr) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    let (rd, wr) = (File::from(rd), File::from(wr));
     // SAFETY: the caller guarantees the process is single-threaded, so the
     // child gets a consistent copy of every lock and allocator state.
     let pid = unsafe { libc::fork() };
@@ -89,9 +81,8 @@ pub fn daemonize() -> std::io::Result<Readiness> {
         std::process::exit(1);
     }
     drop(rd);
-    // SAFETY: setsid has no memory-safety preconditions; failure (already
-    // a group leader) is harmless.
-    unsafe { libc::setsid() };
+    // Failure (already a group leader) is harmless.
+    let _ = rustix::process::setsid();
     let _ = std::env::set_current_dir("/");
     Ok(Readiness { pipe: Some(wr) })
 }

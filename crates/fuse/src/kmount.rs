@@ -16,8 +16,11 @@
 //! unmounts instead (`fusermount.rs`), and the session gets the fd it
 //! sends: the same guards hold.
 
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::fs::{Mode, OFlags};
+use rustix::mount::{MountFlags, UnmountFlags};
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -41,8 +44,7 @@ fn cstring(b: &[u8]) -> std::io::Result<CString> {
 }
 
 fn euid() -> libc::uid_t {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
+    rustix::process::geteuid().as_raw()
 }
 
 /// Why `/dev/fuse` could not be opened, and what to do about it.
@@ -113,22 +115,11 @@ pub fn mount(
 ) -> std::io::Result<(OwnedFd, KernelMount)> {
     let mp = mountpoint_cstring(mountpoint)?;
     let source = cstring(fsname.as_bytes())?;
-    // SAFETY: an all-zero `stat` is a valid value for stat(2) to fill.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `mp` is NUL-terminated and `st` a valid out-pointer.
-    if unsafe { libc::stat(mp.as_ptr(), &mut st) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: the path is a NUL-terminated literal; open has no other
-    // preconditions.
-    let raw = unsafe { libc::open(c"/dev/fuse".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-    if raw < 0 {
-        return Err(dev_fuse_error(std::io::Error::last_os_error()));
-    }
-    // SAFETY: `raw` is a fresh descriptor that nothing else owns.
-    let dev = unsafe { OwnedFd::from_raw_fd(raw) };
-    // SAFETY: getuid/getgid have no preconditions and cannot fail.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let st = rustix::fs::stat(mp.as_c_str())?;
+    let dev = rustix::fs::open(c"/dev/fuse", OFlags::RDWR | OFlags::CLOEXEC, Mode::empty())
+        .map_err(|e| dev_fuse_error(e.into()))?;
+    let uid = rustix::process::getuid().as_raw();
+    let gid = rustix::process::getgid().as_raw();
     let mut opts = format!(
         "fd={},rootmode={:o},user_id={uid},group_id={gid},default_permissions",
         dev.as_raw_fd(),
@@ -138,23 +129,21 @@ pub fn mount(
         opts.push_str(",allow_other");
     }
     let opts = cstring(opts.as_bytes())?;
-    // SAFETY: every pointer is a NUL-terminated string that outlives the
-    // call; the kernel copies them.
-    let rc = unsafe {
-        libc::mount(
-            source.as_ptr(),
-            mp.as_ptr(),
-            // `fuse.uvfs`: findmnt and mount(8) show (and look for a
-            // `mount.fuse.uvfs` helper for) uvfs, not any FUSE server.
-            c"fuse.uvfs".as_ptr(),
-            flags | if read_only { libc::MS_RDONLY } else { 0 },
-            opts.as_ptr().cast(),
-        )
-    };
-    let (dev, helper) = if rc == 0 {
-        (dev, false)
-    } else {
-        let e = std::io::Error::last_os_error();
+    let mut mflags = MountFlags::from_bits_retain(flags as _);
+    if read_only {
+        mflags |= MountFlags::RDONLY;
+    }
+    // `fuse.uvfs`: findmnt and mount(8) show (and look for a
+    // `mount.fuse.uvfs` helper for) uvfs, not any FUSE server.
+    let rc = rustix::mount::mount(
+        source.as_c_str(),
+        mp.as_c_str(),
+        c"fuse.uvfs",
+        mflags,
+        opts.as_c_str(),
+    );
+    let (dev, helper) = if let Err(e) = rc {
+        let e = std::io::Error::from(e);
         if e.raw_os_error() != Some(libc::EPERM) {
             return Err(std::io::Error::new(
                 e.kind(),
@@ -173,6 +162,8 @@ pub fn mount(
             )
         })?;
         (fd, true)
+    } else {
+        (dev, false)
     };
     let probe = dev.try_clone()?;
     Ok((
@@ -196,18 +187,18 @@ impl KernelMount {
     /// Whether our connection is still up: `/dev/fuse` polls POLLERR once
     /// the file system was unmounted or its connection aborted.
     pub fn alive(&self) -> bool {
-        let mut p = libc::pollfd {
-            fd: self.dev.as_raw_fd(),
-            events: 0,
-            revents: 0,
+        let mut p = [PollFd::new(&self.dev, PollFlags::empty())];
+        let now = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
         };
         loop {
-            // SAFETY: `p` is one valid pollfd; timeout 0 never blocks.
-            let rc = unsafe { libc::poll(&mut p, 1, 0) };
-            if rc < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                continue;
+            // A timeout of 0 never blocks.
+            match rustix::event::poll(&mut p, Some(&now)) {
+                Err(rustix::io::Errno::INTR) => continue,
+                Ok(1) => return !p[0].revents().contains(PollFlags::ERR),
+                _ => return true,
             }
-            return !(rc == 1 && p.revents & libc::POLLERR != 0);
         }
     }
 
@@ -262,12 +253,8 @@ impl KernelMount {
             let path = Path::new(std::ffi::OsStr::from_bytes(self.mountpoint.as_bytes()));
             return crate::fusermount::unmount(path, flags & libc::MNT_DETACH != 0);
         }
-        // SAFETY: `mountpoint` is a NUL-terminated path that outlives the
-        // call; umount2 does not retain it.
-        if unsafe { libc::umount2(self.mountpoint.as_ptr(), flags) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(())
+        let flags = UnmountFlags::from_bits_retain(flags as u32);
+        Ok(rustix::mount::unmount(self.mountpoint.as_c_str(), flags)?)
     }
 }
 
@@ -295,14 +282,15 @@ impl Unmounter {
 /// only the caller's own FUSE mounts); `lazy` detaches a busy mount.
 pub fn unmount_path(mountpoint: &Path, lazy: bool) -> std::io::Result<()> {
     let mp = mountpoint_cstring(mountpoint)?;
-    let flags = if lazy { libc::MNT_DETACH } else { 0 };
-    // SAFETY: `mp` is a NUL-terminated path that outlives the call.
-    if unsafe { libc::umount2(mp.as_ptr(), flags) } == 0 {
-        return Ok(());
-    }
-    let e = std::io::Error::last_os_error();
-    if e.raw_os_error() != Some(libc::EPERM) {
-        return Err(e);
+    let flags = if lazy {
+        UnmountFlags::DETACH
+    } else {
+        UnmountFlags::empty()
+    };
+    match rustix::mount::unmount(mp.as_c_str(), flags) {
+        Ok(()) => return Ok(()),
+        Err(rustix::io::Errno::PERM) => {}
+        Err(e) => return Err(e.into()),
     }
     crate::fusermount::unmount(mountpoint, lazy)
 }

@@ -113,7 +113,8 @@
 //!   `clone_fd`) or serving a given channel (`serve_fd`), `kmount.rs` mount(2) and unmounting only our own mount (`fusermount.rs` for users without the privilege), `signals.rs` clean unmount on SIGINT/SIGTERM,
 //!   `daemon.rs` detaching.
 //! - `control.rs` and `stats.rs`: the control socket behind `uvfs stat`,
-//!   in the runtime directory of `rundir.rs`.
+//!   in the runtime directory of `rundir.rs`; `rusage.rs` the process's
+//!   and threads' resource usage they report.
 //! - `refresh.rs`: listed directories' attributes fetched again in the
 //!   background, so a `stat` after a listing needs no round trip.
 //! - `changes.rs`: host changes a file system reports, turned into
@@ -153,6 +154,7 @@ mod prune;
 mod refresh;
 mod release;
 mod rundir;
+mod rusage;
 mod server;
 mod signals;
 mod stats;

@@ -234,8 +234,7 @@ fn mount(
             format!("unsupported mount flags {:#x}", cfg.mount_flags & !known),
         ));
     }
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = rustix::process::geteuid().is_root();
     if cfg.allow_other && !root && !crate::fusermount::user_allow_other() {
         return Err(crate::fusermount::allow_other_refused());
     }

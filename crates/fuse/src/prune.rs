@@ -15,7 +15,7 @@
 //! each write(2) on a FUSE device as one whole message, whichever
 //! descriptor of the connection it comes through.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
 /// `enum fuse_notify_code`: `FUSE_NOTIFY_PRUNE`.
 const FUSE_NOTIFY_PRUNE: i32 = 9;
@@ -61,13 +61,8 @@ impl Pruner {
     }
 
     fn send(&self, msg: &[u8]) -> std::io::Result<()> {
-        // SAFETY: `msg` is a live buffer of `msg.len()` bytes; the
-        // descriptor is ours for `self`'s life.
-        let n = unsafe { libc::write(self.dev.as_raw_fd(), msg.as_ptr().cast(), msg.len()) };
-        if n < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        if n as usize != msg.len() {
+        let n = rustix::io::write(&self.dev, msg)?;
+        if n != msg.len() {
             return Err(std::io::Error::other("short write of a FUSE notification"));
         }
         Ok(())

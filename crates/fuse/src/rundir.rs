@@ -30,8 +30,7 @@ pub(crate) fn candidates(euid: u32, xdg: Option<&OsStr>) -> Vec<PathBuf> {
 }
 
 fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
+    rustix::process::geteuid().as_raw()
 }
 
 /// This process's runtime directories, preferred first.

@@ -32,6 +32,21 @@ pub fn taken() -> Option<i32> {
     }
 }
 
+/// SIGINT, SIGTERM and SIGHUP as a signal set.
+fn termination_signals() -> libc::sigset_t {
+    // SAFETY: all-zero bytes are a valid (if unspecified) sigset_t, which
+    // sigemptyset initialises; `set` is exclusively borrowed for each call
+    // and the signal numbers are valid constants.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGHUP);
+        set
+    }
+}
+
 /// Proof that the termination signals are blocked in this thread: obtain
 /// it before creating any thread.
 pub struct BlockedSignals {
@@ -41,50 +56,68 @@ pub struct BlockedSignals {
 impl BlockedSignals {
     /// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread.
     pub fn block() -> std::io::Result<BlockedSignals> {
-        // SAFETY: sigset_t is a plain C struct for which all-zero bytes are
-        // a valid (if unspecified) value; sigemptyset initialises it next.
-        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY:
-        // - `set` is a valid, exclusively borrowed sigset_t for each call;
-        // - the signal numbers are valid constants;
-        // - pthread_sigmask only reads `set` and accepts a null old mask.
-        let rc = unsafe {
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, libc::SIGINT);
-            libc::sigaddset(&mut set, libc::SIGTERM);
-            libc::sigaddset(&mut set, libc::SIGHUP);
-            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut())
-        };
+        let set = termination_signals();
+        // SAFETY: `set` is an initialised sigset_t; pthread_sigmask only
+        // reads it and accepts a null old mask.
+        let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
         if rc != 0 {
             return Err(std::io::Error::from_raw_os_error(rc));
         }
         Ok(BlockedSignals { set })
     }
 
-    /// Waits for a termination signal on a new thread and then unmounts;
-    /// if the mount is busy, detaches it lazily.
-    pub fn on_signal(self, mountpoint: &Path, mut unmounter: Unmounter) -> std::io::Result<()> {
-        let mp = mountpoint.display().to_string();
+    /// Takes the first termination signal on a new thread named `name`
+    /// and calls `then` with its number there.
+    pub fn wait_on_thread(
+        self,
+        name: &str,
+        then: impl FnOnce(i32) + Send + 'static,
+    ) -> std::io::Result<()> {
         let set = self.set;
         std::thread::Builder::new()
-            .name("uvfs-signals".into())
+            .name(name.into())
             .spawn(move || {
                 let mut sig: libc::c_int = 0;
                 // SAFETY: `set` is an initialised sigset_t owned by this
                 // closure and `sig` a valid out-pointer.
-                let rc = unsafe { libc::sigwait(&set, &mut sig) };
-                if rc != 0 {
-                    return;
-                }
-                TAKEN.store(sig, Ordering::Relaxed);
-                log::info!("{}: unmounting {mp}", name(sig));
-                if let Err(e) = unmounter.unmount() {
-                    log::warn!("unmount failed ({e}); detaching lazily");
-                    if let Err(e) = unmounter.detach() {
-                        log::error!("lazy unmount failed: {e}");
-                    }
+                if unsafe { libc::sigwait(&set, &mut sig) } == 0 {
+                    then(sig);
                 }
             })?;
         Ok(())
+    }
+
+    /// Unblocks the termination signals in the child `cmd` will start: a
+    /// blocked mask survives fork and exec, and a server started with
+    /// SIGTERM blocked never hears its stop signal.
+    pub fn unblock_in_child(cmd: &mut std::process::Command) -> &mut std::process::Command {
+        use std::os::unix::process::CommandExt;
+        let set = termination_signals();
+        // SAFETY: the closure runs in the child between fork and exec and
+        // calls only pthread_sigmask (sigprocmask in a single-threaded
+        // child, async-signal-safe) on a sigset_t it owns; it allocates
+        // nothing.
+        unsafe {
+            cmd.pre_exec(move || {
+                libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+                Ok(())
+            })
+        }
+    }
+
+    /// Waits for a termination signal on a new thread and then unmounts;
+    /// if the mount is busy, detaches it lazily.
+    pub fn on_signal(self, mountpoint: &Path, mut unmounter: Unmounter) -> std::io::Result<()> {
+        let mp = mountpoint.display().to_string();
+        self.wait_on_thread("uvfs-signals", move |sig| {
+            TAKEN.store(sig, Ordering::Relaxed);
+            log::info!("{}: unmounting {mp}", name(sig));
+            if let Err(e) = unmounter.unmount() {
+                log::warn!("unmount failed ({e}); detaching lazily");
+                if let Err(e) = unmounter.detach() {
+                    log::error!("lazy unmount failed: {e}");
+                }
+            }
+        })
     }
 }

@@ -370,13 +370,9 @@ impl OpCounters {
 
 /// User + system CPU time of this process in microseconds.
 fn process_cpu_us() -> u64 {
-    // SAFETY: an all-zero `rusage` is a valid value of this plain C struct.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `ru` is a valid, writable `rusage`; RUSAGE_SELF is a valid
-    // `who`, so getrusage only writes `ru`.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+    let Some(ru) = crate::rusage::rusage(libc::RUSAGE_SELF) else {
         return 0;
-    }
+    };
     let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
     us(ru.ru_utime) + us(ru.ru_stime)
 }
@@ -390,9 +386,7 @@ fn process_rss_bytes() -> u64 {
         .nth(1)
         .and_then(|f| f.parse().ok())
         .unwrap_or(0);
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    pages * u64::try_from(page).unwrap_or(0)
+    pages * rustix::param::page_size() as u64
 }
 
 /// The report as `name value  # description` lines for people.

@@ -16,15 +16,13 @@ pub(crate) fn normal_policy() {
 
 /// Lets the calling thread run on every CPU again.
 pub(crate) fn unpin_current_thread() {
-    // SAFETY: an all-ones cpu_set_t is a valid set (the kernel keeps the
-    // CPUs that exist and are allowed); sched_setaffinity only reads it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for cpu in 0..libc::CPU_SETSIZE as usize {
-            libc::CPU_SET(cpu, &mut set);
-        }
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    // An all-ones set: the kernel keeps the CPUs that exist and are
+    // allowed.
+    let mut set = rustix::thread::CpuSet::new();
+    for cpu in 0..rustix::thread::CpuSet::MAX_CPU {
+        set.set(cpu);
     }
+    let _ = rustix::thread::sched_setaffinity(None, &set);
 }
 
 /// Both: the calling thread runs anywhere, at the normal policy.

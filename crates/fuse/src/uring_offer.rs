@@ -150,8 +150,7 @@ mod tests {
 
     #[test]
     fn a_switch_this_process_may_not_write_says_how_to_fix_it() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } == 0 {
+        if rustix::process::geteuid().is_root() {
             // Root writes through any mode bits: check the message only.
             let m = UringOffer::NeedsRoot.message().unwrap();
             assert!(m.contains(URING_PARAMETER) && m.contains("tee"), "{m}");

@@ -75,14 +75,7 @@ impl WriteStalls {
 /// Times the calling thread gave up the CPU to wait (sleeps, locks, I/O),
 /// as opposed to being preempted.
 fn voluntary_switches() -> i64 {
-    // SAFETY: an all-zero `rusage` is a valid value of this plain C struct.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `ru` is a valid, writable `rusage`; RUSAGE_THREAD is a valid
-    // `who` on Linux, so getrusage only writes `ru`.
-    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } != 0 {
-        return 0;
-    }
-    ru.ru_nvcsw
+    crate::rusage::rusage(libc::RUSAGE_THREAD).map_or(0, |ru| ru.ru_nvcsw)
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! hard links and extended attributes take from one budget; what does not
 //! fit fails with ENOSPC and changes nothing; everything taken comes back.
 
+use fastrand::Rng;
 use std::sync::Arc;
 use uvfs_memfs::{MemFs, MemFsConfig};
 use uvfs_vfs::{Ctx, Errno, Fh, FileSystem, RenameFlags, VType, VnodeRef, XattrFlags};
@@ -129,18 +130,6 @@ fn inodes_links_and_attributes_share_one_budget() {
     assert_eq!(fs.read(&a, Fh(0), 0, 10).unwrap(), b"data");
 }
 
-/// A small deterministic generator (xorshift), so a failure repeats.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
-
 #[test]
 fn everything_taken_comes_back() {
     for seed in 1..=20u64 {
@@ -148,46 +137,46 @@ fn everything_taken_comes_back() {
         let root = fs.root().unwrap();
         let sub = fs.mkdir(&C, &root, b"sub", 0o755).unwrap();
         let dirs = [root.clone(), sub.clone()];
-        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut rng = Rng::with_seed(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let mut held: Vec<VnodeRef> = Vec::new();
-        let name = |rng: &mut Rng| format!("n{}", rng.below(12)).into_bytes();
+        let name = |rng: &mut Rng| format!("n{}", rng.u64(..12)).into_bytes();
         for _ in 0..3000 {
-            let d = &dirs[rng.below(2) as usize];
+            let d = &dirs[rng.u64(..2) as usize];
             let n = name(&mut rng);
             // Errors are expected (ENOSPC, EEXIST, ENOENT...): what is
             // checked is the accounting once it is all undone.
-            match rng.below(11) {
+            match rng.u64(..11) {
                 0 => drop(fs.create(&C, d, &n, 0o644, libc::O_RDWR)),
                 1 => drop(fs.mkdir(&C, d, &n, 0o755)),
                 2 => drop(fs.symlink(&C, d, &n, b"target")),
                 3 => {
                     if let Ok(vp) = fs.lookup(&C, d, &n) {
-                        let e = &dirs[rng.below(2) as usize];
+                        let e = &dirs[rng.u64(..2) as usize];
                         let _ = fs.link(&C, &vp, e, &name(&mut rng));
                     }
                 }
                 4 => drop(fs.unlink(&C, d, &n)),
                 5 => drop(fs.rmdir(&C, d, &n)),
                 6 => {
-                    let e = &dirs[rng.below(2) as usize];
+                    let e = &dirs[rng.u64(..2) as usize];
                     let flags = [
                         0,
                         RenameFlags::NOREPLACE,
                         RenameFlags::EXCHANGE,
                         RenameFlags::WHITEOUT,
-                    ][rng.below(4) as usize];
+                    ][rng.u64(..4) as usize];
                     let _ = fs.rename(&C, d, &n, e, &name(&mut rng), RenameFlags(flags));
                 }
                 7 => {
                     if let Ok(vp) = fs.lookup(&C, d, &n) {
-                        let len = rng.below(1500) as usize;
-                        let key = format!("user.k{}", rng.below(3)).into_bytes();
+                        let len = rng.u64(..1500) as usize;
+                        let key = format!("user.k{}", rng.u64(..3)).into_bytes();
                         let _ = fs.setxattr(&C, &vp, &key, &vec![1u8; len], ANY);
                     }
                 }
                 8 => {
                     if let Ok(vp) = fs.lookup(&C, d, &n) {
-                        let key = format!("user.k{}", rng.below(3)).into_bytes();
+                        let key = format!("user.k{}", rng.u64(..3)).into_bytes();
                         let _ = fs.removexattr(&C, &vp, &key);
                     }
                 }

@@ -8,22 +8,25 @@
 use crate::creds::AsCaller;
 use crate::fs::PassthroughFs;
 use crate::sys;
+use rustix::event::Timespec;
+use rustix::fs::{AtFlags, Gid, Mode, Timestamps, Uid};
+use std::os::fd::AsFd;
 use uvfs_vfs::{
     killed_suidgid, Attr, Ctx, Errno, SetAttr, SetTime, StatFs, VType, VfsResult, VnodeRef,
     XattrFlags,
 };
 
-fn timespec(t: Option<SetTime>) -> libc::timespec {
+fn timespec(t: Option<SetTime>) -> Timespec {
     match t {
-        None => libc::timespec {
+        None => Timespec {
             tv_sec: 0,
-            tv_nsec: libc::UTIME_OMIT,
+            tv_nsec: rustix::fs::UTIME_OMIT,
         },
-        Some(SetTime::Now) => libc::timespec {
+        Some(SetTime::Now) => Timespec {
             tv_sec: 0,
-            tv_nsec: libc::UTIME_NOW,
+            tv_nsec: rustix::fs::UTIME_NOW,
         },
-        Some(SetTime::At(t)) => libc::timespec {
+        Some(SetTime::At(t)) => Timespec {
             tv_sec: t.sec,
             tv_nsec: i64::from(t.nsec),
         },
@@ -44,39 +47,35 @@ impl PassthroughFs {
         // chown would lose them: drop them here, as Linux would for the
         // caller (first: a mode given in the same request wins).
         if set.kill_suidgid && kind != VType::Dir && kind != VType::Lnk {
-            let st = sys::statx_fd(fd.raw())?;
+            let st = sys::statx_fd(fd.as_fd())?;
             let perm = u32::from(st.stx_mode) & 0o7777;
             let kept = killed_suidgid(perm, st.stx_gid, ctx);
             if kept != perm && set.mode.is_none() {
-                let p = sys::proc_path(fd.raw());
-                // SAFETY: `p` is NUL-terminated; chmod only reads it.
-                sys::cvt(unsafe { libc::chmod(p.as_ptr(), kept) })?;
+                rustix::fs::chmod(
+                    sys::proc_path(fd.as_fd()).as_c_str(),
+                    Mode::from_raw_mode(kept),
+                )?;
             }
         }
         // Ownership first: chown clears set-uid bits that a mode given in
         // the same request may set again.
         if set.uid.is_some() || set.gid.is_some() {
-            let uid = set.uid.unwrap_or(u32::MAX);
-            let gid = set.gid.unwrap_or(u32::MAX);
-            // SAFETY: empty NUL-terminated path with AT_EMPTY_PATH: the
-            // call acts on the fd's inode (a symlink itself included).
-            sys::cvt(unsafe {
-                libc::fchownat(
-                    fd.raw(),
-                    sys::EMPTY.as_ptr(),
-                    uid,
-                    gid,
-                    libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
-                )
-            })?;
+            // The empty path with AT_EMPTY_PATH acts on the fd's inode (a
+            // symlink itself included).
+            rustix::fs::chownat(
+                fd.as_fd(),
+                sys::EMPTY,
+                set.uid.map(Uid::from_raw),
+                set.gid.map(Gid::from_raw),
+                AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+            )?;
         }
         if let Some(mode) = set.mode {
             if kind == VType::Lnk {
                 return Err(Errno::EOPNOTSUPP);
             }
-            let p = sys::proc_path(fd.raw());
-            // SAFETY: `p` is NUL-terminated; chmod only reads it.
-            sys::cvt(unsafe { libc::chmod(p.as_ptr(), mode & 0o7777) })?;
+            let mode = Mode::from_raw_mode(mode & 0o7777);
+            rustix::fs::chmod(sys::proc_path(fd.as_fd()).as_c_str(), mode)?;
         }
         if let Some(size) = set.size {
             match kind {
@@ -85,22 +84,21 @@ impl PassthroughFs {
                 _ => return Err(Errno::EINVAL),
             }
             let size = i64::try_from(size).map_err(|_| Errno::EFBIG)?;
-            let p = sys::proc_path(fd.raw());
+            let p = sys::proc_path(fd.as_fd());
             // SAFETY: `p` is NUL-terminated; truncate only reads it.
             sys::cvt(unsafe { libc::truncate64(p.as_ptr(), size) })?;
         }
         if set.atime.is_some() || set.mtime.is_some() {
-            let ts = [timespec(set.atime), timespec(set.mtime)];
-            // SAFETY: `ts` is two valid timespecs; empty path with
-            // AT_EMPTY_PATH acts on the fd's inode.
-            sys::cvt(unsafe {
-                libc::utimensat(
-                    fd.raw(),
-                    sys::EMPTY.as_ptr(),
-                    ts.as_ptr(),
-                    libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
-                )
-            })?;
+            let ts = Timestamps {
+                last_access: timespec(set.atime),
+                last_modification: timespec(set.mtime),
+            };
+            rustix::fs::utimensat(
+                fd.as_fd(),
+                sys::EMPTY,
+                &ts,
+                AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+            )?;
         }
         drop(fd);
         self.getattr_node(&node)
@@ -112,30 +110,18 @@ impl PassthroughFs {
             return Err(Errno::EINVAL);
         }
         let fd = self.fd_of(&node)?;
-        let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
-        // SAFETY: `buf` is writable for its length; the empty path reads
-        // the link the fd refers to.
-        let n = unsafe {
-            libc::readlinkat(
-                fd.raw(),
-                sys::EMPTY.as_ptr(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-            )
-        };
-        let n = sys::cvt_long(n as i64)? as usize;
-        buf.truncate(n);
-        Ok(buf)
+        // The empty path reads the link the fd refers to.
+        let target = rustix::fs::readlinkat(fd.as_fd(), sys::EMPTY, Vec::new())?;
+        Ok(target.into_bytes())
     }
 
     pub(crate) fn do_getxattr(&self, vp: &VnodeRef, name: &[u8]) -> VfsResult<Vec<u8>> {
         let n = sys::cstr(name)?;
         let fd = self.fd_of(&self.node_of(vp)?)?;
-        let p = sys::proc_path(fd.raw());
-        let r = self.xattr_read(|buf: &mut [u8]| {
-            // SAFETY: strings are NUL-terminated; `buf` is writable for its
-            // length (a null pointer with length 0 asks for the size).
-            unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) }
+        let p = sys::proc_path(fd.as_fd());
+        let r = self.xattr_read(|buf: &mut [u8]| match buf.is_empty() {
+            true => rustix::fs::getxattr_query(p.as_c_str(), n.as_c_str()),
+            false => rustix::fs::getxattr(p.as_c_str(), n.as_c_str(), buf),
         });
         match r {
             // A source without ACL support has no ACLs: the kernel, which
@@ -147,25 +133,28 @@ impl PassthroughFs {
 
     pub(crate) fn do_listxattr(&self, vp: &VnodeRef) -> VfsResult<Vec<u8>> {
         let fd = self.fd_of(&self.node_of(vp)?)?;
-        let p = sys::proc_path(fd.raw());
-        self.xattr_read(|buf: &mut [u8]| {
-            // SAFETY: as in getxattr.
-            unsafe { libc::listxattr(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) }
+        let p = sys::proc_path(fd.as_fd());
+        self.xattr_read(|buf: &mut [u8]| match buf.is_empty() {
+            true => rustix::fs::listxattr_query(p.as_c_str()),
+            false => rustix::fs::listxattr(p.as_c_str(), buf),
         })
     }
 
     /// Size query, then read, retrying while the value grows (`ERANGE`).
-    fn xattr_read(&self, mut call: impl FnMut(&mut [u8]) -> isize) -> VfsResult<Vec<u8>> {
+    fn xattr_read(
+        &self,
+        mut call: impl FnMut(&mut [u8]) -> rustix::io::Result<usize>,
+    ) -> VfsResult<Vec<u8>> {
         for _ in 0..8 {
-            let size = sys::cvt_long(call(&mut []) as i64)? as usize;
+            let size = call(&mut [])?;
             let mut buf = vec![0u8; size];
-            match sys::cvt_long(call(&mut buf) as i64) {
+            match call(&mut buf) {
                 Ok(n) => {
-                    buf.truncate(n as usize);
+                    buf.truncate(n);
                     return Ok(buf);
                 }
-                Err(Errno::ERANGE) => continue,
-                Err(e) => return Err(e),
+                Err(rustix::io::Errno::RANGE) => continue,
+                Err(e) => return Err(e.into()),
             }
         }
         Err(Errno::ERANGE)
@@ -181,7 +170,7 @@ impl PassthroughFs {
     ) -> VfsResult<()> {
         let n = sys::cstr(name)?;
         let fd = self.fd_of(&self.node_of(vp)?)?;
-        let p = sys::proc_path(fd.raw());
+        let p = sys::proc_path(fd.as_fd());
         // An access ACL set by an owner outside the file's group clears
         // its set-gid bit, as a chmod would; the backing file system does
         // that only without CAP_FSETID, so such a setxattr runs with the
@@ -191,34 +180,26 @@ impl PassthroughFs {
         } else {
             None
         };
-        // SAFETY: strings are NUL-terminated; `value` is readable for its
-        // length.
-        sys::cvt(unsafe {
-            libc::setxattr(
-                p.as_ptr(),
-                n.as_ptr(),
-                value.as_ptr().cast(),
-                value.len(),
-                flags.0,
-            )
-        })
-        .map(|_| ())
+        let flags = rustix::fs::XattrFlags::from_bits_retain(flags.0 as u32);
+        Ok(rustix::fs::setxattr(
+            p.as_c_str(),
+            n.as_c_str(),
+            value,
+            flags,
+        )?)
     }
 
     pub(crate) fn do_removexattr(&self, vp: &VnodeRef, name: &[u8]) -> VfsResult<()> {
         let n = sys::cstr(name)?;
         let fd = self.fd_of(&self.node_of(vp)?)?;
-        let p = sys::proc_path(fd.raw());
-        // SAFETY: strings are NUL-terminated.
-        sys::cvt(unsafe { libc::removexattr(p.as_ptr(), n.as_ptr()) }).map(|_| ())
+        let p = sys::proc_path(fd.as_fd());
+        Ok(rustix::fs::removexattr(p.as_c_str(), n.as_c_str())?)
     }
 
     pub(crate) fn do_statfs(&self) -> VfsResult<StatFs> {
         let fd = self.fd_of(&self.root)?;
-        // SAFETY: all-zero bytes are a valid statfs (plain integers).
-        let mut s: libc::statfs64 = unsafe { std::mem::zeroed() };
-        // SAFETY: `s` is writable; fstatfs accepts O_PATH fds.
-        sys::cvt(unsafe { libc::fstatfs64(fd.raw(), &mut s) })?;
+        // fstatfs accepts O_PATH fds.
+        let s = rustix::fs::fstatfs(fd.as_fd())?;
         Ok(StatFs {
             blocks: s.f_blocks,
             bfree: s.f_bfree,

@@ -9,46 +9,50 @@
 //! switched to the caller's, and everything else runs as the server.
 //!
 //! On Linux `setfsuid`, `setfsgid` and the raw `setgroups` system call
-//! change only the calling thread (glibc's `setgroups` wrapper would
-//! change every thread, so it is not used). Supplementary groups come from
+//! (`rustix::thread::set_thread_groups`) change only the calling thread
+//! (glibc's `setgroups` wrapper would change every thread, so it is not
+//! used). Supplementary groups come from
 //! `/proc/PID/status` of the caller (`Ctx::groups`);
 //! when that is unreadable the caller gets its primary group only.
 
-use crate::sys;
+use rustix::process::Gid;
+use rustix::thread::set_thread_groups;
 use uvfs_vfs::{Ctx, VfsResult};
 
 /// Restores the server's credentials on drop.
 pub struct AsCaller {
     switched: bool,
-    saved_groups: Vec<libc::gid_t>,
+    saved_groups: Vec<Gid>,
 }
 
-fn set_groups(groups: &[libc::gid_t]) -> VfsResult<()> {
-    // SAFETY: the pointer and length describe a valid gid array; the raw
-    // system call (not glibc's all-threads wrapper) changes this thread.
-    let r = unsafe { libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) };
-    sys::cvt_long(r).map(|_| ())
+fn current_groups() -> Vec<Gid> {
+    rustix::process::getgroups().unwrap_or_default()
 }
 
-fn current_groups() -> Vec<libc::gid_t> {
-    // SAFETY: a zero-length query writes nothing.
-    let n = unsafe { libc::getgroups(0, std::ptr::null_mut()) };
-    if n <= 0 {
-        return Vec::new();
+/// Sets this thread's fsuid and fsgid (rustix has no call for them). The
+/// gid changes while the fsuid is still root's when leaving root, and
+/// after it is root's again when returning, so both calls run with the
+/// capabilities that a root fsuid keeps. They cannot fail for root
+/// (CAP_SETUID/CAP_SETGID).
+fn set_fs_ids(uid: u32, gid: u32) {
+    // SAFETY: setfsuid and setfsgid take plain integers and change only
+    // the calling thread's file-system credentials.
+    unsafe {
+        if uid == 0 {
+            libc::syscall(libc::SYS_setfsuid, uid);
+            libc::syscall(libc::SYS_setfsgid, gid);
+        } else {
+            libc::syscall(libc::SYS_setfsgid, gid);
+            libc::syscall(libc::SYS_setfsuid, uid);
+        }
     }
-    let mut v = vec![0; n as usize];
-    // SAFETY: `v` has room for `n` gids.
-    let m = unsafe { libc::getgroups(n, v.as_mut_ptr()) };
-    v.truncate(m.max(0) as usize);
-    v
 }
 
 impl AsCaller {
     /// Switches this thread to `ctx`'s credentials (nothing to do for
     /// root with group 0, or when the server is not root).
     pub fn switch(ctx: &Ctx) -> VfsResult<AsCaller> {
-        // SAFETY: geteuid has no preconditions.
-        let server_root = unsafe { libc::geteuid() } == 0;
+        let server_root = rustix::process::geteuid().is_root();
         if !server_root || (ctx.uid == 0 && ctx.gid == 0) {
             return Ok(AsCaller {
                 switched: false,
@@ -60,17 +64,13 @@ impl AsCaller {
         if !groups.contains(&ctx.gid) {
             groups.push(ctx.gid);
         }
-        set_groups(&groups)?;
+        let groups: Vec<Gid> = groups.into_iter().map(Gid::from_raw).collect();
+        set_thread_groups(&groups)?;
         let guard = AsCaller {
             switched: true,
             saved_groups,
         };
-        // SAFETY: setfsgid/setfsuid take plain ids and only affect this
-        // thread; they cannot fail for root (CAP_SETUID/CAP_SETGID).
-        unsafe {
-            libc::syscall(libc::SYS_setfsgid, ctx.gid);
-            libc::syscall(libc::SYS_setfsuid, ctx.uid);
-        }
+        set_fs_ids(ctx.uid, ctx.gid);
         Ok(guard)
     }
 }
@@ -80,12 +80,7 @@ impl Drop for AsCaller {
         if !self.switched {
             return;
         }
-        // SAFETY: as in `switch`; fsuid 0 first restores the capabilities
-        // that setgroups needs.
-        unsafe {
-            libc::syscall(libc::SYS_setfsuid, 0);
-            libc::syscall(libc::SYS_setfsgid, 0);
-        }
-        let _ = set_groups(&self.saved_groups);
+        set_fs_ids(0, 0);
+        let _ = set_thread_groups(&self.saved_groups);
     }
 }

@@ -29,6 +29,7 @@ use crate::open::OpenFile;
 use crate::sys;
 use rayon::prelude::*;
 use std::ffi::CString;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -126,7 +127,7 @@ impl PassthroughFs {
         f: &mut dyn FnMut(DirEntry) -> VfsResult<bool>,
     ) -> VfsResult<()> {
         let _g = of.dir_lock.lock();
-        let fd = of.fd.raw();
+        let fd = of.fd.as_fd();
         sys::seek(fd, offset)?;
         let mut buf = vec![0u8; BUF];
         loop {
@@ -143,7 +144,7 @@ impl PassthroughFs {
         }
     }
 
-    fn entry(&self, dir: &Arc<Node>, fd: i32, d: &sys::RawDirent<'_>) -> DirEntry {
+    fn entry(&self, dir: &Arc<Node>, fd: BorrowedFd<'_>, d: &sys::RawDirent<'_>) -> DirEntry {
         let ino = match d.name {
             b"." => dir.id,
             b".." if dir.id == self.root.id => self.root.id,
@@ -152,7 +153,7 @@ impl PassthroughFs {
         let kind = dtype(d.dtype)
             .or_else(|| {
                 let n = sys::cstr(d.name).ok()?;
-                let st = sys::statx_at(fd, &n, 0).ok()?;
+                let st = sys::statx_at(fd, &n, rustix::fs::AtFlags::empty()).ok()?;
                 uvfs_vfs::mode_to_vtype(u32::from(st.stx_mode))
             })
             .unwrap_or(VType::Reg);
@@ -239,7 +240,7 @@ impl PassthroughFs {
     ) -> VfsResult<bool> {
         let probes: Vec<Option<VfsResult<Probe>>> = {
             let dfd = self.fd_of(dnode)?;
-            let raw = dfd.raw();
+            let raw = dfd.as_fd();
             let one = |e: &DirEntry| {
                 (!uvfs_vfs::is_dot_or_dotdot(&e.name)).then(|| probe(self, raw, &e.name))
             };

@@ -14,8 +14,10 @@
 use crate::closer::CLOSER;
 use crate::fs::PassthroughFs;
 use crate::sys;
+use rustix::fs::{Mode, OFlags};
 use std::ffi::CStr;
-use std::os::fd::{OwnedFd, RawFd};
+use std::os::fd::AsFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use uvfs_vfs::Freeing;
 
@@ -26,16 +28,16 @@ pub(crate) const LARGE_FREE: u64 = 64 << 20;
 
 /// Bytes of storage a file holds (`st_blocks` counts 512-byte units
 /// whatever the block size).
-fn allocated(st: &libc::statx) -> u64 {
+fn allocated(st: &crate::sys::Statx) -> u64 {
     st.stx_blocks.saturating_mul(512)
 }
 
-fn regular(st: &libc::statx) -> bool {
+fn regular(st: &crate::sys::Statx) -> bool {
     u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFREG
 }
 
 /// Whether removing the name `st` describes ends a large file.
-fn last_link_of_large(st: &libc::statx) -> bool {
+fn last_link_of_large(st: &crate::sys::Statx) -> bool {
     regular(st) && st.stx_nlink == 1 && allocated(st) >= LARGE_FREE
 }
 
@@ -44,13 +46,17 @@ impl PassthroughFs {
     /// large file: an `O_PATH` fd of it, to be held across the removal and
     /// given to [`close_held`](Self::close_held) after it (`closer.rs`
     /// says why). None for anything else, or when the closer has no room.
-    pub(crate) fn hold_large(&self, dfd: RawFd, name: &CStr, st: &libc::statx) -> Option<OwnedFd> {
+    pub(crate) fn hold_large(
+        &self,
+        dfd: BorrowedFd<'_>,
+        name: &CStr,
+        st: &crate::sys::Statx,
+    ) -> Option<OwnedFd> {
         if !last_link_of_large(st) || !CLOSER.reserve(1) {
             return None;
         }
-        let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-        // SAFETY: `name` is NUL-terminated; openat only reads it.
-        match sys::owned(unsafe { libc::openat(dfd, name.as_ptr(), flags) }) {
+        let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        match rustix::fs::openat(dfd, name, flags, Mode::empty()) {
             Ok(fd) => Some(fd),
             Err(_) => {
                 CLOSER.unreserve(1);
@@ -78,7 +84,8 @@ impl PassthroughFs {
                     return false;
                 };
                 // Its last link: nothing else names the file.
-                return sys::statx_at(dfd.raw(), &cname, 0).is_ok_and(|st| last_link_of_large(&st));
+                return sys::statx_at(dfd.as_fd(), &cname, rustix::fs::AtFlags::empty())
+                    .is_ok_and(|st| last_link_of_large(&st));
             }
             Freeing::Truncate { vp, size } => {
                 let Ok(node) = self.node_of(vp) else {
@@ -87,7 +94,7 @@ impl PassthroughFs {
                 let Ok(fd) = self.fd_of(&node) else {
                     return false;
                 };
-                match sys::statx_fd(fd.raw()) {
+                match sys::statx_fd(fd.as_fd()) {
                     Ok(st) => {
                         return regular(&st) && allocated(&st).saturating_sub(size) >= LARGE_FREE
                     }
@@ -98,7 +105,7 @@ impl PassthroughFs {
                 let Ok(of) = self.opens.get(fh) else {
                     return false;
                 };
-                match sys::statx_fd(of.fd.raw()) {
+                match sys::statx_fd(of.fd.as_fd()) {
                     // Removed already: this close may be its last.
                     Ok(st) if st.stx_nlink == 0 => st,
                     _ => return false,

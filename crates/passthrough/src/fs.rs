@@ -28,6 +28,7 @@ use crate::open::OpenTable;
 use crate::sys;
 use std::ffi::CStr;
 use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -212,10 +213,10 @@ impl PassthroughFs {
         // The root as a real directory fd (open_by_handle_at's mount fd)
         // and as the root node's pinned O_PATH fd.
         let dir =
-            sys::openat(libc::AT_FDCWD, &path, libc::O_RDONLY | libc::O_DIRECTORY).map_err(io)?;
+            sys::openat(rustix::fs::CWD, &path, libc::O_RDONLY | libc::O_DIRECTORY).map_err(io)?;
         let root_fd =
-            sys::openat(libc::AT_FDCWD, &path, libc::O_PATH | libc::O_DIRECTORY).map_err(io)?;
-        let st = sys::statx_fd(sys::raw(&root_fd)).map_err(io)?;
+            sys::openat(rustix::fs::CWD, &path, libc::O_PATH | libc::O_DIRECTORY).map_err(io)?;
+        let st = sys::statx_fd(root_fd.as_fd()).map_err(io)?;
         let mount_fd_slot = pool.reserve().map_err(io)?;
         let handles = if cfg.no_handles {
             HandleOpener::disabled()
@@ -225,7 +226,7 @@ impl PassthroughFs {
         let mount_fd_slot = handles.enabled().then_some(mount_fd_slot);
         let dev = sys::stx_dev(&st);
         let inodes = Arc::new(InodeMap::new(dev));
-        let handle = Handle::of_fd(sys::raw(&root_fd))
+        let handle = Handle::of_fd(root_fd.as_fd())
             .ok()
             .filter(|h| handles.accepts(h));
         let root = Arc::new(Node::new(
@@ -249,7 +250,7 @@ impl PassthroughFs {
         );
         let watch = if cfg.watch {
             crate::watch::Watch::new(
-                sys::raw(&root_fd),
+                root_fd.as_fd(),
                 dev,
                 st.stx_ino,
                 layer.clone(),
@@ -313,10 +314,10 @@ impl PassthroughFs {
     pub fn probe_watch(source: &Path) -> Result<(), String> {
         let path = sys::cstr(source.as_os_str().as_encoded_bytes())
             .map_err(|_| "the source path holds a NUL byte".to_string())?;
-        let fd = sys::openat(libc::AT_FDCWD, &path, libc::O_PATH | libc::O_DIRECTORY)
+        let fd = sys::openat(rustix::fs::CWD, &path, libc::O_PATH | libc::O_DIRECTORY)
             .map_err(|e| format!("{}: {e:?}", source.display()))?;
-        let st = sys::statx_fd(sys::raw(&fd)).map_err(|e| format!("{e:?}"))?;
-        crate::watch::setup(sys::raw(&fd), st.stx_ino).map(drop)
+        let st = sys::statx_fd(fd.as_fd()).map_err(|e| format!("{e:?}"))?;
+        crate::watch::setup(fd.as_fd(), st.stx_ino).map(drop)
     }
 
     /// Whether the host-change watcher is set up (it reports once the
@@ -392,7 +393,7 @@ impl PassthroughFs {
             };
             let name = sys::cstr(name)?;
             let res = self.pool.reserve()?;
-            let fd = sys::open_beneath(pfd.raw(), &name, libc::O_PATH | libc::O_NOFOLLOW, 0)
+            let fd = sys::open_beneath(pfd.as_fd(), &name, libc::O_PATH | libc::O_NOFOLLOW, 0)
                 .map_err(|e| {
                     if e == Errno::ENOENT {
                         self.counters.stale.fetch_add(1, Ordering::Relaxed);
@@ -410,7 +411,7 @@ impl PassthroughFs {
         };
         // The file must still be the node's: a handle or a name may now
         // lead to another inode (removed and replaced behind our back).
-        let st = sys::statx_fd(fd.raw())?;
+        let st = sys::statx_fd(fd.as_fd())?;
         if (sys::stx_dev(&st), st.stx_ino) != (node.dev(), node.ino)
             || mode_to_vtype(u32::from(st.stx_mode)) != Some(ident.kind)
         {
@@ -445,7 +446,7 @@ impl PassthroughFs {
     /// ESTALE, never the other file.
     pub(crate) fn lookup_at(&self, dir: &Arc<Node>, name: &[u8]) -> VfsResult<(VnodeRef, Attr)> {
         let dfd = self.fd_of(dir)?;
-        let probe = probe(self, dfd.raw(), name);
+        let probe = probe(self, dfd.as_fd(), name);
         drop(dfd);
         self.lookup_probed(dir, name, probe)
     }
@@ -472,7 +473,7 @@ impl PassthroughFs {
                 }
                 // Recycled since the probe: take the handle after all.
                 let dfd = self.fd_of(dir)?;
-                Handle::of_name(dfd.raw(), &sys::cstr(name)?)
+                Handle::of_name(dfd.as_fd(), &sys::cstr(name)?)
             }
         };
         self.vnode_from(st, handle, Some((dir, name)), None)
@@ -493,7 +494,7 @@ impl PassthroughFs {
                 .open(&h, libc::O_PATH)
                 .map_err(|_| Errno::ESTALE)?,
         );
-        let st = sys::statx_fd(fd.raw())?;
+        let st = sys::statx_fd(fd.as_fd())?;
         let (vp, _) = self.vnode_from(st, Ok(h), None, Some(fd))?;
         if vp.ino() != id {
             return Err(Errno::ESTALE);
@@ -507,7 +508,7 @@ impl PassthroughFs {
     /// handle need not be taken then: a new file behind a reused inode
     /// number is born later. `None` where the file system reports no
     /// birth time, or while any inode number has an alias (`inodes.rs`).
-    pub(crate) fn known_unchanged(&self, st: &libc::statx) -> Option<(VnodeRef, Arc<Node>)> {
+    pub(crate) fn known_unchanged(&self, st: &crate::sys::Statx) -> Option<(VnodeRef, Arc<Node>)> {
         let born = crate::node::birth_key(st);
         if born == 0 || self.inodes.has_aliases() {
             return None;
@@ -528,8 +529,8 @@ impl PassthroughFs {
         fd: Fd,
         at: Option<(&Arc<Node>, &[u8])>,
     ) -> VfsResult<(VnodeRef, Attr)> {
-        let st = sys::statx_fd(fd.raw())?;
-        let handle = Handle::of_fd(fd.raw());
+        let st = sys::statx_fd(fd.as_fd())?;
+        let handle = Handle::of_fd(fd.as_fd());
         self.vnode_from(st, handle, at, Some(fd))
     }
 
@@ -537,7 +538,7 @@ impl PassthroughFs {
     /// file system has handles) or by `at`, with `fd` cached if given.
     fn vnode_from(
         &self,
-        st: libc::statx,
+        st: crate::sys::Statx,
         handle: VfsResult<Handle>,
         at: Option<(&Arc<Node>, &[u8])>,
         fd: Option<Fd>,
@@ -606,13 +607,13 @@ impl PassthroughFs {
     pub(crate) fn lookup_dotdot(&self, dir: &Arc<Node>) -> VfsResult<(VnodeRef, Attr)> {
         if (dir.dev(), dir.ino) == (self.root.dev(), self.root.ino) {
             let vp = self.root_vnode()?;
-            let st = sys::statx_fd(self.fd_of(&self.root)?.raw())?;
+            let st = sys::statx_fd(self.fd_of(&self.root)?.as_fd())?;
             return Ok((vp, self.attr_of(&self.root, &st)));
         }
         let dfd = self.fd_of(dir)?;
         let res = self.pool.reserve()?;
         let fd = res.into_fd(sys::openat(
-            dfd.raw(),
+            dfd.as_fd(),
             c"..",
             libc::O_PATH | libc::O_DIRECTORY,
         )?);
@@ -628,7 +629,7 @@ impl PassthroughFs {
     fn is_beneath_root(&self, fd: &Fd) -> VfsResult<bool> {
         let mut cur: Option<Fd> = None;
         for _ in 0..MAX_REOPEN_DEPTH {
-            let raw = cur.as_ref().map_or(fd.raw(), |f| f.raw());
+            let raw = cur.as_ref().map_or(fd.as_fd(), |f| f.as_fd());
             let st = sys::statx_fd(raw)?;
             let here = (sys::stx_dev(&st), st.stx_ino);
             if here == (self.root.dev(), self.root.ino) {
@@ -636,7 +637,7 @@ impl PassthroughFs {
             }
             let res = self.pool.reserve()?;
             let up = res.into_fd(sys::openat(raw, c"..", libc::O_PATH | libc::O_DIRECTORY)?);
-            let ust = sys::statx_fd(up.raw())?;
+            let ust = sys::statx_fd(up.as_fd())?;
             if (sys::stx_dev(&ust), ust.stx_ino) == here {
                 return Ok(false); // the host's root: `..` of `/` is `/`
             }
@@ -652,7 +653,7 @@ impl PassthroughFs {
         ctx: &Ctx,
         dir: &VnodeRef,
         name: &[u8],
-        op: impl FnOnce(libc::c_int, &CStr) -> VfsResult<()>,
+        op: impl FnOnce(BorrowedFd<'_>, &CStr) -> VfsResult<()>,
     ) -> VfsResult<VnodeRef> {
         uvfs_vfs::check_new_name(name)?;
         let dnode = self.node_of(dir)?;
@@ -660,7 +661,7 @@ impl PassthroughFs {
         let dfd = self.fd_of(&dnode)?;
         {
             let _as = AsCaller::switch(ctx)?;
-            op(dfd.raw(), &cname)?;
+            op(dfd.as_fd(), &cname)?;
         }
         drop(dfd);
         Ok(self.lookup_at(&dnode, name)?.0)
@@ -671,22 +672,13 @@ impl PassthroughFs {
     /// directory has a default ACL, which the backing file system applies
     /// instead (our own umask is 0). One getxattr, only when the umask
     /// would clear a bit.
-    pub(crate) fn creation_mode(&self, dfd: libc::c_int, mode: u32, umask: u32) -> u32 {
+    pub(crate) fn creation_mode(&self, dfd: BorrowedFd<'_>, mode: u32, umask: u32) -> u32 {
         if mode & umask & 0o777 == 0 {
             return mode;
         }
         let p = sys::proc_path(dfd);
-        // SAFETY: NUL-terminated strings; a null buffer of length 0 asks
-        // for the value's size only.
-        let n = unsafe {
-            libc::getxattr(
-                p.as_ptr(),
-                c"system.posix_acl_default".as_ptr(),
-                std::ptr::null_mut(),
-                0,
-            )
-        };
-        if n > 0 {
+        let n = rustix::fs::getxattr_query(p.as_c_str(), c"system.posix_acl_default");
+        if n.is_ok_and(|n| n > 0) {
             mode
         } else {
             mode & !(umask & 0o777)
@@ -694,8 +686,8 @@ impl PassthroughFs {
     }
 
     /// Attributes from a statx of the node's file.
-    pub(crate) fn attr_of(&self, node: &Node, st: &libc::statx) -> Attr {
-        let ts = |t: &libc::statx_timestamp| Timespec::new(t.tv_sec, t.tv_nsec);
+    pub(crate) fn attr_of(&self, node: &Node, st: &crate::sys::Statx) -> Attr {
+        let ts = |t: &rustix::fs::StatxTimestamp| Timespec::new(t.tv_sec, t.tv_nsec);
         Attr {
             ino: node.id,
             kind: mode_to_vtype(u32::from(st.stx_mode)).unwrap_or(VType::Reg),
@@ -725,7 +717,7 @@ impl PassthroughFs {
     /// the kernel without our knowing (`Node::set_orphan`): it answers.
     pub(crate) fn getattr_node(&self, node: &Arc<Node>) -> VfsResult<Attr> {
         let st = match node.cached_fd() {
-            Some(fd) => sys::statx_fd(fd.raw())?,
+            Some(fd) => sys::statx_fd(fd.as_fd())?,
             None => self.statx_uncached(node)?,
         };
         if st.stx_nlink == 0 && node.open_count() == 0 && !node.is_orphan() {
@@ -740,10 +732,10 @@ impl PassthroughFs {
     /// used, and caching the fd would make a walk of more files than the
     /// budget turn the pool over once per file. Fallback nodes reopen
     /// (and cache) through their parent as any operation would.
-    fn statx_uncached(&self, node: &Arc<Node>) -> VfsResult<libc::statx> {
+    fn statx_uncached(&self, node: &Arc<Node>) -> VfsResult<crate::sys::Statx> {
         let ident = node.ident();
         let Some(h) = ident.handle() else {
-            return sys::statx_fd(self.fd_of(node)?.raw());
+            return sys::statx_fd(self.fd_of(node)?.as_fd());
         };
         let res = self.pool.reserve()?;
         let fd = res.into_fd(
@@ -752,7 +744,7 @@ impl PassthroughFs {
                 .map_err(|e| self.stale(e))?,
         );
         self.counters.stat_by_handle.fetch_add(1, Ordering::Relaxed);
-        let st = sys::statx_fd(fd.raw())?;
+        let st = sys::statx_fd(fd.as_fd())?;
         if (sys::stx_dev(&st), st.stx_ino) != (node.dev(), node.ino) {
             self.counters.stale.fetch_add(1, Ordering::Relaxed);
             return Err(Errno::ESTALE);
@@ -787,14 +779,14 @@ impl PassthroughFs {
     /// the inode behind `fd` again as `O_PATH`.
     pub(crate) fn path_fd_of(&self, fd: &OwnedFd) -> VfsResult<Fd> {
         let res = self.pool.reserve()?;
-        Ok(res.into_fd(sys::reopen(sys::raw(fd), libc::O_PATH)?))
+        Ok(res.into_fd(sys::reopen(fd.as_fd(), libc::O_PATH)?))
     }
 }
 
 /// What a lookup learns from the backing file system: the entry's statx
 /// and its file handle (or why it has none), unless the statx showed the
 /// file to be a cached node's.
-pub(crate) type Probe = (libc::statx, Probed);
+pub(crate) type Probe = (crate::sys::Statx, Probed);
 
 /// The handle half of a [`Probe`].
 pub(crate) enum Probed {
@@ -809,9 +801,9 @@ pub(crate) enum Probed {
 /// name and, for a file that is not a cached node's, its file handle by
 /// name, neither following a trailing symlink. Reads shared state only:
 /// safe to run for many names at once.
-pub(crate) fn probe(fs: &PassthroughFs, dfd: std::os::fd::RawFd, name: &[u8]) -> VfsResult<Probe> {
+pub(crate) fn probe(fs: &PassthroughFs, dfd: BorrowedFd<'_>, name: &[u8]) -> VfsResult<Probe> {
     let cname = sys::cstr(name)?;
-    let st = sys::statx_at(dfd, &cname, 0)?;
+    let st = sys::statx_at(dfd, &cname, rustix::fs::AtFlags::empty())?;
     if fs.known_unchanged(&st).is_some() {
         return Ok((st, Probed::Known));
     }

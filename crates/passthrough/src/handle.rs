@@ -28,7 +28,8 @@
 //! every node ([`HandleOpener::new`]).
 
 use crate::sys;
-use std::os::fd::{OwnedFd, RawFd};
+use std::os::fd::AsFd;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use uvfs_vfs::{Errno, VfsResult};
 
 /// Most bytes of a handle (`MAX_HANDLE_SZ`).
@@ -98,17 +99,17 @@ struct RawHandle {
 impl Handle {
     /// The handle of the inode `fd` refers to (`O_PATH` fds included).
     /// `EOPNOTSUPP` where the file system has no handles.
-    pub fn of_fd(fd: RawFd) -> VfsResult<Handle> {
+    pub fn of_fd(fd: BorrowedFd<'_>) -> VfsResult<Handle> {
         Self::at(fd, sys::EMPTY, libc::AT_EMPTY_PATH)
     }
 
     /// The handle of `name` in the directory `dirfd` (a trailing symlink
     /// is not followed: the handle is the link's own).
-    pub fn of_name(dirfd: RawFd, name: &std::ffi::CStr) -> VfsResult<Handle> {
+    pub fn of_name(dirfd: BorrowedFd<'_>, name: &std::ffi::CStr) -> VfsResult<Handle> {
         Self::at(dirfd, name, 0)
     }
 
-    fn at(fd: RawFd, name: &std::ffi::CStr, flags: libc::c_int) -> VfsResult<Handle> {
+    fn at(fd: BorrowedFd<'_>, name: &std::ffi::CStr, flags: libc::c_int) -> VfsResult<Handle> {
         let mut raw = RawHandle {
             handle_bytes: MAX_HANDLE as u32,
             handle_type: 0,
@@ -121,7 +122,7 @@ impl Handle {
         // is writable.
         sys::cvt(unsafe {
             libc::name_to_handle_at(
-                fd,
+                fd.as_raw_fd(),
                 name.as_ptr(),
                 (&mut raw as *mut RawHandle).cast::<libc::file_handle>(),
                 &mut mount_id,
@@ -197,7 +198,7 @@ impl HandleOpener {
     /// the file system has none, opening one fails (no privilege), or its
     /// handles do not outlive the kernel's inode cache (FUSE).
     pub fn new(root_dir: OwnedFd) -> HandleOpener {
-        let fd = sys::raw(&root_dir);
+        let fd = root_dir.as_fd();
         if !persistent_handles(fd) {
             return HandleOpener::disabled();
         }
@@ -256,15 +257,12 @@ impl HandleOpener {
         // reads it. `mfd` is a valid fd we own.
         let fd = unsafe {
             libc::open_by_handle_at(
-                sys::raw(mfd),
+                mfd.as_raw_fd(),
                 (&mut raw as *mut RawHandle).cast::<libc::file_handle>(),
                 flags | libc::O_CLOEXEC,
             )
         };
-        let fd = sys::cvt(fd)?;
-        // SAFETY: a successful open_by_handle_at returns a new fd that
-        // nothing else owns.
-        Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
+        sys::owned(fd)
     }
 }
 
@@ -273,20 +271,14 @@ const FUSE_SUPER_MAGIC: libc::c_long = 0x6573_5546;
 
 /// Whether handles of the file system `fd` is on name a file for as long
 /// as it exists, cached or not. Unknown (fstatfs failed): assume not.
-fn persistent_handles(fd: RawFd) -> bool {
-    // SAFETY: all-zero bytes are a valid statfs64 (plain integers).
-    let mut s: libc::statfs64 = unsafe { std::mem::zeroed() };
-    // SAFETY: `s` is writable; `fd` is a valid fd of the caller's.
-    if unsafe { libc::fstatfs64(fd, &mut s) } != 0 {
-        return false;
-    }
-    s.f_type as libc::c_long != FUSE_SUPER_MAGIC
+fn persistent_handles(fd: BorrowedFd<'_>) -> bool {
+    rustix::fs::fstatfs(fd).is_ok_and(|s| s.f_type as libc::c_long != FUSE_SUPER_MAGIC)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::fd::AsRawFd;
+    use std::os::fd::AsFd;
 
     #[test]
     fn foreign_handles_are_refused() {
@@ -298,12 +290,12 @@ mod tests {
         }
         // /proc is another file system (and has no handles); /dev too.
         let other: OwnedFd = std::fs::File::open("/dev").unwrap().into();
-        if let Ok(h) = Handle::of_fd(other.as_raw_fd()) {
+        if let Ok(h) = Handle::of_fd(other.as_fd()) {
             assert!(!op.accepts(&h));
             assert_eq!(op.open(&h, libc::O_PATH).err(), Some(Errno::EXDEV));
         }
         let own: OwnedFd = std::fs::File::open(&dir).unwrap().into();
-        let h = Handle::of_fd(own.as_raw_fd()).unwrap();
+        let h = Handle::of_fd(own.as_fd()).unwrap();
         assert!(op.accepts(&h));
         assert_eq!(h.generation(), h.clone().generation());
         assert!(op.open(&h, libc::O_PATH).is_ok());

@@ -14,25 +14,12 @@
 
 use crate::fs::PassthroughFs;
 use crate::sys;
-use uvfs_vfs::{
-    Errno, Fh, FsXattr, VfsResult, FS_DAX_FL, FS_IOC_FSGETXATTR, FS_IOC_FSSETXATTR,
-    FS_IOC_GETFLAGS, FS_IOC_SETFLAGS,
-};
+use uvfs_vfs::{Errno, Fh, FsXattr, VfsResult, FS_DAX_FL, FS_IOC_FSGETXATTR, FS_IOC_FSSETXATTR};
 
 impl PassthroughFs {
     pub(crate) fn do_get_flags(&self, fh: Fh) -> VfsResult<u32> {
         let of = self.opens.get(fh)?;
-        let mut flags: libc::c_int = 0;
-        // SAFETY: FS_IOC_GETFLAGS writes one `int` (whatever its number
-        // says) to the pointer, which points at one.
-        sys::cvt(unsafe {
-            libc::ioctl(
-                of.fd.raw(),
-                FS_IOC_GETFLAGS as libc::Ioctl,
-                &mut flags as *mut libc::c_int,
-            )
-        })?;
-        Ok(flags as u32)
+        Ok(rustix::fs::ioctl_getflags(&of.fd)?.bits())
     }
 
     pub(crate) fn do_set_flags(&self, fh: Fh, flags: u32) -> VfsResult<()> {
@@ -40,17 +27,8 @@ impl PassthroughFs {
             return Err(Errno::EOPNOTSUPP);
         }
         let of = self.opens.get(fh)?;
-        let flags = flags as libc::c_int;
-        // SAFETY: FS_IOC_SETFLAGS reads one `int` from the pointer, which
-        // points at one.
-        sys::cvt(unsafe {
-            libc::ioctl(
-                of.fd.raw(),
-                FS_IOC_SETFLAGS as libc::Ioctl,
-                &flags as *const libc::c_int,
-            )
-        })?;
-        Ok(())
+        let flags = rustix::fs::IFlags::from_bits_retain(flags);
+        Ok(rustix::fs::ioctl_setflags(&of.fd, flags)?)
     }
 
     pub(crate) fn do_get_fsxattr(&self, fh: Fh) -> VfsResult<FsXattr> {

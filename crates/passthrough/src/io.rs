@@ -10,7 +10,9 @@ use crate::creds::AsCaller;
 use crate::fs::PassthroughFs;
 use crate::open::OpenFile;
 use crate::sys;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use rustix::fs::SeekFrom;
+use std::os::fd::AsFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use uvfs_vfs::{Ctx, Errno, FallocMode, Fh, SetAttr, VType, VfsResult, VnodeRef, O_KILL_SUIDGID};
 
@@ -58,7 +60,7 @@ impl PassthroughFs {
         let fd = self.fd_of(&node).map_err(gone)?;
         let res = self.pool.reserve_open()?;
         let f = self
-            .reading(flags & !STRIP, |f| sys::reopen(fd.raw(), f))
+            .reading(flags & !STRIP, |f| sys::reopen(fd.as_fd(), f))
             .map_err(gone)?;
         drop(fd);
         // The kernel opens by a name it caches until the entry times out;
@@ -72,7 +74,7 @@ impl PassthroughFs {
         // (the open comes before the removal).
         if node.kind() == VType::Reg
             && !node.nameless_by_mount()
-            && sys::statx_fd(f.as_raw_fd())?.stx_nlink == 0
+            && sys::statx_fd(f.as_fd())?.stx_nlink == 0
         {
             self.counters.stale.fetch_add(1, Ordering::Relaxed);
             return Err(Errno::ESTALE);
@@ -97,7 +99,7 @@ impl PassthroughFs {
         let fd = self.fd_of(&node)?;
         let res = self.pool.reserve_open()?;
         let d = self.reading(libc::O_RDONLY | libc::O_DIRECTORY, |f| {
-            sys::openat(fd.raw(), c".", f)
+            sys::openat(fd.as_fd(), c".", f)
         })?;
         drop(fd);
         Ok(self.opens.insert(res.into_fd(d), node))
@@ -144,8 +146,8 @@ impl PassthroughFs {
         let f = {
             let _as = AsCaller::switch(ctx)?;
             // A symlink at the name is refused (ELOOP), never followed.
-            let mode = self.creation_mode(dfd.raw(), mode & 0o7777, ctx.umask);
-            sys::open_beneath(dfd.raw(), &cname, flags, mode)?
+            let mode = self.creation_mode(dfd.as_fd(), mode & 0o7777, ctx.umask);
+            sys::open_beneath(dfd.as_fd(), &cname, flags, mode)?
         };
         drop(dfd);
         let path_fd = self.path_fd_of(&f)?;
@@ -176,8 +178,8 @@ impl PassthroughFs {
         let flags = (flags & !STRIP) | libc::O_TMPFILE | (flags & libc::O_EXCL);
         let f = {
             let _as = AsCaller::switch(ctx)?;
-            let mode = self.creation_mode(dfd.raw(), mode & 0o7777, ctx.umask);
-            sys::openat_mode(dfd.raw(), c".", flags, mode)?
+            let mode = self.creation_mode(dfd.as_fd(), mode & 0o7777, ctx.umask);
+            sys::openat_mode(dfd.as_fd(), c".", flags, mode)?
         };
         drop(dfd);
         let path_fd = self.path_fd_of(&f)?;
@@ -208,7 +210,7 @@ impl PassthroughFs {
         }
         match read_with(&of, offset, size, sys::pread_nowait) {
             Err(Errno::EOPNOTSUPP) => {
-                let memory = sys::in_memory_fs(of.fd.raw());
+                let memory = sys::in_memory_fs(of.fd.as_fd());
                 if own {
                     let how = if memory { NOWAIT_MEMORY } else { NOWAIT_NONE };
                     self.nowait.store(how, Ordering::Relaxed);
@@ -228,22 +230,20 @@ impl PassthroughFs {
     /// positioned).
     pub(crate) fn do_seek_data(&self, fh: Fh, offset: u64, hole: bool) -> VfsResult<u64> {
         let of = self.opens.get(fh)?;
-        let off = i64::try_from(offset).map_err(|_| Errno::ENXIO)?;
+        i64::try_from(offset).map_err(|_| Errno::ENXIO)?;
         let whence = if hole {
-            libc::SEEK_HOLE
+            SeekFrom::Hole(offset)
         } else {
-            libc::SEEK_DATA
+            SeekFrom::Data(offset)
         };
-        // SAFETY: plain integer arguments on an fd we hold.
-        let r = unsafe { libc::lseek(of.fd.raw(), off, whence) };
-        sys::cvt_long(r).map(|n| n as u64)
+        Ok(rustix::fs::seek(&of.fd, whence)?)
     }
 
     pub(crate) fn do_write(&self, fh: Fh, offset: u64, data: &[u8]) -> VfsResult<u32> {
         let of = self.opens.get(fh)?;
         let mut done = 0;
         while done < data.len() {
-            match sys::pwrite(of.fd.raw(), &data[done..], offset + done as u64) {
+            match sys::pwrite(of.fd.as_fd(), &data[done..], offset + done as u64) {
                 Ok(0) => break,
                 Ok(n) => done += n,
                 // Part written: report that much, as write(2) would.
@@ -256,15 +256,11 @@ impl PassthroughFs {
 
     pub(crate) fn do_fsync(&self, fh: Fh, datasync: bool) -> VfsResult<()> {
         let of = self.opens.get(fh)?;
-        // SAFETY: plain fd argument.
-        let r = unsafe {
-            if datasync {
-                libc::fdatasync(of.fd.raw())
-            } else {
-                libc::fsync(of.fd.raw())
-            }
-        };
-        sys::cvt(r).map(|_| ())
+        if datasync {
+            Ok(rustix::fs::fdatasync(&of.fd)?)
+        } else {
+            Ok(rustix::fs::fsync(&of.fd)?)
+        }
     }
 
     pub(crate) fn do_release(&self, fh: Fh) -> VfsResult<()> {
@@ -282,10 +278,10 @@ impl PassthroughFs {
         len: u64,
     ) -> VfsResult<()> {
         let of = self.opens.get(fh)?;
-        let off = i64::try_from(offset).map_err(|_| Errno::EFBIG)?;
-        let len = i64::try_from(len).map_err(|_| Errno::EFBIG)?;
-        // SAFETY: plain integer arguments.
-        sys::cvt(unsafe { libc::fallocate64(of.fd.raw(), mode.0, off, len) }).map(|_| ())
+        i64::try_from(offset).map_err(|_| Errno::EFBIG)?;
+        i64::try_from(len).map_err(|_| Errno::EFBIG)?;
+        let mode = rustix::fs::FallocateFlags::from_bits_retain(mode.0 as u32);
+        Ok(rustix::fs::fallocate(&of.fd, mode, offset, len)?)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -299,14 +295,17 @@ impl PassthroughFs {
         flags: u32,
     ) -> VfsResult<u64> {
         let (a, b) = (self.opens.get(fh_in)?, self.opens.get(fh_out)?);
-        let mut oi = i64::try_from(off_in).map_err(|_| Errno::EINVAL)?;
-        let mut oo = i64::try_from(off_out).map_err(|_| Errno::EINVAL)?;
+        i64::try_from(off_in).map_err(|_| Errno::EINVAL)?;
+        i64::try_from(off_out).map_err(|_| Errno::EINVAL)?;
+        let (mut oi, mut oo) = (off_in, off_out);
         // The reply carries 32 bits of length.
         let len = usize::try_from(len.min(u64::from(u32::MAX) & !4095)).unwrap_or(0);
-        // SAFETY: the offsets are valid writable i64s; fds are open.
-        let n =
-            unsafe { libc::copy_file_range(a.fd.raw(), &mut oi, b.fd.raw(), &mut oo, len, flags) };
-        Ok(sys::cvt_long(n as i64)? as u64)
+        // No flags are defined: the kernel refuses any.
+        if flags != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let n = rustix::fs::copy_file_range(&a.fd, Some(&mut oi), &b.fd, Some(&mut oo), len)?;
+        Ok(n as u64)
     }
 }
 
@@ -324,12 +323,12 @@ fn read_with(
     of: &OpenFile,
     offset: u64,
     size: u32,
-    pread: fn(RawFd, &mut [u8], u64) -> VfsResult<usize>,
+    pread: fn(BorrowedFd<'_>, &mut [u8], u64) -> VfsResult<usize>,
 ) -> VfsResult<Vec<u8>> {
     let mut buf = vec![0u8; size.min(MAX_READ) as usize];
     let mut got = 0;
     while got < buf.len() {
-        let n = pread(of.fd.raw(), &mut buf[got..], offset + got as u64)?;
+        let n = pread(of.fd.as_fd(), &mut buf[got..], offset + got as u64)?;
         if n == 0 {
             break;
         }

@@ -40,7 +40,9 @@ use crate::fs::PassthroughFs;
 use crate::node::Node;
 use crate::sys;
 use parking_lot::Mutex;
+use rustix::fs::FlockOperation;
 use std::collections::HashMap;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use uvfs_vfs::{Errno, Fh, FileLock, Ino, VfsResult, VnodeRef, LOCK_TO_EOF};
 
@@ -142,8 +144,8 @@ impl PassthroughFs {
     fn lock_description(&self, node: &Arc<Node>) -> VfsResult<Arc<Fd>> {
         let fd = self.fd_of(node)?;
         let res = self.pool.reserve_open().map_err(|_| Errno::ENOLCK)?;
-        let f = sys::reopen(fd.raw(), libc::O_RDWR)
-            .or_else(|_| sys::reopen(fd.raw(), libc::O_RDONLY))?;
+        let f = sys::reopen(fd.as_fd(), libc::O_RDWR)
+            .or_else(|_| sys::reopen(fd.as_fd(), libc::O_RDONLY))?;
         Ok(Arc::new(res.into_fd(f)))
     }
 
@@ -158,14 +160,13 @@ impl PassthroughFs {
         if flock {
             let of = self.opens.get(fh)?;
             let op = match lock.typ {
-                libc::F_RDLCK => libc::LOCK_SH,
-                libc::F_WRLCK => libc::LOCK_EX,
-                libc::F_UNLCK => libc::LOCK_UN,
+                libc::F_RDLCK => FlockOperation::NonBlockingLockShared,
+                libc::F_WRLCK => FlockOperation::NonBlockingLockExclusive,
+                libc::F_UNLCK => FlockOperation::NonBlockingUnlock,
                 _ => return Err(Errno::EINVAL),
             };
-            // SAFETY: plain integer arguments on an fd we hold. A conflict
-            // is EWOULDBLOCK, which is EAGAIN on Linux.
-            return sys::cvt(unsafe { libc::flock(of.fd.raw(), op | libc::LOCK_NB) }).map(drop);
+            // A conflict is EWOULDBLOCK, which is EAGAIN on Linux.
+            return Ok(rustix::fs::flock(&of.fd, op)?);
         }
         let node = self.node_of(vp)?;
         let mut fl = to_flock(lock)?;

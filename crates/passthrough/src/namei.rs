@@ -14,6 +14,8 @@
 use crate::fs::PassthroughFs;
 use crate::node::Node;
 use crate::sys;
+use rustix::fs::{AtFlags, FileType, Mode};
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use uvfs_vfs::{check_name, is_dot_or_dotdot, Ctx, Errno, RenameFlags, VType, VfsResult, VnodeRef};
 
@@ -58,8 +60,13 @@ impl PassthroughFs {
     ) -> VfsResult<VnodeRef> {
         self.make_at(ctx, dir, name, |dfd, n| {
             let mode = self.creation_mode(dfd, mode, ctx.umask);
-            // SAFETY: `n` is NUL-terminated; mknodat only reads it.
-            sys::cvt(unsafe { libc::mknodat(dfd, n.as_ptr(), mode, rdev) }).map(|_| ())
+            // A type of 0 makes a regular file, as mknod(2) does.
+            let kind = match mode & libc::S_IFMT {
+                0 => FileType::RegularFile,
+                _ => FileType::from_raw_mode(mode),
+            };
+            let perm = Mode::from_raw_mode(mode & !libc::S_IFMT);
+            Ok(rustix::fs::mknodat(dfd, n, kind, perm, rdev)?)
         })
     }
 
@@ -72,8 +79,7 @@ impl PassthroughFs {
     ) -> VfsResult<VnodeRef> {
         self.make_at(ctx, dir, name, |dfd, n| {
             let mode = self.creation_mode(dfd, mode & 0o7777, ctx.umask);
-            // SAFETY: `n` is NUL-terminated; mkdirat only reads it.
-            sys::cvt(unsafe { libc::mkdirat(dfd, n.as_ptr(), mode) }).map(|_| ())
+            Ok(rustix::fs::mkdirat(dfd, n, Mode::from_raw_mode(mode))?)
         })
     }
 
@@ -87,9 +93,8 @@ impl PassthroughFs {
         uvfs_vfs::check_symlink_target(target)?;
         let t = sys::cstr(target)?;
         self.make_at(ctx, dir, name, |dfd, n| {
-            // SAFETY: both strings are NUL-terminated; symlinkat only reads
-            // them. The target is stored, never resolved by the server.
-            sys::cvt(unsafe { libc::symlinkat(t.as_ptr(), dfd, n.as_ptr()) }).map(|_| ())
+            // The target is stored, never resolved by the server.
+            Ok(rustix::fs::symlinkat(t.as_c_str(), dfd, n)?)
         })
     }
 
@@ -100,17 +105,9 @@ impl PassthroughFs {
         let cname = sys::cstr(name)?;
         let fd = self.fd_of(&node)?;
         let dfd = self.fd_of(&dnode)?;
-        // SAFETY: strings are NUL-terminated; AT_EMPTY_PATH links the
-        // inode `fd` refers to (needs CAP_DAC_READ_SEARCH, as root has).
-        sys::cvt(unsafe {
-            libc::linkat(
-                fd.raw(),
-                sys::EMPTY.as_ptr(),
-                dfd.raw(),
-                cname.as_ptr(),
-                libc::AT_EMPTY_PATH,
-            )
-        })?;
+        // AT_EMPTY_PATH links the inode `fd` refers to (needs
+        // CAP_DAC_READ_SEARCH, as root has).
+        rustix::fs::linkat(&fd, sys::EMPTY, &dfd, &cname, AtFlags::EMPTY_PATH)?;
         // An O_TMPFILE file named now: its handle leads back to it from
         // here on, so its fd need not be kept any more.
         if node.kind() == VType::Reg && node.is_orphan() {
@@ -131,11 +128,11 @@ impl PassthroughFs {
         let dnode = self.node_of(dir)?;
         let cname = sys::cstr(name)?;
         let dfd = self.fd_of(&dnode)?;
-        let st = sys::statx_at(dfd.raw(), &cname, 0).ok();
+        let st = sys::statx_at(dfd.as_fd(), &cname, rustix::fs::AtFlags::empty()).ok();
         let doomed = st.as_ref().and_then(|st| self.doomed(st));
-        let held = st.and_then(|st| self.hold_large(dfd.raw(), &cname, &st));
-        // SAFETY: `cname` is NUL-terminated; unlinkat only reads it.
-        let res = sys::cvt(unsafe { libc::unlinkat(dfd.raw(), cname.as_ptr(), flags) });
+        let held = st.and_then(|st| self.hold_large(dfd.as_fd(), &cname, &st));
+        let flags = AtFlags::from_bits_retain(flags as u32);
+        let res = rustix::fs::unlinkat(&dfd, &cname, flags).map_err(Errno::from);
         self.removed(doomed, res.is_ok());
         if let Some(fd) = held {
             self.close_held(fd);
@@ -150,7 +147,7 @@ impl PassthroughFs {
     /// anything else gets an fd pinned now (`Node::set_orphan`), as the
     /// kernel may hold it open without our knowing. (A racing `link` can
     /// make the guess wrong; the cost is one fd reopened or kept a while.)
-    fn doomed(&self, st: &libc::statx) -> Option<Doomed> {
+    fn doomed(&self, st: &crate::sys::Statx) -> Option<Doomed> {
         let fmt = u32::from(st.stx_mode) & libc::S_IFMT;
         if fmt != libc::S_IFDIR && st.stx_nlink != 1 {
             return None;
@@ -233,12 +230,12 @@ impl PassthroughFs {
         // Fallback nodes follow their names; find them before the rename.
         let fallback = !self.handles.enabled() || dn.dev() != self.root.dev();
         let moved = |fd, n: &std::ffi::CStr| {
-            sys::statx_at(fd, n, 0)
+            sys::statx_at(fd, n, rustix::fs::AtFlags::empty())
                 .ok()
                 .map(|st| self.inodes.newest_id(sys::stx_dev(&st), st.stx_ino))
         };
         let (m1, m2) = if fallback {
-            (moved(d1.raw(), &c1), moved(d2.raw(), &c2))
+            (moved(d1.as_fd(), &c1), moved(d2.as_fd(), &c2))
         } else {
             (None, None)
         };
@@ -247,14 +244,12 @@ impl PassthroughFs {
         let target = if flags.exchange() || flags.0 & RenameFlags::NOREPLACE != 0 {
             None
         } else {
-            sys::statx_at(d2.raw(), &c2, 0).ok()
+            sys::statx_at(d2.as_fd(), &c2, rustix::fs::AtFlags::empty()).ok()
         };
         let replaced = target.as_ref().and_then(|st| self.doomed(st));
-        let held = target.and_then(|st| self.hold_large(d2.raw(), &c2, &st));
-        // SAFETY: strings are NUL-terminated; renameat2 only reads them.
-        let res = sys::cvt(unsafe {
-            libc::renameat2(d1.raw(), c1.as_ptr(), d2.raw(), c2.as_ptr(), flags.0)
-        });
+        let held = target.and_then(|st| self.hold_large(d2.as_fd(), &c2, &st));
+        let raw_flags = rustix::fs::RenameFlags::from_bits_retain(flags.0);
+        let res = rustix::fs::renameat_with(&d1, &c1, &d2, &c2, raw_flags).map_err(Errno::from);
         self.removed(replaced, res.is_ok());
         if let Some(fd) = held {
             self.close_held(fd);

@@ -395,7 +395,7 @@ impl Node {
 
 /// A statx's birth time as one number (nanoseconds since the epoch), or 0
 /// where the file system does not report it.
-pub fn birth_key(st: &libc::statx) -> u64 {
+pub fn birth_key(st: &crate::sys::Statx) -> u64 {
     if st.stx_mask & libc::STATX_BTIME == 0 {
         return 0;
     }

@@ -43,6 +43,7 @@ use crate::node::Node;
 use crate::sys;
 use parking_lot::{Condvar, Mutex};
 use std::ffi::CString;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -293,16 +294,16 @@ fn warm(shared: &Shared, dir: &Node, name: &CString, dev: u64, buf: &mut [u8]) {
     // list. Without the right to it, no readahead for that directory.
     let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_NOATIME;
     // The parent's fd is borrowed only for the open.
-    let Some(Ok(fd)) = dir.cached_fd().map(|d| sys::openat(d.raw(), name, flags)) else {
+    let Some(Ok(fd)) = dir.cached_fd().map(|d| sys::openat(d.as_fd(), name, flags)) else {
         return;
     };
     let fd = slot.into_fd(fd);
     // Something mounted there since it was listed: not ours to read.
-    if !sys::statx_fd(fd.raw()).is_ok_and(|st| sys::stx_dev(&st) == dev) {
+    if !sys::statx_fd(fd.as_fd()).is_ok_and(|st| sys::stx_dev(&st) == dev) {
         return;
     }
     let mut looked = 0u64;
-    'read: while let Ok(n @ 1..) = sys::getdents(fd.raw(), buf) {
+    'read: while let Ok(n @ 1..) = sys::getdents(fd.as_fd(), buf) {
         for d in sys::dirents(&buf[..n]) {
             if shared.stop.load(Ordering::Relaxed) {
                 shared.counters.overtaken.fetch_add(1, Ordering::Relaxed);
@@ -315,7 +316,7 @@ fn warm(shared: &Shared, dir: &Node, name: &CString, dev: u64, buf: &mut [u8]) {
                 // Only the lookup's side effect matters: the entry's
                 // dentry and inode cached by the backing kernel. Never an
                 // automount: nothing the walker asked for.
-                let _ = sys::statx_at(fd.raw(), &c, libc::AT_NO_AUTOMOUNT);
+                let _ = sys::statx_at(fd.as_fd(), &c, rustix::fs::AtFlags::NO_AUTOMOUNT);
                 looked += 1;
             }
         }

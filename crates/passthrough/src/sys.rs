@@ -15,9 +15,11 @@
 //! exact inode the fd refers to, not a path that can be swapped) where it
 //! does not (reopening for I/O, `chmod`, `truncate`, xattrs).
 
+use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags, StatxFlags};
+use rustix::io::ReadWriteFlags;
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use uvfs_vfs::{Errno, VfsResult};
 
@@ -63,166 +65,165 @@ pub(crate) fn owned(fd: libc::c_int) -> VfsResult<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// An `open(2)` flag word as rustix flags (bits the kernel knows pass
+/// through unchanged).
+fn oflags(flags: libc::c_int) -> OFlags {
+    OFlags::from_bits_retain(flags as u32)
+}
+
 /// Opens the single component `name` beneath `dirfd` without following
 /// symlinks (see the module docs). `O_CLOEXEC` is always added.
 pub(crate) fn open_beneath(
-    dirfd: RawFd,
+    dirfd: BorrowedFd<'_>,
     name: &CStr,
     flags: libc::c_int,
     mode: u32,
 ) -> VfsResult<OwnedFd> {
-    let flags = flags | libc::O_CLOEXEC;
+    let flags = oflags(flags) | OFlags::CLOEXEC;
+    let mode = if flags.intersects(OFlags::CREATE | OFlags::TMPFILE) {
+        Mode::from_raw_mode(mode)
+    } else {
+        Mode::empty()
+    };
     if HAVE_OPENAT2.load(Ordering::Relaxed) {
-        // SAFETY: all-zero bytes are a valid `open_how` (plain integers).
-        let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-        how.flags = flags as u64;
-        if flags & (libc::O_CREAT | libc::O_TMPFILE) != 0 {
-            how.mode = u64::from(mode);
-        }
-        how.resolve =
-            libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+        let resolve =
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
         loop {
-            // SAFETY: `name` is NUL-terminated and `how` a valid `open_how`
-            // whose size we pass; the kernel only reads both.
-            let r = unsafe {
-                libc::syscall(
-                    libc::SYS_openat2,
-                    dirfd,
-                    name.as_ptr(),
-                    &how as *const libc::open_how,
-                    std::mem::size_of::<libc::open_how>(),
-                )
-            };
-            if r >= 0 {
-                return owned(r as libc::c_int);
-            }
-            let e = last_errno();
-            match e {
+            match rustix::fs::openat2(dirfd, name, flags, mode, resolve) {
+                Ok(fd) => return Ok(fd),
                 // RESOLVE_* lookups may fail spuriously under concurrent
                 // renames; the kernel asks us to retry.
-                Errno::EAGAIN => continue,
-                Errno::ENOSYS => {
+                Err(rustix::io::Errno::AGAIN) => continue,
+                Err(rustix::io::Errno::NOSYS) => {
                     HAVE_OPENAT2.store(false, Ordering::Relaxed);
                     break;
                 }
                 // RESOLVE_NO_SYMLINKS refuses a trailing symlink for a real
                 // open as ELOOP, which is what O_NOFOLLOW answers too.
-                e => return Err(e),
+                Err(e) => return Err(e.into()),
             }
         }
     }
-    // SAFETY: `name` is NUL-terminated; openat only reads it.
-    owned(unsafe { libc::openat(dirfd, name.as_ptr(), flags | libc::O_NOFOLLOW, mode) })
+    Ok(rustix::fs::openat(
+        dirfd,
+        name,
+        flags | OFlags::NOFOLLOW,
+        mode,
+    )?)
 }
 
 /// Plain `openat` (for `.` and `..`, which `open_beneath` refuses or
 /// treats as an escape).
-pub(crate) fn openat(dirfd: RawFd, name: &CStr, flags: libc::c_int) -> VfsResult<OwnedFd> {
+pub(crate) fn openat(dirfd: BorrowedFd<'_>, name: &CStr, flags: libc::c_int) -> VfsResult<OwnedFd> {
     openat_mode(dirfd, name, flags, 0)
 }
 
 /// `openat` of `.` or `..` with a creation mode (`O_TMPFILE`).
 pub(crate) fn openat_mode(
-    dirfd: RawFd,
+    dirfd: BorrowedFd<'_>,
     name: &CStr,
     flags: libc::c_int,
     mode: u32,
 ) -> VfsResult<OwnedFd> {
-    // SAFETY: `name` is NUL-terminated; openat only reads it.
-    owned(unsafe { libc::openat(dirfd, name.as_ptr(), flags | libc::O_CLOEXEC, mode) })
+    let flags = oflags(flags) | OFlags::CLOEXEC;
+    Ok(rustix::fs::openat(
+        dirfd,
+        name,
+        flags,
+        Mode::from_raw_mode(mode),
+    )?)
 }
 
 /// `/proc/self/fd/N`: names exactly the inode `fd` refers to.
-pub(crate) fn proc_path(fd: RawFd) -> CString {
+pub(crate) fn proc_path(fd: BorrowedFd<'_>) -> CString {
     // A decimal number never contains a NUL.
-    CString::new(format!("/proc/self/fd/{fd}")).unwrap_or_default()
+    CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap_or_default()
 }
 
 /// Opens the inode behind `fd` (typically `O_PATH`) anew with `flags`.
-pub(crate) fn reopen(fd: RawFd, flags: libc::c_int) -> VfsResult<OwnedFd> {
-    let p = proc_path(fd);
-    // SAFETY: `p` is NUL-terminated; open only reads it.
-    owned(unsafe { libc::open(p.as_ptr(), flags | libc::O_CLOEXEC) })
+pub(crate) fn reopen(fd: BorrowedFd<'_>, flags: libc::c_int) -> VfsResult<OwnedFd> {
+    let flags = oflags(flags) | OFlags::CLOEXEC;
+    Ok(rustix::fs::open(
+        proc_path(fd).as_c_str(),
+        flags,
+        Mode::empty(),
+    )?)
 }
+
+/// A `statx` result.
+pub(crate) type Statx = rustix::fs::Statx;
 
 /// `statx` of the inode `fd` refers to (works on `O_PATH` fds, symlinks
 /// included).
-pub(crate) fn statx_fd(fd: RawFd) -> VfsResult<libc::statx> {
-    statx_at(fd, EMPTY, libc::AT_EMPTY_PATH)
+pub(crate) fn statx_fd(fd: BorrowedFd<'_>) -> VfsResult<Statx> {
+    statx_at(fd, EMPTY, AtFlags::EMPTY_PATH)
 }
 
 /// `statx` of `name` in `dirfd`, not following a trailing symlink.
-pub(crate) fn statx_at(fd: RawFd, name: &CStr, flags: libc::c_int) -> VfsResult<libc::statx> {
-    // SAFETY: all-zero bytes are a valid `statx` (plain integers).
-    let mut st: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: `name` is NUL-terminated and `st` a writable statx buffer.
-    cvt(unsafe {
-        libc::statx(
-            fd,
-            name.as_ptr(),
-            flags | libc::AT_SYMLINK_NOFOLLOW | libc::AT_STATX_SYNC_AS_STAT,
-            libc::STATX_BASIC_STATS | libc::STATX_BTIME,
-            &mut st,
-        )
-    })?;
-    Ok(st)
+pub(crate) fn statx_at(fd: BorrowedFd<'_>, name: &CStr, flags: AtFlags) -> VfsResult<Statx> {
+    Ok(rustix::fs::statx(
+        fd,
+        name,
+        flags | AtFlags::SYMLINK_NOFOLLOW | AtFlags::STATX_SYNC_AS_STAT,
+        StatxFlags::BASIC_STATS | StatxFlags::BTIME,
+    )?)
 }
 
 /// The device number in a statx.
-pub(crate) fn stx_dev(st: &libc::statx) -> u64 {
+pub(crate) fn stx_dev(st: &Statx) -> u64 {
     libc::makedev(st.stx_dev_major, st.stx_dev_minor)
 }
 
 /// Reads into `buf` at `offset`; returns the bytes read (0 at EOF).
-pub(crate) fn pread(fd: RawFd, buf: &mut [u8], offset: u64) -> VfsResult<usize> {
-    let off = i64::try_from(offset).map_err(|_| Errno::EINVAL)?;
-    // SAFETY: `buf` is valid for writes of `buf.len()` bytes.
-    let n = unsafe { libc::pread64(fd, buf.as_mut_ptr().cast(), buf.len(), off) };
-    Ok(cvt_long(n as i64)? as usize)
+pub(crate) fn pread(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> VfsResult<usize> {
+    i64::try_from(offset).map_err(|_| Errno::EINVAL)?;
+    Ok(rustix::io::pread(fd, buf, offset)?)
 }
 
 /// Like `pread`, but `EAGAIN` where the data is not in the page cache
 /// (`RWF_NOWAIT`; a file system without it answers `EOPNOTSUPP`).
-pub(crate) fn pread_nowait(fd: RawFd, buf: &mut [u8], offset: u64) -> VfsResult<usize> {
-    let off = i64::try_from(offset).map_err(|_| Errno::EINVAL)?;
-    let iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    // SAFETY: one iovec describing `buf`, valid for writes of its length.
-    let n = unsafe { libc::preadv2(fd, &iov, 1, off, libc::RWF_NOWAIT) };
-    Ok(cvt_long(n as i64)? as usize)
+pub(crate) fn pread_nowait(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> VfsResult<usize> {
+    i64::try_from(offset).map_err(|_| Errno::EINVAL)?;
+    let mut iov = [std::io::IoSliceMut::new(buf)];
+    Ok(rustix::io::preadv2(
+        fd,
+        &mut iov,
+        offset,
+        ReadWriteFlags::NOWAIT,
+    )?)
 }
 
 /// Whether the file system of `fd` keeps its files in memory (tmpfs,
 /// ramfs, hugetlbfs): its reads never wait for a device. Unknown
 /// (fstatfs failed): assume not.
-pub(crate) fn in_memory_fs(fd: RawFd) -> bool {
+pub(crate) fn in_memory_fs(fd: BorrowedFd<'_>) -> bool {
     const TMPFS_MAGIC: i64 = 0x0102_1994;
     const RAMFS_MAGIC: i64 = 0x8584_58f6;
     const HUGETLBFS_MAGIC: i64 = 0x9584_58f6;
-    // SAFETY: all-zero bytes are a valid statfs64 (plain integers).
-    let mut s: libc::statfs64 = unsafe { std::mem::zeroed() };
-    // SAFETY: `s` is writable; `fd` is a valid fd of the caller's.
-    if unsafe { libc::fstatfs64(fd, &mut s) } != 0 {
-        return false;
-    }
-    matches!(s.f_type as i64, TMPFS_MAGIC | RAMFS_MAGIC | HUGETLBFS_MAGIC)
+    rustix::fs::fstatfs(fd)
+        .is_ok_and(|s| matches!(s.f_type, TMPFS_MAGIC | RAMFS_MAGIC | HUGETLBFS_MAGIC))
 }
 
 /// Writes `buf` at `offset`; returns the bytes written.
-pub(crate) fn pwrite(fd: RawFd, buf: &[u8], offset: u64) -> VfsResult<usize> {
-    let off = i64::try_from(offset).map_err(|_| Errno::EINVAL)?;
-    // SAFETY: `buf` is valid for reads of `buf.len()` bytes.
-    let n = unsafe { libc::pwrite64(fd, buf.as_ptr().cast(), buf.len(), off) };
-    Ok(cvt_long(n as i64)? as usize)
+pub(crate) fn pwrite(fd: BorrowedFd<'_>, buf: &[u8], offset: u64) -> VfsResult<usize> {
+    i64::try_from(offset).map_err(|_| Errno::EINVAL)?;
+    Ok(rustix::io::pwrite(fd, buf, offset)?)
 }
 
 /// `getdents64` into `buf`; returns the bytes filled (0 at the end).
-pub(crate) fn getdents(fd: RawFd, buf: &mut [u8]) -> VfsResult<usize> {
+pub(crate) fn getdents(fd: BorrowedFd<'_>, buf: &mut [u8]) -> VfsResult<usize> {
+    // rustix offers getdents64 only behind its own iterator (`RawDir`),
+    // which cannot hand the filled buffer back to be kept.
     // SAFETY: `buf` is valid for writes of `buf.len()` bytes; the kernel
     // writes at most that many.
-    let n = unsafe { libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), buf.len()) };
+    let n = unsafe {
+        libc::syscall(
+            libc::SYS_getdents64,
+            fd.as_raw_fd(),
+            buf.as_mut_ptr(),
+            buf.len(),
+        )
+    };
     Ok(cvt_long(n)? as usize)
 }
 
@@ -264,41 +265,31 @@ pub(crate) fn dirents(buf: &[u8]) -> impl Iterator<Item = RawDirent<'_>> {
 }
 
 /// `lseek(SEEK_SET)`.
-pub(crate) fn seek(fd: RawFd, offset: u64) -> VfsResult<()> {
-    let off = i64::try_from(offset).map_err(|_| Errno::EINVAL)?;
-    // SAFETY: lseek takes plain integers.
-    cvt_long(unsafe { libc::lseek64(fd, off, libc::SEEK_SET) })?;
+pub(crate) fn seek(fd: BorrowedFd<'_>, offset: u64) -> VfsResult<()> {
+    i64::try_from(offset).map_err(|_| Errno::EINVAL)?;
+    rustix::fs::seek(fd, rustix::fs::SeekFrom::Start(offset))?;
     Ok(())
-}
-
-/// A raw fd of an owned one (shorthand).
-pub(crate) fn raw(fd: &OwnedFd) -> RawFd {
-    fd.as_raw_fd()
 }
 
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit; returns the soft
 /// limit now in force.
 pub fn raise_nofile_limit() -> u64 {
-    let mut rl = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let rl = getrlimit(Resource::Nofile);
+    let Some(current) = rl.current else {
+        return u64::MAX;
     };
-    // SAFETY: `rl` is a valid rlimit to write to.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
-        return 1024;
-    }
-    if rl.rlim_cur < rl.rlim_max {
-        let want = libc::rlimit {
-            rlim_cur: rl.rlim_max,
-            rlim_max: rl.rlim_max,
+    if rl.maximum.is_none_or(|max| current < max) {
+        let want = Rlimit {
+            current: rl.maximum,
+            maximum: rl.maximum,
         };
-        // SAFETY: `want` is a valid rlimit; raising the soft limit up to
-        // the hard one needs no privilege.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) } == 0 {
-            rl.rlim_cur = rl.rlim_max;
+        // Raising the soft limit up to the hard one needs no privilege.
+        if setrlimit(Resource::Nofile, want).is_ok() {
+            return rl.maximum.unwrap_or(u64::MAX);
         }
     }
-    rl.rlim_cur
+    current
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@
 //!
 //! `UVFS_THP=1` keeps huge pages (for measuring the other side).
 
+use rustix::thread::{disable_transparent_huge_pages, transparent_huge_pages_are_disabled};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 /// The THP-disable flag the process was started with: -1 before
@@ -41,8 +42,7 @@ pub fn apply() -> bool {
     if std::env::var_os(KEEP_ENV).is_some_and(|v| v != "0") {
         return was == 1;
     }
-    // SAFETY: PR_SET_THP_DISABLE takes an integer flag and no pointer.
-    unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) == 0 }
+    disable_transparent_huge_pages(true).is_ok()
 }
 
 /// Whether THP is off for this process now.
@@ -53,8 +53,10 @@ pub fn disabled() -> bool {
 /// The process's THP-disable flag: 1 off, 0 on, -1 if the kernel has no
 /// such switch.
 fn flag() -> libc::c_int {
-    // SAFETY: PR_GET_THP_DISABLE takes no pointer and returns 0/1 or -1.
-    unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) }
+    match transparent_huge_pages_are_disabled() {
+        Ok(off) => libc::c_int::from(off),
+        Err(_) => -1,
+    }
 }
 
 /// Makes `cmd`'s child start with the THP setting this process inherited,
@@ -110,8 +112,7 @@ mod tests {
             println!("child-checked (no THP here)");
             return;
         }
-        // SAFETY: PR_SET_THP_DISABLE takes an integer flag and no pointer.
-        unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 0, 0, 0, 0) };
+        disable_transparent_huge_pages(false).unwrap();
         INHERITED.store(-1, Ordering::Relaxed);
         assert!(apply(), "THP could not be turned off");
         assert!(disabled());

@@ -12,6 +12,7 @@
 //!
 //! `UVFS_STRESS_SECS` sets the duration of each phase (default 1).
 
+use fastrand::Rng;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread;
@@ -34,20 +35,6 @@ fn secs() -> f64 {
         .unwrap_or(1.0)
 }
 
-/// A small xorshift so the test needs no RNG crate.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// Runs readers whose ranges lie in aligned blocks of `1 << read_shift`
 /// bytes against writers of blocks of `1 << read_shift ..= MAX_BLOCK_SHIFT`
 /// and, if `truncate`, a truncator.
@@ -63,13 +50,13 @@ fn stress(read_shift: u32, max_read: u64, truncate: bool) {
     for t in 0..3u64 {
         let (f, stop, reads) = (f.clone(), stop.clone(), reads.clone());
         hs.push(thread::spawn(move || {
-            let mut rng = Rng(0x9e37_79b9 + t);
+            let mut rng = Rng::with_seed(0x9e37_79b9 + t);
             let mut buf = Vec::new();
             while !stop.load(Relaxed) {
                 let block = 1u64 << read_shift;
-                let base = rng.below(FILE / block) * block;
-                let start = base + rng.below(block);
-                let len = 1 + rng.below(max_read.min(base + block - start));
+                let base = rng.u64(..FILE / block) * block;
+                let start = base + rng.u64(..block);
+                let len = 1 + rng.u64(..max_read.min(base + block - start));
                 let range = ByteRange::at(start, len);
                 let _g = f.lock.read(range);
                 let l1 = f.len.load(Relaxed);
@@ -96,13 +83,13 @@ fn stress(read_shift: u32, max_read: u64, truncate: bool) {
     for t in 0..2u64 {
         let (f, stop) = (f.clone(), stop.clone());
         hs.push(thread::spawn(move || {
-            let mut rng = Rng(0x1234_5678 + t);
+            let mut rng = Rng::with_seed(0x1234_5678 + t);
             let mut value = 2u8 + t as u8;
             while !stop.load(Relaxed) {
                 let shift =
-                    read_shift + rng.below((MAX_BLOCK_SHIFT - read_shift + 1) as u64) as u32;
+                    read_shift + rng.u64(..(MAX_BLOCK_SHIFT - read_shift + 1) as u64) as u32;
                 let block = 1u64 << shift;
-                let start = rng.below(FILE / block) * block;
+                let start = rng.u64(..FILE / block) * block;
                 let _g = f.lock.write(start..start + block);
                 value = value.wrapping_add(2).max(2);
                 let end = (start + block).min(f.len.load(Relaxed));
@@ -115,10 +102,10 @@ fn stress(read_shift: u32, max_read: u64, truncate: bool) {
     if truncate {
         let (f, stop) = (f.clone(), stop.clone());
         hs.push(thread::spawn(move || {
-            let mut rng = Rng(77);
+            let mut rng = Rng::with_seed(77);
             while !stop.load(Relaxed) {
                 let step = 1u64 << MAX_BLOCK_SHIFT;
-                let cut = rng.below(FILE / step) * step;
+                let cut = rng.u64(..FILE / step) * step;
                 {
                     let _g = f.lock.write(cut..);
                     f.len.store(cut, Relaxed);

@@ -98,6 +98,12 @@ impl Errno {
     }
 }
 
+impl From<rustix::io::Errno> for Errno {
+    fn from(e: rustix::io::Errno) -> Errno {
+        Errno::new(e.raw_os_error())
+    }
+}
+
 impl From<uvfs_vnode::Error> for Errno {
     fn from(e: uvfs_vnode::Error) -> Errno {
         Errno::new(e.errno())

@@ -10,8 +10,8 @@
 //! or FUSE).
 
 use crate::sys;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use uvfs_vfs::{Errno, VfsResult};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use uvfs_vfs::VfsResult;
 
 /// What is watched: every kind of change that a mount's cache keeps.
 /// Moves come as a `MOVED_FROM` and a `MOVED_TO` (one per name).
@@ -66,18 +66,16 @@ impl Group {
     }
 
     /// The group's fd (to poll).
-    pub(crate) fn raw(&self) -> RawFd {
-        self.fd.as_raw_fd()
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 
     /// Reads what events are queued into `buf`; `Ok(0)` when none are.
     pub(crate) fn read(&self, buf: &mut [u8]) -> VfsResult<usize> {
-        // SAFETY: `buf` is writable for its length.
-        let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        match sys::cvt_long(n as i64) {
-            Ok(n) => Ok(n as usize),
-            Err(Errno::EAGAIN) => Ok(0),
-            Err(e) => Err(e),
+        match rustix::io::read(&self.fd, buf) {
+            Ok(n) => Ok(n),
+            Err(rustix::io::Errno::AGAIN) => Ok(0),
+            Err(e) => Err(e.into()),
         }
     }
 }

@@ -33,7 +33,8 @@ use crate::inodes::InodeMap;
 use crate::sys;
 use fanotify::{Event, Events, Fid, Group};
 use layout::Layout;
-use std::os::fd::RawFd;
+use rustix::event::{PollFd, PollFlags, Timespec};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,7 +48,7 @@ pub const UNWATCHED_TIMEOUT: Duration = Duration::from_secs(1);
 const READ_BUF: usize = 64 << 10;
 
 /// How often a waiting watcher looks whether it should stop.
-const POLL_MS: libc::c_int = 200;
+const POLL_MS: i64 = 200;
 
 /// How long events gather after a wake-up before the next read (bounds
 /// the latency the watcher adds to a change that follows another).
@@ -102,7 +103,7 @@ impl Watch {
     /// kernel refuses the group or the mark (not root, a file system
     /// without fanotify file handles) or the handles cannot be read.
     pub(crate) fn new(
-        root_fd: RawFd,
+        root_fd: BorrowedFd<'_>,
         dev: u64,
         root_ino: u64,
         layer: Arc<VnodeLayer>,
@@ -193,7 +194,7 @@ impl Drop for Watch {
 
 /// A group marked on the file system of the source root `root_fd` (inode
 /// `root_ino`), and the layout of its handles; or why there is none.
-pub(crate) fn setup(root_fd: RawFd, root_ino: u64) -> Result<(Group, Layout), String> {
+pub(crate) fn setup(root_fd: BorrowedFd<'_>, root_ino: u64) -> Result<(Group, Layout), String> {
     let path = sys::proc_path(root_fd);
     let group = Group::new(&path).map_err(|e| {
         format!(
@@ -211,7 +212,7 @@ pub(crate) fn setup(root_fd: RawFd, root_ino: u64) -> Result<(Group, Layout), St
 
 /// The layout of the source file system's handles, from its root and up
 /// to [`SAMPLES`] of the root's entries.
-fn learn_layout(root_fd: RawFd, root_ino: u64) -> Option<Layout> {
+fn learn_layout(root_fd: BorrowedFd<'_>, root_ino: u64) -> Option<Layout> {
     let mut samples: Vec<(i32, Vec<u8>, u64)> = Vec::new();
     if let Ok(h) = crate::handle::Handle::of_fd(root_fd) {
         samples.push((h.htype(), h.bytes().to_vec(), root_ino));
@@ -219,7 +220,7 @@ fn learn_layout(root_fd: RawFd, root_ino: u64) -> Option<Layout> {
     let dir = sys::openat(root_fd, c".", libc::O_RDONLY | libc::O_DIRECTORY).ok();
     if let Some(dir) = dir {
         let mut buf = vec![0u8; 16 << 10];
-        let n = sys::getdents(sys::raw(&dir), &mut buf).unwrap_or(0);
+        let n = sys::getdents(dir.as_fd(), &mut buf).unwrap_or(0);
         for e in sys::dirents(&buf[..n]).take(SAMPLES) {
             if uvfs_vfs::is_dot_or_dotdot(e.name) {
                 continue;
@@ -227,10 +228,10 @@ fn learn_layout(root_fd: RawFd, root_ino: u64) -> Option<Layout> {
             let Ok(name) = sys::cstr(e.name) else {
                 continue;
             };
-            let Ok(st) = sys::statx_at(sys::raw(&dir), &name, 0) else {
+            let Ok(st) = sys::statx_at(dir.as_fd(), &name, rustix::fs::AtFlags::empty()) else {
                 continue;
             };
-            if let Ok(h) = crate::handle::Handle::of_name(sys::raw(&dir), &name) {
+            if let Ok(h) = crate::handle::Handle::of_name(dir.as_fd(), &name) {
                 samples.push((h.htype(), h.bytes().to_vec(), st.stx_ino));
             }
         }
@@ -241,15 +242,16 @@ fn learn_layout(root_fd: RawFd, root_ino: u64) -> Option<Layout> {
 fn run(sh: &Shared, sink: &dyn ChangeSink) {
     let mut buf = vec![0u8; READ_BUF];
     while !sh.stop.load(Ordering::SeqCst) {
-        let mut pfd = libc::pollfd {
-            fd: sh.group.raw(),
-            events: libc::POLLIN,
-            revents: 0,
+        let group = sh.group.fd();
+        let mut pfd = [PollFd::new(&group, PollFlags::IN)];
+        let timeout = Timespec {
+            tv_sec: POLL_MS / 1000,
+            tv_nsec: (POLL_MS % 1000) * 1_000_000,
         };
-        // SAFETY: one valid pollfd.
-        let r = unsafe { libc::poll(&mut pfd, 1, POLL_MS) };
-        if r < 0 && sys::last_errno() != uvfs_vfs::Errno::EINTR {
-            break;
+        if let Err(e) = rustix::event::poll(&mut pfd, Some(&timeout)) {
+            if e != rustix::io::Errno::INTR {
+                break;
+            }
         }
         // Each read's events are reported as they come: on a busy file
         // system the queue may never run dry.

@@ -5,6 +5,7 @@ use super::*;
 use crate::config::Config;
 use crate::layer::VnodeLayer;
 use crate::{FsHooks, VType};
+use fastrand::Rng;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
@@ -29,19 +30,6 @@ fn vnodes(layer: &Arc<VnodeLayer>, first: u64, n: u64, t: VType) -> Vec<VnodeRef
         .collect()
 }
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// Short names (inline) and long ones (boxed).
 fn name(k: u64) -> Vec<u8> {
     if k.is_multiple_of(3) {
@@ -59,14 +47,14 @@ fn agrees_with_a_model_through_removals_purges_and_compactions() {
         let dirs = vnodes(&l, 1, 4, VType::Dir);
         let files = vnodes(&l, 100, 12, VType::Reg);
         let mut model: HashMap<(usize, Vec<u8>), Option<usize>> = HashMap::new();
-        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let mut rng = Rng::with_seed(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         for step in 0..8_000 {
-            let d = rng.below(dirs.len() as u64) as usize;
-            let nm = name(rng.below(300));
+            let d = rng.u64(..dirs.len() as u64) as usize;
+            let nm = name(rng.u64(..300));
             // Cycles of filling and draining, so shards grow and then turn
             // sparse enough to be compacted.
             let draining = step % 1000 >= 600;
-            let op = rng.below(100);
+            let op = rng.u64(..100);
             let (enter, remove, lookup, purge_dir) = if draining {
                 (5, 50, 80, 92)
             } else {
@@ -74,7 +62,7 @@ fn agrees_with_a_model_through_removals_purges_and_compactions() {
             };
             match op {
                 o if o < enter => {
-                    let t = (rng.below(4) != 0).then(|| rng.below(files.len() as u64) as usize);
+                    let t = (rng.u64(..4) != 0).then(|| rng.u64(..files.len() as u64) as usize);
                     nc.enter(&dirs[d], &nm, t.map(|t| &files[t]));
                     model.insert((d, nm), t);
                 }
@@ -96,7 +84,7 @@ fn agrees_with_a_model_through_removals_purges_and_compactions() {
                     model.retain(|(md, _), _| *md != d);
                 }
                 _ => {
-                    let t = rng.below(files.len() as u64) as usize;
+                    let t = rng.u64(..files.len() as u64) as usize;
                     nc.purge_vnode(&files[t]);
                     model.retain(|_, mt| *mt != Some(t));
                 }
@@ -195,10 +183,10 @@ fn concurrent_churn_keeps_links_and_holds_exact() {
             let (l, dirs, files) = (l.clone(), dirs.clone(), files.clone());
             std::thread::spawn(move || {
                 let nc = l.namecache();
-                let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ (t + 1) << 17);
+                let mut rng = Rng::with_seed(0x2545_f491_4f6c_dd1d ^ (t + 1) << 17);
                 for i in 0..40_000 {
-                    let d = &dirs[rng.below(dirs.len() as u64) as usize];
-                    let nm = name(rng.below(120));
+                    let d = &dirs[rng.u64(..dirs.len() as u64) as usize];
+                    let nm = name(rng.u64(..120));
                     // Fill, then drain: shards turn sparse and compact
                     // while other threads look up and purge.
                     let draining = i % 4_000 >= 2_000;
@@ -207,10 +195,10 @@ fn concurrent_churn_keeps_links_and_holds_exact() {
                     } else {
                         (60, 70, 97, 98)
                     };
-                    match rng.below(100) {
+                    match rng.u64(..100) {
                         o if o < enter => {
-                            let f = &files[rng.below(files.len() as u64) as usize];
-                            nc.enter(d, &nm, (rng.below(5) != 0).then_some(f));
+                            let f = &files[rng.u64(..files.len() as u64) as usize];
+                            nc.enter(d, &nm, (rng.u64(..5) != 0).then_some(f));
                         }
                         o if o < remove => nc.remove(d, &nm),
                         o if o < lookup => {
@@ -219,7 +207,7 @@ fn concurrent_churn_keeps_links_and_holds_exact() {
                             }
                         }
                         o if o < purge_dir => nc.purge_dir(d),
-                        _ => nc.purge_vnode(&files[rng.below(files.len() as u64) as usize]),
+                        _ => nc.purge_vnode(&files[rng.u64(..files.len() as u64) as usize]),
                     }
                 }
             })
