@@ -270,30 +270,12 @@ pub fn helper(a: &HelperArgs) -> io::Result<()> {
 /// mount(2), as FUSE allows (its server is not involved: a read-only
 /// passthrough made writable still refuses every change).
 fn remount_flags(o: &MountOpts) -> io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let target = std::ffi::CString::new(o.mountpoint.as_os_str().as_bytes())
-        .map_err(|e| invalid(e.to_string()))?;
-    let flags = libc::MS_REMOUNT | o.mount_flags | if o.read_only { libc::MS_RDONLY } else { 0 };
-    // SAFETY: `target` is NUL-terminated; a remount reads no source, type
-    // or data.
-    let rc = unsafe {
-        libc::mount(
-            std::ptr::null(),
-            target.as_ptr(),
-            std::ptr::null(),
-            flags,
-            std::ptr::null(),
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        let e = io::Error::last_os_error();
-        Err(io::Error::new(
-            e.kind(),
-            format!("remount {}: {e}", o.mountpoint.display()),
-        ))
-    }
+    use rustix::mount::{mount_remount, MountFlags};
+    let flags = o.mount_flags | if o.read_only { libc::MS_RDONLY } else { 0 };
+    mount_remount(&o.mountpoint, MountFlags::from_bits_retain(flags as _), c"").map_err(|e| {
+        let e = io::Error::from(e);
+        io::Error::new(e.kind(), format!("remount {}: {e}", o.mountpoint.display()))
+    })
 }
 
 #[cfg(test)]

@@ -223,19 +223,17 @@ fn parse_size(s: &str) -> io::Result<Option<u64>> {
         if !(pct > 0.0 && pct <= 100.0) {
             return Err(bad());
         }
-        // SAFETY: sysconf has no preconditions.
-        let (pages, psize) = unsafe {
-            (
-                libc::sysconf(libc::_SC_PHYS_PAGES),
-                libc::sysconf(libc::_SC_PAGESIZE),
-            )
-        };
-        let total = (pages.max(0) as u64).saturating_mul(psize.max(0) as u64);
-        return Ok(Some((total as f64 * pct / 100.0) as u64));
+        return Ok(Some((physical_memory() as f64 * pct / 100.0) as u64));
     }
     binary_suffixed(s, &['k', 'm', 'g', 't'])
         .map(Some)
         .ok_or_else(bad)
+}
+
+/// Bytes of physical memory (as tmpfs sizes its defaults).
+fn physical_memory() -> u64 {
+    let i = rustix::system::sysinfo();
+    (i.totalram as u64).saturating_mul(u64::from(i.mem_unit))
 }
 
 /// A number with an optional binary suffix among `suffixes` (k, m, g, t:
@@ -254,9 +252,8 @@ fn binary_suffixed(s: &str, suffixes: &[char]) -> Option<u64> {
 /// of physical memory.
 fn parse_inodes(s: Option<&str>) -> io::Result<Option<u64>> {
     let Some(s) = s.map(str::trim) else {
-        // SAFETY: sysconf has no preconditions.
-        let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
-        return Ok(Some((pages.max(2) as u64) / 2));
+        let pages = physical_memory() / rustix::param::page_size() as u64;
+        return Ok(Some(pages.max(2) / 2));
     };
     if s == "unlimited" {
         return Ok(None);

@@ -9,10 +9,9 @@
 //! `/dev/fuse` connection exactly as after mount(2) (`kmount.rs`), and
 //! unmounts with `fusermount3 -u`.
 
-use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 use std::ffi::OsString;
 use std::io::{IoSliceMut, Read as _};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -118,28 +117,25 @@ fn kind_of(msg: &str) -> std::io::ErrorKind {
 
 /// The fd fusermount3 sends (SCM_RIGHTS), or why none came.
 fn receive_fd(sock: &UnixStream) -> std::io::Result<OwnedFd> {
+    use rustix::net::{recvmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
     let mut byte = [0u8; 1];
     let mut iov = [IoSliceMut::new(&mut byte)];
-    let mut space = nix::cmsg_space!(std::os::fd::RawFd);
-    let msg = loop {
-        match recvmsg::<()>(
-            sock.as_raw_fd(),
-            &mut iov,
-            Some(&mut space),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        ) {
-            Err(nix::errno::Errno::EINTR) => continue,
-            r => break r.map_err(std::io::Error::from)?,
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut cmsg = RecvAncillaryBuffer::new(&mut space);
+    loop {
+        match recvmsg(sock, &mut iov, &mut cmsg, RecvFlags::CMSG_CLOEXEC) {
+            Err(rustix::io::Errno::INTR) => continue,
+            r => {
+                r?;
+                break;
+            }
         }
-    };
+    }
+    // Extra fds (none are sent) are owned, and so closed, as they come.
     let mut fd = None;
-    for c in msg.cmsgs().map_err(std::io::Error::from)? {
-        if let ControlMessageOwned::ScmRights(fds) = c {
-            for raw in fds {
-                // SAFETY: SCM_RIGHTS installed `raw` in this process just
-                // now; nothing else owns it. Extra fds (none are sent)
-                // are owned, and so closed, the same way.
-                let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+    for m in cmsg.drain() {
+        if let RecvAncillaryMessage::ScmRights(fds) = m {
+            for owned in fds {
                 fd.get_or_insert(owned);
             }
         }

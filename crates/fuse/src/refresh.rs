@@ -51,10 +51,11 @@
 
 use crate::nodes::ROOT_ID;
 use parking_lot::{Condvar, Mutex};
+use rustix::fs::AtFlags;
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::io::{PipeReader, PipeWriter};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -451,25 +452,16 @@ fn watch_mounts(dev: u64, kept: Arc<Kept>, ending: PipeReader) {
     // flagged to the poll below.
     if let Ok(table) = std::fs::File::open("/proc/self/mountinfo") {
         while present() {
+            use rustix::event::{poll, PollFd, PollFlags};
             let mut fds = [
-                libc::pollfd {
-                    fd: table.as_raw_fd(),
-                    events: libc::POLLPRI,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: ending.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
+                PollFd::new(&table, PollFlags::PRI),
+                PollFd::new(&ending, PollFlags::IN),
             ];
-            // SAFETY: `fds` is a valid array of two pollfds on open fds;
-            // poll only writes their `revents`.
-            let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-            if rc < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-                break;
+            match poll(&mut fds, None) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(_) => break,
             }
-            if fds[1].revents != 0 {
+            if !fds[1].revents().is_empty() {
                 break;
             }
         }
@@ -479,27 +471,18 @@ fn watch_mounts(dev: u64, kept: Arc<Kept>, ending: PipeReader) {
 
 /// A private clone of the mount on `mountpoint`, checked to be on `dev`.
 fn clone_mount(mountpoint: &CString, dev: u64) -> std::io::Result<OwnedFd> {
-    let flags = libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC as libc::c_uint;
-    // SAFETY: `mountpoint` is a valid C string; open_tree only reads it and
-    // returns a new fd or -1.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_open_tree,
-            libc::AT_FDCWD,
-            mountpoint.as_ptr(),
-            (flags
-                | libc::AT_NO_AUTOMOUNT as libc::c_uint
-                | libc::AT_SYMLINK_NOFOLLOW as libc::c_uint) as libc::c_ulong,
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: open_tree returned a new fd that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) };
+    use rustix::mount::{open_tree, OpenTreeFlags};
+    let fd = open_tree(
+        rustix::fs::CWD,
+        mountpoint.as_c_str(),
+        OpenTreeFlags::OPEN_TREE_CLONE
+            | OpenTreeFlags::OPEN_TREE_CLOEXEC
+            | OpenTreeFlags::AT_NO_AUTOMOUNT
+            | OpenTreeFlags::AT_SYMLINK_NOFOLLOW,
+    )?;
     // The device without a request: on another file system (ours
     // unmounted, the path covered) nothing is to be sent anywhere.
-    match stat_at(&fd, c"", libc::AT_EMPTY_PATH | libc::AT_STATX_DONT_SYNC) {
+    match stat_at(&fd, c"", AtFlags::EMPTY_PATH | AtFlags::STATX_DONT_SYNC) {
         Ok((d, _)) if d == dev => Ok(fd),
         Ok(_) => Err(std::io::Error::from_raw_os_error(libc::EXDEV)),
         Err(e) => Err(e),
@@ -507,26 +490,13 @@ fn clone_mount(mountpoint: &CString, dev: u64) -> std::io::Result<OwnedFd> {
 }
 
 /// (device, inode number) of `path` at `dir` by statx with `flags`.
-fn stat_at(
-    dir: &OwnedFd,
-    path: &std::ffi::CStr,
-    flags: libc::c_int,
-) -> std::io::Result<(u64, u64)> {
-    // SAFETY: an all-zero statx is a valid value of this C struct.
-    let mut st: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: `dir` is open, `path` a valid C string, `st` writable.
-    let r = unsafe {
-        libc::statx(
-            dir.as_raw_fd(),
-            path.as_ptr(),
-            flags | libc::AT_SYMLINK_NOFOLLOW,
-            libc::STATX_BASIC_STATS,
-            &mut st,
-        )
-    };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+fn stat_at(dir: &OwnedFd, path: &std::ffi::CStr, flags: AtFlags) -> std::io::Result<(u64, u64)> {
+    let st = rustix::fs::statx(
+        dir,
+        path,
+        flags | AtFlags::SYMLINK_NOFOLLOW,
+        rustix::fs::StatxFlags::BASIC_STATS,
+    )?;
     Ok((
         libc::makedev(st.stx_dev_major, st.stx_dev_minor),
         st.stx_ino,
@@ -545,46 +515,29 @@ fn refresh(clone: &OwnedFd, dev: u64, id: u64, names: &DirNames) -> Outcome {
         Err(_) => Outcome::Stale,
     };
     if path.is_empty() {
-        return checked(stat_at(clone, c"", libc::AT_EMPTY_PATH));
+        return checked(stat_at(clone, c"", AtFlags::EMPTY_PATH));
     }
     let Ok(path) = CString::new(path) else {
         return Outcome::Stale;
     };
-    checked(open_cached(clone, &path).and_then(|fd| stat_at(&fd, c"", libc::AT_EMPTY_PATH)))
+    checked(open_cached(clone, &path).and_then(|fd| stat_at(&fd, c"", AtFlags::EMPTY_PATH)))
 }
 
 /// `path` below `dir` as an O_PATH fd, resolved from the dentry cache
 /// alone: EAGAIN if any component would need a lookup or revalidation.
 fn open_cached(dir: &OwnedFd, path: &std::ffi::CStr) -> std::io::Result<OwnedFd> {
-    let mut how: libc::open_how = unsafe_zeroed_how();
-    how.flags = (libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64;
-    how.resolve = libc::RESOLVE_CACHED
-        | libc::RESOLVE_BENEATH
-        | libc::RESOLVE_NO_XDEV
-        | libc::RESOLVE_NO_SYMLINKS
-        | libc::RESOLVE_NO_MAGICLINKS;
-    // SAFETY: `dir` is open, `path` a valid C string, `how` a valid
-    // open_how of the size passed; openat2 returns a new fd or -1.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dir.as_raw_fd(),
-            path.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: openat2 returned a new fd that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
-}
-
-fn unsafe_zeroed_how() -> libc::open_how {
-    // SAFETY: an all-zero open_how is a valid value of this C struct (no
-    // flags, no mode, no resolve restrictions).
-    unsafe { std::mem::zeroed() }
+    use rustix::fs::{openat2, Mode, OFlags, ResolveFlags};
+    Ok(openat2(
+        dir,
+        path,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::CACHED
+            | ResolveFlags::BENEATH
+            | ResolveFlags::NO_XDEV
+            | ResolveFlags::NO_SYMLINKS
+            | ResolveFlags::NO_MAGICLINKS,
+    )?)
 }
 
 #[cfg(test)]

@@ -262,8 +262,7 @@ impl PassthroughFs {
         };
         let fd = pool.reserve().map_err(io)?.into_fd(root_fd);
         root.install(Arc::new(fd));
-        // SAFETY: umask takes a plain mode and cannot fail.
-        unsafe { libc::umask(0) };
+        rustix::process::umask(rustix::fs::Mode::empty());
         // Started here, like the probe pool, so it inherits no request
         // thread's CPU pin.
         let prefetch = if cfg.no_dir_readahead {

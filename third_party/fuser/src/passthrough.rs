@@ -56,6 +56,8 @@ impl BackingId {
             flags: 0,
             padding: 0,
         };
+        // SAFETY: the ioctl reads one fuse_backing_map, which `map` is, on an open
+        // /dev/fuse fd; it returns a new id or an error.
         let id = unsafe { fuse_dev_ioc_backing_open(fuse_dev.as_fd().as_raw_fd(), &map) }?;
 
         Ok(id as u32)
@@ -68,20 +70,10 @@ impl BackingId {
         })
     }
 
-    pub(crate) unsafe fn wrap_raw(channel: &Arc<DevFuse>, id: u32) -> Self {
-        Self {
-            channel: Arc::downgrade(channel),
-            backing_id: id,
-        }
-    }
-
     /// Converts this backing file reference into the raw `backing_id` value as returned by the kernel.
     ///
     /// This method transfers ownership of the backing file to the caller, who must invoke the
     /// `FUSE_DEV_IOC_BACKING_CLOSE` themselves once they wish to close the backing file.
-    ///
-    /// The returned ID may subsequently be reopened using
-    /// [`ReplyOpen::wrap_backing()`](crate::ReplyOpen::wrap_backing).
     pub fn into_raw(mut self) -> u32 {
         let id = self.backing_id;
         drop(std::mem::take(&mut self.channel));
@@ -93,6 +85,8 @@ impl BackingId {
 impl Drop for BackingId {
     fn drop(&mut self) {
         if let Some(ch) = self.channel.upgrade() {
+            // SAFETY: the ioctl reads one u32, the id this BackingId owns, on the
+            // connection's open /dev/fuse fd; nothing else closes that id.
             if let Err(e) = unsafe { fuse_dev_ioc_backing_close(ch.as_raw_fd(), &self.backing_id) }
             {
                 error!("Failed to close backing fd: {e}");

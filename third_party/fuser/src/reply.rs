@@ -75,19 +75,6 @@ impl ReplySender {
             ReplySender::Sync(_) => unreachable!(),
         }
     }
-
-    /// Wraps a raw backing file ID
-    pub(crate) unsafe fn wrap_backing(&self, id: u32) -> BackingId {
-        match self {
-            ReplySender::Channel(sender) | ReplySender::Uring(_, sender) => unsafe {
-                sender.wrap_backing(id)
-            },
-            #[cfg(test)]
-            ReplySender::Assert(_) => unreachable!(),
-            #[cfg(test)]
-            ReplySender::Sync(_) => unreachable!(),
-        }
-    }
 }
 
 #[cfg(test)]
@@ -380,22 +367,6 @@ impl ReplyOpen {
         self.reply.sender.as_ref().unwrap().open_backing(fd.as_fd())
     }
 
-    /// Wraps a raw FUSE `backing_id` value, returning a `BackingId`. Once you have the backing ID,
-    /// you can pass it as the 3rd parameter of [`ReplyOpen::opened_passthrough()`]. This is done in
-    /// two separate steps because you must reuse backing IDs for the same inode for all open file handles.
-    ///
-    /// This function takes ownership of the given backing ID value, automatically closing it once
-    /// the returned `BackingId` is dropped. You may reobtain ownership of the backing ID by calling
-    /// [`BackingId::into_raw()`].
-    ///
-    /// # Safety
-    ///
-    /// The given ID must be open and belong to this FUSE session, and may not be closed while the
-    /// returned `BackingId` instance is still live.
-    pub unsafe fn wrap_backing(&self, id: u32) -> BackingId {
-        // TODO: assert passthrough capability is enabled.
-        unsafe { self.reply.sender.as_ref().unwrap().wrap_backing(id) }
-    }
 
     /// Reply to a request with an opened backing id. Call [`ReplyOpen::open_backing()`]
     /// to get one of these.
@@ -538,22 +509,6 @@ impl ReplyCreate {
         self.reply.sender.as_ref().unwrap().open_backing(fd.as_fd())
     }
 
-    /// Wraps a raw FUSE `backing_id` value, returning a `BackingId`. Once you have the backing ID,
-    /// you can pass it as the 3rd parameter of [`ReplyCreate::created_passthrough()`]. This is done in
-    /// two separate steps because you must reuse backing IDs for the same inode for all open file handles.
-    ///
-    /// This function takes ownership of the given backing ID value, automatically closing it once
-    /// the returned `BackingId` is dropped. You may reobtain ownership of the backing ID by calling
-    /// [`BackingId::into_raw()`].
-    ///
-    /// # Safety
-    ///
-    /// The given ID must be open and belong to this FUSE session, and may not be closed while the
-    /// returned `BackingId` instance is still live.
-    pub unsafe fn wrap_backing(&self, id: u32) -> BackingId {
-        // TODO: assert passthrough capability is enabled.
-        unsafe { self.reply.sender.as_ref().unwrap().wrap_backing(id) }
-    }
 
     /// Reply to a request with an opened backing id. Call [`ReplyCreate::open_backing()`] to get one of
     /// these.

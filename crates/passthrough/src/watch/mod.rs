@@ -122,8 +122,7 @@ impl Watch {
                 layer,
                 mnt,
                 inodes,
-                // SAFETY: getpid has no preconditions.
-                pid: unsafe { libc::getpid() },
+                pid: rustix::process::getpid().as_raw_nonzero().get(),
                 running: AtomicBool::new(false),
                 stop: AtomicBool::new(false),
                 counters: Counters::default(),

@@ -33,10 +33,12 @@ impl MountImpl {
     ) -> io::Result<(Arc<DevFuse>, MountImpl)> {
         let mountpoint = CString::new(mountpoint.as_os_str().as_bytes()).unwrap();
         with_fuse_args(options, acl, |args| {
+            // SAFETY: a NUL-terminated path and a valid fuse_args for the call.
             let fd = unsafe { fuse_mount_compat25(mountpoint.as_ptr(), args) };
             if fd < 0 {
                 Err(ensure_last_os_error())
             } else {
+                // SAFETY: libfuse returned a new fd that nothing else owns.
                 let file = unsafe { File::from_raw_fd(fd) };
                 Ok((Arc::new(DevFuse(file)), MountImpl { mountpoint }))
             }
@@ -61,6 +63,7 @@ impl MountImpl {
                     target_os = "openbsd",
                     target_os = "netbsd"
                 )))]
+                // SAFETY: the NUL-terminated path this mount was made on.
                 unsafe {
                     fuse_unmount_compat22(self.mountpoint.as_ptr());
                     return Ok(());

@@ -43,6 +43,8 @@ impl MountImpl {
         with_fuse_args(options, acl, |args| {
             let ops = fuse_lowlevel_ops::default();
 
+            // SAFETY: `args` is a valid fuse_args for the call, `ops` a valid table of
+            // the size passed; libfuse copies both.
             let fuse_session = unsafe {
                 fuse_session_new(
                     args,
@@ -58,14 +60,18 @@ impl MountImpl {
                 fuse_session,
                 mountpoint: mnt.clone(),
             };
+            // SAFETY: a session libfuse just made, and a NUL-terminated path.
             let result = unsafe { fuse_session_mount(mount.fuse_session, mnt.as_ptr()) };
             if result != 0 {
                 return Err(ensure_last_os_error());
             }
+            // SAFETY: a mounted session, which owns its fd.
             let fd = unsafe { fuse_session_fd(mount.fuse_session) };
             if fd < 0 {
                 return Err(io::Error::last_os_error());
             }
+            // SAFETY: the session keeps the fd open while it is borrowed here (it is
+            // dup'd at once).
             let fd = unsafe { BorrowedFd::borrow_raw(fd) };
             // We dup the fd here as the existing fd is owned by the fuse_session, and we
             // don't want it being closed out from under us:
@@ -81,6 +87,7 @@ impl MountImpl {
             // library go through the setuid-root "fusermount -u" to unmount.
             if err == nix::errno::Errno::EPERM {
                 #[cfg(target_os = "linux")]
+                // SAFETY: the session this mount made and still owns; destroyed once.
                 unsafe {
                     fuse_session_unmount(self.fuse_session);
                     fuse_session_destroy(self.fuse_session);

@@ -221,6 +221,8 @@ fn receive_fusermount_message(socket: &UnixStream) -> Result<DevFuse, Error> {
                     if fd < 0 {
                         return Err(ErrorKind::InvalidData.into());
                     }
+                    // SAFETY: SCM_RIGHTS installed `fd` in this process just now; nothing
+                    // else owns it.
                     return Ok(DevFuse(unsafe { File::from_raw_fd(fd) }));
                 }
             }
@@ -243,6 +245,9 @@ fn receive_fusermount_message(socket: &UnixStream) -> Result<DevFuse, Error> {
 /// This is needed to pass the file descriptor to a child process without risking descriptor leak.
 unsafe fn clear_cloexec_in_pre_exec(command: &mut Command, fd: BorrowedFd<'_>) {
     let fd = fd.as_raw_fd();
+    // SAFETY: the closure runs between fork and exec and calls only fcntl,
+    // which is async-signal-safe, on an fd the caller keeps open until the
+    // spawn.
     unsafe {
         command.pre_exec(move || {
             let fd = BorrowedFd::borrow_raw(fd);
@@ -283,6 +288,7 @@ fn fuse_mount_fusermount(
         .arg(mountpoint)
         .env(FUSERMOUNT_COMM_ENV, child_socket.as_raw_fd().to_string());
 
+    // SAFETY: `child_socket` stays open until after the spawn below.
     unsafe {
         clear_cloexec_in_pre_exec(&mut builder, child_socket.as_fd());
     }
@@ -366,6 +372,7 @@ fn fuse_mount_mount_fusefs(
 
     builder.arg(fuse_fd.to_string()).arg(mountpoint);
 
+    // SAFETY: `fuse_device` stays open until after the spawn below.
     unsafe { clear_cloexec_in_pre_exec(&mut builder, fuse_device.as_fd()) };
 
     let output = builder.output()?;

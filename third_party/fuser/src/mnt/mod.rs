@@ -238,6 +238,8 @@ mod test {
             SessionACL::RootAndOwner,
             |args| {
                 let v: Vec<_> = (0..args.argc)
+                    // SAFETY: argv holds argc NUL-terminated strings that `args` keeps alive
+                    // for this closure.
                     .map(|n| unsafe {
                         CStr::from_ptr(*args.argv.offset(n as isize))
                             .to_str()
