@@ -268,10 +268,10 @@ impl Server {
     ) {
         let (c, input) = (ctx(req), in_data.to_vec());
         // FITRIM walks the whole device's free space (seconds).
-        let slow = crate::ioctl::waits_for_device(cmd) && self.offloading();
+        let slow = super::ioctl::waits_for_device(cmd) && self.offloading();
         self.offload_if(slow, move |s| {
-            let serve = |i: &Inner| crate::ioctl::serve(i, &c, ino.0, fh.0, cmd, &input, out_size);
-            let r = if crate::ioctl::changes(cmd) {
+            let serve = |i: &Inner| super::ioctl::serve(i, &c, ino.0, fh.0, cmd, &input, out_size);
+            let r = if super::ioctl::changes(cmd) {
                 s.changing("ioctl", ino.0, serve)
             } else {
                 s.guard("ioctl", ino.0, serve)

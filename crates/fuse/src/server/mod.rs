@@ -14,6 +14,7 @@
 //! - `state.rs`: [`Inner`], what the request loops and the control socket
 //!   share, and the questions requests ask of it (cache lifetimes, how an
 //!   open file's I/O is served).
+//! - `counters.rs`: the request counters, bumped by `guard.rs`.
 //! - `dispatch.rs`: the `fuser::Filesystem` trait, one line per request
 //!   naming the area that serves it.
 //! - `guard.rs`: how every handler runs (counted, read-only refused,
@@ -23,8 +24,9 @@
 //! - `init.rs`: what is asked of the kernel at INIT.
 //! - `entries.rs` (names: lookup, create, link, rename, remove),
 //!   `attrs.rs` (attributes, statfs, access), `io.rs` (open files: read,
-//!   write, sync, release, ioctl), `dirs.rs` (listings), `xattrs.rs`,
-//!   `locks.rs` (record and flock locks).
+//!   write, sync, release), `dirs.rs` (listings), `xattrs.rs`,
+//!   `locks.rs` (record and flock locks), `ioctl.rs` (the ioctls served,
+//!   `fileattr.rs` for inode flags).
 
 use crate::handles::HandleTable;
 use crate::nodes::NodeTable;
@@ -36,19 +38,22 @@ use std::time::Duration;
 use uvfs_vfs::{Ctx, FileSystem, VfsResult, VnodeLayer, O_KILL_SUIDGID};
 
 mod attrs;
+mod counters;
 mod dirs;
 mod dispatch;
 mod entries;
+mod fileattr;
 mod guard;
 mod init;
 mod io;
+mod ioctl;
 mod locks;
 mod reply;
 mod state;
 mod xattrs;
 
-pub(crate) use dirs::with_dir;
-pub use state::{Inner, RequestCounters, Timeouts};
+pub use counters::RequestCounters;
+pub use state::{Inner, Timeouts};
 
 /// Largest WRITE the server accepts (and tells the kernel).
 pub const MAX_WRITE: u32 = 1 << 20;

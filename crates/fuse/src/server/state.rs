@@ -4,12 +4,12 @@
 //! Kept apart from the handlers so that the subsystems that read it
 //! (`evict.rs`, `stats.rs`, `control.rs`) see state, not request code.
 
-use super::{writes, NO_HANDLE, ON_URING_QUEUE};
+use super::{writes, RequestCounters, NO_HANDLE, ON_URING_QUEUE};
 use crate::handles::{HandleTable, OpenFile};
 use crate::nodes::NodeTable;
 use fuser::{FopenFlags, INodeNo};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use uvfs_vfs::{Ctx, Errno, Fh, FileSystem, RenameFlags, VType, VfsResult, VnodeLayer, VnodeRef};
@@ -21,24 +21,6 @@ pub struct Timeouts {
     pub entry: Duration,
     /// How long attributes may be cached.
     pub attr: Duration,
-}
-
-/// Request counters.
-#[derive(Default, Debug)]
-pub struct RequestCounters {
-    /// Requests handled.
-    pub requests: AtomicU64,
-    /// Requests answered with an errno.
-    pub errors: AtomicU64,
-    /// Handlers that panicked (answered EIO).
-    pub panics: AtomicU64,
-    /// Requests that came through an io_uring queue (`--uring`).
-    pub uring: AtomicU64,
-    /// Of those, requests answered from the offload threads
-    /// (`offload.rs`).
-    pub offloaded: AtomicU64,
-    /// Requests handled, per opcode.
-    pub by_op: crate::stats::OpCounters,
 }
 
 /// Everything the request loops and the control socket share.
