@@ -1,5 +1,6 @@
 //! What the server counts of the requests it serves: totals, errors,
-//! panics, io_uring and offloaded requests, and requests per opcode. The
+//! panics, io_uring and offloaded requests, requests per opcode, and the
+//! notifications host changes turned into (`changes.rs`). The
 //! control socket reports them (`stats.rs`); they live with the server,
 //! which bumps them on every request, so that the server needs nothing of
 //! the statistics report.
@@ -22,6 +23,21 @@ pub struct RequestCounters {
     pub offloaded: AtomicU64,
     /// Requests handled, per opcode.
     pub by_op: OpCounters,
+}
+
+/// Counters of what was sent.
+#[derive(Default, Debug)]
+pub struct ChangeCounters {
+    /// Name invalidations sent (repeats included).
+    pub entries: AtomicU64,
+    /// Inode invalidations sent.
+    pub inodes: AtomicU64,
+    /// Batches whose names were sent again (a reply overlapped them).
+    pub repeated: AtomicU64,
+    /// Times everything was invalidated (changes lost).
+    pub everything: AtomicU64,
+    /// Notifications the kernel refused with other than ENOENT.
+    pub failed: AtomicU64,
 }
 
 /// Opcodes counted one by one, most frequent first (the names

@@ -52,7 +52,7 @@ mod reply;
 mod state;
 mod xattrs;
 
-pub use counters::RequestCounters;
+pub use counters::{ChangeCounters, RequestCounters};
 pub use state::{Inner, Timeouts};
 
 /// Largest WRITE the server accepts (and tells the kernel).

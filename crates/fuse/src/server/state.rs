@@ -4,7 +4,7 @@
 //! Kept apart from the handlers so that the subsystems that read it
 //! (`evict.rs`, `stats.rs`, `control.rs`) see state, not request code.
 
-use super::{writes, RequestCounters, NO_HANDLE, ON_URING_QUEUE};
+use super::{writes, ChangeCounters, RequestCounters, NO_HANDLE, ON_URING_QUEUE};
 use crate::handles::{HandleTable, OpenFile};
 use crate::nodes::NodeTable;
 use fuser::{FopenFlags, INodeNo};
@@ -68,7 +68,7 @@ pub struct Inner {
     /// Listed directories' attributes fetched again (`refresh.rs`).
     pub refresh: crate::refresh::Refresher,
     /// Host changes turned into notifications (`changes.rs`).
-    pub changes: crate::changes::ChangeCounters,
+    pub changes: ChangeCounters,
     /// Entry replies under way, for the watcher's races (`changes.rs`).
     pub(crate) entry_race: crate::entry_race::EntryRace,
     /// Changes were lost and the kernel could not be made to drop every
@@ -250,5 +250,23 @@ impl Inner {
     pub(super) fn with_attr(&self, vp: VnodeRef) -> VfsResult<(VnodeRef, uvfs_vfs::Attr)> {
         let a = self.fs.getattr(&vp)?;
         Ok((vp, a))
+    }
+}
+
+impl crate::evict::Host for Inner {
+    fn evictor(&self) -> &crate::evict::Evictor {
+        &self.evict
+    }
+
+    fn mount(&self) -> &Arc<uvfs_vnode::Mount> {
+        self.fs.mount()
+    }
+
+    fn limit(&self) -> usize {
+        self.layer.config().limit
+    }
+
+    fn nodes(&self) -> &NodeTable {
+        &self.nodes
     }
 }
