@@ -19,6 +19,7 @@ pub mod procstat;
 pub mod prune;
 pub mod readseek;
 pub mod readseek_mount;
+pub mod readseek_opts;
 pub mod report;
 pub mod seqio;
 pub mod setup;
