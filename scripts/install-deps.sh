@@ -47,8 +47,9 @@ _uvfs_install_deps() {
 
     # ---- Debian packages -------------------------------------------------
     # e2fsprogs: lsattr, for the inode-flag mount tests; librsvg2-bin:
-    # rsvg-convert, for the chart render test.
-    local pkgs=(fuse3 libfuse3-dev libacl1-dev stress-ng pkg-config git sqlite3 librsvg2-bin e2fsprogs)
+    # rsvg-convert, for the chart render test; python3: the module-cycle
+    # check and the conformance scripts.
+    local pkgs=(fuse3 libfuse3-dev libacl1-dev stress-ng pkg-config git sqlite3 librsvg2-bin e2fsprogs python3)
     if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then
         pkgs+=(golang-go)
     fi

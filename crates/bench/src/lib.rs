@@ -1,6 +1,20 @@
 //! Workloads behind `uvfs bench`: the seeds' experiments, each run side by
 //! side across implementations in one process so the ratios we report come
 //! from one run on one (noisy, 2-core) machine.
+//!
+//! # Module map
+//! Workloads (`uvfs bench NAME`): `statstorm` (seed 000), `prune` (seed
+//! 001), `readseek` with `readseek_opts` and `readseek_mount` (seed 002),
+//! `memory`, `fusestat` (`fuse-stat`), `coherence`, `seqio`, `devwork`.
+//! What they compare: `cache` (one interface over the vnode caches),
+//! `freebsd` (the FreeBSD replica behind it), `nocache`, `baseline` (the
+//! locks readseek holds uvfs's against), `peers` (other FUSE passthrough
+//! servers), `synth` (a synthetic file system for the cache workloads).
+//! Around them: `walk` (trees of files and a `find`-like walker),
+//! `fuse_mount` (scratch mounts of real servers), `procstat` (what a
+//! server process holds), `cputime`, `report` and `chart` (tables, JSON,
+//! SVG), `setup` (what `uvfs bench all` installs and builds), `cleanup`
+//! (what an interrupted run leaves behind).
 
 pub mod baseline;
 pub mod cache;
@@ -19,6 +33,7 @@ pub mod procstat;
 pub mod prune;
 pub mod readseek;
 pub mod readseek_mount;
+pub mod readseek_opts;
 pub mod report;
 pub mod seqio;
 pub mod setup;

@@ -18,8 +18,9 @@
 //! configuration runs too, so `vs_readers_only` compares within one run.
 
 use crate::baseline::{BenchLock, MutexList, NoLock, WholeFile};
+pub use crate::readseek_opts::ReadseekOpts;
 use crate::report::{median, push_bar, BarGroup, Progress, Report};
-use crate::{row, CommonOpts};
+use crate::row;
 use crossbeam_utils::CachePadded;
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -29,28 +30,6 @@ use std::time::{Duration, Instant};
 use uvfs_rangelock::{ByteRange, RangeLock};
 
 const PAGE: u64 = 4096;
-
-#[derive(clap::Args, Debug, Clone)]
-pub struct ReadseekOpts {
-    #[command(flatten)]
-    pub common: CommonOpts,
-    /// Reader thread counts (comma separated).
-    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 10], value_parser = crate::at_least_one())]
-    pub threads: Vec<usize>,
-    /// Writers, each rewriting its own page under a write lock.
-    #[arg(long, default_value_t = 0)]
-    pub writers: usize,
-    /// Truncate and re-extend the file under a whole-file lock every MS ms.
-    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
-    pub truncate_every: Option<u64>,
-    /// Seconds per measurement (default 0.8, or 0.2 with --quick).
-    #[arg(long, value_parser = crate::positive_secs)]
-    pub secs: Option<f64>,
-    /// Read through a FUSE mount of memfs with O_DIRECT instead (see
-    /// `readseek_mount.rs`).
-    #[arg(long)]
-    pub mount: bool,
-}
 
 /// One page of file data, page-aligned as the page cache's pages are: a
 /// byte-aligned buffer would put the last line of one worker's page and the
@@ -471,6 +450,7 @@ pub fn chart(report: &Report) -> (String, String, Vec<BarGroup>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::CommonOpts;
 
     #[test]
     fn quick_run_has_every_lock_and_ratio() {

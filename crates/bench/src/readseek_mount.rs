@@ -11,7 +11,7 @@
 //! the server's CPU per read, from its counters.
 
 use crate::fuse_mount::{ServerMount, ServerSample};
-use crate::readseek::ReadseekOpts;
+use crate::readseek_opts::ReadseekOpts;
 use crate::report::{median, Progress, Report};
 use crate::row;
 use std::fs::{File, OpenOptions};

@@ -1,5 +1,11 @@
 //! `uvfs`: mount a file system, read a running server's statistics, or run
 //! the benchmarks that reproduce the seeds.
+//!
+//! # Module map
+//! `mount_opts` (the options of `mount`, `stat`, `umount`) · `mount_cmd`
+//! (the commands) · `mount_log` (what a mount logs as it starts) ·
+//! `fstab` (fstab-style `-o` options) · `mount_helper` (`mount.uvfs`, as
+//! mount(8) runs it) · `bench_all` (`uvfs bench all`).
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -8,7 +14,9 @@ use uvfs_bench::report::Report;
 mod bench_all;
 mod fstab;
 mod mount_cmd;
+mod mount_helper;
 mod mount_log;
+mod mount_opts;
 
 /// Counts heap bytes when the memory workload asks (off otherwise).
 #[global_allocator]
@@ -29,12 +37,12 @@ struct Cli {
 enum Cmd {
     /// Mount memfs, or with --source a host directory, over FUSE (detaches
     /// unless --foreground).
-    Mount(mount_cmd::MountOpts),
+    Mount(mount_opts::MountOpts),
     /// Print a running server's vnode-layer and FUSE statistics.
-    Stat(mount_cmd::StatOpts),
+    Stat(mount_opts::StatOpts),
     /// Unmount a uvfs mount (as root like umount, otherwise through
     /// fusermount3 -u) and wait for its server to exit.
-    Umount(mount_cmd::UmountOpts),
+    Umount(mount_opts::UmountOpts),
     /// Run a benchmark workload (side by side across implementations).
     Bench {
         #[command(subcommand)]
@@ -97,9 +105,9 @@ fn main() -> ExitCode {
     // Run by mount(8) as /sbin/mount.uvfs (a link to this binary).
     if std::env::args_os()
         .next()
-        .is_some_and(|a| fstab::is_helper(&a))
+        .is_some_and(|a| mount_helper::is_helper(&a))
     {
-        return match fstab::helper(&fstab::HelperArgs::parse()) {
+        return match mount_helper::helper(&mount_helper::HelperArgs::parse()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("mount.uvfs: {e}");

@@ -10,207 +10,13 @@
 //! SIGINT, SIGTERM or SIGHUP unmount cleanly, and `umount MNT` (or
 //! `fusermount3 -u MNT`) stops the server.
 
-use clap::Args;
+use crate::mount_opts::{FsKind, MountOpts, StatOpts, Transport, UmountOpts};
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 use uvfs_fuse::{daemonize, serve, BlockedSignals, Readiness, ServeConfig, Timeouts};
 use uvfs_memfs::{Atime, AtimeRule, MemFs, MemFsConfig};
 use uvfs_vnode::{Config, VnodeLayer};
-
-fn default_threads() -> usize {
-    std::thread::available_parallelism()
-        .map_or(2, |n| n.get())
-        .max(2)
-}
-
-/// What `uvfs mount` serves.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum FsKind {
-    Memfs,
-    Passthrough,
-}
-
-/// How requests reach the server (`--transport`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Transport {
-    Auto,
-    Uring,
-    Dev,
-}
-
-/// Options of `uvfs mount`.
-#[derive(Args, Clone, Debug)]
-pub struct MountOpts {
-    /// Directory to mount on.
-    pub mountpoint: PathBuf,
-    /// File system to serve: `memfs` (in memory, the default) or
-    /// `passthrough` (the `--source` directory; implied by `--source`).
-    #[arg(long, value_enum)]
-    pub fs: Option<FsKind>,
-    /// Request loops, each a thread with its own /dev/fuse clone.
-    #[arg(long, default_value_t = default_threads())]
-    pub threads: usize,
-    /// Vnode limit of the vnode layer (a soft limit; memfs data is kept
-    /// whatever it is, only cached vnodes are recycled).
-    #[arg(long, default_value_t = 262_144)]
-    pub vnodes: usize,
-    /// Seconds the kernel may cache a name lookup (and a failed one)
-    /// [default: 86400 for memfs and for a watched --source, 1 for a
-    /// --source whose host changes cannot be watched].
-    #[arg(long)]
-    pub entry_timeout: Option<f64>,
-    /// Seconds the kernel may cache attributes [default: as
-    /// --entry-timeout's].
-    #[arg(long)]
-    pub attr_timeout: Option<f64>,
-    /// Most file data memfs holds: bytes with an optional k/m/g/t suffix,
-    /// a percentage of physical memory (`50%`), or `unlimited`. Writes
-    /// beyond it fail with ENOSPC; nothing already written is lost.
-    #[arg(long, default_value = "50%")]
-    pub size: String,
-    /// Most inodes memfs holds (tmpfs's `nr_inodes`): a count with an
-    /// optional k/m/g suffix, or `unlimited`. Extra hard links and
-    /// extended attributes take from the same budget (1 KiB per inode or
-    /// link, an attribute its size); past it, creating fails with ENOSPC
-    /// [default: half the physical memory's pages, as tmpfs].
-    #[arg(long)]
-    pub inodes: Option<String>,
-    /// How requests reach the server: `uring` (FUSE over io_uring: one
-    /// queue per CPU, each served by a thread on that CPU, so a round trip
-    /// stays on the caller's CPU; Linux 6.14+ with `echo Y >
-    /// /sys/module/fuse/parameters/enable_uring`), `dev` (reads of
-    /// /dev/fuse), or `auto`: io_uring where the kernel offers it.
-    #[arg(long, value_enum, default_value_t = Transport::Auto)]
-    pub transport: Transport,
-    /// Serve in the foreground instead of detaching.
-    #[arg(short, long)]
-    pub foreground: bool,
-    /// What to log: `error`, `warn`, `info`, `debug`, `trace` or `off`,
-    /// or directives as RUST_LOG takes them (`info,fuser=debug`)
-    /// [default: $RUST_LOG, else info].
-    #[arg(long)]
-    pub log_level: Option<String>,
-    /// Append the log to this file (in the foreground as well as on
-    /// stderr). Detached without it, the server logs to the system log
-    /// (/dev/log: the journal or syslog).
-    #[arg(long)]
-    pub log_file: Option<PathBuf>,
-    /// Serve this host directory (passthrough) instead of memfs.
-    #[arg(long)]
-    pub source: Option<PathBuf>,
-    /// Passthrough: most backing fds open at once (cached, in use, open
-    /// files); default three quarters of RLIMIT_NOFILE's hard limit, at
-    /// most that limit less 128 (kept for FUSE channels and the like).
-    #[arg(long)]
-    pub fd_budget: Option<usize>,
-    /// Have the kernel send OPENDIR/RELEASEDIR for every directory open
-    /// (by default it opens directories alone and keeps their listings,
-    /// saving two round trips per directory walked).
-    #[arg(long)]
-    pub opendir: bool,
-    /// Passthrough: no directory readahead. By default, while one walker
-    /// lists directories, a thread at idle priority looks up the entries of
-    /// the next few subdirectories on the source first, so the walker's
-    /// listings find them cached.
-    #[arg(long)]
-    pub no_dir_readahead: bool,
-    /// No directory attribute refresh. By default, a few milliseconds after
-    /// a directory is listed, a server thread stats it through a private
-    /// clone of the mount, so the next `stat` of it needs no round trip
-    /// (after each listing the kernel takes a directory's atime for stale).
-    /// Only with an attribute timeout of 10 s or more (memfs's default; a
-    /// passthrough's is 1 s): shorter, what it fetches expires unused.
-    #[arg(long)]
-    pub no_dir_refresh: bool,
-    /// Passthrough: do not watch the source for changes made on the host.
-    /// By default the server watches the source's file system (fanotify,
-    /// as root) and tells the kernel to forget exactly what changed, so
-    /// names and attributes may be cached for a day and a host change
-    /// still shows at once; without the watcher they are cached for a
-    /// second, and a host change shows within that second.
-    #[arg(long)]
-    pub no_watch: bool,
-    /// Passthrough: serve every read and write of a file here. By default
-    /// the kernel reads, writes and maps open files on their source files
-    /// itself (FUSE passthrough, Linux 6.9+, as root), as fast as the
-    /// source and with its page cache only; the server still opens, locks,
-    /// syncs, truncates, allocates and copies.
-    #[arg(long)]
-    pub server_io: bool,
-    /// Serve read-only (passthrough): the mount is read-only, the server
-    /// refuses every change even after a `mount -o remount,rw`, and files
-    /// and directories are read with O_NOATIME, so the source is left
-    /// exactly as it was.
-    #[arg(short, long)]
-    pub read_only: bool,
-    /// Let other users into the mount (FUSE's `allow_other`). Root's
-    /// mounts always let them in (permissions still apply); a user's
-    /// mount only with `user_allow_other` in /etc/fuse.conf.
-    #[arg(long)]
-    pub allow_other: bool,
-    /// memfs: permission bits of the root directory, in octal (tmpfs's
-    /// `mode`; 1777 for a /tmp) [default: 755].
-    #[arg(long, value_parser = parse_mode)]
-    pub mode: Option<u32>,
-    /// memfs: owner of the root directory [default: the caller].
-    #[arg(long)]
-    pub uid: Option<u32>,
-    /// memfs: group of the root directory [default: the caller's].
-    #[arg(long)]
-    pub gid: Option<u32>,
-    /// Mount options as in /etc/fstab, comma-separated: `ro`, the mount
-    /// flags `nosuid`, `nodev`, `noexec`, `noatime`, `nodiratime`,
-    /// `relatime`, `strictatime`, `lazytime`, `sync`, `dirsync`,
-    /// `nosymfollow` (and their negations: `suid`, `atime`, `async`, ...),
-    /// and any option above as `name=value` (`size=1g`, `inodes=10k`,
-    /// `mode=1777`, `threads=4`, `fd_budget=1000`, ...); fstab's own
-    /// (`defaults`, `noauto`, `nofail`, `user`, `x-*`, `comment=`, ...)
-    /// are ignored.
-    #[arg(short = 'o', long = "options")]
-    pub options: Option<String>,
-    /// mount(2) flags from `-o` (`MOUNT_FLAGS`).
-    #[arg(skip)]
-    pub mount_flags: libc::c_ulong,
-    /// What the mount table shows as the mount's source (findmnt's
-    /// SOURCE, what `umount NAME` finds): the helper's SOURCE argument
-    /// [default: the source directory, or `uvfs-memfs`].
-    #[arg(skip)]
-    pub fsname: Option<String>,
-}
-
-/// `--mode`: octal permission bits.
-pub fn parse_mode(s: &str) -> Result<u32, String> {
-    match u32::from_str_radix(s, 8) {
-        Ok(m) if m <= 0o7777 => Ok(m),
-        _ => Err(format!("{s:?} is not an octal mode (at most 7777)")),
-    }
-}
-
-/// Options of `uvfs stat`.
-#[derive(Args, Debug)]
-pub struct StatOpts {
-    /// Mountpoint of a running `uvfs mount`.
-    pub mountpoint: PathBuf,
-    /// Print the raw JSON report (for scripts).
-    #[arg(long)]
-    pub json: bool,
-    /// First purge the mount's name cache, then verify that every active
-    /// vnode is a node the kernel holds (exit 1 if not). Use at rest.
-    #[arg(long)]
-    pub check: bool,
-}
-
-/// Options of `uvfs umount`.
-#[derive(Args, Debug)]
-pub struct UmountOpts {
-    /// Mountpoint of a uvfs mount.
-    pub mountpoint: PathBuf,
-    /// Detach the mount now even if it is busy; the kernel finishes the
-    /// unmount when its last user leaves.
-    #[arg(short, long)]
-    pub lazy: bool,
-}
 
 fn parse_size(s: &str) -> io::Result<Option<u64>> {
     let bad = || io::Error::new(io::ErrorKind::InvalidInput, format!("bad --size {s:?}"));
@@ -608,6 +414,7 @@ fn mountpoint_inside_source(source: &Path, mountpoint: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     #[test]
     fn a_mountpoint_inside_the_source_is_refused() {

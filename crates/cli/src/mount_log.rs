@@ -2,7 +2,7 @@
 //! force, and each feature that is off with the reason, so that a
 //! detached server's log says how it ran.
 
-use crate::mount_cmd::{MountOpts, Transport};
+use crate::mount_opts::{MountOpts, Transport};
 use std::path::Path;
 use uvfs_fuse::{ServeConfig, UringOffer};
 

@@ -22,13 +22,13 @@
 //! directory or inode named many times in a batch is notified once.
 
 use crate::prune::Pruner;
-use crate::server::Inner;
+use crate::server::{ChangeCounters, Inner};
 use fuser::{INodeNo, Notifier};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -45,21 +45,6 @@ const REPEATS: [Duration; 3] = [
 
 /// Names to invalidate: (directory node id, name).
 type Names = Vec<(u64, Box<[u8]>)>;
-
-/// Counters of what was sent.
-#[derive(Default, Debug)]
-pub struct ChangeCounters {
-    /// Name invalidations sent (repeats included).
-    pub entries: AtomicU64,
-    /// Inode invalidations sent.
-    pub inodes: AtomicU64,
-    /// Batches whose names were sent again (a reply overlapped them).
-    pub repeated: AtomicU64,
-    /// Times everything was invalidated (changes lost).
-    pub everything: AtomicU64,
-    /// Notifications the kernel refused with other than ENOENT.
-    pub failed: AtomicU64,
-}
 
 /// The file system's [`ChangeSink`] on a FUSE connection.
 pub(crate) struct KernelCache {

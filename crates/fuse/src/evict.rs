@@ -60,8 +60,8 @@
 //! waits for the parent directory's inode lock, which an in-flight request
 //! may hold until a request loop answers it.
 
+use crate::nodes::NodeTable;
 use crate::prune::Pruner;
-use crate::server::Inner;
 use fuser::{INodeNo, Notifier};
 use parking_lot::{Condvar, Mutex};
 use std::collections::{HashMap, VecDeque};
@@ -70,6 +70,20 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
+
+/// What the evictor's thread reads of the server it works for. The
+/// server's state implements it, so that this module needs nothing of the
+/// server, which holds an [`Evictor`] and calls into it.
+pub(crate) trait Host: Send + Sync + 'static {
+    /// The evictor itself.
+    fn evictor(&self) -> &Evictor;
+    /// The mount whose vnodes are counted against the limit.
+    fn mount(&self) -> &Arc<uvfs_vnode::Mount>;
+    /// The vnode limit.
+    fn limit(&self) -> usize;
+    /// The nodes the kernel holds.
+    fn nodes(&self) -> &NodeTable;
+}
 
 /// Most notifications per batch before pausing for FORGETs.
 const BATCH: usize = 4096;
@@ -314,7 +328,7 @@ impl Evictor {
     }
 
     /// Starts the thread that sends the notifications.
-    pub fn start(&self, asker: Asker, inner: Weak<Inner>) -> std::io::Result<()> {
+    pub(crate) fn start<H: Host>(&self, asker: Asker, inner: Weak<H>) -> std::io::Result<()> {
         let prune = asker.pruner.is_some();
         self.names.store(!prune, Ordering::Relaxed);
         self.started.store(true, Ordering::Relaxed);
@@ -341,7 +355,7 @@ fn low_water(limit: usize) -> usize {
     limit - limit / 4
 }
 
-fn run(mut asker: Asker, inner: Weak<Inner>, bell: Arc<Bell>) {
+fn run<H: Host>(mut asker: Asker, inner: Weak<H>, bell: Arc<Bell>) {
     // After a stalled pass the thread rests, twice as long each time the
     // next one stalls too: nodes in use past the limit cost a few batches
     // per rest, and the kernel is not asked about them thousands of times
@@ -350,7 +364,7 @@ fn run(mut asker: Asker, inner: Weak<Inner>, bell: Arc<Bell>) {
     // Ends once the server's state is gone (the session ended); the
     // state is held only during a pass.
     while let Some(i) = inner.upgrade() {
-        let p = pass(&i, &mut asker);
+        let p = pass(&*i, &mut asker);
         drop(i);
         bell.progressed();
         let timeout = match p {
@@ -396,15 +410,15 @@ enum Pass {
 
 /// One pass: ask the kernel to forget the oldest nodes until the held
 /// count is under low water.
-fn pass(i: &Inner, asker: &mut Asker) -> Pass {
-    let mnt = i.fs.mount().clone();
-    let limit = i.layer.config().limit;
-    let ev = &i.evict;
+fn pass(i: &impl Host, asker: &mut Asker) -> Pass {
+    let mnt = i.mount().clone();
+    let limit = i.limit();
+    let ev = i.evictor();
     {
         // Compact entries of nodes the kernel already forgot.
         let mut q = ev.q.lock();
-        if q.len() > 2 * i.nodes.len() + 1024 {
-            q.compact(|id| i.nodes.contains(id));
+        if q.len() > 2 * i.nodes().len() + 1024 {
+            q.compact(|id| i.nodes().contains(id));
         }
     }
     if mnt.vnode_count() <= high_water(limit) || held(&mnt) <= high_water(limit) {
@@ -425,7 +439,7 @@ fn pass(i: &Inner, asker: &mut Asker) -> Pass {
             let mut skipped = Vec::new();
             while batch.len() < want {
                 let Some(e) = q.pop() else { break };
-                if e.id == crate::nodes::ROOT_ID || !i.nodes.contains(e.id) {
+                if e.id == crate::nodes::ROOT_ID || !i.nodes().contains(e.id) {
                     continue;
                 }
                 if asker.pruner.is_none() {
@@ -458,7 +472,7 @@ fn pass(i: &Inner, asker: &mut Asker) -> Pass {
         {
             let mut q = ev.q.lock();
             for e in batch {
-                if i.nodes.contains(e.id) {
+                if i.nodes().contains(e.id) {
                     q.push(e);
                     kept += 1;
                 }

@@ -25,6 +25,23 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
+/// The mount(2) flags `ServeConfig::mount_flags` may hold, with their
+/// fstab names: those that only change what the kernel allows or records
+/// (the server needs to know none of them).
+pub const MOUNT_FLAGS: &[(&str, libc::c_ulong)] = &[
+    ("nosuid", libc::MS_NOSUID),
+    ("nodev", libc::MS_NODEV),
+    ("noexec", libc::MS_NOEXEC),
+    ("noatime", libc::MS_NOATIME),
+    ("nodiratime", libc::MS_NODIRATIME),
+    ("sync", libc::MS_SYNCHRONOUS),
+    ("dirsync", libc::MS_DIRSYNC),
+    ("relatime", libc::MS_RELATIME),
+    ("strictatime", libc::MS_STRICTATIME),
+    ("lazytime", libc::MS_LAZYTIME),
+    ("nosymfollow", libc::MS_NOSYMFOLLOW),
+];
+
 /// A FUSE mount this process made, identified by its connection.
 pub struct KernelMount {
     /// A duplicate of the session's `/dev/fuse` descriptor: it shares the
@@ -91,7 +108,7 @@ fn helper_options(
     }
     o.push(if read_only { "ro" } else { "rw" }.into());
     // Applied in order: these override `dev` and `suid` above.
-    for &(name, flag) in crate::mount::MOUNT_FLAGS {
+    for &(name, flag) in MOUNT_FLAGS {
         if flags & flag != 0 {
             o.push(name.into());
         }

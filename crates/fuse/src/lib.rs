@@ -101,29 +101,50 @@
 //! }
 //! ```
 //!
-//! # Pieces
-//! - `server.rs`: the fuser `Filesystem` implementation (request ->
-//!   VOP -> reply).
+//! # Module map
+//! Serving requests:
+//! - `server/`: the fuser `Filesystem` implementation (request -> VOP ->
+//!   reply), one module per request area, with the state every request
+//!   loop shares (`server/state.rs`) and the request counters
+//!   (`server/counters.rs`); `server/ioctl.rs` and `server/fileattr.rs`
+//!   the ioctls served (inode flags, `FITRIM`).
 //! - `nodes.rs`: node id -> (vnode hold, kernel lookup count): the one
 //!   place where FUSE's LOOKUP/FORGET protocol becomes vnode holds.
-//! - `answered.rs`: which error answers are logged.
-//! - `handles.rs`: open files as vnode use references; `backing.rs`
-//!   the backing files the kernel reads and writes itself.
-//! - `mount.rs`: mounting with several request loops (`n_threads`,
-//!   `clone_fd`) or serving a given channel (`serve_fd`), `kmount.rs` mount(2) and unmounting only our own mount (`fusermount.rs` for users without the privilege), `signals.rs` clean unmount on SIGINT/SIGTERM,
-//!   `daemon.rs` detaching.
-//! - `control.rs` and `stats.rs`: the control socket behind `uvfs stat`,
-//!   in the runtime directory of `rundir.rs`; `rusage.rs` the process's
-//!   and threads' resource usage they report.
-//! - `refresh.rs`: listed directories' attributes fetched again in the
-//!   background, so a `stat` after a listing needs no round trip.
-//! - `changes.rs`: host changes a file system reports, turned into
-//!   the notifications that make the kernel forget exactly those;
+//! - `handles.rs`: open files as vnode use references; `backing.rs` the
+//!   backing files the kernel reads and writes itself.
+//! - `convert.rs`: uvfs-vfs types to fuser's; `answered.rs`: which error
+//!   answers are logged; `caller_caps.rs`: the caller's capabilities for
+//!   the checks the kernel leaves to us.
+//! - `lockwait.rs` and `offload.rs`: requests answered off the request
+//!   loops (lock waits; requests that wait for a disk), `write_stall.rs`
+//!   when WRITEs go there too, `threads.rs` what those threads must not
+//!   inherit.
+//!
+//! Keeping the kernel's caches bounded and true:
+//! - `evict.rs`: asking the kernel to forget cold nodes over the vnode
+//!   limit (`prune.rs`: `FUSE_NOTIFY_PRUNE`).
+//! - `changes.rs`: host changes a file system reports, turned into the
+//!   notifications that make the kernel forget exactly those;
 //!   `entry_race.rs` tells when a LOOKUP reply may have raced them
 //!   (public only under `--cfg loom`, for its model test).
-//! - `lockwait.rs` and `offload.rs`: requests answered off the request
-//!   loops (lock waits; syncs that wait for a disk), `threads.rs` what
-//!   their threads must not inherit.
+//! - `refresh.rs`: listed directories' attributes fetched again in the
+//!   background, so a `stat` after a listing needs no round trip.
+//! - `release.rs`: freed memory given back to the system.
+//! - `sync.rs`: std or loom atomics for the lock-free pieces.
+//!
+//! Mounting and running:
+//! - `mount.rs`: mounting with several request loops (`n_threads`,
+//!   `clone_fd`) or serving a given channel (`serve_fd`); `kmount.rs`
+//!   mount(2), its flags, and unmounting only our own mount;
+//!   `fusermount.rs` the same through fusermount3 for users without the
+//!   privilege; `mountinfo.rs` the device the kernel gave a mount.
+//! - `uring_offer.rs`: whether a mount gets FUSE over io_uring; `caps.rs`
+//!   whether we hold CAP_SYS_ADMIN.
+//! - `signals.rs`: clean unmount on SIGINT/SIGTERM/SIGHUP; `daemon.rs`
+//!   detaching.
+//! - `control.rs` and `stats.rs`: the control socket behind `uvfs stat`
+//!   and the report it serves, in the runtime directory of `rundir.rs`;
+//!   `rusage.rs` the process's and threads' resource usage they report.
 
 #![warn(missing_docs)]
 
@@ -140,10 +161,8 @@ mod entry_race;
 #[cfg(loom)]
 pub mod entry_race;
 mod evict;
-mod fileattr;
 mod fusermount;
 mod handles;
-mod ioctl;
 mod kmount;
 mod lockwait;
 mod mount;
@@ -167,8 +186,8 @@ pub use caps::has_cap_sys_admin;
 pub use control::{answers, fallback_log_path, normalize_mountpoint, query, socket_paths};
 pub use daemon::{daemonize, Readiness};
 pub use fusermount::{allow_other_refused, user_allow_other};
-pub use kmount::unmount_path;
-pub use mount::{mount_and_serve, serve, serve_fd, BackgroundMount, ServeConfig, MOUNT_FLAGS};
+pub use kmount::{unmount_path, MOUNT_FLAGS};
+pub use mount::{mount_and_serve, serve, serve_fd, BackgroundMount, ServeConfig};
 pub use nodes::ROOT_ID;
 pub use refresh::MIN_ATTR_TIMEOUT as MIN_REFRESH_ATTR_TIMEOUT;
 pub use release::set_memory_release;

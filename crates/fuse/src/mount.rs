@@ -5,7 +5,7 @@
 
 use crate::control::{normalize_mountpoint, ControlSocket};
 use crate::daemon::Readiness;
-use crate::kmount::{self, Unmounter};
+use crate::kmount::{self, Unmounter, MOUNT_FLAGS};
 use crate::mountinfo;
 use crate::server::{Inner, Server, Timeouts};
 use crate::signals::BlockedSignals;
@@ -116,23 +116,6 @@ where
     let fs = make(&layer)?;
     serve(fs, layer, cfg, signals, &mut Readiness::foreground())
 }
-
-/// The mount(2) flags `ServeConfig::mount_flags` may hold, with their
-/// fstab names: those that only change what the kernel allows or records
-/// (the server needs to know none of them).
-pub const MOUNT_FLAGS: &[(&str, libc::c_ulong)] = &[
-    ("nosuid", libc::MS_NOSUID),
-    ("nodev", libc::MS_NODEV),
-    ("noexec", libc::MS_NOEXEC),
-    ("noatime", libc::MS_NOATIME),
-    ("nodiratime", libc::MS_NODIRATIME),
-    ("sync", libc::MS_SYNCHRONOUS),
-    ("dirsync", libc::MS_DIRSYNC),
-    ("relatime", libc::MS_RELATIME),
-    ("strictatime", libc::MS_STRICTATIME),
-    ("lazytime", libc::MS_LAZYTIME),
-    ("nosymfollow", libc::MS_NOSYMFOLLOW),
-];
 
 /// Mounts `fs` and serves it until unmounted (by `umount`, `fusermount3
 /// -u` or a termination signal). `ready` learns whether the mount came up.

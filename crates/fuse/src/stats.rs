@@ -16,7 +16,7 @@
 
 use crate::server::Inner;
 use serde_json::{json, Map, Value};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 /// Builds the report; `check` purges the mount's name cache first.
 pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
@@ -298,76 +298,6 @@ pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
     })
 }
 
-/// Opcodes counted one by one, most frequent first (the names
-/// `Server::guard` is given); anything else counts as `other`.
-const OPS: [&str; 37] = [
-    "lookup",
-    "getattr",
-    "readdirplus",
-    "readdir",
-    "read",
-    "write",
-    "opendir",
-    "releasedir",
-    "open",
-    "release",
-    "flush",
-    "create",
-    "tmpfile",
-    "mknod",
-    "mkdir",
-    "unlink",
-    "rmdir",
-    "setattr",
-    "rename",
-    "link",
-    "symlink",
-    "readlink",
-    "access",
-    "statfs",
-    "fsync",
-    "fsyncdir",
-    "fallocate",
-    "getxattr",
-    "setxattr",
-    "listxattr",
-    "removexattr",
-    "copy_file_range",
-    "lseek",
-    "getlk",
-    "setlk",
-    "ioctl",
-    "other",
-];
-
-/// Requests handled per opcode (`fuse.requests.op.<name>`), so a
-/// benchmark can tell which requests stand between a workload and the
-/// kernel. FORGET is not counted here (see `fuse.nodes.forgotten`).
-#[derive(Debug)]
-pub struct OpCounters([AtomicU64; OPS.len()]);
-
-impl Default for OpCounters {
-    fn default() -> Self {
-        OpCounters(std::array::from_fn(|_| AtomicU64::new(0)))
-    }
-}
-
-impl OpCounters {
-    /// Counts one request of opcode `what`.
-    #[inline]
-    pub fn bump(&self, what: &str) {
-        let i = OPS.iter().position(|o| *o == what).unwrap_or(OPS.len() - 1);
-        self.0[i].fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// `(opcode, requests)` for every opcode.
-    pub fn pairs(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
-        OPS.iter()
-            .zip(&self.0)
-            .map(|(o, c)| (*o, c.load(Ordering::Relaxed)))
-    }
-}
-
 /// User + system CPU time of this process in microseconds.
 fn process_cpu_us() -> u64 {
     let Some(ru) = crate::rusage::rusage(libc::RUSAGE_SELF) else {
@@ -427,29 +357,6 @@ pub fn human(v: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn op_counters_count_by_name_and_other() {
-        let c = OpCounters::default();
-        c.bump("lookup");
-        c.bump("lookup");
-        c.bump("readdirplus");
-        c.bump("no-such-op");
-        let m: std::collections::HashMap<_, _> = c.pairs().collect();
-        assert_eq!(m["lookup"], 2);
-        assert_eq!(m["readdirplus"], 1);
-        assert_eq!(m["other"], 1);
-        assert_eq!(m["getattr"], 0);
-    }
-
-    #[test]
-    fn every_handler_has_its_own_counter() {
-        let src = include_str!("server.rs");
-        for op in src.split("guard(\"").skip(1) {
-            let op = op.split('"').next().unwrap_or("");
-            assert!(OPS.contains(&op), "add {op:?} to OPS");
-        }
-    }
 
     #[test]
     fn process_cpu_time_is_reported() {

@@ -4,7 +4,6 @@
 //! The kernel leaves a FUSE file's atime to its server, so a memfs mounted
 //! `noatime` keeps the atimes of what is read only if it knows.
 
-use crate::fs::MemFs;
 use crate::inode::{Inode, Meta};
 use uvfs_vfs::{Timespec, VType};
 
@@ -61,14 +60,14 @@ impl Meta {
     }
 }
 
-impl MemFs {
+impl AtimeRule {
     /// `inode`'s contents were read (a file's data, a directory's listing,
-    /// a symlink's target): its atime moves as the mount's rule says.
-    pub(crate) fn accessed(&self, inode: &Inode, now: Timespec) {
+    /// a symlink's target): moves its atime as this rule says.
+    pub(crate) fn touch(&self, inode: &Inode, now: Timespec) {
         let rule = if inode.kind == VType::Dir {
-            self.atime.dirs
+            self.dirs
         } else {
-            self.atime.files
+            self.files
         };
         if rule != Atime::Never {
             let mut m = inode.meta.lock();

@@ -101,6 +101,12 @@ impl FsHooks for Hooks {
 }
 
 impl MemFs {
+    /// `inode`'s contents were read: its atime moves as the mount's rule
+    /// says (`atime.rs`).
+    pub(crate) fn accessed(&self, inode: &crate::inode::Inode, now: uvfs_vfs::Timespec) {
+        self.atime.touch(inode, now);
+    }
+
     /// Mounts a new, empty memfs on `layer`.
     pub fn new(layer: Arc<VnodeLayer>, cfg: MemFsConfig) -> Arc<MemFs> {
         let mnt = layer.mount("memfs", Arc::new(Hooks));

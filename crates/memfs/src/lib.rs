@@ -9,15 +9,19 @@
 //! `ENOSPC` without losing data.
 //!
 //! # Structure
+//! - `fs.rs`: `MemFs`, its construction and the vnode binding.
 //! - `table.rs`: ino -> inode; the owner of every linked inode.
 //! - `inode.rs`: one file's metadata and body; `dir.rs` and `pages.rs`
 //!   hold a directory's entries and a regular file's data.
-//! - `budget.rs`: the `--size` accounting.
+//! - `budget.rs`: the `--size` accounting; `ispace.rs` the `--inodes`
+//!   one; `reaper.rs` frees a large file's pages off the request path.
 //! - `namei.rs`, `rename.rs`, `io.rs`, `attrs.rs`: the operations;
 //!   `vops.rs` exposes them as `uvfs_vfs::FileSystem`.
 //! - `copy.rs`: `copy_file_range` from page to page.
 //! - `atime.rs`: when reads move access times (the mount's atime flags).
 //! - `io_lock.rs`: the range locking that makes I/O atomic.
+//! - `xattr.rs`: one inode's extended attributes; `acl.rs` the POSIX ACLs
+//!   among them; `iflags.rs` inode flags (`chattr`).
 //!
 //! A vnode's private data is an `Arc<Inode>`: memfs inodes outlive vnode
 //! recycling, and an unlinked inode lives exactly as long as some vnode

@@ -33,7 +33,6 @@
 //! else is locked under `clock`, and an [`Fd`]'s drop takes no lock, so
 //! closing fds (even a node's last `Arc` dropped under `clock`) is safe.
 
-use crate::node::{Evict, Node};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::mem::ManuallyDrop;
@@ -89,9 +88,30 @@ pub struct FdPool {
     pub counters: PoolCounters,
 }
 
+/// What the evictor found on a node.
+pub(crate) enum Evict {
+    /// No cached fd (taken already, or reclaimed): drop the ring entry.
+    NoFd,
+    /// Used since the last sweep: second chance.
+    Referenced,
+    /// Its fd is borrowed by an operation in progress, or the node is
+    /// busy: try later.
+    Busy,
+    /// Here is its fd, to close.
+    Taken(Arc<Fd>),
+}
+
+/// What sits on the CLOCK ring: a holder of one cached fd of the pool (a
+/// node, `node.rs`). A trait so that the pool needs nothing of nodes,
+/// which hold its [`Fd`]s.
+pub(crate) trait FdHolder: Send + Sync {
+    /// The evictor's step (called with the ring locked).
+    fn try_evict(&self) -> Evict;
+}
+
 #[derive(Default)]
 struct Ring {
-    q: VecDeque<Weak<Node>>,
+    q: VecDeque<Weak<dyn FdHolder>>,
     /// Length after the last compaction (compact again at twice this).
     compacted_len: usize,
 }
@@ -222,10 +242,10 @@ impl FdPool {
     /// [`CACHED_FDS`] fds that are not open files, gives one idle cached
     /// fd back (CLOCK), so that a walk holds about as many fds as it
     /// lists directories at once, not one per directory it ever saw.
-    pub(crate) fn enter(&self, node: &Arc<Node>) {
+    pub(crate) fn enter<H: FdHolder + 'static>(&self, node: &Arc<H>) {
         {
             let mut r = self.clock.lock();
-            r.q.push_back(Arc::downgrade(node));
+            r.q.push_back(Arc::downgrade(node) as Weak<dyn FdHolder>);
             if r.q.len() > 2 * r.compacted_len.max(512) {
                 r.q.retain(|w| w.strong_count() > 0);
                 r.compacted_len = r.q.len();

@@ -107,6 +107,14 @@ pub struct PtCounters {
     pub closes_deferred: AtomicU64,
 }
 
+/// How the source root's device answers `RWF_NOWAIT` reads
+/// (`PassthroughFs::nowait`): takes them (or not tried yet), refuses them
+/// but keeps files in memory (read at once), refuses them (every read
+/// may wait).
+pub(crate) const NOWAIT_UNKNOWN: u8 = 0;
+pub(crate) const NOWAIT_MEMORY: u8 = 1;
+pub(crate) const NOWAIT_NONE: u8 = 2;
+
 /// A directory of the host served through the vnode layer.
 pub struct PassthroughFs {
     pub(crate) layer: Arc<VnodeLayer>,
@@ -119,10 +127,10 @@ pub struct PassthroughFs {
     pub(crate) root: Arc<Node>,
     pub(crate) opens: OpenTable,
     /// POSIX record locks held through the mount (`locks.rs`).
-    pub(crate) posix_locks: crate::locks::PosixLocks,
+    pub(crate) posix_locks: crate::lock_owners::PosixLocks,
     /// READDIRPLUS requests in progress and their overlaps (`dir.rs`
     /// probes in parallel only when one has been alone for a while).
-    pub(crate) plus_load: crate::dir::PlusLoad,
+    pub(crate) plus_load: crate::plus_load::PlusLoad,
     /// Directory readahead for a lone walker (`prefetch.rs`).
     pub(crate) prefetch: Option<crate::prefetch::Prefetcher>,
     /// `O_NOATIME` if reads must leave atimes alone (`no_atime`), else 0.
@@ -276,7 +284,7 @@ impl PassthroughFs {
             pool,
             handles,
             inodes,
-            nowait: std::sync::atomic::AtomicU8::new(crate::io::NOWAIT_UNKNOWN),
+            nowait: std::sync::atomic::AtomicU8::new(NOWAIT_UNKNOWN),
             root,
             opens: OpenTable::default(),
             posix_locks: Default::default(),

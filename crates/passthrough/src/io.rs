@@ -7,7 +7,7 @@
 //! the caller's flags minus those that only make sense to the kernel.
 
 use crate::creds::AsCaller;
-use crate::fs::PassthroughFs;
+use crate::fs::{PassthroughFs, NOWAIT_MEMORY, NOWAIT_NONE};
 use crate::open::OpenFile;
 use crate::sys;
 use rustix::fs::SeekFrom;
@@ -308,14 +308,6 @@ impl PassthroughFs {
         Ok(n as u64)
     }
 }
-
-/// How the source root's device answers `RWF_NOWAIT` reads
-/// (`PassthroughFs::nowait`): takes them (or not tried yet), refuses them
-/// but keeps files in memory (read at once), refuses them (every read
-/// may wait).
-pub(crate) const NOWAIT_UNKNOWN: u8 = 0;
-const NOWAIT_MEMORY: u8 = 1;
-const NOWAIT_NONE: u8 = 2;
 
 /// Reads up to `size` bytes at `offset` of `of` with `pread`, until full
 /// or end of file.

@@ -28,12 +28,16 @@
 //! opened only against the mount they came from (`sys.rs`, `handle.rs`).
 //!
 //! # Module map
-//! `sys` (system calls) · `fdpool` (budget, CLOCK) · `handle` ·
-//! `inodes` (node ids) · `node` (per-vnode data) · `creds` (creating as
-//! the caller) · `fs` (construction, lookup, reopen) · `namei`, `io`,
-//! `dir`, `attrs` (the operations) · `open` (open files) · `locks` (file
-//! locks kept on the backing files) · `vops` (the `FileSystem` impl) ·
-//! `watch` (host changes reported to the front end) · `stats`.
+//! `sys` (system calls) · `fdpool` (budget, CLOCK) · `handle` (file
+//! handles) · `remembered` (handles of recycled nodes) · `inodes` (node
+//! ids) · `node` (per-vnode data) · `creds` (creating as the caller) ·
+//! `fs` (construction, lookup, reopen) · `namei`, `io`, `dir`, `attrs`
+//! (the operations) · `plus_load` (how busy READDIRPLUS is) · `prefetch`
+//! (directory readahead) · `open` (open files) · `locks` (file locks kept
+//! on the backing files) and `lock_owners` (each owner's description) ·
+//! `iflags` (inode flags) · `trim` (`FITRIM`) · `freeing` and `closer`
+//! (freeing large files off the request) · `vops` (the `FileSystem` impl)
+//! · `watch` (host changes reported to the front end) · `stats`.
 
 mod attrs;
 mod closer;
@@ -46,10 +50,12 @@ pub mod handle;
 mod iflags;
 pub mod inodes;
 mod io;
+mod lock_owners;
 mod locks;
 mod namei;
 pub mod node;
 mod open;
+mod plus_load;
 mod prefetch;
 mod remembered;
 mod stats;

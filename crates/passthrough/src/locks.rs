@@ -39,79 +39,10 @@ use crate::fdpool::Fd;
 use crate::fs::PassthroughFs;
 use crate::node::Node;
 use crate::sys;
-use parking_lot::Mutex;
 use rustix::fs::FlockOperation;
-use std::collections::HashMap;
 use std::os::fd::AsFd;
 use std::sync::Arc;
-use uvfs_vfs::{Errno, Fh, FileLock, Ino, VfsResult, VnodeRef, LOCK_TO_EOF};
-
-/// A lock owner's open file description of a node's backing file.
-struct Held {
-    ofd: Arc<Fd>,
-    /// The handle it was made through (whose RELEASE ends an OFD owner).
-    fh: Fh,
-}
-
-/// Node id -> lock owner -> the owner's open file description.
-#[derive(Default)]
-pub(crate) struct PosixLocks {
-    map: Mutex<HashMap<Ino, HashMap<u64, Held>>>,
-}
-
-impl PosixLocks {
-    /// Open file `fh` of `node` was released: closes the descriptions made
-    /// through it (the OFD locks it held), and every owner's description of
-    /// `node` if no open file of it is left (then no lock through the mount
-    /// can remain; the FLUSH of each close has normally dropped them
-    /// already). Checked under the map's lock: a SETLK needs an open file,
-    /// and installs under it.
-    pub(crate) fn release(&self, node: &Node, fh: Fh) {
-        let mut m = self.map.lock();
-        let Some(owners) = m.get_mut(&node.id) else {
-            return;
-        };
-        if node.open_count() > 0 {
-            owners.retain(|_, h| h.fh != fh);
-        }
-        if node.open_count() == 0 || owners.is_empty() {
-            m.remove(&node.id);
-        }
-    }
-
-    fn get(&self, node: Ino, owner: u64) -> Option<Arc<Fd>> {
-        let m = self.map.lock();
-        m.get(&node)
-            .and_then(|o| o.get(&owner))
-            .map(|h| h.ofd.clone())
-    }
-
-    fn remove(&self, node: Ino, owner: u64) {
-        let mut m = self.map.lock();
-        if let Some(owners) = m.get_mut(&node) {
-            owners.remove(&owner);
-            if owners.is_empty() {
-                m.remove(&node);
-            }
-        }
-    }
-
-    /// The owner's description, `made` (through `fh`) if it has none yet.
-    fn get_or_insert(&self, node: Ino, owner: u64, fh: Fh, made: Arc<Fd>) -> Arc<Fd> {
-        let mut m = self.map.lock();
-        let h = m
-            .entry(node)
-            .or_default()
-            .entry(owner)
-            .or_insert(Held { ofd: made, fh });
-        h.ofd.clone()
-    }
-
-    /// Descriptions held now (locks in use).
-    pub(crate) fn len(&self) -> usize {
-        self.map.lock().values().map(HashMap::len).sum()
-    }
-}
+use uvfs_vfs::{Errno, Fh, FileLock, VfsResult, VnodeRef, LOCK_TO_EOF};
 
 /// `struct flock` for `lock` (`l_len` 0 runs to the end of the file).
 fn to_flock(lock: &FileLock) -> VfsResult<libc::flock> {

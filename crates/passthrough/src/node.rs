@@ -25,7 +25,7 @@
 //! | `unlinked` | atomic; set when the file lost its last name while open, cleared by the last release |
 //! | `removed` | atomic; set once the mount removed the file's last name (open or not), cleared only when the node is rebound to another file |
 
-use crate::fdpool::Fd;
+use crate::fdpool::{Evict, Fd, FdHolder};
 use crate::handle::Handle;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -74,19 +74,6 @@ impl Ident {
     pub fn gen(&self) -> u64 {
         self.handle().map_or(0, Handle::generation)
     }
-}
-
-/// What the evictor found on a node.
-pub(crate) enum Evict {
-    /// No cached fd (taken already, or reclaimed): drop the ring entry.
-    NoFd,
-    /// Used since the last sweep: second chance.
-    Referenced,
-    /// Its fd is borrowed by an operation in progress, or the node is
-    /// busy: try later.
-    Busy,
-    /// Here is its fd, to close.
-    Taken(Arc<Fd>),
 }
 
 /// Per-vnode data of a passthrough mount.
@@ -268,34 +255,6 @@ impl Node {
         (fd, enter)
     }
 
-    /// The evictor's step (called with the ring locked).
-    pub(crate) fn try_evict(&self) -> Evict {
-        let Some(mut g) = self.state.try_lock() else {
-            return Evict::Busy;
-        };
-        let Some(fd) = g.fd.as_ref() else {
-            self.on_ring.store(false, Ordering::Relaxed);
-            return Evict::NoFd;
-        };
-        if self.referenced.swap(false, Ordering::Relaxed) {
-            return Evict::Referenced;
-        }
-        // Only our Arc: no operation is using the fd. A fallback node with
-        // open files keeps it: it may have no other way back to an
-        // unlinked file.
-        if Arc::strong_count(fd) > 1
-            || self.orphan.load(Ordering::Relaxed)
-            || (self.opens.load(Ordering::Relaxed) > 0 && !matches!(g.way, Way::Handle(_)))
-        {
-            return Evict::Busy;
-        }
-        self.on_ring.store(false, Ordering::Relaxed);
-        match g.fd.take() {
-            Some(fd) => Evict::Taken(fd),
-            None => Evict::NoFd,
-        }
-    }
-
     /// Drops the cached fd (vnode reclaim). The pinned root keeps its.
     pub fn drop_fd(&self) {
         if self.pinned {
@@ -414,5 +373,35 @@ impl std::fmt::Debug for Node {
             .field("kind", &self.kind())
             .field("has_fd", &self.has_fd())
             .finish()
+    }
+}
+
+impl FdHolder for Node {
+    /// The evictor's step (called with the ring locked).
+    fn try_evict(&self) -> Evict {
+        let Some(mut g) = self.state.try_lock() else {
+            return Evict::Busy;
+        };
+        let Some(fd) = g.fd.as_ref() else {
+            self.on_ring.store(false, Ordering::Relaxed);
+            return Evict::NoFd;
+        };
+        if self.referenced.swap(false, Ordering::Relaxed) {
+            return Evict::Referenced;
+        }
+        // Only our Arc: no operation is using the fd. A fallback node with
+        // open files keeps it: it may have no other way back to an
+        // unlinked file.
+        if Arc::strong_count(fd) > 1
+            || self.orphan.load(Ordering::Relaxed)
+            || (self.opens.load(Ordering::Relaxed) > 0 && !matches!(g.way, Way::Handle(_)))
+        {
+            return Evict::Busy;
+        }
+        self.on_ring.store(false, Ordering::Relaxed);
+        match g.fd.take() {
+            Some(fd) => Evict::Taken(fd),
+            None => Evict::NoFd,
+        }
     }
 }

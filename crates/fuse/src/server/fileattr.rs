@@ -19,9 +19,9 @@
 //! systems act with the server's own privilege (a passthrough's source
 //! would let root's server set anything).
 
+use super::Inner;
 use crate::caller_caps::{has_cap, CAP_FOWNER, CAP_LINUX_IMMUTABLE};
 use crate::handles::OpenFile;
-use crate::server::Inner;
 use uvfs_vfs::{
     Ctx, Errno, FsXattr, VfsResult, FS_IOC_FSGETXATTR, FS_IOC_FSSETXATTR, FS_IOC_GETFLAGS,
     FS_IOC_SETFLAGS, FS_NEED_CAP_FL,

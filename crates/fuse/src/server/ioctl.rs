@@ -7,9 +7,9 @@
 //! (`fuse_priv_ioctl` takes no shorter answer), so it is cut or padded to
 //! it here.
 
+use super::Inner;
 use crate::caller_caps::{has_cap, CAP_SYS_ADMIN};
 use crate::handles::OpenFile;
-use crate::server::Inner;
 use uvfs_vfs::{Ctx, Errno, TrimRange, VType, VfsResult, FITRIM};
 
 /// Whether ioctl `cmd` changes the file system (answered `EROFS` when
@@ -17,7 +17,7 @@ use uvfs_vfs::{Ctx, Errno, TrimRange, VType, VfsResult, FITRIM};
 /// sends nothing to the source's device either (Linux's XFS refuses it on
 /// a file system mounted without its log replayed, fstests generic/537).
 pub(crate) fn changes(cmd: u32) -> bool {
-    cmd == FITRIM || crate::fileattr::changes(cmd)
+    cmd == FITRIM || super::fileattr::changes(cmd)
 }
 
 /// Whether ioctl `cmd` may keep a request loop for long waiting for a
@@ -37,9 +37,9 @@ pub(crate) fn serve(
     input: &[u8],
     out_size: u32,
 ) -> VfsResult<Vec<u8>> {
-    let mut out = if crate::fileattr::handles(cmd) {
+    let mut out = if super::fileattr::handles(cmd) {
         with_open(i, c, ino, fh, |of| {
-            crate::fileattr::serve(i, c, ino, of, cmd, input)
+            super::fileattr::serve(i, c, ino, of, cmd, input)
         })?
     } else if cmd == FITRIM {
         // Discarding a device's free blocks is an administrator's
@@ -72,7 +72,7 @@ fn with_open<T>(
     }
     let vp = i.nodes.get(ino)?;
     if vp.vtype() == VType::Dir {
-        return crate::server::with_dir(i, c, ino, fh, f);
+        return super::dirs::with_dir(i, c, ino, fh, f);
     }
     let h = i.fs.open(c, &vp, libc::O_RDONLY)?;
     let of = OpenFile::transient(vp, h);

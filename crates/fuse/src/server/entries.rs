@@ -1,0 +1,256 @@
+//! Requests about names in a directory: LOOKUP and FORGET (where
+//! kernel references become vnode holds, `nodes.rs`), and those that make,
+//! link, rename or remove names (MKNOD, MKDIR, SYMLINK, LINK, CREATE,
+//! TMPFILE, RENAME, UNLINK, RMDIR).
+
+#![allow(clippy::too_many_arguments)] // handlers take a request's fields as `fuser::Filesystem` declares them
+
+use super::{ctx, ctx_making, name, open_flags, Server};
+use crate::convert::dot_attr;
+use fuser::{
+    Generation, INodeNo, RenameFlags as FuseRenameFlags, ReplyCreate, ReplyEmpty, ReplyEntry,
+    Request,
+};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use uvfs_vfs::{Errno, Freeing, RenameFlags};
+
+impl Server {
+    pub(super) fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
+        self.inner.throttle_new_nodes();
+        let _racing = self.inner.entry_race.begin();
+        let mut negative_ttl = self.inner.timeouts.entry;
+        let r = self.guard("lookup", parent.0, |i| {
+            let dir = match i.nodes.get(parent.0) {
+                Ok(dir) => dir,
+                // A file handle of a node the kernel forgot: with
+                // FUSE_EXPORT_SUPPORT it asks for `.` of the handle's node
+                // id (and checks the generation itself).
+                Err(Errno::ESTALE) if name(n) == b"." => {
+                    return i.with_attr(i.fs.vget(i.nodes.node_id(parent.0))?).map(Some);
+                }
+                Err(e) => return Err(e),
+            };
+            // `.` of a file handle's node the kernel dropped while its
+            // FORGET has not reached us yet: the node itself, whatever its
+            // type (a file system's own lookup of `.` wants a directory,
+            // and any error here is ESTALE to `open_by_handle_at`).
+            if name(n) == b"." {
+                return i.with_attr(dir).map(Some);
+            }
+            negative_ttl = i.entry_ttl(&dir);
+            match i.fs.lookup_attr(&ctx(req), &dir, name(n)) {
+                // Answered with a negative entry, not an errno.
+                Err(e) if e == Errno::ENOENT && !negative_ttl.is_zero() => Ok(None),
+                r => r.map(Some),
+            }
+        });
+        match r {
+            // A negative entry the kernel may cache for the entry timeout
+            // (node id 0 counts no reference).
+            Ok(None) => {
+                let mut a = dot_attr(0);
+                a.kind = fuser::FileType::RegularFile;
+                reply.entry(&negative_ttl, &a, Generation(0));
+            }
+            Ok(Some(e)) => self.reply_entry_at(reply, Ok(e), parent.0, name(n)),
+            Err(e) => self.reply_entry_at(reply, Err(e), parent.0, name(n)),
+        }
+    }
+
+    // BATCH_FORGET: fuser's default `batch_forget` calls this once per
+    // entry (its `ForgetOne` type is private, so it cannot be overridden),
+    // which is exactly the per-node accounting wanted.
+    pub(super) fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        let i = &self.inner;
+        if i.nodes.forget(ino.0, nlookup) && i.refresh.running() {
+            i.refresh.names.forgot(ino.0);
+        }
+    }
+
+    pub(super) fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let (c, n) = (ctx_making(req, umask), n.to_owned());
+        self.making(move |s| {
+            let r = s.changing("mknod", parent.0, |i| {
+                let dir = i.nodes.get(parent.0)?;
+                i.with_attr(i.fs.mknod(&c, &dir, name(&n), mode, u64::from(rdev))?)
+            });
+            s.reply_entry_at(reply, r, parent.0, name(&n));
+        });
+    }
+
+    pub(super) fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let (c, n) = (ctx_making(req, umask), n.to_owned());
+        self.making(move |s| {
+            let r = s.changing("mkdir", parent.0, |i| {
+                let dir = i.nodes.get(parent.0)?;
+                i.with_attr(i.fs.mkdir(&c, &dir, name(&n), mode)?)
+            });
+            s.reply_entry_at(reply, r, parent.0, name(&n));
+        });
+    }
+
+    pub(super) fn unlink(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        let slow = self.frees_much(|i| {
+            let dir = i.nodes.get(parent.0).ok()?;
+            Some(i.fs.may_free_much(Freeing::Remove {
+                dir: &dir,
+                name: name(n),
+            }))
+        });
+        let (c, n) = (ctx(req), n.to_owned());
+        self.offload_if(slow, move |s| {
+            let r = s.changing("unlink", parent.0, |i| {
+                i.fs.unlink(&c, &i.nodes.get(parent.0)?, name(&n))
+            });
+            Self::reply_empty(reply, r);
+        });
+    }
+
+    pub(super) fn rmdir(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        let r = self.changing("rmdir", parent.0, |i| {
+            i.fs.rmdir(&ctx(req), &i.nodes.get(parent.0)?, name(n))
+        });
+        Self::reply_empty(reply, r);
+    }
+
+    pub(super) fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let (c, n, target) = (ctx(req), link_name.to_owned(), target.to_owned());
+        self.making(move |s| {
+            let r = s.changing("symlink", parent.0, |i| {
+                let dir = i.nodes.get(parent.0)?;
+                i.with_attr(i.fs.symlink(&c, &dir, name(&n), target.as_os_str().as_bytes())?)
+            });
+            s.reply_entry_at(reply, r, parent.0, name(&n));
+        });
+    }
+
+    pub(super) fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: FuseRenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        // (RENAME_WHITEOUT makes an inode; a rename over a file may end
+        // that file.)
+        let slow = self.frees_much(|i| {
+            let dir = i.nodes.get(newparent.0).ok()?;
+            Some(i.fs.may_free_much(Freeing::Remove {
+                dir: &dir,
+                name: name(newname),
+            }))
+        });
+        let (c, n, newname) = (ctx(req), n.to_owned(), newname.to_owned());
+        self.offload_if(self.short_of_space_here() || slow, move |s| {
+            let r = s.changing("rename", parent.0, |i| {
+                let (d, nd) = (i.nodes.get(parent.0)?, i.nodes.get(newparent.0)?);
+                let flags = RenameFlags(flags.bits());
+                i.fs.rename(&c, &d, name(&n), &nd, name(&newname), flags)?;
+                i.renamed(
+                    &c,
+                    (parent.0, &d, name(&n)),
+                    (newparent.0, &nd, name(&newname)),
+                    flags,
+                );
+                Ok(())
+            });
+            Self::reply_empty(reply, r);
+        });
+    }
+
+    pub(super) fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let (c, newname) = (ctx(req), newname.to_owned());
+        self.making(move |s| {
+            let r = s.changing("link", ino.0, |i| {
+                let (vp, dir) = (i.nodes.get(ino.0)?, i.nodes.get(newparent.0)?);
+                i.fs.link(&c, &vp, &dir, name(&newname))?;
+                i.with_attr(vp)
+            });
+            s.reply_entry_at(reply, r, newparent.0, name(&newname));
+        });
+    }
+
+    pub(super) fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        kill_suidgid: bool,
+        reply: ReplyCreate,
+    ) {
+        let (c, n) = (ctx_making(req, umask), n.to_owned());
+        self.making(move |s| {
+            let r = s.changing("create", parent.0, |i| {
+                let dir = i.nodes.get(parent.0)?;
+                let (vp, fh) =
+                    i.fs.create(&c, &dir, name(&n), mode, open_flags(flags, kill_suidgid))?;
+                let attr = i.fs.getattr(&vp)?;
+                Ok((vp, fh, attr))
+            });
+            s.reply_created(reply, r, flags, Some((parent.0, name(&n))));
+        });
+    }
+
+    pub(super) fn tmpfile(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let c = ctx_making(req, umask);
+        self.making(move |s| {
+            let r = s.changing("tmpfile", parent.0, |i| {
+                let dir = i.nodes.get(parent.0)?;
+                let (vp, fh) = i.fs.tmpfile(&c, &dir, mode, flags)?;
+                let attr = i.fs.getattr(&vp)?;
+                Ok((vp, fh, attr))
+            });
+            // No name for the evictor to ask the kernel to forget it by: the
+            // node goes when its last open file does (or once `link` named
+            // it, as any other).
+            s.reply_created(reply, r, flags, None);
+        });
+    }
+}
