@@ -3,6 +3,7 @@
 
 #![allow(clippy::too_many_arguments)] // handlers take a request's fields as `fuser::Filesystem` declares them
 
+use super::counters::Op;
 use super::{ctx, Server};
 use crate::convert::{errno, file_attr, set_time};
 use fuser::{
@@ -20,7 +21,7 @@ impl Server {
         _fh: Option<FileHandle>,
         reply: ReplyAttr,
     ) {
-        let r = self.guard("getattr", ino.0, |i| {
+        let r = self.guard(Op::Getattr, ino.0, |i| {
             let vp = i.nodes.get(ino.0)?;
             Ok((i.fs.getattr(&vp)?, i.attr_ttl(&vp)))
         });
@@ -78,7 +79,7 @@ impl Server {
         });
         let c = ctx(req);
         self.offload_if(slow, move |s| {
-            let r = s.changing("setattr", ino.0, |i| {
+            let r = s.changing(Op::Setattr, ino.0, |i| {
                 let vp = i.nodes.get(ino.0)?;
                 Ok((i.fs.setattr(&c, &vp, &set)?, i.attr_ttl(&vp)))
             });
@@ -90,14 +91,14 @@ impl Server {
     }
 
     pub(super) fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.guard("readlink", ino.0, |i| i.fs.readlink(&i.nodes.get(ino.0)?)) {
+        match self.guard(Op::Readlink, ino.0, |i| i.fs.readlink(&i.nodes.get(ino.0)?)) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno(e)),
         }
     }
 
     pub(super) fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        match self.guard("statfs", ino.0, |i| i.fs.statfs()) {
+        match self.guard(Op::Statfs, ino.0, |i| i.fs.statfs()) {
             Ok(s) => reply.statfs(
                 s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
             ),
@@ -106,7 +107,7 @@ impl Server {
     }
 
     pub(super) fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        let r = self.guard("access", ino.0, |i| {
+        let r = self.guard(Op::Access, ino.0, |i| {
             i.fs.access(&ctx(req), &i.nodes.get(ino.0)?, mask.bits() as u32)
         });
         Self::reply_empty(reply, r);

@@ -4,6 +4,7 @@
 
 #![allow(clippy::too_many_arguments)] // handlers take a request's fields as `fuser::Filesystem` declares them
 
+use super::counters::Op;
 use super::{ctx, Inner, Server, LISTING_KEPT_FROM, NO_HANDLE};
 use crate::convert::{dot_attr, errno, file_attr, file_type};
 use crate::handles::OpenFile;
@@ -21,10 +22,10 @@ impl Server {
         if self.inner.no_opendir.load(Ordering::Relaxed) {
             // The kernel stops sending OPENDIR/RELEASEDIR for good; each
             // READDIR opens and releases its directory itself (`with_dir`).
-            self.inner.counters.by_op.bump("opendir");
+            self.inner.counters.by_op.bump(Op::Opendir);
             return reply.error(errno(Errno::ENOSYS));
         }
-        let r = self.guard("opendir", ino.0, |i| {
+        let r = self.guard(Op::Opendir, ino.0, |i| {
             let vp = i.nodes.get(ino.0)?;
             let fh = i.fs.opendir(&ctx(req), &vp, flags.0)?;
             let keep = i.entry_ttl(&vp) >= LISTING_KEPT_FROM;
@@ -58,7 +59,7 @@ impl Server {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let r = self.guard("readdir", ino.0, |i| {
+        let r = self.guard(Op::Readdir, ino.0, |i| {
             with_dir(i, &ctx(_req), ino.0, fh.0, |of| {
                 i.fs.readdir(&of.vp, of.fh, offset, &mut |e| {
                     let id = i.nodes.node_id(e.ino);
@@ -90,7 +91,7 @@ impl Server {
     ) {
         self.inner.throttle_new_nodes();
         let _racing = self.inner.entry_race.begin();
-        let r = self.guard("readdirplus", ino.0, |i| {
+        let r = self.guard(Op::Readdirplus, ino.0, |i| {
             with_dir(i, &ctx(req), ino.0, fh.0, |of| {
                 i.fs.readdirplus(&ctx(req), &of.vp, of.fh, offset, &mut |e, found| {
                     let nm = OsStr::from_bytes(&e.name);
@@ -158,7 +159,7 @@ impl Server {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        let r = self.guard("releasedir", ino.0, |i| {
+        let r = self.guard(Op::Releasedir, ino.0, |i| {
             let of = i.handles.remove(fh.0)?;
             i.fs.releasedir(&of.vp, of.fh)
         });
@@ -175,7 +176,7 @@ impl Server {
     ) {
         let cx = ctx(req);
         self.maybe_offload(move |s| {
-            let r = s.guard("fsyncdir", ino.0, |i| {
+            let r = s.guard(Op::Fsyncdir, ino.0, |i| {
                 with_dir(i, &cx, ino.0, fh.0, |of| {
                     i.fs.fsync(&of.vp, of.fh, datasync)
                 })

@@ -5,6 +5,7 @@
 
 #![allow(clippy::too_many_arguments)] // handlers take a request's fields as `fuser::Filesystem` declares them
 
+use super::counters::Op;
 use super::{ctx, ctx_making, name, open_flags, Server};
 use crate::convert::dot_attr;
 use fuser::{
@@ -21,7 +22,7 @@ impl Server {
         self.inner.throttle_new_nodes();
         let _racing = self.inner.entry_race.begin();
         let mut negative_ttl = self.inner.timeouts.entry;
-        let r = self.guard("lookup", parent.0, |i| {
+        let r = self.guard(Op::Lookup, parent.0, |i| {
             let dir = match i.nodes.get(parent.0) {
                 Ok(dir) => dir,
                 // A file handle of a node the kernel forgot: with
@@ -81,7 +82,7 @@ impl Server {
     ) {
         let (c, n) = (ctx_making(req, umask), n.to_owned());
         self.making(move |s| {
-            let r = s.changing("mknod", parent.0, |i| {
+            let r = s.changing(Op::Mknod, parent.0, |i| {
                 let dir = i.nodes.get(parent.0)?;
                 i.with_attr(i.fs.mknod(&c, &dir, name(&n), mode, u64::from(rdev))?)
             });
@@ -100,7 +101,7 @@ impl Server {
     ) {
         let (c, n) = (ctx_making(req, umask), n.to_owned());
         self.making(move |s| {
-            let r = s.changing("mkdir", parent.0, |i| {
+            let r = s.changing(Op::Mkdir, parent.0, |i| {
                 let dir = i.nodes.get(parent.0)?;
                 i.with_attr(i.fs.mkdir(&c, &dir, name(&n), mode)?)
             });
@@ -118,7 +119,7 @@ impl Server {
         });
         let (c, n) = (ctx(req), n.to_owned());
         self.offload_if(slow, move |s| {
-            let r = s.changing("unlink", parent.0, |i| {
+            let r = s.changing(Op::Unlink, parent.0, |i| {
                 i.fs.unlink(&c, &i.nodes.get(parent.0)?, name(&n))
             });
             Self::reply_empty(reply, r);
@@ -126,7 +127,7 @@ impl Server {
     }
 
     pub(super) fn rmdir(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        let r = self.changing("rmdir", parent.0, |i| {
+        let r = self.changing(Op::Rmdir, parent.0, |i| {
             i.fs.rmdir(&ctx(req), &i.nodes.get(parent.0)?, name(n))
         });
         Self::reply_empty(reply, r);
@@ -142,7 +143,7 @@ impl Server {
     ) {
         let (c, n, target) = (ctx(req), link_name.to_owned(), target.to_owned());
         self.making(move |s| {
-            let r = s.changing("symlink", parent.0, |i| {
+            let r = s.changing(Op::Symlink, parent.0, |i| {
                 let dir = i.nodes.get(parent.0)?;
                 i.with_attr(i.fs.symlink(&c, &dir, name(&n), target.as_os_str().as_bytes())?)
             });
@@ -171,7 +172,7 @@ impl Server {
         });
         let (c, n, newname) = (ctx(req), n.to_owned(), newname.to_owned());
         self.offload_if(self.short_of_space_here() || slow, move |s| {
-            let r = s.changing("rename", parent.0, |i| {
+            let r = s.changing(Op::Rename, parent.0, |i| {
                 let (d, nd) = (i.nodes.get(parent.0)?, i.nodes.get(newparent.0)?);
                 let flags = RenameFlags(flags.bits());
                 i.fs.rename(&c, &d, name(&n), &nd, name(&newname), flags)?;
@@ -197,7 +198,7 @@ impl Server {
     ) {
         let (c, newname) = (ctx(req), newname.to_owned());
         self.making(move |s| {
-            let r = s.changing("link", ino.0, |i| {
+            let r = s.changing(Op::Link, ino.0, |i| {
                 let (vp, dir) = (i.nodes.get(ino.0)?, i.nodes.get(newparent.0)?);
                 i.fs.link(&c, &vp, &dir, name(&newname))?;
                 i.with_attr(vp)
@@ -219,7 +220,7 @@ impl Server {
     ) {
         let (c, n) = (ctx_making(req, umask), n.to_owned());
         self.making(move |s| {
-            let r = s.changing("create", parent.0, |i| {
+            let r = s.changing(Op::Create, parent.0, |i| {
                 let dir = i.nodes.get(parent.0)?;
                 let (vp, fh) =
                     i.fs.create(&c, &dir, name(&n), mode, open_flags(flags, kill_suidgid))?;
@@ -241,7 +242,7 @@ impl Server {
     ) {
         let c = ctx_making(req, umask);
         self.making(move |s| {
-            let r = s.changing("tmpfile", parent.0, |i| {
+            let r = s.changing(Op::Tmpfile, parent.0, |i| {
                 let dir = i.nodes.get(parent.0)?;
                 let (vp, fh) = i.fs.tmpfile(&c, &dir, mode, flags)?;
                 let attr = i.fs.getattr(&vp)?;

@@ -4,6 +4,7 @@
 //! pool when an io_uring queue thread would otherwise wait for a disk or
 //! for space that files being let go still hold (`offload.rs`).
 
+use super::counters::Op;
 use super::{Inner, Server, ON_URING_QUEUE};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
@@ -14,7 +15,7 @@ impl Server {
     /// `shielded`).
     pub(super) fn guard<T>(
         &self,
-        what: &str,
+        what: Op,
         node: u64,
         f: impl FnOnce(&Inner) -> VfsResult<T>,
     ) -> VfsResult<T> {
@@ -35,7 +36,7 @@ impl Server {
     /// OPEN checks its flags itself.
     pub(super) fn changing<T>(
         &self,
-        what: &str,
+        what: Op,
         node: u64,
         f: impl FnOnce(&Inner) -> VfsResult<T>,
     ) -> VfsResult<T> {
@@ -51,7 +52,7 @@ impl Server {
     /// those that are not ordinary (`answered.rs`).
     pub(super) fn shielded<T>(
         &self,
-        what: &str,
+        what: Op,
         node: u64,
         f: impl FnOnce(&Inner) -> VfsResult<T>,
     ) -> VfsResult<T> {
@@ -61,13 +62,16 @@ impl Server {
             Ok(r) => r,
             Err(_) => {
                 i.counters.panics.fetch_add(1, Ordering::Relaxed);
-                log::error!("{what} handler on node {node} panicked; answered EIO");
+                log::error!(
+                    "{} handler on node {node} panicked; answered EIO",
+                    what.name()
+                );
                 Err(Errno::EIO)
             }
         };
         if let Err(e) = &r {
             i.counters.errors.fetch_add(1, Ordering::Relaxed);
-            crate::answered::note(what, node, *e, i.read_only);
+            crate::answered::note(what.name(), node, *e, i.read_only);
         }
         r
     }

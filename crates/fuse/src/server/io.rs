@@ -5,6 +5,7 @@
 
 #![allow(clippy::too_many_arguments)] // handlers take a request's fields as `fuser::Filesystem` declares them
 
+use super::counters::Op;
 use super::{ctx, open_flags, writes, Inner, Server, MAX_READ};
 use crate::convert::errno;
 use fuser::{
@@ -54,11 +55,11 @@ impl Server {
             Err(e) => reply.error(errno(e)),
         };
         if !self.offloading() {
-            return answer(reply, self.guard("read", ino.0, read));
+            return answer(reply, self.guard(Op::Read, ino.0, read));
         }
         // Served here if it needs no disk; else on the pool, so that the
         // queue's other requests do not wait for the disk too.
-        let r = self.guard("read", ino.0, |i| {
+        let r = self.guard(Op::Read, ino.0, |i| {
             let of = i.handles.get(fh.0)?;
             match i.fs.read_nowait(&of.vp, of.fh, offset, size) {
                 Err(Errno::EAGAIN) => Ok(None),
@@ -67,7 +68,7 @@ impl Server {
         });
         match r {
             Ok(Some(d)) => reply.data(&d),
-            Ok(None) => self.offload(move |s| answer(reply, s.shielded("read", ino.0, read))),
+            Ok(None) => self.offload(move |s| answer(reply, s.shielded(Op::Read, ino.0, read))),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -104,7 +105,7 @@ impl Server {
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        let r = self.guard("flush", ino.0, |i| {
+        let r = self.guard(Op::Flush, ino.0, |i| {
             let of = i.handles.get(fh.0)?;
             // A close: POSIX drops every record lock its owner holds on
             // the file (the kernel leaves that to us with FUSE_POSIX_LOCKS).
@@ -134,7 +135,7 @@ impl Server {
             }))
         });
         self.offload_if(slow, move |s| {
-            let r = s.guard("release", ino.0, |i| {
+            let r = s.guard(Op::Release, ino.0, |i| {
                 let of = i.handles.remove(fh.0)?;
                 if let Some(node) = of.backing_node {
                     if of.kernel_writer {
@@ -157,7 +158,7 @@ impl Server {
         reply: ReplyEmpty,
     ) {
         self.maybe_offload(move |s| {
-            let r = s.guard("fsync", ino.0, |i| {
+            let r = s.guard(Op::Fsync, ino.0, |i| {
                 let of = i.handles.get(fh.0)?;
                 i.fs.fsync(&of.vp, of.fh, datasync)
             });
@@ -176,7 +177,7 @@ impl Server {
         reply: ReplyEmpty,
     ) {
         self.maybe_offload(move |s| {
-            let r = s.changing("fallocate", ino.0, |i| {
+            let r = s.changing(Op::Fallocate, ino.0, |i| {
                 let of = i.handles.get(fh.0)?;
                 i.fs.fallocate(&of.vp, of.fh, FallocMode(mode), offset, length)
             });
@@ -198,7 +199,7 @@ impl Server {
         reply: ReplyWrite,
     ) {
         self.maybe_offload(move |s| {
-            let r = s.changing("copy_file_range", ino_in.0, |i| {
+            let r = s.changing(Op::CopyFileRange, ino_in.0, |i| {
                 let (a, b) = (i.handles.get(fh_in.0)?, i.handles.get(fh_out.0)?);
                 let flags = u32::try_from(flags.bits()).map_err(|_| Errno::EINVAL)?;
                 let n = i
@@ -225,7 +226,7 @@ impl Server {
         whence: i32,
         reply: fuser::ReplyLseek,
     ) {
-        let r = self.guard("lseek", ino.0, |i| {
+        let r = self.guard(Op::Lseek, ino.0, |i| {
             let hole = match whence {
                 libc::SEEK_DATA => false,
                 libc::SEEK_HOLE => true,
@@ -272,9 +273,9 @@ impl Server {
         self.offload_if(slow, move |s| {
             let serve = |i: &Inner| super::ioctl::serve(i, &c, ino.0, fh.0, cmd, &input, out_size);
             let r = if super::ioctl::changes(cmd) {
-                s.changing("ioctl", ino.0, serve)
+                s.changing(Op::Ioctl, ino.0, serve)
             } else {
-                s.guard("ioctl", ino.0, serve)
+                s.guard(Op::Ioctl, ino.0, serve)
             };
             match r {
                 Ok(out) => reply.ioctl(0, &out),
@@ -293,7 +294,7 @@ impl Server {
         kill_suidgid: bool,
         reply: ReplyOpen,
     ) {
-        let r = self.guard("open", ino.0, |i| {
+        let r = self.guard(Op::Open, ino.0, |i| {
             let vp = i.nodes.get(ino.0)?;
             // The kernel opens FIFOs, sockets and devices itself (special
             // inodes to it) and sends OPEN for files and directories only.
@@ -333,7 +334,7 @@ impl Server {
         write_flags: WriteFlags,
         reply: ReplyWrite,
     ) {
-        let r = self.changing("write", ino.0, |i| {
+        let r = self.changing(Op::Write, ino.0, |i| {
             let of = i.handles.get(fh.0)?;
             // FUSE_HANDLE_KILLPRIV_V2: a writer without CAP_FSETID drops
             // set-uid/set-gid, and it is ours to do.

@@ -4,6 +4,7 @@
 
 #![allow(clippy::too_many_arguments)] // handlers take a request's fields as `fuser::Filesystem` declares them
 
+use super::counters::Op;
 use super::Server;
 use crate::convert::errno;
 use fuser::{FileHandle, INodeNo, LockOwner, ReplyEmpty, Request};
@@ -28,7 +29,7 @@ impl Server {
             typ,
             pid,
         };
-        let r = self.guard("getlk", ino.0, |i| {
+        let r = self.guard(Op::Getlk, ino.0, |i| {
             let of = i.lock_target(fh.0)?;
             i.fs.getlk(&of.vp, of.fh, lock_owner.0, &lock)
         });
@@ -60,7 +61,7 @@ impl Server {
         };
         // Never waits here: a SETLKW that meets a conflict is parked
         // (`lockwait.rs`) and this request loop moves on.
-        let r = self.guard("setlk", ino.0, |i| {
+        let r = self.guard(Op::Setlk, ino.0, |i| {
             let of = i.lock_target(fh.0)?;
             match i.fs.setlk(&of.vp, of.fh, lock_owner.0, &lock, flock) {
                 Err(e) if e == Errno::EAGAIN && sleep => Ok(Some(of)),

@@ -2,6 +2,7 @@
 
 #![allow(clippy::too_many_arguments)] // handlers take a request's fields as `fuser::Filesystem` declares them
 
+use super::counters::Op;
 use super::{ctx, name, Server};
 use fuser::{INodeNo, ReplyEmpty, ReplyXattr, Request};
 use std::ffi::OsStr;
@@ -20,7 +21,7 @@ impl Server {
     ) {
         let (c, n, value) = (ctx(req), n.to_owned(), value.to_vec());
         self.making(move |s| {
-            let r = s.changing("setxattr", ino.0, |i| {
+            let r = s.changing(Op::Setxattr, ino.0, |i| {
                 if position != 0 {
                     return Err(Errno::EINVAL);
                 }
@@ -44,19 +45,21 @@ impl Server {
         size: u32,
         reply: ReplyXattr,
     ) {
-        let r = self.guard("getxattr", ino.0, |i| {
+        let r = self.guard(Op::Getxattr, ino.0, |i| {
             i.fs.getxattr(&i.nodes.get(ino.0)?, name(n))
         });
         Self::reply_xattr(reply, size, r);
     }
 
     pub(super) fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let r = self.guard("listxattr", ino.0, |i| i.fs.listxattr(&i.nodes.get(ino.0)?));
+        let r = self.guard(Op::Listxattr, ino.0, |i| {
+            i.fs.listxattr(&i.nodes.get(ino.0)?)
+        });
         Self::reply_xattr(reply, size, r);
     }
 
     pub(super) fn removexattr(&self, req: &Request, ino: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        let r = self.changing("removexattr", ino.0, |i| {
+        let r = self.changing(Op::Removexattr, ino.0, |i| {
             i.fs.removexattr(&ctx(req), &i.nodes.get(ino.0)?, name(n))
         });
         Self::reply_empty(reply, r);
