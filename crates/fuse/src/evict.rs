@@ -281,7 +281,7 @@ impl Evictor {
     /// Queues a node the kernel was just handed for the first time;
     /// rings the thread if the mount is over high water, or if the queue
     /// doubled to a size worth compacting (entries of forgotten nodes go
-    /// only then: the thread no longer wakes up to look).
+    /// only then: the thread does not wake up just to look).
     pub fn note(&self, id: u64, parent: u64, name: &[u8], dir: bool, vnodes: usize, limit: usize) {
         self.counters
             .max_vnodes

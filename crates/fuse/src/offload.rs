@@ -12,8 +12,9 @@
 //! the queue thread goes on with its next request. So are an UNLINK,
 //! RENAME, SETATTR of a size, O_TRUNC OPEN or RELEASE that would end a
 //! large file's storage, which the backing file system frees in the call
-//! (`FileSystem::may_free_much`; ext4 took 0.2-0.7 s for 2 GiB here, and a
-//! `stat` from the same CPU waited 284-292 ms during `rm` of one). The kernel still orders
+//! (`FileSystem::may_free_much`): freeing gigabytes can take ext4 most of
+//! a second, which a `stat` from the same CPU would wait out (figures in
+//! docs/results.md, "FUSE over io_uring"). The kernel still orders
 //! what it must: an fsync holds its inode's lock, so the file's writes
 //! wait for it whichever thread serves it.
 //!
@@ -22,7 +23,7 @@
 //! threads, up to [`MAX_WORKERS`]; each leaves after [`IDLE`] without
 //! work, so an idle server keeps none. Jobs beyond that wait in order. A
 //! job is never lost: if no thread can be started and none runs, it runs
-//! on the caller's thread, as before this pool existed.
+//! on the caller's thread, as it would without the pool.
 
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;

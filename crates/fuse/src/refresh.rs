@@ -89,7 +89,7 @@ const FDS: usize = 1;
 const MAX_BATCH: usize = 128;
 
 /// Most directories waiting at once; more listed meanwhile are dropped
-/// (counted), their next `stat` a round trip as before.
+/// (counted), their next `stat` a round trip as without the refresh.
 const MAX_PENDING: usize = 16_384;
 
 /// Most directories whose names are kept. Past it new ones are not

@@ -14,10 +14,10 @@
 //!   own heap at most every [`EVERY`] while it serves.
 //! - mimalloc returns empty pages to the system after a purge delay (1 s),
 //!   and only when some thread allocates or frees again once it passed: a
-//!   server idle right after `rm` of 500 MiB of memfs files kept them
-//!   resident for good. Purging with no delay makes the vnode cache's
-//!   steady alloc/free churn re-fault what it frees (statstorm's
-//!   two-thread rows ran slower with it), so a trimming thread asks for
+//!   server that goes idle right after an `rm` of many memfs files keeps
+//!   their pages resident for good. Purging with no delay makes the vnode
+//!   cache's steady alloc/free churn re-fault what it frees, which slows
+//!   a walk (docs/design/fuse-server.md), so a trimming thread asks for
 //!   what has passed the delay instead: once a [`TICK`] while requests
 //!   come and for [`QUIET_TICKS`] after the last, then it sleeps until
 //!   the next request; an idle server costs it no wakeups.

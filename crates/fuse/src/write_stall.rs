@@ -6,8 +6,8 @@
 //! because too much of the cache is dirty (`balance_dirty_pages`): then it
 //! sleeps, up to 200 ms at a time, for as long as the disk is behind.
 //! Served on an io_uring queue thread, which serves its CPU's requests one
-//! at a time, such a write held up every request from programs on that
-//! CPU: a shell's `ls` waited behind a `dd`. Nothing says beforehand that
+//! at a time, such a write holds up every request from programs on that
+//! CPU: a shell's `ls` waits behind a `dd`. Nothing says beforehand that
 //! a write will wait (ext4 refuses buffered `RWF_NOWAIT` writes), and
 //! sending every write to the pool would cost each a copy of its data and
 //! a thread hand-off. So a write that took [`STALL`] or more opens a
@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 /// A write that took this long and slept waited for something (a disk, a
 /// throttle) rather than for memory copies: a 1 MiB write to a page cache
-/// takes well under a millisecond here. It must also have slept (a
+/// is a memory copy, well under a millisecond. It must also have slept (a
 /// voluntary context switch): on two busy cores a write preempted for a
 /// time slice takes as long without having waited for anything.
 pub(crate) const STALL: Duration = Duration::from_millis(5);

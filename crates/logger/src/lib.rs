@@ -153,7 +153,7 @@ pub fn detached(fallback: Option<&std::path::Path>) -> Option<PathBuf> {
 }
 
 /// Panics are logged (a detached server's stderr is /dev/null), then
-/// reported as before.
+/// passed on to the panic hook that was in place.
 fn log_panics() {
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {

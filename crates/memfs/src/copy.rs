@@ -2,9 +2,8 @@
 //!
 //! Why: without it the kernel copies through its page cache, a READ and a
 //! WRITE round trip per chunk, and the copy's pages sit in the kernel's
-//! cache as well as here. Here it is a copy from page to page: a 1 GiB
-//! `cp` took 1.54 s in turn with other copies and 2.54 s after a pause,
-//! against 2.07 s and 6.47 s through the kernel (`scripts/cp-memfs.sh`).
+//! cache as well as here. Here it is a copy from page to page, faster than
+//! the kernel's (`scripts/cp-memfs.sh`; figures in docs/design/memfs.md).
 //! The kernel drops the destination's set-uid and set-gid bits first, as
 //! for a write.
 //!

@@ -8,10 +8,10 @@
 //! exclusively only to add or drop pages.
 //!
 //! The lock sits in the map's node and the 4 KiB of data in an allocation
-//! of its own: exactly one allocator size class. A lock and its data in one
-//! allocation (4,104 bytes) fell into the next class up and the file system
-//! held 1.35x its data in RSS (512 MiB written, 692 MiB resident); now
-//! 1.0x plus the map.
+//! of its own: exactly one allocator size class, so resident memory is
+//! the data plus the map. A lock and its data in one allocation (4,104
+//! bytes) would fall into the next class up and waste about a third
+//! (docs/design/memfs.md).
 //!
 //! # Invariants
 //! - Every byte at or past `size` that lies in an allocated page is zero.

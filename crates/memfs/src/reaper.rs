@@ -1,28 +1,27 @@
 //! Freeing a large file's pages off the request path.
 //!
 //! tmpfs frees a removed file's pages in the kernel, preemptibly, after
-//! `unlink(2)` has unlocked the directory: a `stat` on the same CPU
-//! during `rm` of a 2 GiB tmpfs file waited at most 2.5 ms. memfs freed
-//! them in the request that let the file go (the FORGET, UNLINK or
-//! RELEASE that dropped its last reference, or the truncate), ~0.1 s for
-//! 2 GiB of 4 KiB pages, while the io_uring queue of that CPU served
-//! nothing else: a `stat` from the same CPU waited 70-126 ms (1.4-60 ms
-//! with this; `FS=memfs DROP=1 scripts/large-removal-latency.sh`, which
-//! first drops the kernel's own cached copy, whose eviction in `rm`'s
-//! context no server can move). So the pages of a file (or
-//! of a truncated tail) of [`REAP_PAGES`] or more go to a thread of their
-//! own to be freed; their budget is given back at once, as tmpfs's
-//! `df` shows the space free when `rm` returns.
+//! `unlink(2)` has unlocked the directory, so a `stat` on the same CPU
+//! hardly waits. Freeing them in the request that lets the file go (the
+//! FORGET, UNLINK or RELEASE that drops its last reference, or the
+//! truncate) takes a noticeable fraction of a second for gigabytes of
+//! 4 KiB pages, during which the io_uring queue of that CPU serves nothing
+//! else (`FS=memfs DROP=1 scripts/large-removal-latency.sh`, which first
+//! drops the kernel's own cached copy, whose eviction in `rm`'s context no
+//! server can move; figures in docs/results.md, "FUSE over io_uring"). So
+//! the pages of a file (or of a truncated tail) of [`REAP_PAGES`] or more
+//! go to a thread of their own to be freed; their budget is given back at
+//! once, as tmpfs's `df` shows the space free when `rm` returns.
 //!
 //! The thread is the process's (`uvfs_vfs::DropLater`), started on first
 //! use. At most [`MAX_PENDING_PAGES`] wait for it at once (memory already
 //! given back to the budget but not yet to the system): past that, pages
-//! are freed in place, as before.
+//! are freed in place.
 
 use uvfs_vfs::DropLater;
 
-/// Pages (4 KiB) from which freeing goes to the reaper: 64 MiB, about
-/// 5 ms of freeing, next to a hand-off's microseconds.
+/// Pages (4 KiB) from which freeing goes to the reaper: 64 MiB, whose
+/// freeing takes milliseconds, next to a hand-off's microseconds.
 pub(crate) const REAP_PAGES: u64 = 16 * 1024;
 /// Most pages waiting to be freed at once: 4 GiB.
 pub(crate) const MAX_PENDING_PAGES: u64 = 1 << 20;

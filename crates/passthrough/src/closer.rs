@@ -3,18 +3,19 @@
 //! A local file system frees a removed file's blocks in its last `iput`,
 //! which `unlink(2)` does *after* unlocking the directory: other
 //! processes may list and look up in that directory while ext4 frees
-//! (0.2-0.7 s for 2 GiB here). Through FUSE the kernel holds the
-//! directory locked until the server answers the UNLINK, so a server whose
-//! own `unlinkat` (or the close of its cached fd that follows) frees the
-//! blocks keeps the directory locked for as long: `ls` of it waited 388-399 ms
-//! during `rm` of a 2 GiB file. So the removal of a large file keeps an
-//! `O_PATH` fd of it across the `unlinkat` (`PassthroughFs::hold_large`),
-//! which makes that call quick, and that fd's close, the last, happens
-//! here, on a thread of its own, once the answer has gone.
+//! (which can take most of a second for a large file). Through FUSE the
+//! kernel holds the directory locked until the server answers the UNLINK,
+//! so a server whose own `unlinkat` (or the close of its cached fd that
+//! follows) frees the blocks keeps the directory locked for as long, and
+//! an `ls` of it waits (figures in docs/results.md, "FUSE over io_uring").
+//! So the removal of a large file keeps an `O_PATH` fd of it across the
+//! `unlinkat` (`PassthroughFs::hold_large`), which makes that call quick,
+//! and that fd's close, the last, happens here, on a thread of its own,
+//! once the answer has gone.
 //!
 //! At most [`MAX_PENDING`] fds wait here at once, for all mounts of the
 //! process (they are outside the fd budget): past that, a removal closes
-//! in place, as before.
+//! in place.
 
 use uvfs_vfs::DropLater;
 

@@ -185,8 +185,8 @@ impl PassthroughFs {
             // to the pool only adds wakeups (see `PlusLoad`).
             // With readahead the walker's next lookups find the backing
             // caches warm, and the other core is the readahead's: probing
-            // there too made a lone walker's cold walk 1.4x slower
-            // (15,000 files: 0.307 s against 0.216 s, medians of 5).
+            // there too slows a lone walker's cold walk
+            // (docs/design/passthrough.md).
             if chunk.len() >= PAR_MIN && self.prefetch.is_none() && self.plus_load.alone() {
                 chunk
                     .par_iter()

@@ -3,11 +3,11 @@
 //! A backing file system frees a file's blocks when its last link goes
 //! and nothing holds it open, inside that `unlinkat`, `renameat` or
 //! `close` (ours: this server keeps fds of the files it serves), and in
-//! `ftruncate` or an `O_TRUNC` open. ext4 took 0.2-0.7 s for 2 GiB here,
-//! mostly waiting for its journal; through an io_uring queue, which serves
-//! one request at a time, every other request from that CPU waited as
-//! long (a `stat` during `rm` of a 2 GiB file: 383-416 ms, 0.3-64 ms
-//! with this; `scripts/large-removal-latency.sh`). One `statx` tells
+//! `ftruncate` or an `O_TRUNC` open. For a large file ext4 can take most
+//! of a second, mostly waiting for its journal; through an io_uring queue,
+//! which serves one request at a time, every other request from that CPU
+//! would wait as long (`scripts/large-removal-latency.sh`; figures in
+//! docs/results.md, "FUSE over io_uring"). One `statx` tells
 //! beforehand, from the blocks the file has: cheap next to the request,
 //! and asked only on io_uring queues.
 

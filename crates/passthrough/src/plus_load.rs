@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 /// overlapped. Probing a chunk in parallel pays only while the other core
 /// would be idle, and "no other READDIRPLUS right now" does not say that:
 /// with two walkers each spends part of its cycle in its own lstats, so
-/// the count is often one while both cores are busy (measured with two
-/// walkers: 1.4 cores busy and 0.075 s per cold pass in parallel, 1.6-1.7
-/// cores and 0.060 s probing serially). So a request probes in parallel
-/// only if no two have overlapped for [`QUIET`].
+/// the count is often one while both cores are busy, and probing in
+/// parallel then leaves the cores less busy and the walk slower than
+/// probing serially (docs/design/passthrough.md). So a request probes in
+/// parallel only if no two have overlapped for [`QUIET`].
 pub(crate) struct PlusLoad {
     active: AtomicUsize,
     /// Milliseconds after `base` of the last overlap, plus one (0: never).

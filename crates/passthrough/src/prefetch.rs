@@ -13,10 +13,9 @@
 //! first, on that other core, so the server's lookups find the backing
 //! inodes and dentries cached. It only warms the backing kernel's caches:
 //! answers are still made from the file system at request time, so nothing
-//! it does can be stale. Measured (`uvfs bench fuse-stat --files 15000 --fs
-//! uvfs-passthrough,uvfs-passthrough-noreadahead,...`): a lone walker's
-//! cold walk 1.71x as fast as without it; two walkers 1.03x (both cores
-//! were busy already).
+//! it does can be stale. It speeds up a lone walker's cold walk; two
+//! walkers keep both cores busy already and gain little (docs/results.md,
+//! "Directory readahead").
 //!
 //! # Bounds
 //! It works only [`WINDOW`] directories ahead of where the walker is, at
@@ -195,7 +194,7 @@ pub(crate) struct Prefetcher {
 
 impl Prefetcher {
     /// Starts the thread. Without it (it could not be started), listings
-    /// are served as before.
+    /// are served without readahead.
     pub(crate) fn start(pool: Arc<FdPool>) -> Option<Prefetcher> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),

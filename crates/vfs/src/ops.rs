@@ -225,7 +225,7 @@ pub trait FileSystem: Send + Sync + 'static {
     /// tell the kernel to skip FLUSH (FOPEN_NOFLUSH), which spares every
     /// `close(2)` a round trip: half of what opening and closing a cached
     /// file costs. The kernel still writes a shared mapping's dirty pages
-    /// back when it is unmapped; what a close no longer reports is an
+    /// back when it is unmapped; what a close then does not report is an
     /// error of that write-back, which `fsync` reports (as on a native
     /// file system, whose close reports none). A file system that keeps
     /// locks (`forwards_locks`) gets every FLUSH whatever this says, as

@@ -43,9 +43,9 @@ impl Config {
             table_shards: scale(64, 1024),
             // Each directory's names live on 4 shards (see the name cache),
             // so two threads in different directories meet on a shard with
-            // odds of about 8 * 8 / shards; at 64 shards they shared one
-            // most of the time and two statstorm walkers paid 13% more CPU
-            // per entry than one (1-4% at 512).
+            // odds of about 8 * 8 / shards: with few shards they share one
+            // most of the time, and two walkers pay more CPU per entry
+            // than one (docs/design/vnode-layer.md).
             namecache_shards: scale(256, 2048),
         }
     }

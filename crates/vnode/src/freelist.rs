@@ -4,7 +4,7 @@
 //!
 //! FreeBSD keeps every vnode on one global list under one mutex; a prune
 //! for one file system walks past other file systems' vnodes and past held
-//! ones (seed 001: ~960 visits per vnode freed). Here each mount owns its
+//! ones (seed 001; figures in docs/design/vnode-layer.md). Here each mount owns its
 //! lists (Linux's per-superblock LRU), and a list holds *only* free vnodes:
 //! a vnode leaves its list the moment it gains a reference, so a prune pops
 //! exactly the vnodes it can free, in least-recently-freed order.

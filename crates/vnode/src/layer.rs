@@ -14,17 +14,16 @@
 //! # Who recycles
 //!
 //! In the steady state at the limit the allocating thread recycles one
-//! vnode for each it allocates, and the background reclaimer sleeps. We
-//! measured the alternative (the reclaimer woken at a high watermark and
-//! keeping the count under a low one, so allocations rarely recycle): on
-//! statstorm's small limit it recycled 97% of the vnodes at about twice
-//! the CPU per vnode of a direct recycle (the vnode, its name-cache entry
-//! and its memory come back from another core's cache, and every free is
-//! a cross-thread free in the allocator), so one walker kept 1.7 cores
-//! busy for 0-25% less wall time, and two walkers ran 25% slower. The
-//! direct path takes the vnode this thread freed least recently, from its
-//! own free-list shard, still warm in its own cache. The reclaimer works
-//! off backlogs: allocations that found nothing free and overcommitted.
+//! vnode for each it allocates, and the background reclaimer sleeps. The
+//! alternative (the reclaimer woken at a high watermark and keeping the
+//! count under a low one, so allocations rarely recycle) makes the
+//! reclaimer do nearly all recycling at a higher CPU cost per vnode than a
+//! direct recycle: the vnode, its name-cache entry and its memory come
+//! back from another core's cache, and every free is a cross-thread free
+//! in the allocator (figures in docs/design/vnode-layer.md). The direct
+//! path takes the vnode this thread freed least recently, from its own
+//! free-list shard, still warm in its own cache. The reclaimer works off
+//! backlogs: allocations that found nothing free and overcommitted.
 //!
 //! # Lookup versus recycle
 //!

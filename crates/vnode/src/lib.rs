@@ -81,9 +81,9 @@
 //! # Where it differs from FreeBSD, and why
 //!
 //! * Free vnodes live on per-mount, sharded LRU lists that hold nothing
-//!   else. FreeBSD's single global list under one mutex made ZFS's prune
-//!   walk far more entries than it freed (seed 001) and serialised recycling
-//!   (seed 000).
+//!   else. FreeBSD's single global list under one mutex makes ZFS's prune
+//!   walk far more entries than it frees (seed 001) and serialises
+//!   recycling (seed 000).
 //! * The vnode count is a distributed counter with documented slop; the
 //!   allocation fast path writes only its own thread's cell.
 //! * Allocation over the limit recycles directly in O(1), or overcommits

@@ -57,7 +57,7 @@ pub struct Vnode {
     /// References counted for an outside party as one hold: the FUSE
     /// kernel's lookup count. Kept here rather than in a map of the
     /// server's so that a node the kernel remembers costs no table entry
-    /// of its own (a million of them cost ~50 MB as a hash map).
+    /// of its own (a map entry per node would cost tens of bytes each).
     pub(crate) ext: AtomicU64,
 }
 

@@ -21,12 +21,12 @@ impl Server {
         // all before `handle_truncate` checks for ETXTBSY. An
         // `open(O_RDONLY | O_TRUNC)` of a program being exec'd then pulls
         // the pages from under the exec (it dies with SIGSEGV), and if it
-        // dies before that check the open succeeds: pjdfstest's
-        // open::etxtbsy failed about one run in ten. Without the flag the
+        // dies before that check the open succeeds, which pjdfstest's
+        // open::etxtbsy catches now and then. Without the flag the
         // kernel checks write access first and truncates with SETATTR.
         // Files written outside the server: cached pages go when the
         // kernel sees mtime or size change (without it a file rewritten
-        // on the host in place read stale until the cache was dropped).
+        // on the host in place reads stale until the cache is dropped).
         if self.inner.fs.changes_outside() {
             let _ = config.add_capabilities(InitFlags::FUSE_AUTO_INVAL_DATA);
         }
@@ -85,8 +85,8 @@ impl Server {
         // the default): a warm `find` then costs no OPENDIR + RELEASEDIR
         // round trip per directory (the kernel keeps the listing, with
         // FOPEN_CACHE_DIR | FOPEN_KEEP_CACHE as its default for
-        // no-opendir, the same flags `opendir` below answers): measured
-        // 1.16x tmpfs's warm stat rate instead of 0.76x.
+        // no-opendir, the same flags `opendir` below answers); figures in
+        // docs/design/fuse-server.md.
         if !self.inner.server_opendir
             && config
                 .add_capabilities(InitFlags::FUSE_NO_OPENDIR_SUPPORT)

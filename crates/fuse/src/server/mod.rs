@@ -63,7 +63,7 @@ pub const MAX_WRITE: u32 = 1 << 20;
 /// max_write), so this only bounds what a request may make the server
 /// allocate, and keeps the reply's 32-bit length from overflowing: fuser
 /// panics encoding a longer reply, outside any handler, and the request
-/// loop dies (a READ of 4 GiB of a sparse file did that).
+/// loop dies (a READ of 4 GiB of a sparse file would do that).
 const MAX_READ: u32 = 16 << 20;
 
 thread_local! {

@@ -5,10 +5,10 @@
 //! # Why
 //! The kernel caches a FUSE mount's names and attributes for as long as
 //! the server allows. A passthrough's source changes on the host too, so
-//! a short timeout (a second) was the price of coherence, and every name
-//! of a warm walk cost a LOOKUP. With every host change reported, the
-//! timeouts can be long: a warm walk asks nothing, and a change still
-//! shows within the watcher's latency.
+//! without a watcher a short timeout (a second) is the price of
+//! coherence, and every name of a warm walk costs a LOOKUP. With every
+//! host change reported, the timeouts can be long: a warm walk asks
+//! nothing, and a change still shows within the watcher's latency.
 //!
 //! # What costs what
 //! One fanotify group marks the source's whole file system

@@ -82,7 +82,7 @@ pub enum NcLookup {
 
 /// Deferred work: what to release once no lock is held. Inline for the
 /// few items every path but `purge_mount` defers: these run once per
-/// recycled vnode, where a heap vector each was a measurable share.
+/// recycled vnode, where a heap vector each would be a measurable share.
 #[derive(Default)]
 struct Deferred {
     unhold: SmallVec<[Arc<Vnode>; 2]>,
