@@ -8,7 +8,8 @@
 #
 #   Debian:  fuse3 libfuse3-dev libacl1-dev stress-ng pkg-config, git sqlite3
 #            (what `uvfs bench devwork` runs on each file system), librsvg2-bin
-#            (rsvg-convert, for the chart render test), and
+#            (rsvg-convert, for the chart render test), python3 (the mount
+#            tests' mmap and ACL helpers, scripts/tsan.sh), and
 #            golang-go where no Go is installed (for the go-fuse peer;
 #            where that Go is older than the peer asks, as Debian 12's 1.19
 #            is, build-peers.sh downloads a newer one through the Go
@@ -47,8 +48,9 @@ _uvfs_install_deps() {
 
     # ---- Debian packages -------------------------------------------------
     # e2fsprogs: lsattr, for the inode-flag mount tests; librsvg2-bin:
-    # rsvg-convert, for the chart render test; python3: the module-cycle
-    # check and the conformance scripts.
+    # rsvg-convert, for the chart render test; python3: the mount tests'
+    # mmap and ACL helpers, the module-cycle check and the conformance
+    # scripts (a minimal Debian has no Python).
     local pkgs=(fuse3 libfuse3-dev libacl1-dev stress-ng pkg-config git sqlite3 librsvg2-bin e2fsprogs python3)
     if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then
         pkgs+=(golang-go)

@@ -21,6 +21,20 @@ fn mounts_with(tag: &str) -> Vec<String> {
         .collect()
 }
 
+/// Command lines (arguments joined by spaces) of the processes whose
+/// command line contains `needle`. Read from /proc, not with `pgrep`, which
+/// a minimal system may lack (the check would then pass unseen).
+fn processes_with(needle: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(needle))
+        .collect()
+}
+
 /// Entries of `dir` whose name starts with `prefix`.
 fn entries_with(dir: &Path, prefix: &str) -> Vec<String> {
     std::fs::read_dir(dir)
@@ -112,16 +126,9 @@ fn sigint_during_fuse_stat_unmounts_and_removes_everything() {
     let left = entries_with(Path::new("/dev/shm"), &tag);
     assert!(left.is_empty(), "left in /dev/shm: {left:?}\n{err}");
     // The memfs server went with its mount.
-    let servers = Command::new("pgrep")
-        .args([
-            "-f",
-            &format!("uvfs mount {}", std::env::temp_dir().join(&tag).display()),
-        ])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    assert!(
-        servers.trim().is_empty(),
-        "servers still running: {servers}"
-    );
+    let servers = processes_with(&format!(
+        "uvfs mount {}",
+        std::env::temp_dir().join(&tag).display()
+    ));
+    assert!(servers.is_empty(), "servers still running: {servers:?}");
 }
