@@ -58,15 +58,18 @@ impl PassthroughFs {
             }
         }
         // Ownership first: chown clears set-uid bits that a mode given in
-        // the same request may set again.
-        if set.uid.is_some() || set.gid.is_some() {
+        // the same request may set again. An id of -1 means "unchanged",
+        // as chown(2) takes it.
+        let uid = set.uid.filter(|&u| u != u32::MAX).map(Uid::from_raw);
+        let gid = set.gid.filter(|&g| g != u32::MAX).map(Gid::from_raw);
+        if uid.is_some() || gid.is_some() {
             // The empty path with AT_EMPTY_PATH acts on the fd's inode (a
             // symlink itself included).
             rustix::fs::chownat(
                 fd.as_fd(),
                 sys::EMPTY,
-                set.uid.map(Uid::from_raw),
-                set.gid.map(Gid::from_raw),
+                uid,
+                gid,
                 AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
             )?;
         }

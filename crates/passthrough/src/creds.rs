@@ -17,7 +17,7 @@
 
 use rustix::process::Gid;
 use rustix::thread::set_thread_groups;
-use uvfs_vfs::{Ctx, VfsResult};
+use uvfs_vfs::{Ctx, Errno, VfsResult};
 
 /// Restores the server's credentials on drop.
 pub struct AsCaller {
@@ -59,8 +59,15 @@ impl AsCaller {
                 saved_groups: Vec::new(),
             });
         }
+        // No caller is -1 (the kernel sends it only to servers that take
+        // idmapped mounts, which this one does not ask for), and setfsuid(-1)
+        // changes nothing: the request would run as the server.
+        if ctx.uid == u32::MAX || ctx.gid == u32::MAX {
+            return Err(Errno::EPERM);
+        }
         let saved_groups = current_groups();
         let mut groups = ctx.groups().unwrap_or_default();
+        groups.retain(|&g| g != u32::MAX);
         if !groups.contains(&ctx.gid) {
             groups.push(ctx.gid);
         }

@@ -135,6 +135,38 @@ fn setattr_xattr_fallocate_statfs() {
 }
 
 #[test]
+fn an_id_of_minus_one_changes_nothing_and_is_no_caller() {
+    let e = env("minus-one");
+    let (f, fh) =
+        e.fs.create(&ROOT, &e.root, b"f", 0o644, libc::O_RDWR)
+            .unwrap();
+    e.fs.release(&f, fh).unwrap();
+    let set = |uid, gid| SetAttr {
+        uid: Some(uid),
+        gid: Some(gid),
+        ..Default::default()
+    };
+    // chown(2)'s -1: that id stays as it is.
+    let a = e.fs.setattr(&ROOT, &f, &set(1234, u32::MAX)).unwrap();
+    assert_eq!((a.uid, a.gid), (1234, 0));
+    let a = e.fs.setattr(&ROOT, &f, &set(u32::MAX, 5678)).unwrap();
+    assert_eq!((a.uid, a.gid), (1234, 5678));
+    let a = e.fs.setattr(&ROOT, &f, &set(u32::MAX, u32::MAX)).unwrap();
+    assert_eq!((a.uid, a.gid), (1234, 5678));
+    // A request claiming to come from uid or gid -1 is refused, not run
+    // with the server's own credentials (setfsuid(-1) changes nothing).
+    if rustix::process::geteuid().is_root() {
+        for ctx in [Ctx::new(u32::MAX, 0), Ctx::new(1000, u32::MAX)] {
+            assert_eq!(
+                e.fs.mkdir(&ctx, &e.root, b"d", 0o755).err(),
+                Some(Errno::EPERM)
+            );
+        }
+        assert!(!e.src.path().join("d").exists());
+    }
+}
+
+#[test]
 fn creates_belong_to_the_caller() {
     let e = env("owner");
     let ctx = Ctx::new(4321, 8765);
