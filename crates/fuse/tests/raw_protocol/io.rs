@@ -36,11 +36,11 @@ pub(crate) fn io(k: &mut Kernel, memfs: bool) {
     let r = k.call(WRITE, f, &write_in(fh, 3, b""));
     assert!(r.ok() && u32_at(&r.body, 0) == 0, "empty write: {r:?}");
     // Sizes past max_write. The file is i64::MAX bytes now (all hole but
-    // its last page) if the write above succeeded, and 4 GiB of it did not
-    // fit a reply: fuser panicked encoding its length and the request
-    // loop died. It is answered in part now, but what is left (16 MiB)
-    // exceeds what a socket datagram carries, so the reply may be lost
-    // on the way; the server must live on.
+    // its last page) if the write above succeeded, and 4 GiB of it does
+    // not fit a reply: encoding its length must not panic the request
+    // loop. The server answers in part, but what is left (16 MiB) exceeds
+    // what a socket datagram carries, so the reply may be lost on the
+    // way; the server must live on.
     if let Some(r) = k.maybe_reply(READ, f, &read_in(fh, 0, u32::MAX)) {
         assert!(r.ok(), "read of u32::MAX bytes: {}", r.errno());
     }
