@@ -75,6 +75,7 @@ errnos!(
     EINTR,
     EDEADLK,
     ENOTTY,
+    EPROTO,
 );
 
 impl Errno {

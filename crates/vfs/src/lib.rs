@@ -132,6 +132,7 @@ mod fds;
 mod fileattr;
 mod flags;
 mod freeing;
+pub mod handover;
 mod lock;
 mod name;
 mod ops;
@@ -154,6 +155,7 @@ pub use fileattr::{
 };
 pub use flags::{FallocMode, RenameFlags, XattrFlags, O_KILL_SUIDGID};
 pub use freeing::Freeing;
+pub use handover::{Keep, Saved};
 pub use lock::{FileLock, LOCK_TO_EOF};
 pub use name::{
     check_name, check_new_name, check_symlink_target, is_dot_or_dotdot, NAME_MAX, SYMLINK_MAX,

@@ -565,6 +565,14 @@ pub trait FileSystem: Send + Sync + 'static {
         Err(Errno::ESTALE)
     }
 
+    /// For a live upgrade: what a successor needs to go on serving `keep`
+    /// (see [`crate::handover`]). The default, `EOPNOTSUPP`, keeps the
+    /// mount with this process: `uvfs upgrade` then says so and changes
+    /// nothing.
+    fn save(&self, _keep: &crate::Keep<'_>) -> VfsResult<crate::Saved> {
+        Err(Errno::EOPNOTSUPP)
+    }
+
     /// The generation of `vp`'s inode number: file systems that may give
     /// an inode number to a new file while the kernel remembers the old
     /// one (passthrough) return a number that differs between the two.
