@@ -23,8 +23,10 @@
 #      vnode explained by a kernel node, no open handles, no file data,
 #   5. signals: SIGTERM unmounts cleanly; after SIGKILL, umount removes
 #      the dead mount,
-#   6. scripts/passthrough-ci.sh, and 7. scripts/unprivileged.sh (memfs
-#      and passthrough mounted by a non-root user through fusermount3).
+#   6. scripts/passthrough-ci.sh, 6b. scripts/upgrade-ci.sh (live
+#      upgrades under fsx and pjdfstest, file handles across one), and
+#      7. scripts/unprivileged.sh (memfs and passthrough mounted by a
+#      non-root user through fusermount3).
 # Needs root and /dev/fuse. Installs what is missing with
 # scripts/install-deps.sh (Debian packages, pjdfstest, fsx, the dummy user
 # pjdfstest needs).
@@ -286,6 +288,9 @@ fi
 if [ -x "$ROOT/scripts/passthrough-ci.sh" ]; then
     "$ROOT/scripts/passthrough-ci.sh" && pass "passthrough-ci.sh" || fail "passthrough-ci.sh"
 fi
+
+# --- 6b. live upgrade under load (fsx, pjdfstest, file handles) ----------
+UVFS_BIN="$UVFS" "$ROOT/scripts/upgrade-ci.sh" && pass "upgrade-ci.sh" || fail "upgrade-ci.sh"
 
 # --- 7. unprivileged mounts: a user mounts both through fusermount3 ------
 UVFS_BIN="$UVFS" "$ROOT/scripts/unprivileged.sh" && pass "unprivileged.sh" || fail "unprivileged.sh"

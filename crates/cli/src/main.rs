@@ -43,6 +43,14 @@ enum Cmd {
     /// Unmount a uvfs mount (as root like umount, otherwise through
     /// fusermount3 -u) and wait for its server to exit.
     Umount(mount_opts::UmountOpts),
+    /// Replace a mount's server with a new process (a rebuilt binary)
+    /// without unmounting: open files, working directories and locks
+    /// stay valid.
+    Upgrade(mount_opts::UpgradeOpts),
+    /// (Internal) started by a server being upgraded: take its mount over
+    /// from the state on descriptor FD.
+    #[command(name = "__takeover", hide = true)]
+    Takeover { fd: String },
     /// Run a benchmark workload (side by side across implementations).
     Bench {
         #[command(subcommand)]
@@ -128,6 +136,8 @@ fn main() -> ExitCode {
         Cmd::Mount(o) => mount_cmd::mount(&o),
         Cmd::Stat(o) => mount_cmd::stat(&o),
         Cmd::Umount(o) => mount_cmd::umount(&o),
+        Cmd::Upgrade(o) => mount_cmd::upgrade(&o),
+        Cmd::Takeover { fd } => mount_cmd::take_over(&fd),
         Cmd::Bench { workload } => match workload {
             Workload::All(o) => bench_all::run(&o),
             Workload::Statstorm(o) => finish(

@@ -10,7 +10,7 @@
 //! SIGINT, SIGTERM or SIGHUP unmount cleanly, and `umount MNT` (or
 //! `fusermount3 -u MNT`) stops the server.
 
-use crate::mount_opts::{FsKind, MountOpts, StatOpts, Transport, UmountOpts};
+use crate::mount_opts::{FsKind, MountOpts, StatOpts, Transport, UmountOpts, UpgradeOpts};
 use std::io;
 use std::path::Path;
 use std::time::Duration;
@@ -100,6 +100,63 @@ fn timeout(secs: f64, what: &str) -> io::Result<Duration> {
 
 /// `uvfs mount`.
 pub fn mount(o: &MountOpts) -> io::Result<()> {
+    mount_with(o, None)
+}
+
+/// `uvfs __takeover FD`: a server being upgraded started this process
+/// to take its mount over; its options and state come on FD.
+pub fn take_over(fd: &str) -> io::Result<()> {
+    let handoff = uvfs_fuse::upgrade::receive(fd)?;
+    let o: MountOpts = match serde_json::from_slice(handoff.app()) {
+        Ok(o) => o,
+        Err(e) => {
+            let why = format!("the server's mount options are not this build's: {e}");
+            handoff.fail(&why);
+            return Err(io::Error::new(io::ErrorKind::InvalidData, why));
+        }
+    };
+    mount_with(&o, Some(handoff))
+}
+
+/// `uvfs upgrade`.
+pub fn upgrade(o: &UpgradeOpts) -> io::Result<()> {
+    let v = uvfs_fuse::request_upgrade(&o.mountpoint, o.binary.as_deref())?;
+    if let Some(why) = v.get("error").and_then(|e| e.as_str()) {
+        return Err(io::Error::other(format!(
+            "{}: not upgraded (the server serves on): {why}",
+            o.mountpoint.display()
+        )));
+    }
+    let n = |k: &str| v.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
+    println!(
+        "{}: now served by pid {} (server generation {}); requests waited {:.1} ms; \
+         {} nodes and {} open handles handed over",
+        o.mountpoint.display(),
+        n("pid"),
+        n("generation"),
+        n("pause_us") as f64 / 1000.0,
+        n("nodes"),
+        n("handles"),
+    );
+    Ok(())
+}
+
+/// The options as a successor receives them: paths absolute (it runs
+/// elsewhere, from `/`).
+fn for_successor(o: &MountOpts) -> io::Result<Vec<u8>> {
+    let mut o = o.clone();
+    o.mountpoint = std::path::absolute(&o.mountpoint)?;
+    if let Some(s) = &o.source {
+        o.source = Some(std::path::absolute(s)?);
+    }
+    if let Some(f) = &o.log_file {
+        o.log_file = Some(std::path::absolute(f)?);
+    }
+    serde_json::to_vec(&o).map_err(io::Error::other)
+}
+
+fn mount_with(o: &MountOpts, mut handoff: Option<uvfs_fuse::upgrade::Handoff>) -> io::Result<()> {
+    let taking_over = handoff.is_some();
     let mut o = o.clone();
     if let Some(opts) = o.options.take() {
         crate::fstab::apply(&mut o, &opts, false)?;
@@ -240,13 +297,15 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
     let kernel_io = kernel_io && privileged;
     let dir_refresh = dir_refresh && privileged;
     let mountpoint = std::path::absolute(&o.mountpoint)?;
-    if !mountpoint.is_dir() {
+    // A successor must not touch the mount: its server (the predecessor)
+    // is parked until the successor serves.
+    if !taking_over && !mountpoint.is_dir() {
         return Err(io::Error::new(
             io::ErrorKind::NotFound,
             format!("{} is not a directory", mountpoint.display()),
         ));
     }
-    if let Some(s) = &source {
+    if let Some(s) = source.as_ref().filter(|_| !taking_over) {
         if mountpoint_inside_source(
             &std::fs::canonicalize(s)?,
             &std::fs::canonicalize(&mountpoint)?,
@@ -265,7 +324,11 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
     }
     // Fork first: the vnode layer starts a thread, and a process must be
     // single-threaded when it forks.
-    let mut ready = if o.foreground {
+    let mut ready = if o.foreground || taking_over {
+        if taking_over && !o.foreground {
+            let fallback = uvfs_fuse::fallback_log_path(&o.mountpoint).ok();
+            uvfs_logger::detached(fallback.as_deref());
+        }
         Readiness::foreground()
     } else {
         let r = daemonize()?;
@@ -281,20 +344,31 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
     // The kernel leaves a FUSE file's atime to its server: the file
     // system applies the mount's atime flags itself.
     let atime = AtimeRule::from_mount_flags(o.mount_flags);
+    let successor = Some(uvfs_fuse::upgrade::Successor {
+        exe: std::env::current_exe()?,
+        app: for_successor(o)?,
+    });
+    let saved = handoff.as_mut().and_then(|h| h.take_fs());
     if let Some(src) = source {
-        let fs = uvfs_passthrough::PassthroughFs::new(
-            layer.clone(),
-            &src,
-            uvfs_passthrough::PassthroughConfig {
-                fd_budget: o.fd_budget,
-                no_handles: false,
-                no_dir_readahead: o.no_dir_readahead,
-                no_atime: o.read_only || atime.files == Atime::Never,
-                no_diratime: atime.dirs == Atime::Never,
-                watch: watched,
-                keep_timeouts: explicit,
-            },
-        )?;
+        let pt_cfg = uvfs_passthrough::PassthroughConfig {
+            fd_budget: o.fd_budget,
+            no_handles: false,
+            no_dir_readahead: o.no_dir_readahead,
+            no_atime: o.read_only || atime.files == Atime::Never,
+            no_diratime: atime.dirs == Atime::Never,
+            watch: watched,
+            keep_timeouts: explicit,
+        };
+        let fs: std::sync::Arc<dyn uvfs_vfs::FileSystem> = match saved {
+            Some(saved) => {
+                let r = uvfs_passthrough::PassthroughFs::restore(layer.clone(), &src, pt_cfg, saved);
+                match restored("passthrough", r) {
+                    Ok(fs) => fs,
+                    Err(e) => return fail_takeover(handoff, e),
+                }
+            }
+            None => uvfs_passthrough::PassthroughFs::new(layer.clone(), &src, pt_cfg)?,
+        };
         let cfg = ServeConfig {
             mountpoint,
             threads: o.threads,
@@ -311,23 +385,31 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
             kernel_io,
             dir_refresh,
             allow_other: o.allow_other,
+            successor,
         };
         crate::mount_log::start(o, &cfg, Some(&src), watched);
-        return serve(fs, layer, &cfg, signals, &mut ready);
+        return match handoff {
+            Some(h) => uvfs_fuse::serve_successor(fs, layer, &cfg, h, signals),
+            None => serve(fs, layer, &cfg, signals, &mut ready),
+        };
     }
     let uid = rustix::process::getuid().as_raw();
     let gid = rustix::process::getgid().as_raw();
-    let fs = MemFs::new(
-        layer.clone(),
-        MemFsConfig {
-            size_limit,
-            root_mode: o.mode.unwrap_or(0o755),
-            root_uid: o.uid.unwrap_or(uid),
-            root_gid: o.gid.unwrap_or(gid),
-            inode_limit,
-            atime,
+    let mem_cfg = MemFsConfig {
+        size_limit,
+        root_mode: o.mode.unwrap_or(0o755),
+        root_uid: o.uid.unwrap_or(uid),
+        root_gid: o.gid.unwrap_or(gid),
+        inode_limit,
+        atime,
+    };
+    let fs: std::sync::Arc<dyn uvfs_vfs::FileSystem> = match saved {
+        Some(saved) => match restored("memfs", MemFs::restore(&layer, mem_cfg, saved)) {
+            Ok(fs) => fs,
+            Err(e) => return fail_takeover(handoff, e),
         },
-    );
+        None => MemFs::new(layer.clone(), mem_cfg),
+    };
     let cfg = ServeConfig {
         mountpoint,
         threads: o.threads,
@@ -341,9 +423,26 @@ pub fn mount(o: &MountOpts) -> io::Result<()> {
         kernel_io: false,
         dir_refresh,
         allow_other: o.allow_other,
+        successor,
     };
     crate::mount_log::start(o, &cfg, None, false);
-    serve(fs, layer, &cfg, signals, &mut ready)
+    match handoff {
+        Some(h) => uvfs_fuse::serve_successor(fs, layer, &cfg, h, signals),
+        None => serve(fs, layer, &cfg, signals, &mut ready),
+    }
+}
+
+/// A file system restored from a predecessor's state, or why not.
+fn restored<T>(what: &str, r: Result<T, uvfs_vfs::Errno>) -> io::Result<T> {
+    r.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("restoring the {what}: {e}")))
+}
+
+/// Tells the predecessor why this successor gives up (it serves on).
+fn fail_takeover(handoff: Option<uvfs_fuse::upgrade::Handoff>, e: io::Error) -> io::Result<()> {
+    if let Some(h) = handoff {
+        h.fail(&e.to_string());
+    }
+    Err(e)
 }
 
 /// `uvfs stat`.

@@ -4,6 +4,7 @@
 //! mounts with them each depend on these types and not on each other.
 
 use clap::Args;
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 fn default_threads() -> usize {
@@ -13,22 +14,23 @@ fn default_threads() -> usize {
 }
 
 /// What `uvfs mount` serves.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 pub enum FsKind {
     Memfs,
     Passthrough,
 }
 
 /// How requests reach the server (`--transport`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 pub enum Transport {
     Auto,
     Uring,
     Dev,
 }
 
-/// Options of `uvfs mount`.
-#[derive(Args, Clone, Debug)]
+/// Options of `uvfs mount` (also what a server hands its successor,
+/// `uvfs upgrade`: the options in force, paths absolute).
+#[derive(Args, Clone, Debug, Serialize, Deserialize)]
 pub struct MountOpts {
     /// Directory to mount on.
     pub mountpoint: PathBuf,
@@ -198,4 +200,15 @@ pub struct UmountOpts {
     /// unmount when its last user leaves.
     #[arg(short, long)]
     pub lazy: bool,
+}
+
+/// Options of `uvfs upgrade`.
+#[derive(Args, Debug)]
+pub struct UpgradeOpts {
+    /// The mount whose server is replaced.
+    pub mountpoint: PathBuf,
+    /// The binary to start as the new server [default: the one the
+    /// running server was started from, as it is now on disk].
+    #[arg(long)]
+    pub binary: Option<PathBuf>,
 }

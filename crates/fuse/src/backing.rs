@@ -175,6 +175,45 @@ impl<Id> Backings<Id> {
     }
 }
 
+impl<Id> Backings<Id> {
+    /// Takes over a node's mode and opens from the server this one
+    /// replaces (a live upgrade, `upgrade/`).
+    pub(crate) fn import(&self, node: u64, mode: Mode<Id>, opens: u64) {
+        if opens > 0 {
+            self.nodes.lock().insert(node, Entry { mode, opens });
+        }
+    }
+}
+
+impl Backings<BackingId> {
+    /// Every open node's mode (its backing id, if the kernel does its
+    /// I/O) and opens, for a successor (`upgrade/`).
+    pub(crate) fn export(&self) -> Vec<(u64, Option<u32>, u64)> {
+        self.nodes
+            .lock()
+            .iter()
+            .map(|(n, e)| {
+                let id = match &e.mode {
+                    Mode::Kernel(id) => Some(id.raw()),
+                    Mode::Server => None,
+                };
+                (*n, id, e.opens)
+            })
+            .collect()
+    }
+
+    /// Leaves every backing id registered when this server goes: its
+    /// successor answers opens with them and closes them at the last
+    /// RELEASE (a live upgrade). Dropped ids would unregister them.
+    pub(crate) fn keep_ids_open(&self) {
+        for e in self.nodes.lock().values() {
+            if let Mode::Kernel(id) = &e.mode {
+                std::mem::forget(id.clone());
+            }
+        }
+    }
+}
+
 /// Nodes open for writing with kernel I/O, whose attributes the kernel
 /// must not cache.
 ///

@@ -80,29 +80,52 @@ pub fn answers(mountpoint: &Path) -> bool {
     socket_paths(mountpoint).is_ok_and(|v| v.iter().any(|p| UnixStream::connect(p).is_ok()))
 }
 
-/// A listening control socket; removes its file when dropped.
+/// A listening control socket; removes its file when dropped, unless a
+/// successor took it over (`upgrade/`).
 pub struct ControlSocket {
     path: PathBuf,
+    inner: Arc<Inner>,
 }
 
 impl ControlSocket {
-    /// Binds the socket for `mountpoint` and serves it on a thread.
-    pub fn start(inner: Arc<Inner>, mountpoint: &Path) -> std::io::Result<ControlSocket> {
+    /// Binds the socket for `mountpoint` and serves it on a thread. With
+    /// `take_over`, the socket of the server this one replaces is
+    /// replaced at once (that server is leaving).
+    pub fn start(
+        inner: Arc<Inner>,
+        mountpoint: &Path,
+        take_over: bool,
+    ) -> std::io::Result<ControlSocket> {
         let dir = crate::rundir::create()?;
         sweep_stale(&dir, STALE_AGE);
         let path = dir.join(socket_name(mountpoint)?);
+        if take_over {
+            let _ = std::fs::remove_file(&path);
+        }
         let listener = bind_replacing(&path)?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
         let mp = normalize_mountpoint(mountpoint)?.display().to_string();
+        let served = inner.clone();
         std::thread::Builder::new()
             .name("uvfs-control".into())
             .spawn(move || {
                 for conn in listener.incoming() {
                     let Ok(conn) = conn else { continue };
-                    let _ = serve_one(&inner, &mp, conn);
+                    let _ = serve_one(&served, &mp, conn);
+                    if served.lineage.handed_over.load(std::sync::atomic::Ordering::SeqCst) {
+                        break;
+                    }
                 }
             })?;
-        Ok(ControlSocket { path })
+        Ok(ControlSocket { path, inner })
+    }
+
+    /// Whether this server handed its mount to a successor.
+    pub fn handed_over(&self) -> bool {
+        self.inner
+            .lineage
+            .handed_over
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -163,18 +186,39 @@ fn sweep_stale(dir: &Path, min_age: Duration) {
 
 impl Drop for ControlSocket {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        if !self.handed_over() {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
+
+/// Longest request line (`upgrade` and a binary's path).
+const MAX_REQUEST: u64 = 4096 + 16;
 
 fn serve_one(inner: &Inner, mp: &str, conn: UnixStream) -> std::io::Result<()> {
     conn.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut line = String::new();
-    BufReader::new(&conn).take(64).read_line(&mut line)?;
+    BufReader::new(&conn).take(MAX_REQUEST).read_line(&mut line)?;
     if line.is_empty() {
         // Connected and gone without asking (`answers`, `sweep_stale`):
         // no report to build.
         return Ok(());
+    }
+    if let Some(rest) = line.trim_end_matches('\n').strip_prefix("upgrade") {
+        let binary = Some(rest.trim()).filter(|b| !b.is_empty()).map(PathBuf::from);
+        let v = match crate::upgrade::upgrade(inner, binary) {
+            Ok(r) => serde_json::json!({
+                "ok": true,
+                "pid": r.pid,
+                "generation": r.generation,
+                "pause_us": r.pause_us,
+                "nodes": r.nodes,
+                "handles": r.handles,
+            }),
+            Err(e) => serde_json::json!({ "error": e.to_string() }),
+        };
+        let mut w = &conn;
+        return w.write_all(format!("{v}\n").as_bytes());
     }
     let check = line.trim() == "check";
     let v = stats::report(inner, mp, check);
@@ -183,9 +227,37 @@ fn serve_one(inner: &Inner, mp: &str, conn: UnixStream) -> std::io::Result<()> {
     w.write_all(b"\n")
 }
 
+/// Asks the server of `mountpoint` to hand its mount to a successor
+/// started from `binary` (default: the binary it was started from);
+/// returns the server's answer (`ok` with the successor's pid,
+/// generation and pause, or `error`).
+pub fn request_upgrade(mountpoint: &Path, binary: Option<&Path>) -> std::io::Result<serde_json::Value> {
+    let mut s = connect(mountpoint)?;
+    s.set_read_timeout(Some(Duration::from_secs(300)))?;
+    let line = match binary {
+        Some(b) => format!("upgrade {}\n", std::path::absolute(b)?.display()),
+        None => "upgrade\n".into(),
+    };
+    s.write_all(line.as_bytes())?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf)?;
+    serde_json::from_str(&buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
 /// Asks the server of `mountpoint` for its report (`check` purges the
 /// mount's name cache first to verify vnode accounting).
 pub fn query(mountpoint: &Path, check: bool) -> std::io::Result<serde_json::Value> {
+    let mut s = connect(mountpoint)?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    s.write_all(if check { b"check\n" } else { b"stats\n" })?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf)?;
+    serde_json::from_str(&buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+/// A connection to the control socket of this user's server of
+/// `mountpoint`.
+fn connect(mountpoint: &Path) -> std::io::Result<UnixStream> {
     let paths = socket_paths(mountpoint)?;
     let mut first_err = None;
     let mut conn = None;
@@ -200,7 +272,7 @@ pub fn query(mountpoint: &Path, check: bool) -> std::io::Result<serde_json::Valu
             }
         }
     }
-    let Some(mut s) = conn else {
+    let Some(s) = conn else {
         let e = first_err.unwrap_or_else(|| std::io::ErrorKind::NotFound.into());
         let looked: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
         return Err(std::io::Error::new(
@@ -212,11 +284,7 @@ pub fn query(mountpoint: &Path, check: bool) -> std::io::Result<serde_json::Valu
             ),
         ));
     };
-    s.set_read_timeout(Some(Duration::from_secs(30)))?;
-    s.write_all(if check { b"check\n" } else { b"stats\n" })?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf)?;
-    serde_json::from_str(&buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    Ok(s)
 }
 
 #[cfg(test)]

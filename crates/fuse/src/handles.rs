@@ -111,6 +111,24 @@ impl HandleTable {
         self.len() == 0
     }
 
+    /// Every open handle (for a live upgrade, `upgrade/`), and the next
+    /// number this table would hand out.
+    pub fn snapshot(&self) -> (Vec<(u64, OpenFile)>, u64) {
+        let mut all = Vec::new();
+        for s in self.shards.iter() {
+            all.extend(s.lock().iter().map(|(h, f)| (*h, f.clone())));
+        }
+        (all, self.next.load(Ordering::Relaxed))
+    }
+
+    /// Registers `f` under the number `h` a replaced server gave it, and
+    /// hands out no number below `next` from now on (numbers are never
+    /// reused, across an upgrade too).
+    pub fn insert_at(&self, h: u64, f: OpenFile, next: u64) {
+        self.shard(h).lock().insert(h, f);
+        self.next.fetch_max(next.max(h + 1), Ordering::Relaxed);
+    }
+
     /// Drops every handle (after the session ended).
     pub fn clear(&self) {
         for s in self.shards.iter() {

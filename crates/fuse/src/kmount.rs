@@ -195,6 +195,32 @@ pub fn mount(
 }
 
 impl KernelMount {
+    /// The mount a server this one replaces made (a live upgrade): `dev`
+    /// is a descriptor of its connection.
+    pub(crate) fn adopt(
+        dev: OwnedFd,
+        mountpoint: &Path,
+        device: Option<u64>,
+        helper: bool,
+    ) -> std::io::Result<KernelMount> {
+        Ok(KernelMount {
+            dev,
+            mountpoint: mountpoint_cstring(mountpoint)?,
+            device,
+            helper,
+        })
+    }
+
+    /// The device the kernel gave the mount, if known.
+    pub(crate) fn device(&self) -> Option<u64> {
+        self.device
+    }
+
+    /// Mounted through fusermount3.
+    pub(crate) fn helper(&self) -> bool {
+        self.helper
+    }
+
     /// Another descriptor of the connection (for notifications fuser
     /// cannot send, `prune.rs`).
     pub fn dup_dev(&self) -> std::io::Result<OwnedFd> {

@@ -179,15 +179,18 @@ mod signals;
 mod stats;
 mod sync;
 mod threads;
+pub mod upgrade;
 mod uring_offer;
 mod write_stall;
 
 pub use caps::has_cap_sys_admin;
-pub use control::{answers, fallback_log_path, normalize_mountpoint, query, socket_paths};
+pub use control::{
+    answers, fallback_log_path, normalize_mountpoint, query, request_upgrade, socket_paths,
+};
 pub use daemon::{daemonize, Readiness};
 pub use fusermount::{allow_other_refused, user_allow_other};
 pub use kmount::{unmount_path, MOUNT_FLAGS};
-pub use mount::{mount_and_serve, serve, serve_fd, BackgroundMount, ServeConfig};
+pub use mount::{mount_and_serve, serve, serve_fd, serve_successor, BackgroundMount, ServeConfig};
 pub use nodes::ROOT_ID;
 pub use refresh::MIN_ATTR_TIMEOUT as MIN_REFRESH_ATTR_TIMEOUT;
 pub use release::set_memory_release;

@@ -5,7 +5,7 @@
 
 use crate::control::{normalize_mountpoint, ControlSocket};
 use crate::daemon::Readiness;
-use crate::kmount::{self, Unmounter, MOUNT_FLAGS};
+use crate::kmount::{self, KernelMount, Unmounter, MOUNT_FLAGS};
 use crate::mountinfo;
 use crate::server::{Inner, Server, Timeouts};
 use crate::signals::BlockedSignals;
@@ -66,6 +66,10 @@ pub struct ServeConfig {
     /// with `user_allow_other` in /etc/fuse.conf (`fusermount3` refuses
     /// it otherwise).
     pub allow_other: bool,
+    /// How to start a successor that takes the mount over without
+    /// unmounting (`uvfs upgrade`, `upgrade/`); None: this server cannot
+    /// be upgraded in place.
+    pub successor: Option<crate::upgrade::Successor>,
 }
 
 impl ServeConfig {
@@ -93,6 +97,7 @@ impl ServeConfig {
             kernel_io: false,
             dir_refresh: false,
             allow_other: false,
+            successor: None,
         }
     }
 }
@@ -141,10 +146,22 @@ pub fn serve(
             return Err(e);
         }
     };
+    serve_until_gone(session, control, cfg)
+}
+
+/// Runs `session` until the mount goes or a successor takes it, and says
+/// which.
+fn serve_until_gone(
+    session: Session<Server>,
+    control: Option<ControlSocket>,
+    cfg: &ServeConfig,
+) -> std::io::Result<()> {
     let r = run(session);
+    let handed = control.as_ref().is_some_and(ControlSocket::handed_over);
     drop(control);
     log::logger().flush();
     let why = match crate::signals::taken() {
+        _ if handed => "handed over to a successor".into(),
         Some(sig) => format!("unmounted on {}", crate::signals::name(sig)),
         None => "unmounted".into(),
     };
@@ -153,6 +170,102 @@ pub fn serve(
         Err(e) => log::error!("stopped serving {}: {e}", cfg.mountpoint.display()),
     }
     r
+}
+
+/// In a successor (`upgrade/`): serves the mount `handoff` came with,
+/// from `fs` as rebuilt from the predecessor's state, until it is
+/// unmounted or handed over again. Anything that fails before the
+/// connection is taken is told to the predecessor, which serves on.
+pub fn serve_successor(
+    fs: Arc<dyn FileSystem>,
+    layer: Arc<VnodeLayer>,
+    cfg: &ServeConfig,
+    mut handoff: crate::upgrade::Handoff,
+    signals: BlockedSignals,
+) -> std::io::Result<()> {
+    let watched = fs.changes_outside();
+    let taken = take_over(fs, layer, cfg, &mut handoff);
+    let (session, control, km, inner, sink) = match taken {
+        Ok(x) => x,
+        Err(e) => {
+            handoff.fail(&e.to_string());
+            return Err(e);
+        }
+    };
+    let mountpoint = normalize_mountpoint(&cfg.mountpoint)?;
+    handoff.taking()?;
+    signals.on_signal(&mountpoint, Unmounter(km))?;
+    // Requests the predecessor read and did not answer (a lock wait)
+    // come again, now to these loops.
+    if let Err(e) = session.notifier().resend() {
+        log::warn!("requests in flight at the upgrade could not be sent again: {e}");
+    }
+    let generation = handoff.generation();
+    let pause = handoff.done();
+    inner.lineage.last_pause_us.store(pause, std::sync::atomic::Ordering::Relaxed);
+    // Host changes between the predecessor's last event and this watcher's
+    // start were seen by no one: the kernel forgets what it cached.
+    if watched {
+        sink.everything_changed();
+    }
+    log::info!(
+        "took {} over (server generation {generation}): {} nodes, {} open handles; \
+         requests waited {pause} us",
+        mountpoint.display(),
+        inner.nodes.len(),
+        inner.handles.len(),
+    );
+    serve_until_gone(session, control, cfg)
+}
+
+type TakenOver = (
+    Session<Server>,
+    Option<ControlSocket>,
+    Arc<KernelMount>,
+    Arc<Inner>,
+    Arc<dyn uvfs_vfs::ChangeSink>,
+);
+
+fn take_over(
+    fs: Arc<dyn FileSystem>,
+    layer: Arc<VnodeLayer>,
+    cfg: &ServeConfig,
+    handoff: &mut crate::upgrade::Handoff,
+) -> std::io::Result<TakenOver> {
+    let mountpoint = normalize_mountpoint(&cfg.mountpoint)?;
+    let (server, inner) = new_server(fs.clone(), layer, cfg)?;
+    crate::upgrade::import(&inner, handoff).map_err(|e| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("rebuilding the server's nodes and handles: {e}"),
+        )
+    })?;
+    let negotiated = fuser::Negotiated::from_bytes(handoff.negotiated())?;
+    let dev = handoff
+        .take_dev()
+        .ok_or_else(|| std::io::Error::other("no connection received"))?;
+    let root = rustix::process::geteuid().is_root();
+    let mut config = fuser::Config::default();
+    config.acl = if root || cfg.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    config.n_threads = Some(cfg.threads.max(1));
+    config.clone_fd = true;
+    let session = Session::resume(server, dev.try_clone()?, config.acl, config, negotiated)?;
+    for (node, raw, opens) in handoff.backings() {
+        let mode = match raw {
+            Some(r) => crate::backing::Mode::Kernel(Arc::new(session.adopt_backing(r))),
+            None => crate::backing::Mode::Server,
+        };
+        inner.backings.import(node, mode, opens);
+    }
+    let m = handoff.mount();
+    let km = Arc::new(KernelMount::adopt(dev, &mountpoint, m.device, m.helper)?);
+    set_upgradable(&inner, &session, &km, cfg, &mountpoint)?;
+    let (control, sink) = start_around(&fs, &inner, &session, &km, cfg, &mountpoint, true)?;
+    Ok((session, control, km, inner, sink))
 }
 
 /// Serves until the file system goes. The request loops end with ENODEV
@@ -246,9 +359,61 @@ fn mount(
         let _ = km.unmount().or_else(|_| km.detach());
     })?;
     let mut unmounter = Unmounter(km.clone());
+    set_upgradable(&inner, &session, &km, cfg, &mountpoint)?;
+    match start_around(&fs, &inner, &session, &km, cfg, &mountpoint, false) {
+        Ok((control, _)) => Ok((session, unmounter, control, inner)),
+        Err(e) => {
+            let _ = unmounter.unmount().or_else(|_| unmounter.detach());
+            drop(session);
+            Err(e)
+        }
+    }
+}
+
+/// What a successor needs of this server to take its mount over, if the
+/// program said how to start one (`ServeConfig::successor`).
+fn set_upgradable(
+    inner: &Arc<Inner>,
+    session: &Session<Server>,
+    km: &Arc<KernelMount>,
+    cfg: &ServeConfig,
+    mountpoint: &Path,
+) -> std::io::Result<()> {
+    let Some(successor) = cfg.successor.clone() else {
+        return Ok(());
+    };
+    let _ = inner.lineage.ctx.set(crate::upgrade::Upgradable {
+        pauser: session.pauser(),
+        negotiated: session.negotiated().to_bytes(),
+        dev: km.dup_dev()?,
+        mount: crate::upgrade::MountState {
+            mountpoint: mountpoint.to_path_buf(),
+            device: km.device(),
+            helper: km.helper(),
+        },
+        successor,
+        busy: Default::default(),
+    });
+    Ok(())
+}
+
+/// Starts what serves beside the request loops of a new session: the
+/// file system learns its device, the directory refresher, the
+/// host-change sink, the evictor and the control socket (taken from the
+/// predecessor with `take_over`). Returns the control socket and the
+/// change sink.
+fn start_around(
+    fs: &Arc<dyn FileSystem>,
+    inner: &Arc<Inner>,
+    session: &Session<Server>,
+    km: &Arc<KernelMount>,
+    cfg: &ServeConfig,
+    mountpoint: &Path,
+    take_over: bool,
+) -> std::io::Result<(Option<ControlSocket>, Arc<dyn uvfs_vfs::ChangeSink>)> {
     // Before any request is answered: the mount's device, so that a file
     // system reaching back into it by path refuses (mountinfo.rs).
-    let dev = mountinfo::device_of(&mountpoint);
+    let dev = km.device().or_else(|| mountinfo::device_of(mountpoint));
     if let Some(dev) = dev {
         fs.mounted_as(dev);
     }
@@ -257,7 +422,7 @@ fn mount(
     let worth = cfg.timeouts.attr >= crate::refresh::MIN_ATTR_TIMEOUT;
     match (cfg.dir_refresh, worth, cfg.read_only, dev) {
         (true, true, false, Some(dev)) => {
-            if let Err(e) = inner.refresh.start(&mountpoint, dev, Arc::downgrade(&fs)) {
+            if let Err(e) = inner.refresh.start(mountpoint, dev, Arc::downgrade(fs)) {
                 log::warn!("directory attribute refresh off: {e}");
             }
         }
@@ -275,16 +440,11 @@ fn mount(
     // Changes made behind the kernel's back, reported by the file system
     // (a passthrough's watcher) from now on.
     let raw = km.dup_dev().ok().map(crate::prune::Pruner::new);
-    let cache = crate::changes::KernelCache::new(session.notifier(), raw, &inner);
-    fs.watch(Arc::new(crate::changes::Sink(Arc::new(cache))));
-    match start_helpers(&inner, &session, pruner, cfg, &mountpoint) {
-        Ok(control) => Ok((session, unmounter, control, inner)),
-        Err(e) => {
-            let _ = unmounter.unmount().or_else(|_| unmounter.detach());
-            drop(session);
-            Err(e)
-        }
-    }
+    let cache = crate::changes::KernelCache::new(session.notifier(), raw, inner);
+    let sink: Arc<dyn uvfs_vfs::ChangeSink> = Arc::new(crate::changes::Sink(Arc::new(cache)));
+    fs.watch(sink.clone());
+    let control = start_helpers(inner, session, pruner, cfg, mountpoint, take_over)?;
+    Ok((control, sink))
 }
 
 /// The server of `fs`, and the state it shares with the control socket.
@@ -318,6 +478,7 @@ fn start_helpers(
     pruner: Option<crate::prune::Pruner>,
     cfg: &ServeConfig,
     mountpoint: &Path,
+    take_over: bool,
 ) -> std::io::Result<Option<ControlSocket>> {
     // Kernel-forget of cold nodes over the vnode limit (evict.rs): by
     // prune where `pruner` writes it, else by entry invalidation; a
@@ -334,7 +495,7 @@ fn start_helpers(
     if !cfg.control {
         return Ok(None);
     }
-    ControlSocket::start(inner.clone(), mountpoint)
+    ControlSocket::start(inner.clone(), mountpoint, take_over)
         .map(Some)
         .map_err(|e| std::io::Error::new(e.kind(), format!("control socket: {e}")))
 }
@@ -365,7 +526,7 @@ pub fn serve_fd(
     config.n_threads = Some(cfg.threads.max(1));
     config.clone_fd = false;
     let session = Session::from_fd(server, fd, config.acl, config)?;
-    let control = start_helpers(&inner, &session, None, cfg, &cfg.mountpoint)?;
+    let control = start_helpers(&inner, &session, None, cfg, &cfg.mountpoint, false)?;
     BackgroundMount::spawn(session, None, control, inner, cfg.mountpoint.clone())
 }
 

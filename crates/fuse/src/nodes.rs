@@ -191,6 +191,45 @@ impl NodeTable {
         self.lookups.load(Ordering::Relaxed)
     }
 
+    /// Every node the kernel holds, with its vnode and count (for a live
+    /// upgrade, `upgrade/`: called with the request loops parked, so no
+    /// count moves meanwhile).
+    pub fn snapshot(&self) -> Vec<(u64, VnodeRef, u64)> {
+        self.layer
+            .ext_held(&self.mount)
+            .into_iter()
+            .filter_map(|ino| {
+                let vp = self.layer.lookup_cached(&self.mount, ino)?;
+                let count = vp.ext_count();
+                (count > 0).then(|| (self.node_id(ino), vp, count))
+            })
+            .collect()
+    }
+
+    /// Takes over `count` kernel references to `vp` counted by the server
+    /// this one replaces (a live upgrade). The root's count replaces the
+    /// one the table started with.
+    pub fn adopt(&self, vp: &VnodeRef, count: u64) {
+        if count == 0 {
+            return;
+        }
+        if vp.ino() == self.root_ino {
+            let have = vp.ext_count();
+            if count > have {
+                vp.ext_acquire(count - have);
+            } else if count < have {
+                vp.ext_release(have - count);
+            }
+            self.lookups.fetch_add(count, Ordering::Relaxed);
+            self.lookups.fetch_sub(have, Ordering::Relaxed);
+            return;
+        }
+        if vp.ext_acquire(count) {
+            self.nodes.fetch_add(1, Ordering::Relaxed);
+        }
+        self.lookups.fetch_add(count, Ordering::Relaxed);
+    }
+
     /// Drops every node's count and hold (after the session ended: no
     /// FORGET will come). The root stays pinned until the table goes.
     pub fn clear(&self) {

@@ -50,6 +50,10 @@ pub(crate) struct Offload {
 struct Shared {
     state: Mutex<State>,
     cv: Condvar,
+    /// Signalled when the last running job ends with none queued
+    /// (`wait_idle`); apart from `cv`, whose `notify_one` must wake a
+    /// worker.
+    drained: Condvar,
 }
 
 #[derive(Default)]
@@ -59,6 +63,8 @@ struct State {
     workers: usize,
     /// Threads waiting for work.
     idle: usize,
+    /// Jobs being run now.
+    running: usize,
     /// The pool is dropped: threads leave once the queue is empty.
     shutdown: bool,
 }
@@ -76,6 +82,7 @@ impl Offload {
             shared: Arc::new(Shared {
                 state: Mutex::new(State::default()),
                 cv: Condvar::new(),
+                drained: Condvar::new(),
             }),
             idle_for,
         }
@@ -107,6 +114,21 @@ impl Offload {
         self.shared.cv.notify_one();
     }
 
+    /// Waits until no job is queued or running, for at most `limit`;
+    /// false if some still were then. A live upgrade (`upgrade/`) waits
+    /// for the requests handed here before it saves the server's state:
+    /// each would change it.
+    pub(crate) fn wait_idle(&self, limit: Duration) -> bool {
+        let deadline = std::time::Instant::now() + limit;
+        let mut st = self.shared.state.lock();
+        while !(st.jobs.is_empty() && st.running == 0) {
+            if self.shared.drained.wait_until(&mut st, deadline).timed_out() {
+                return st.jobs.is_empty() && st.running == 0;
+            }
+        }
+        true
+    }
+
     /// Threads running now.
     pub(crate) fn workers(&self) -> usize {
         self.shared.state.lock().workers
@@ -125,11 +147,16 @@ fn worker(shared: Arc<Shared>, idle_for: Duration) {
     let mut st = shared.state.lock();
     loop {
         if let Some(job) = st.jobs.pop_front() {
+            st.running += 1;
             drop(st);
             // The server's handlers catch their own panics (answered EIO);
             // this keeps a stray one from taking the thread's count along.
             let _ = catch_unwind(AssertUnwindSafe(job));
             st = shared.state.lock();
+            st.running -= 1;
+            if st.jobs.is_empty() && st.running == 0 {
+                shared.drained.notify_all();
+            }
             continue;
         }
         if st.shutdown {

@@ -47,6 +47,22 @@ pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
         active,
         "Vnodes of this mount held or in use",
     );
+    let l = &inner.lineage;
+    put(
+        "server.generation",
+        l.generation.load(Ordering::Relaxed),
+        "Servers of this mount before this one (live upgrades: `uvfs upgrade`)",
+    );
+    put(
+        "server.restarts",
+        l.restarts.load(Ordering::Relaxed),
+        "Times the mount's server was replaced without unmounting",
+    );
+    put(
+        "server.last_pause_us",
+        l.last_pause_us.load(Ordering::Relaxed),
+        "How long requests waited at the last replacement, microseconds",
+    );
     let nodes = inner.nodes.len() as u64;
     let handles = inner.handles.len() as u64;
     let nc = &inner.nodes.counters;

@@ -70,6 +70,12 @@ impl BackingId {
         })
     }
 
+    /// The raw `backing_id` the kernel knows this backing file by (this
+    /// reference still closes it when dropped).
+    pub fn raw(&self) -> u32 {
+        self.backing_id
+    }
+
     /// Converts this backing file reference into the raw `backing_id` value as returned by the kernel.
     ///
     /// This method transfers ownership of the backing file to the caller, who must invoke the

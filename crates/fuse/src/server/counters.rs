@@ -127,6 +127,19 @@ impl OpCounters {
         self.0[op as usize].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Adds `n` to the opcode named `name` (counts a replaced server
+    /// handed over, `upgrade/`); false for a name this build does not
+    /// count.
+    pub fn add_named(&self, name: &str, n: u64) -> bool {
+        match Op::ALL.iter().position(|o| o.name() == name) {
+            Some(k) => {
+                self.0[k].fetch_add(n, Ordering::Relaxed);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// `(opcode, requests)` for every opcode.
     pub fn pairs(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
         Op::ALL

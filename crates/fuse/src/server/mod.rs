@@ -161,6 +161,7 @@ impl Server {
                 changes: Default::default(),
                 entry_race: Default::default(),
                 trust_lost: Default::default(),
+                lineage: Default::default(),
             }),
         })
     }

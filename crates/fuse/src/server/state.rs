@@ -74,6 +74,9 @@ pub struct Inner {
     /// Changes were lost and the kernel could not be made to drop every
     /// cached name: nothing is cached for long any more.
     pub(crate) trust_lost: std::sync::atomic::AtomicBool,
+    /// Servers of this mount before this one, and what a successor
+    /// needs (`upgrade/`).
+    pub lineage: crate::upgrade::Lineage,
 }
 
 /// What nothing is cached for longer than once a watcher lost changes the

@@ -1,0 +1,341 @@
+//! Live upgrade (`uvfs upgrade`): a program using the mount notices
+//! nothing while its server is replaced (an open file keeps its offset, a
+//! directory fd stands for a working directory, a shared mapping keeps
+//! its dirty pages, a record lock stays held, a blocked `flock` waiter is
+//! granted later), on memfs and on a passthrough; a successor that is
+//! missing, dies, speaks another state version or dies half-way leaves
+//! the old server serving; a mount served through io_uring refuses with
+//! the reason. Skipped (with a message) where mounting is not possible.
+
+mod common;
+
+use common::Mounted;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn uvfs() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_uvfs"))
+}
+
+/// `uvfs upgrade MNT [--binary B]`: Ok(stdout) or Err(stderr).
+fn upgrade(mnt: &Path, binary: Option<&Path>) -> Result<String, String> {
+    let mut c = uvfs();
+    c.arg("upgrade").arg(mnt);
+    if let Some(b) = binary {
+        c.arg("--binary").arg(b);
+    }
+    let out = c.output().unwrap();
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+fn pattern(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 7 + 3) as u8).collect()
+}
+
+/// Whether another process sees a write lock on bytes 0..10 of `p`
+/// (`F_GETLK` from a process of its own, as a lock held by this one is
+/// invisible to it).
+fn locked_elsewhere(p: &Path) -> bool {
+    let script = "import fcntl,struct,os,sys\n\
+                  fd=os.open(sys.argv[1],os.O_RDWR)\n\
+                  s=struct.pack('hhqqi4x',fcntl.F_WRLCK,0,0,10,0)\n\
+                  r=fcntl.fcntl(fd,fcntl.F_GETLK,s)\n\
+                  print(struct.unpack('hhqqi4x',r)[0])\n";
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .arg(p)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).trim() != libc::F_UNLCK.to_string()
+}
+
+fn set_lock(f: &File, kind: i32) {
+    // SAFETY: all-zero bytes are a valid flock (plain integers).
+    let mut l: libc::flock = unsafe { std::mem::zeroed() };
+    l.l_type = kind as i16;
+    l.l_whence = libc::SEEK_SET as i16;
+    l.l_len = 10;
+    // SAFETY: a valid fd and a valid flock out-pointer.
+    let r = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETLK, &l) };
+    assert_eq!(r, 0, "F_SETLK: {}", std::io::Error::last_os_error());
+}
+
+fn flock(f: &File, op: i32) {
+    // SAFETY: a valid fd.
+    assert_eq!(unsafe { libc::flock(f.as_raw_fd(), op) }, 0);
+}
+
+/// A shared writable mapping of `len` bytes of `f`.
+struct Map(*mut u8, usize);
+
+impl Map {
+    fn new(f: &File, len: usize) -> Map {
+        // SAFETY: a new shared mapping of an open file; checked below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        Map(p.cast(), len)
+    }
+
+    fn write(&self, at: usize, b: &[u8]) {
+        assert!(at + b.len() <= self.1);
+        // SAFETY: in bounds of a live writable mapping.
+        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), self.0.add(at), b.len()) };
+    }
+
+    fn sync(&self) {
+        // SAFETY: the whole live mapping.
+        assert_eq!(unsafe { libc::msync(self.0.cast(), self.1, libc::MS_SYNC) }, 0);
+    }
+}
+
+impl Drop for Map {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once.
+        unsafe { libc::munmap(self.0.cast(), self.1) };
+    }
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !f() {
+        assert!(Instant::now() < deadline, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn programs_notice_nothing(m: &Mounted) {
+    let dir = m.mnt.join("dir");
+    fs::create_dir(&dir).unwrap();
+    let data = pattern(8192);
+    fs::write(dir.join("data"), &data).unwrap();
+    fs::write(dir.join("mapped"), vec![0u8; 8192]).unwrap();
+    fs::write(dir.join("lockfile"), b"").unwrap();
+
+    // An open file at an offset, a directory standing for a cwd, a dirty
+    // shared mapping, a record lock, a flock held and one waited for.
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.join("data"))
+        .unwrap();
+    f.seek(SeekFrom::Start(100)).unwrap();
+    let mut b = [0u8; 10];
+    f.read_exact(&mut b).unwrap();
+    assert_eq!(b, data[100..110]);
+    let cwd = File::open(&dir).unwrap();
+    let mf = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.join("mapped"))
+        .unwrap();
+    let map = Map::new(&mf, 8192);
+    map.write(0, b"dirty before");
+    set_lock(&f, libc::F_WRLCK);
+    assert!(locked_elsewhere(&dir.join("data")));
+    let holder = File::open(dir.join("lockfile")).unwrap();
+    flock(&holder, libc::LOCK_EX);
+    let granted = dir.join("granted");
+    let mut waiter = Command::new("flock")
+        .arg("-x")
+        .arg(dir.join("lockfile"))
+        .arg("-c")
+        .arg(format!("echo yes > {}", granted.display()))
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Let the waiter reach its blocking FLOCK request.
+    std::thread::sleep(Duration::from_millis(300));
+
+    let out = upgrade(&m.mnt, None).expect("upgrade");
+    assert!(out.contains("generation 1"), "{out}");
+
+    // The waiter still waits, and is granted once the holder lets go.
+    assert!(waiter.try_wait().unwrap().is_none(), "the flock waiter gave up");
+    assert!(!granted.exists());
+    flock(&holder, libc::LOCK_UN);
+    let st = waiter.wait().unwrap();
+    assert!(st.success(), "flock waiter: {st}");
+    assert_eq!(fs::read_to_string(&granted).unwrap(), "yes\n");
+
+    // The open file goes on at its offset, reading and writing.
+    f.read_exact(&mut b).unwrap();
+    assert_eq!(b, data[110..120]);
+    f.write_all(b"written after").unwrap();
+    // The lock is still held.
+    assert!(locked_elsewhere(&dir.join("data")));
+    // The directory still resolves names, old and new.
+    // SAFETY: a valid directory fd and NUL-terminated names.
+    let fd = unsafe { libc::openat(cwd.as_raw_fd(), c"data".as_ptr(), libc::O_RDONLY) };
+    assert!(fd >= 0, "openat after the upgrade");
+    // SAFETY: fd was just opened by us.
+    unsafe { libc::close(fd) };
+    // SAFETY: as above.
+    let fd = unsafe {
+        libc::openat(
+            cwd.as_raw_fd(),
+            c"new".as_ptr(),
+            libc::O_CREAT | libc::O_WRONLY,
+            0o644,
+        )
+    };
+    assert!(fd >= 0, "create through the directory after the upgrade");
+    // SAFETY: fd was just opened by us.
+    unsafe { libc::close(fd) };
+    // The mapping's pages, dirtied before, reach the file.
+    map.write(20, b"dirty after");
+    map.sync();
+    let got = fs::read(dir.join("mapped")).unwrap();
+    assert_eq!(&got[..12], b"dirty before");
+    assert_eq!(&got[20..31], b"dirty after");
+
+    // Twice more; the counters go on.
+    let before = m.requests("lookup");
+    for g in 2..=3 {
+        let out = upgrade(&m.mnt, None).expect("upgrade");
+        assert!(out.contains(&format!("generation {g}")), "{out}");
+    }
+    assert!(m.requests("lookup") >= before, "request counters restarted");
+    assert_eq!(m.counter("server.generation"), 3);
+    assert_eq!(m.counter("server.restarts"), 3);
+    let mut whole = fs::read(dir.join("data")).unwrap();
+    assert_eq!(&whole[120..133], b"written after");
+    whole.truncate(100);
+    assert_eq!(whole, data[..100]);
+    set_lock(&f, libc::F_UNLCK);
+    assert!(!locked_elsewhere(&dir.join("data")));
+    drop(map);
+}
+
+#[test]
+fn programs_notice_nothing_across_upgrades_of_memfs() {
+    if let Err(why) = common::can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let m = Mounted::new("upgrade-memfs", &["--transport", "dev"]);
+    programs_notice_nothing(&m);
+}
+
+#[test]
+fn programs_notice_nothing_across_upgrades_of_a_passthrough() {
+    if let Err(why) = common::can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let m = Mounted::new("upgrade-pt", &["--transport", "dev", "--source", "src"]);
+    programs_notice_nothing(&m);
+}
+
+/// A successor script at `path` (python3) from `body`, given the socket's
+/// descriptor number as `fd`.
+fn script(path: &Path, body: &str) {
+    let text = format!(
+        "#!/usr/bin/env python3\n\
+         import os, sys, struct, json, socket\n\
+         fd = int(sys.argv[2])\n\
+         s = socket.socket(fileno=fd)\n\
+         def send(obj):\n    b = json.dumps(obj).encode()\n    s.sendall(struct.pack('<QI', len(b), 0) + b)\n\
+         def recv():\n    h = b''\n    while len(h) < 12:\n        c = s.recv(12 - len(h))\n        if not c: sys.exit(3)\n        h += c\n    n = struct.unpack('<Q', h[:8])[0]\n    got = 0\n    while got < n:\n        c = s.recv(min(1 << 20, n - got))\n        if not c: sys.exit(3)\n        got += len(c)\n\
+         {body}\n"
+    );
+    fs::write(path, text).unwrap();
+    fs::set_permissions(path, fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn still_serves(m: &Mounted, tag: &str) {
+    let p = m.mnt.join(tag);
+    fs::write(&p, tag.as_bytes()).unwrap();
+    assert_eq!(fs::read(&p).unwrap(), tag.as_bytes());
+}
+
+#[test]
+fn a_successor_that_fails_leaves_the_server_serving() {
+    if let Err(why) = common::can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    if Command::new("python3").arg("-V").output().is_err() {
+        eprintln!("skipped: no python3 (scripts/install-deps.sh installs it)");
+        return;
+    }
+    let m = Mounted::new("upgrade-faults", &["--transport", "dev"]);
+    still_serves(&m, "before");
+    let bins = m.scratch.join("bins");
+    fs::create_dir_all(&bins).unwrap();
+
+    let e = upgrade(&m.mnt, Some(&bins.join("missing"))).unwrap_err();
+    assert!(e.contains("no such file"), "{e}");
+    still_serves(&m, "missing");
+
+    let dies = bins.join("dies");
+    script(&dies, "sys.exit(1)");
+    let e = upgrade(&m.mnt, Some(&dies)).unwrap_err();
+    assert!(e.contains("exited"), "{e}");
+    still_serves(&m, "dies");
+
+    let other = bins.join("other-version");
+    script(&other, "send({'state_version': 999})\nrecv()");
+    let e = upgrade(&m.mnt, Some(&other)).unwrap_err();
+    assert!(e.contains("version"), "{e}");
+    still_serves(&m, "other");
+
+    // Takes the state, then dies before taking the connection: the
+    // server was parked meanwhile and serves on.
+    let half = bins.join("half-way");
+    script(&half, "send({'state_version': 1})\nrecv()\nos._exit(9)");
+    let e = upgrade(&m.mnt, Some(&half)).unwrap_err();
+    assert!(e.contains("successor"), "{e}");
+    still_serves(&m, "half");
+
+    // Refuses the state: said, and nothing changes.
+    let refuses = bins.join("refuses");
+    script(&refuses, "send({'state_version': 1})\nrecv()\nsend({'error': 'no thanks'})");
+    let e = upgrade(&m.mnt, Some(&refuses)).unwrap_err();
+    assert!(e.contains("no thanks"), "{e}");
+    still_serves(&m, "refused");
+    assert_eq!(m.counter("server.generation"), 0);
+
+    // And a real one still works.
+    upgrade(&m.mnt, None).expect("upgrade after the failures");
+    still_serves(&m, "after");
+    assert_eq!(m.counter("server.generation"), 1);
+    wait_for("the mount to answer", || m.mnt.join("after").exists());
+}
+
+#[test]
+fn a_mount_served_through_io_uring_says_why_it_cannot_upgrade() {
+    if let Err(why) = common::can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let on = fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+        .is_ok_and(|v| v.trim() == "Y");
+    if !on {
+        eprintln!("skipped: the kernel does not offer FUSE over io_uring here");
+        return;
+    }
+    let m = Mounted::new("upgrade-uring", &["--transport", "uring"]);
+    still_serves(&m, "before");
+    let e = upgrade(&m.mnt, None).unwrap_err();
+    assert!(e.contains("io_uring") && e.contains("--transport dev"), "{e}");
+    still_serves(&m, "after");
+}

@@ -1,0 +1,46 @@
+//! Live upgrade: a running server hands its mount to a successor process
+//! (`uvfs upgrade`), which goes on serving the same kernel connection, so
+//! that programs using the mount notice nothing: open files, working
+//! directories, mappings and locks stay valid, and no request fails.
+//!
+//! # How
+//! 1. The predecessor starts the successor binary with one end of a
+//!    socket pair and waits for its hello (a successor that cannot start
+//!    changes nothing).
+//! 2. It parks its request loops (`fuser::Pauser`: requests meanwhile
+//!    wait in the kernel), waits for requests handed to other threads,
+//!    and saves its state: the nodes the kernel holds with their lookup
+//!    counts, open handles, backing ids, counters, and the file system's
+//!    own state (`FileSystem::save`). It sends that with a duplicate of
+//!    the `/dev/fuse` descriptor and the file system's descriptors.
+//! 3. The successor rebuilds the file system and the server around the
+//!    same node ids and handles, starts its request loops on the
+//!    connection, and sends `FUSE_NOTIFY_RESEND`: requests the
+//!    predecessor had read and not answered (a lock wait) come again.
+//! 4. The predecessor closes its descriptors and exits; if anything
+//!    failed before the successor took the connection, it unparks and
+//!    serves on, and the caller learns why.
+//!
+//! Requests served through FUSE over io_uring cannot be handed over: the
+//! kernel does not resend what a ring entry holds, and a ring's armed
+//! entries may take a request while the ring is torn down. Such a mount
+//! refuses to upgrade and says so (`--transport dev` mounts upgrade).
+//!
+//! # Pieces
+//! - `wire.rs`: frames with descriptors over the socket pair.
+//! - `state.rs`: the server's state and its versioned encoding.
+//! - `predecessor.rs`: the handing side, started from the control socket.
+//! - `successor.rs`: the taking side.
+
+mod predecessor;
+mod state;
+mod successor;
+mod wire;
+
+pub use predecessor::{upgrade, Lineage, Successor, Upgradable, UpgradeReport};
+pub(crate) use state::MountState;
+pub(crate) use successor::import;
+pub use successor::{receive, Handoff};
+
+/// The argument that starts a binary as a successor: `BINARY __takeover FD`.
+pub const TAKEOVER_ARG: &str = "__takeover";

@@ -1,0 +1,380 @@
+//! The handing side of a live upgrade: started from the control socket
+//! (`upgrade` command), it starts the successor, parks the request loops,
+//! saves and sends the state, and either leaves (the successor took
+//! over) or serves on (it did not).
+
+use super::state::{monotonic_ns, HandleState, MountState, NodeState, ServerState, VERSION};
+use super::wire;
+use crate::server::Inner;
+use parking_lot::Mutex;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+use uvfs_vfs::{Keep, VnodeRef};
+
+/// How long the successor may take to start and say hello, and then to
+/// take the state over.
+const START_LIMIT: Duration = Duration::from_secs(30);
+const TAKE_LIMIT: Duration = Duration::from_secs(120);
+/// How long parking the request loops and draining the offload pool may
+/// take: a request still being served past this (a hung disk) keeps the
+/// server as it is.
+const PARK_LIMIT: Duration = Duration::from_secs(10);
+
+/// How this server starts a successor: set by the program that serves
+/// (`ServeConfig::successor`).
+#[derive(Clone, Debug)]
+pub struct Successor {
+    /// The binary `uvfs upgrade` starts when given none: the one this
+    /// server was started from, at the path it was started by (so a
+    /// binary rebuilt in place is the one started).
+    pub exe: PathBuf,
+    /// The program's own state for its successor (the CLI's options),
+    /// handed over as it is.
+    pub app: Vec<u8>,
+}
+
+/// What a server needs to hand its mount over, set once it serves.
+pub struct Upgradable {
+    pub(crate) pauser: fuser::Pauser,
+    pub(crate) negotiated: Vec<u8>,
+    /// A descriptor of the connection, passed to the successor.
+    pub(crate) dev: OwnedFd,
+    pub(crate) mount: MountState,
+    pub(crate) successor: Successor,
+    /// Held while an upgrade is under way: one at a time.
+    pub(crate) busy: Mutex<()>,
+}
+
+/// The server's place in the line of servers of its mount.
+#[derive(Default)]
+pub struct Lineage {
+    /// Servers before this one (0: this one mounted it).
+    pub generation: AtomicU64,
+    /// Restarts of the mount's server (upgrades so far).
+    pub restarts: AtomicU64,
+    /// How long requests waited at the last hand-over, microseconds.
+    pub last_pause_us: AtomicU64,
+    /// This server handed its mount over and is leaving: it must not
+    /// remove what the successor now owns (the control socket's file).
+    pub handed_over: AtomicBool,
+    pub(crate) ctx: OnceLock<Upgradable>,
+}
+
+/// What an upgrade did.
+#[derive(Debug, Clone)]
+pub struct UpgradeReport {
+    /// The successor's process id.
+    pub pid: u32,
+    /// Its generation.
+    pub generation: u64,
+    /// How long requests waited, microseconds.
+    pub pause_us: u64,
+    /// Nodes and open handles handed over.
+    pub nodes: usize,
+    pub handles: usize,
+}
+
+fn err(kind: std::io::ErrorKind, why: impl Into<String>) -> std::io::Error {
+    std::io::Error::new(kind, why.into())
+}
+
+/// Hands the mount served by `inner` to a successor started from `binary`
+/// (default: `Successor::exe`). On success the request loops are released
+/// and this server's `run` returns; on failure it serves on as before.
+pub fn upgrade(inner: &Inner, binary: Option<PathBuf>) -> std::io::Result<UpgradeReport> {
+    let ctx = inner.lineage.ctx.get().ok_or_else(|| {
+        err(
+            std::io::ErrorKind::Unsupported,
+            "this server cannot hand its mount over (it was started without a way to \
+             start a successor)",
+        )
+    })?;
+    if inner.uring_on.load(Ordering::Relaxed) {
+        return Err(err(
+            std::io::ErrorKind::Unsupported,
+            "this mount is served through FUSE over io_uring, whose requests in flight the \
+             kernel cannot hand to another process; mount with `--transport dev` to upgrade \
+             without unmounting",
+        ));
+    }
+    let Some(_one) = ctx.busy.try_lock() else {
+        return Err(err(
+            std::io::ErrorKind::WouldBlock,
+            "an upgrade of this mount is already under way",
+        ));
+    };
+    let exe = binary.unwrap_or_else(|| ctx.successor.exe.clone());
+    let mut child = Started::spawn(&exe)?;
+    let r = hand_over(inner, ctx, &mut child);
+    match &r {
+        Ok(rep) => {
+            log::info!(
+                "handed the mount over to {} (pid {}, generation {}): {} nodes, {} open \
+                 handles, requests waited {} us",
+                exe.display(),
+                rep.pid,
+                rep.generation,
+                rep.nodes,
+                rep.handles,
+                rep.pause_us
+            );
+            child.leave();
+        }
+        Err(e) => log::warn!("upgrade to {} failed, serving on: {e}", exe.display()),
+    }
+    r
+}
+
+/// The successor process, killed and reaped unless it took over.
+struct Started {
+    child: Option<Child>,
+    sock: UnixStream,
+}
+
+impl Started {
+    fn spawn(exe: &std::path::Path) -> std::io::Result<Started> {
+        if !exe.is_file() {
+            return Err(err(
+                std::io::ErrorKind::NotFound,
+                format!("successor binary {}: no such file", exe.display()),
+            ));
+        }
+        let (mine, theirs) = UnixStream::pair()?;
+        // Inherited by the child (and only meant for it: other threads
+        // forking meanwhile get a copy they never use).
+        rustix::io::fcntl_setfd(&theirs, rustix::io::FdFlags::empty())?;
+        let spawned = Command::new(exe)
+            .arg(super::TAKEOVER_ARG)
+            .arg(theirs.as_raw_fd().to_string())
+            .stdin(Stdio::null())
+            .spawn();
+        drop(theirs);
+        let child = spawned.map_err(|e| {
+            err(
+                e.kind(),
+                format!("starting successor {}: {e}", exe.display()),
+            )
+        })?;
+        Ok(Started {
+            child: Some(child),
+            sock: mine,
+        })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Reads one frame, or says how the successor failed.
+    fn recv(&mut self, limit: Duration, what: &str) -> std::io::Result<Vec<u8>> {
+        self.sock.set_read_timeout(Some(limit))?;
+        match wire::recv(&self.sock) {
+            Ok((b, _)) => Ok(b),
+            Err(e) => {
+                // A successor that closed its end is usually exiting: give
+                // its status a moment to be had, for the message.
+                let mut status = None;
+                for _ in 0..100 {
+                    status = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
+                    if status.is_some() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(err(
+                    e.kind(),
+                    match status {
+                        Some(s) => format!("the successor exited ({s}) {what}"),
+                        None => format!("the successor did not answer {what}: {e}"),
+                    },
+                ))
+            }
+        }
+    }
+
+    /// The successor runs on as the server.
+    fn leave(mut self) {
+        self.child = None;
+    }
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A reply of the successor: `{"ok": ...}` or `{"error": why}`.
+fn parse_reply(b: &[u8]) -> std::io::Result<serde_json::Value> {
+    let v: serde_json::Value = serde_json::from_slice(b)
+        .map_err(|e| err(std::io::ErrorKind::InvalidData, format!("successor: {e}")))?;
+    if let Some(why) = v.get("error").and_then(|e| e.as_str()) {
+        return Err(err(std::io::ErrorKind::Other, format!("successor: {why}")));
+    }
+    Ok(v)
+}
+
+fn hand_over(inner: &Inner, ctx: &Upgradable, child: &mut Started) -> std::io::Result<UpgradeReport> {
+    let hello = parse_reply(&child.recv(START_LIMIT, "at start")?)?;
+    let theirs = hello.get("state_version").and_then(|v| v.as_u64());
+    if theirs != Some(u64::from(VERSION)) {
+        return Err(err(
+            std::io::ErrorKind::Unsupported,
+            format!(
+                "the successor reads server state version {theirs:?}, this server writes \
+                 version {VERSION}"
+            ),
+        ));
+    }
+    let started = Instant::now();
+    let parked_at_ns = monotonic_ns();
+    ctx.pauser.park(PARK_LIMIT)?;
+    let parked = Parked(&ctx.pauser, true);
+    if !inner.offload.wait_idle(PARK_LIMIT) {
+        return Err(err(
+            std::io::ErrorKind::TimedOut,
+            "requests handed to the offload threads did not finish",
+        ));
+    }
+    let (state, fds, counts) = save(inner, ctx, parked_at_ns)?;
+    let bytes = state.encode()?;
+    wire::send(&child.sock, &bytes, &wire::borrow_all(&fds))?;
+    drop(fds);
+    // From "taking", the successor may be answering requests: serving on
+    // here would answer from a state that misses what it did. A successor
+    // that fails after that is a crash of the mount's server.
+    let taking = parse_reply(&child.recv(TAKE_LIMIT, "while taking the state over")?)?;
+    if taking.get("taking").is_none() {
+        return Err(err(std::io::ErrorKind::InvalidData, "successor: unexpected reply"));
+    }
+    parked.commit();
+    let done = child
+        .recv(TAKE_LIMIT, "after taking the connection")
+        .and_then(|b| parse_reply(&b));
+    let pause_us = match done {
+        Ok(v) => v.get("pause_us").and_then(|p| p.as_u64()).unwrap_or(0),
+        Err(e) => {
+            log::error!("the successor failed after taking the mount over: {e}");
+            started.elapsed().as_micros() as u64
+        }
+    };
+    inner.lineage.handed_over.store(true, Ordering::SeqCst);
+    inner.backings.keep_ids_open();
+    ctx.pauser.release();
+    Ok(UpgradeReport {
+        pid: child.pid(),
+        generation: state.generation,
+        pause_us,
+        nodes: counts.0,
+        handles: counts.1,
+    })
+}
+
+/// Parked request loops, unparked when dropped unless committed.
+struct Parked<'a>(&'a fuser::Pauser, bool);
+
+impl Parked<'_> {
+    fn commit(mut self) {
+        self.1 = false;
+    }
+}
+
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        if self.1 {
+            self.0.unpark();
+        }
+    }
+}
+
+type SavedState = (ServerState, Vec<OwnedFd>, (usize, usize));
+
+/// The server's state (loops parked) and its descriptors: the
+/// connection's first, then the file system's.
+fn save(inner: &Inner, ctx: &Upgradable, parked_at_ns: u64) -> std::io::Result<SavedState> {
+    let held = inner.nodes.snapshot();
+    let (open, next_handle) = inner.handles.snapshot();
+    let node_vps: Vec<VnodeRef> = held.iter().map(|(_, vp, _)| vp.clone()).collect();
+    let open_pairs: Vec<(VnodeRef, uvfs_vfs::Fh)> =
+        open.iter().map(|(_, f)| (f.vp.clone(), f.fh)).collect();
+    let saved = inner
+        .fs
+        .save(&Keep {
+            nodes: &node_vps,
+            open: &open_pairs,
+        })
+        .map_err(|e| {
+            err(
+                std::io::ErrorKind::Unsupported,
+                format!(
+                    "the file system ({}) cannot hand its state over: {e}",
+                    inner.fs.fs_type()
+                ),
+            )
+        })?;
+    let nodes = held
+        .iter()
+        .map(|(id, vp, count)| NodeState {
+            id: *id,
+            ino: vp.ino(),
+            count: *count,
+        })
+        .collect();
+    let handles: Vec<HandleState> = open
+        .iter()
+        .map(|(h, f)| HandleState {
+            fh: *h,
+            ino: f.vp.ino(),
+            fs_fh: f.fh.0,
+            writable: f.writable,
+            backing_node: f.backing_node,
+            kernel_writer: f.kernel_writer,
+        })
+        .collect();
+    let mut counters: Vec<(String, u64)> = inner
+        .counters
+        .by_op
+        .pairs()
+        .map(|(n, v)| (n.to_string(), v))
+        .collect();
+    let c = &inner.counters;
+    for (n, a) in [
+        ("requests", &c.requests),
+        ("errors", &c.errors),
+        ("panics", &c.panics),
+    ] {
+        counters.push((format!("fuse.{n}"), a.load(Ordering::Relaxed)));
+    }
+    let mut fds = vec![ctx.dev.try_clone()?];
+    let fs_fds = saved.fds.len() as u32;
+    fds.extend(saved.fds);
+    let generation = inner.lineage.generation.load(Ordering::Relaxed) + 1;
+    let counts = (held.len(), handles.len());
+    let state = ServerState {
+        negotiated: ctx.negotiated.clone(),
+        no_opendir: inner.no_opendir.load(Ordering::Relaxed),
+        backings_on: inner.backings.on.load(Ordering::Relaxed),
+        nodes,
+        handles,
+        next_handle,
+        backings: inner.backings.export(),
+        mount: ctx.mount.clone(),
+        generation,
+        restarts: inner.lineage.restarts.load(Ordering::Relaxed) + 1,
+        parked_at_ns,
+        counters,
+        fs_format: saved.format,
+        fs_bytes: saved.bytes,
+        fs_fds,
+        app: ctx.successor.app.clone(),
+    };
+    Ok((state, fds, counts))
+}

@@ -1,0 +1,187 @@
+//! The server's state as a successor receives it: everything the request
+//! loops need to go on serving the same kernel connection, plus the file
+//! system's own state ([`uvfs_vfs::Saved`]) and the embedding program's
+//! options, opaque here.
+//!
+//! # Versions
+//! A state starts with [`MAGIC`] and [`VERSION`]; a successor reads only
+//! its own version and refuses any other (`EPROTO`) before reading the
+//! rest, so a state written by another build of uvfs is rejected whole,
+//! never misread. Change `VERSION` with any change to [`ServerState`].
+
+use serde::{Deserialize, Serialize};
+
+/// What every state starts with.
+const MAGIC: &[u8; 14] = b"uvfs-handover\0";
+/// The layout of [`ServerState`] this build writes and reads.
+pub(crate) const VERSION: u32 = 1;
+
+/// One node the kernel holds.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub(crate) struct NodeState {
+    /// Its node id.
+    pub id: u64,
+    /// Its inode number in the file system.
+    pub ino: u64,
+    /// The kernel's lookup count.
+    pub count: u64,
+}
+
+/// One open file or directory.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub(crate) struct HandleState {
+    /// The handle the kernel knows.
+    pub fh: u64,
+    /// Inode number of the file.
+    pub ino: u64,
+    /// The file system's handle.
+    pub fs_fh: u64,
+    /// Open for writing.
+    pub writable: bool,
+    /// Counted in the node's I/O mode (`backing.rs`).
+    pub backing_node: Option<u64>,
+    /// Written by the kernel on its backing file.
+    pub kernel_writer: bool,
+}
+
+/// The mount, for unmounting it on a signal.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub(crate) struct MountState {
+    /// Where it is mounted.
+    pub mountpoint: std::path::PathBuf,
+    /// Its device, if known.
+    pub device: Option<u64>,
+    /// Mounted through fusermount3.
+    pub helper: bool,
+}
+
+/// Everything a successor needs besides descriptors.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub(crate) struct ServerState {
+    /// fuser's negotiated connection state (`fuser::Negotiated`).
+    pub negotiated: Vec<u8>,
+    /// The kernel opens directories alone (FUSE_NO_OPENDIR_SUPPORT).
+    pub no_opendir: bool,
+    /// Kernel I/O on backing files was agreed at INIT.
+    pub backings_on: bool,
+    /// Nodes the kernel holds.
+    pub nodes: Vec<NodeState>,
+    /// Open files and directories.
+    pub handles: Vec<HandleState>,
+    /// The next handle number.
+    pub next_handle: u64,
+    /// Open nodes' I/O modes: node id, backing id if the kernel does the
+    /// node's I/O, opens.
+    pub backings: Vec<(u64, Option<u32>, u64)>,
+    /// The mount.
+    pub mount: MountState,
+    /// Servers before this one on the mount (0 for the first).
+    pub generation: u64,
+    /// Of those hand-overs, how many were restarts (all, for now).
+    pub restarts: u64,
+    /// When the predecessor stopped taking requests (CLOCK_MONOTONIC, ns:
+    /// one clock for every process of the machine).
+    pub parked_at_ns: u64,
+    /// Request counters by name, to go on counting.
+    pub counters: Vec<(String, u64)>,
+    /// The file system's state format (`Saved::format`) and bytes; its
+    /// descriptors follow the connection's in the frame.
+    pub fs_format: String,
+    pub fs_bytes: Vec<u8>,
+    /// Descriptors of the file system's state.
+    pub fs_fds: u32,
+    /// The embedding program's own state (the CLI's mount options).
+    pub app: Vec<u8>,
+}
+
+fn eproto(why: String) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, why)
+}
+
+impl ServerState {
+    /// The state as bytes.
+    pub fn encode(&self) -> std::io::Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(64 + self.fs_bytes.len() + self.nodes.len() * 24);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&VERSION.to_le_bytes());
+        bincode::serialize_into(&mut out, self).map_err(|e| eproto(e.to_string()))?;
+        Ok(out)
+    }
+
+    /// Reads a state written by [`encode`](Self::encode) of this very
+    /// version; anything else is refused.
+    pub fn decode(b: &[u8]) -> std::io::Result<ServerState> {
+        let head = MAGIC.len() + 4;
+        if b.len() < head || &b[..MAGIC.len()] != MAGIC {
+            return Err(eproto("not a uvfs server state".into()));
+        }
+        let v = u32::from_le_bytes(b[MAGIC.len()..head].try_into().expect("4 bytes"));
+        if v != VERSION {
+            return Err(eproto(format!(
+                "server state version {v}, this build reads version {VERSION} only"
+            )));
+        }
+        bincode::deserialize(&b[head..]).map_err(|e| eproto(format!("corrupt server state: {e}")))
+    }
+}
+
+/// CLOCK_MONOTONIC now, in nanoseconds.
+pub(crate) fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> ServerState {
+        ServerState {
+            negotiated: vec![1, 2, 3],
+            no_opendir: true,
+            backings_on: false,
+            nodes: vec![NodeState { id: 1, ino: 2, count: 3 }],
+            handles: vec![HandleState {
+                fh: 7,
+                ino: 2,
+                fs_fh: 9,
+                writable: true,
+                backing_node: None,
+                kernel_writer: false,
+            }],
+            next_handle: 8,
+            backings: vec![],
+            mount: MountState {
+                mountpoint: "/mnt".into(),
+                device: Some(42),
+                helper: false,
+            },
+            generation: 1,
+            restarts: 1,
+            parked_at_ns: 5,
+            counters: vec![("requests".into(), 10)],
+            fs_format: "uvfs-memfs/1".into(),
+            fs_bytes: vec![0; 100],
+            fs_fds: 0,
+            app: b"{}".to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_state_reads_back_as_written() {
+        let s = sample();
+        assert_eq!(ServerState::decode(&s.encode().unwrap()).unwrap(), s);
+    }
+
+    #[test]
+    fn another_version_or_a_damaged_state_is_refused_not_misread() {
+        let good = sample().encode().unwrap();
+        let mut other = good.clone();
+        other[MAGIC.len()..MAGIC.len() + 4].copy_from_slice(&(VERSION + 1).to_le_bytes());
+        let e = ServerState::decode(&other).unwrap_err();
+        assert!(e.to_string().contains("version"), "{e}");
+        assert!(ServerState::decode(b"something else entirely").is_err());
+        assert!(ServerState::decode(&good[..good.len() - 10]).is_err());
+        assert!(ServerState::decode(&good[..MAGIC.len()]).is_err());
+    }
+}
