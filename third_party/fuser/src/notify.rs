@@ -111,7 +111,11 @@ impl Notifier {
     /// resent request's unique id has bit 63 set (`FUSE_UNIQUE_RESEND`); a
     /// reply must carry it unchanged, which fuser's replies do. Requests
     /// held by FUSE-over-io_uring ring entries are not resent. Older
-    /// kernels refuse the notification (`ENOSYS` or `EINVAL`).
+    /// kernels refuse the unknown notification code (`EINVAL`).
+    ///
+    /// Every fd's unanswered requests are requeued, the sender's too: a
+    /// successor sends it before its own loops read anything (before
+    /// `Session::run`), or the requests it is serving are served twice.
     /// # Errors
     /// Returns an error if the kernel rejects the notification.
     pub fn resend(&self) -> io::Result<()> {

@@ -50,11 +50,11 @@ const RESEND_EVERY: Duration = Duration::from_millis(2);
 /// low real-time signals that libraries tend to take from `SIGRTMIN()` up.
 ///
 /// fuser installs a handler for it process-wide (once, at the first
-/// `Session::run`); the handler does nothing in threads that are not fuser
-/// request loops, and only loops are ever sent it, but the signal no longer
-/// kills the process by default. `Session::run` fails if another handler is
-/// already installed for it. Request loops unblock it in their own signal
-/// mask; other threads' masks are left alone.
+/// `Pauser::park`); the handler does nothing in threads that are not fuser
+/// request loops, and only loops are ever sent it, but from then on the
+/// signal no longer kills the process by default. `park` fails if another
+/// handler is already installed for it. Request loops unblock it in their
+/// own signal mask; other threads' masks are left alone.
 /// (Without real-time signals, outside Linux: `SIGUSR2`.)
 pub fn park_signal() -> i32 {
     #[cfg(target_os = "linux")]
@@ -179,13 +179,11 @@ impl ParkCtl {
     }
 
     /// Called by `Session::run` before it starts `loops` /dev/fuse loops.
-    pub(crate) fn start(&self, loops: usize, unsupported: Option<&'static str>) -> io::Result<()> {
-        install_handler()?;
+    pub(crate) fn start(&self, loops: usize, unsupported: Option<&'static str>) {
         let mut s = self.state.lock();
         s.expected = Some(loops);
         s.unsupported = unsupported;
         self.changed.notify_all();
-        Ok(())
     }
 
     /// Whether the loops ended because of `Pauser::release`.
@@ -239,6 +237,8 @@ impl ParkCtl {
         if s.command == Command::Release {
             return Err(io::Error::other("session already released"));
         }
+        // Before the first signal can be sent.
+        install_handler()?;
         s.command = Command::Park;
         self.requested.store(true, SeqCst);
         loop {
@@ -392,8 +392,9 @@ impl Drop for LoopGuard {
 ///
 /// The handover: `park`; give the successor the /dev/fuse fd (a dup of
 /// `Session::as_fd`) and `Session::negotiated`; the successor resumes and
-/// sends `Notifier::resend`; then `release` here, and `Session::run` returns
-/// without `Filesystem::destroy`. If the successor fails, `unpark`.
+/// sends `Notifier::resend` before it runs; then `release` here, and
+/// `Session::run` returns without `Filesystem::destroy`. If the successor
+/// fails, `unpark`.
 ///
 /// Between `park` and the successor's resend, replies the file system still
 /// holds must be neither sent nor dropped (a dropped reply answers `EIO`):
@@ -451,7 +452,7 @@ mod tests {
     #[test]
     fn parks_a_loop_blocked_in_read_and_never_signals_a_dispatch() {
         let ctl = ParkCtl::new();
-        ctl.start(1, None).unwrap();
+        ctl.start(1, None);
         let (r, w) = pipe();
         let pauser = Pauser { ctl: ctl.clone() };
         let served = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -521,10 +522,58 @@ mod tests {
         assert!(ctl.released());
     }
 
+    /// A loop still dispatching when the time is up: park fails, the
+    /// session serves on, and a later park succeeds.
+    #[test]
+    fn a_park_that_times_out_goes_back_to_serving() {
+        let ctl = ParkCtl::new();
+        ctl.start(1, None);
+        let pauser = Pauser { ctl: ctl.clone() };
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let (in_tx, in_rx) = std::sync::mpsc::channel::<()>();
+        let dispatched = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let lp = {
+            let ctl = ctl.clone();
+            let dispatched = dispatched.clone();
+            std::thread::spawn(move || {
+                let guard = ctl.enter_loop();
+                loop {
+                    if guard.before_read() {
+                        match guard.park() {
+                            AfterPark::Serve => continue,
+                            AfterPark::Exit => return,
+                        }
+                    }
+                    // Stands for a read that always has a request.
+                    std::thread::yield_now();
+                    guard.read_returned();
+                    if dispatched.load(SeqCst) == 0 {
+                        // A handler that runs until the test lets it go.
+                        in_tx.send(()).unwrap();
+                        go_rx.recv().unwrap();
+                    }
+                    dispatched.fetch_add(1, SeqCst);
+                }
+            })
+        };
+        in_rx.recv().unwrap();
+        let e = pauser.park(Duration::from_millis(50)).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert!(pauser.release().is_err(), "not parked");
+        go_tx.send(()).unwrap();
+        // Serves on after the failed park.
+        while dispatched.load(SeqCst) < 10 {
+            std::thread::yield_now();
+        }
+        pauser.park(Duration::from_secs(30)).unwrap();
+        pauser.release().unwrap();
+        lp.join().unwrap();
+    }
+
     #[test]
     fn refuses_io_uring_sessions_and_release_without_park() {
         let ctl = ParkCtl::new();
-        ctl.start(1, Some("io_uring")).unwrap();
+        ctl.start(1, Some("io_uring"));
         let pauser = Pauser { ctl };
         let e = pauser.park(Duration::from_secs(1)).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::Unsupported);

@@ -236,8 +236,12 @@ impl<FS: Filesystem> Session<FS> {
     /// and `negotiated` its `Session::negotiated`). No handshake: INIT
     /// happens once per connection, so `Filesystem::init` is not called and
     /// the file system must be given what its `init` set up some other way.
-    /// After `run` starts, send `Notifier::resend` to get the requests the
-    /// predecessor read but did not answer.
+    ///
+    /// To get the requests the predecessor read but did not answer, send
+    /// `self.notifier().resend()` once the predecessor is parked and BEFORE
+    /// `run`: the kernel requeues the unanswered requests of every fd of
+    /// the connection, this session's too, so a request this session had
+    /// already read would be served twice.
     pub fn resume(
         filesystem: FS,
         fd: OwnedFd,
@@ -342,7 +346,7 @@ impl<FS: Filesystem> Session<FS> {
                  ring entries are not resent by FUSE_NOTIFY_RESEND, and a ring's armed \
                  entries can take a request while the ring is torn down"
             }),
-        )?;
+        );
 
         let mut filesystem = Arc::new(filesystem);
 

@@ -238,19 +238,18 @@ fn wait_until(mut cond: impl FnMut() -> bool) {
 }
 
 /// Resumes a session for `fs` on a dup of `fd` with `negotiated` shipped
-/// through bytes, starts it, and sends the resend.
+/// through bytes, sends the resend, and starts it.
 fn successor(fs: GenFs, fd: OwnedFd, negotiated: Negotiated) -> thread::JoinHandle<io::Result<()>> {
     let shipped = Negotiated::from_bytes(&negotiated.to_bytes()).expect("decode");
     assert_eq!(shipped, negotiated);
     let b = Session::resume(fs, fd, SessionACL::All, config(), shipped).expect("resume");
-    let notifier = b.notifier();
-    let run = thread::spawn(move || b.run());
+    // Before B reads anything: a resend also requeues what B's own fds hold.
     if negotiated.has_resend() {
-        notifier.resend().expect("FUSE_NOTIFY_RESEND");
+        b.notifier().resend().expect("FUSE_NOTIFY_RESEND");
     } else {
         eprintln!("kernel does not announce FUSE_HAS_RESEND");
     }
-    run
+    thread::spawn(move || b.run())
 }
 
 #[test]
