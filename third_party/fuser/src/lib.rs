@@ -49,13 +49,14 @@ pub use crate::ll::request::LockOwner;
 pub use crate::ll::request::Version;
 pub use crate::mnt::mount_options::Config;
 pub use crate::mnt::mount_options::MountOption;
+pub use crate::negotiated::Negotiated;
 pub use crate::notify::Notifier;
-#[cfg(target_os = "linux")]
-pub use crate::uring::kernel_enabled as uring_enabled_in_kernel;
 pub use crate::notify::PollHandle;
 pub use crate::notify::PollNotifier;
 pub use crate::open_flags::OpenAccMode;
 pub use crate::open_flags::OpenFlags;
+pub use crate::park::Pauser;
+pub use crate::park::park_signal;
 pub use crate::passthrough::BackingId;
 pub use crate::poll_events::PollEvents;
 pub use crate::rename_flags::RenameFlags;
@@ -81,6 +82,8 @@ use crate::session::MAX_WRITE_SIZE;
 pub use crate::session::Session;
 pub use crate::session::SessionACL;
 pub use crate::session::SessionUnmounter;
+#[cfg(target_os = "linux")]
+pub use crate::uring::kernel_enabled as uring_enabled_in_kernel;
 
 mod access_flags;
 mod bsd_file_flags;
@@ -92,8 +95,10 @@ pub mod experimental;
 mod forget_one;
 mod ll;
 mod mnt;
+mod negotiated;
 mod notify;
 mod open_flags;
+mod park;
 mod passthrough;
 mod poll_events;
 mod read_buf;

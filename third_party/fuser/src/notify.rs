@@ -104,6 +104,24 @@ impl Notifier {
         self.send_inval(notify_code::FUSE_NOTIFY_DELETE, &notif)
     }
 
+    /// Asks the kernel to queue again every request that some /dev/fuse fd
+    /// of this connection read and did not answer (`FUSE_NOTIFY_RESEND`,
+    /// Linux 6.9+; see `Negotiated::has_resend`): a successor taking over
+    /// a connection gets its predecessor's unanswered requests this way. A
+    /// resent request's unique id has bit 63 set (`FUSE_UNIQUE_RESEND`); a
+    /// reply must carry it unchanged, which fuser's replies do. Requests
+    /// held by FUSE-over-io_uring ring entries are not resent. Older
+    /// kernels refuse the unknown notification code (`EINVAL`).
+    ///
+    /// Every fd's unanswered requests are requeued, the sender's too: a
+    /// successor sends it before its own loops read anything (before
+    /// `Session::run`), or the requests it is serving are served twice.
+    /// # Errors
+    /// Returns an error if the kernel rejects the notification.
+    pub fn resend(&self) -> io::Result<()> {
+        self.send(notify_code::FUSE_NOTIFY_RESEND, &Notification::new_empty())
+    }
+
     #[allow(unused)]
     fn send_inval(&self, code: notify_code, notification: &Notification<'_>) -> io::Result<()> {
         match self.send(code, notification) {

@@ -42,7 +42,11 @@ use crate::ll::fuse_abi as abi;
 use crate::mnt::Mount;
 use crate::mnt::mount_options::Config;
 use crate::mnt::mount_options::check_option_conflicts;
+use crate::negotiated::Negotiated;
 use crate::notify::Notifier;
+use crate::park::AfterPark;
+use crate::park::ParkCtl;
+use crate::park::Pauser;
 use crate::read_buf::FuseReadBuf;
 use crate::reply::Reply;
 use crate::reply::ReplyRaw;
@@ -135,13 +139,14 @@ pub struct Session<FS: Filesystem> {
     pub(crate) allowed: SessionACL,
     /// User that launched the fuser process
     pub(crate) session_owner: Uid,
-    /// FUSE protocol version, as reported by the kernel.
-    /// The field is set to `Some` when the init message is received.
-    pub(crate) proto_version: Option<Version>,
+    /// What INIT established (set by the handshake, or given to `resume`).
+    /// Its `io_uring_payload` is the payload buffer size each ring entry
+    /// needs (the kernel's `max_payload_sz`) when INIT negotiated
+    /// FUSE_OVER_IO_URING.
+    pub(crate) negotiated: Negotiated,
     pub(crate) config: Config,
-    /// Set when INIT negotiated FUSE_OVER_IO_URING: the payload buffer size
-    /// each ring entry needs (the kernel's `max_payload_sz`).
-    pub(crate) uring_payload: Option<usize>,
+    /// Parks the request loops for a handover (`Pauser`).
+    park: Arc<ParkCtl>,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -187,9 +192,9 @@ impl<FS: Filesystem> Session<FS> {
             },
             allowed: options.acl,
             session_owner: geteuid(),
-            proto_version: None,
+            negotiated: Negotiated::default(),
             config: options.clone(),
-            uring_payload: None,
+            park: ParkCtl::new(),
         };
 
         session.handshake()?;
@@ -216,14 +221,72 @@ impl<FS: Filesystem> Session<FS> {
             },
             allowed: acl,
             session_owner: geteuid(),
-            proto_version: None,
+            negotiated: Negotiated::default(),
             config,
-            uring_payload: None,
+            park: ParkCtl::new(),
         };
 
         session.handshake()?;
 
         Ok(session)
+    }
+
+    /// Serve a connection that another session already initialized (a live
+    /// handover: `fd` is, or is a clone of, that session's /dev/fuse fd,
+    /// and `negotiated` its `Session::negotiated`). No handshake: INIT
+    /// happens once per connection, so `Filesystem::init` is not called and
+    /// the file system must be given what its `init` set up some other way.
+    ///
+    /// To get the requests the predecessor read but did not answer, send
+    /// `self.notifier().resend()` once the predecessor is parked and BEFORE
+    /// `run`: the kernel requeues the unanswered requests of every fd of
+    /// the connection, this session's too, so a request this session had
+    /// already read would be served twice.
+    pub fn resume(
+        filesystem: FS,
+        fd: OwnedFd,
+        acl: SessionACL,
+        config: Config,
+        negotiated: Negotiated,
+    ) -> io::Result<Self> {
+        if negotiated.major != abi::FUSE_KERNEL_VERSION || negotiated.minor < 6 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "cannot resume FUSE protocol {}.{}",
+                    negotiated.major, negotiated.minor
+                ),
+            ));
+        }
+        check_dev_fuse(&fd)?;
+        Ok(Session {
+            filesystem: FilesystemHolder {
+                fs: Some(filesystem),
+            },
+            ch: Channel::new(Arc::new(DevFuse(File::from(fd)))),
+            mount: UmountOnDrop {
+                mount: Arc::new(Mutex::new(None)),
+            },
+            allowed: acl,
+            session_owner: Uid::from_raw(negotiated.owner_uid),
+            negotiated,
+            config,
+            park: ParkCtl::new(),
+        })
+    }
+
+    /// What INIT established on this session's connection: what a
+    /// successor needs for `Session::resume`.
+    pub fn negotiated(&self) -> Negotiated {
+        self.negotiated
+    }
+
+    /// A handle to park and release the request loops of `run` for a
+    /// handover of the connection; take it before `run`.
+    pub fn pauser(&self) -> Pauser {
+        Pauser {
+            ctl: self.park.clone(),
+        }
     }
 
     /// Run the session loop in a background thread. If the returned handle is dropped,
@@ -252,13 +315,16 @@ impl<FS: Filesystem> Session<FS> {
         let Session {
             filesystem,
             ch,
-            mount: _do_not_umount_yet,
+            mount,
             allowed,
             session_owner,
-            proto_version: _,
+            negotiated,
             config,
-            uring_payload,
+            park,
         } = self;
+        let uring_payload = negotiated
+            .io_uring_payload
+            .map(|p| usize::try_from(p).unwrap_or(usize::MAX));
 
         let n_threads = config.n_threads.unwrap_or(1);
 
@@ -272,6 +338,15 @@ impl<FS: Filesystem> Session<FS> {
         let Some(n_threads_minus_one) = n_threads.checked_sub(1) else {
             return Err(io::Error::other("n_threads"));
         };
+
+        park.start(
+            n_threads,
+            uring_payload.map(|_| {
+                "cannot park a session with FUSE-over-io_uring queues: requests held by \
+                 ring entries are not resent by FUSE_NOTIFY_RESEND, and a ring's armed \
+                 entries can take a request while the ring is torn down"
+            }),
+        );
 
         let mut filesystem = Arc::new(filesystem);
 
@@ -322,9 +397,9 @@ impl<FS: Filesystem> Session<FS> {
                     // A queue that cannot be set up keeps the connection on
                     // /dev/fuse (the kernel switches only once every queue
                     // is registered): reported, not fatal.
-                    if let Err(e) =
-                        crate::uring::run_queue(event_loop, sender, fd, qid as u16, payload, activity)
-                    {
+                    if let Err(e) = crate::uring::run_queue(
+                        event_loop, sender, fd, qid as u16, payload, activity,
+                    ) {
                         warn!("fuse io_uring queue {qid}: {e}");
                     }
                     Ok(())
@@ -341,10 +416,11 @@ impl<FS: Filesystem> Session<FS> {
                 allowed,
                 session_owner,
             };
+            let park = park.clone();
             threads.push(
                 thread::Builder::new()
                     .name(thread_name)
-                    .spawn(move || event_loop.event_loop())?,
+                    .spawn(move || event_loop.event_loop(&park))?,
             );
         }
 
@@ -368,6 +444,16 @@ impl<FS: Filesystem> Session<FS> {
                 "BUG: must have one refcount for filesystem",
             ));
         };
+
+        if park.released() {
+            // The connection goes on in the successor: no DESTROY, and the
+            // mount (if this session made it) is not undone here.
+            drop(filesystem.fs.take());
+            if let Some(m) = mount.mount.lock().take() {
+                std::mem::forget(m);
+            }
+            return reply;
+        }
 
         filesystem.destroy();
 
@@ -471,17 +557,36 @@ impl<FS: Filesystem> Session<FS> {
                 return Err(error);
             }
 
-            // Remember the ABI version supported by kernel and mark the session initialized.
-            self.proto_version = Some(v);
-            if config.requested.contains(InitFlags::FUSE_OVER_IO_URING)
-                && init.capabilities().contains(InitFlags::FUSE_OVER_IO_URING)
-            {
+            // Remember what was negotiated and mark the session initialized.
+            let granted = (config.requested | InitFlags::FUSE_INIT_EXT) & init.capabilities();
+            let io_uring_payload = if granted.contains(InitFlags::FUSE_OVER_IO_URING) {
                 let page = page_size::get();
-                self.uring_payload = Some(
+                Some(
                     8192.max(config.max_write as usize)
-                        .max(usize::from(config.max_pages()) * page),
-                );
-            }
+                        .max(usize::from(config.max_pages()) * page) as u64,
+                )
+            } else {
+                None
+            };
+            self.negotiated = Negotiated {
+                major: v.0,
+                minor: v.1,
+                kernel_flags: init.capabilities().bits(),
+                flags: granted.bits(),
+                max_readahead: config.max_readahead,
+                max_write: config.max_write,
+                max_background: config.max_background,
+                congestion_threshold: config.congestion_threshold(),
+                max_pages: config.max_pages(),
+                time_gran_ns: u32::try_from(config.time_gran.as_nanos()).unwrap_or(u32::MAX),
+                max_stack_depth: if granted.contains(InitFlags::FUSE_PASSTHROUGH) {
+                    config.max_stack_depth
+                } else {
+                    0
+                },
+                owner_uid: self.session_owner.as_raw(),
+                io_uring_payload,
+            };
 
             // Log capability status for debugging
             for bit in 0..64 {
@@ -572,15 +677,24 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
 }
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
-    fn event_loop(&self) -> io::Result<()> {
+    fn event_loop(&self, park: &Arc<ParkCtl>) -> io::Result<()> {
+        let park = park.enter_loop();
         // Buffer for receiving requests from the kernel. Only one is allocated and
         // it is reused immediately after dispatching to conserve memory and allocations.
         let mut buf = FuseReadBuf::new();
         let buf = buf.as_mut();
         loop {
+            if park.before_read() {
+                match park.park() {
+                    AfterPark::Serve => continue,
+                    AfterPark::Exit => return Ok(()),
+                }
+            }
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
-            match self.ch.receive_retrying(buf) {
+            let received = self.ch.receive(buf);
+            park.read_returned();
+            match received {
                 Ok(size) => match RequestWithSender::new(self.ch.sender(), &buf[..size]) {
                     // Dispatch request
                     Some(req) => {
@@ -599,11 +713,37 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                         ));
                     }
                 },
+                // ENOENT: interrupted, safe to retry according to FUSE;
+                // EINTR: the park signal, or another.
+                Err(
+                    nix::errno::Errno::ENOENT
+                    | nix::errno::Errno::EINTR
+                    | nix::errno::Errno::EAGAIN,
+                ) => {
+                    continue;
+                }
                 Err(nix::errno::Errno::ENODEV) => return Ok(()),
                 Err(err) => return Err(err.into()),
             }
         }
     }
+}
+
+/// Refuses an fd that is not /dev/fuse (misc device 10:229) with a clear
+/// error, rather than failing on the first read.
+fn check_dev_fuse(fd: &OwnedFd) -> io::Result<()> {
+    let st = nix::sys::stat::fstat(fd)?;
+    let is_chr = st.st_mode & libc::S_IFMT == libc::S_IFCHR;
+    if !is_chr
+        || nix::sys::stat::major(st.st_rdev) != 10
+        || nix::sys::stat::minor(st.st_rdev) != 229
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "Session::resume: the fd is not /dev/fuse",
+        ));
+    }
+    Ok(())
 }
 
 /// The background session data structure
