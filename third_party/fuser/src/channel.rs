@@ -10,7 +10,7 @@ use crate::passthrough::BackingId;
 
 /// A raw communication channel to the FUSE kernel driver
 #[derive(Debug, Clone)]
-pub(crate) struct Channel(Arc<DevFuse>);
+pub(crate) struct Channel(pub(crate) Arc<DevFuse>);
 
 impl AsFd for Channel {
     fn as_fd(&self) -> BorrowedFd<'_> {

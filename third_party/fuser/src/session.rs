@@ -645,6 +645,16 @@ impl<FS: Filesystem> Session<FS> {
         }
     }
 
+    /// Takes over a backing id a server this one replaces registered on
+    /// the same connection (`BackingId::raw` there, which left it open):
+    /// the returned reference closes it when dropped, as one made here.
+    pub fn adopt_backing(&self, raw: u32) -> crate::BackingId {
+        crate::BackingId {
+            channel: std::sync::Arc::downgrade(&self.ch.0),
+            backing_id: raw,
+        }
+    }
+
     /// Returns an object that can be used to send notifications to the kernel
     pub fn notifier(&self) -> Notifier {
         Notifier::new(self.ch.sender())

@@ -74,8 +74,9 @@ pub struct UpgradeReport {
     pub generation: u64,
     /// How long requests waited, microseconds.
     pub pause_us: u64,
-    /// Nodes and open handles handed over.
+    /// Nodes handed over.
     pub nodes: usize,
+    /// Open handles handed over.
     pub handles: usize,
 }
 
@@ -268,7 +269,9 @@ fn hand_over(inner: &Inner, ctx: &Upgradable, child: &mut Started) -> std::io::R
     };
     inner.lineage.handed_over.store(true, Ordering::SeqCst);
     inner.backings.keep_ids_open();
-    ctx.pauser.release();
+    if let Err(e) = ctx.pauser.release() {
+        log::error!("releasing the request loops after the hand-over: {e}");
+    }
     Ok(UpgradeReport {
         pid: child.pid(),
         generation: state.generation,
