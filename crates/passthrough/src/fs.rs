@@ -151,6 +151,9 @@ pub struct PassthroughFs {
     pub counters: PtCounters,
     /// Handles of recycled nodes, for [`PassthroughFs::vget_id`].
     pub(crate) remembered: Arc<crate::remembered::Remembered>,
+    /// Nodes a predecessor handed over (`handover`), set once by
+    /// `restore` before the file system serves.
+    pub(crate) kept: std::sync::OnceLock<crate::handover::KeptNodes>,
     /// The budget slot of `handles`' mount fd (a backing fd like any
     /// other), held while handles are in use.
     _mount_fd_slot: Option<Reservation>,
@@ -301,6 +304,7 @@ impl PassthroughFs {
             keep_timeouts: cfg.keep_timeouts,
             counters: PtCounters::default(),
             remembered,
+            kept: std::sync::OnceLock::new(),
             _mount_fd_slot: mount_fd_slot,
         }))
     }
@@ -487,14 +491,30 @@ impl PassthroughFs {
     }
 
     /// The vnode of node id `id` without a name: cached, or reopened by
-    /// the handle it had when it was recycled (`remembered.rs`). ESTALE
-    /// if neither, if the handle does not open (the file was removed),
-    /// or if the file now has another id (an alias of a reused number).
+    /// the handle it had when it was recycled (`remembered.rs`), or a
+    /// node a predecessor handed over (`handover`). ESTALE if none, if
+    /// the file was removed, or if the file now has another id (an alias
+    /// of a reused number).
     pub(crate) fn vget_id(&self, id: Ino) -> VfsResult<VnodeRef> {
+        self.vget_at(id, 0)
+    }
+
+    /// `vget_id`, `depth` parents deep in a kept node's resolution.
+    pub(crate) fn vget_at(&self, id: Ino, depth: usize) -> VfsResult<VnodeRef> {
+        if id == self.root.id {
+            return self.root_vnode();
+        }
         if let Some(vp) = self.layer.lookup_cached(&self.mnt, id) {
             return Ok(vp);
         }
-        let h = self.remembered.get(id).ok_or(Errno::ESTALE)?;
+        match self.remembered.get(id) {
+            Some(h) => self.vget_handle(id, h),
+            None => self.vget_kept(id, depth),
+        }
+    }
+
+    /// The vnode of node id `id`, whose file `h` opens.
+    pub(crate) fn vget_handle(&self, id: Ino, h: Handle) -> VfsResult<VnodeRef> {
         let res = self.pool.reserve()?;
         let fd = res.into_fd(
             self.handles
@@ -502,6 +522,11 @@ impl PassthroughFs {
                 .map_err(|_| Errno::ESTALE)?,
         );
         let st = sys::statx_fd(fd.as_fd())?;
+        // Removed, but its inode still held (by an fd of another user):
+        // the mount never hands out a node for a nameless file.
+        if st.stx_nlink == 0 {
+            return Err(Errno::ESTALE);
+        }
         let (vp, _) = self.vnode_from(st, Ok(h), None, Some(fd))?;
         if vp.ino() != id {
             return Err(Errno::ESTALE);
@@ -543,7 +568,7 @@ impl PassthroughFs {
 
     /// The vnode for the file `st` describes, known by `handle` (if the
     /// file system has handles) or by `at`, with `fd` cached if given.
-    fn vnode_from(
+    pub(crate) fn vnode_from(
         &self,
         st: crate::sys::Statx,
         handle: VfsResult<Handle>,
