@@ -2,6 +2,7 @@
 //! predecessor's saved state.
 
 use super::state::{RootId, SavedHandle, SavedLock, SavedOpen, State};
+use super::table::{Entry, Way};
 use super::KeptNodes;
 use crate::fs::{PassthroughConfig, PassthroughFs};
 use crate::handle::Handle;
@@ -99,56 +100,74 @@ impl PassthroughFs {
         cfg: PassthroughConfig,
         saved: Saved,
     ) -> Result<Arc<PassthroughFs>, RestoreError> {
-        if saved.format != super::FORMAT {
+        let Saved { format, bytes, fds } = saved;
+        if format != super::FORMAT {
             return Err(RestoreError::proto(format!(
-                "the state's format is {:?}, this server reads only {:?}",
-                saved.format,
+                "the state's format is {format:?}, this server reads only {:?}",
                 super::FORMAT
             )));
         }
-        let state = State::decode(&saved.bytes)
-            .map_err(|e| RestoreError::proto(format!("malformed state: {e}")))?;
+        let malformed = |e| RestoreError::proto(format!("malformed state: {e}"));
+        let (state, runs) = State::decode(&bytes).map_err(malformed)?;
         state
-            .check(saved.fds.len(), super::counters(&Default::default()).len())
-            .map_err(|e| RestoreError::proto(format!("malformed state: {e}")))?;
+            .check(
+                &bytes,
+                &runs,
+                fds.len(),
+                super::counters(&Default::default()).len(),
+            )
+            .map_err(malformed)?;
         check_root(source, &state.root)?;
         let fs = PassthroughFs::new(layer, source, cfg).map_err(|e| RestoreError {
             errno: Errno::from(std::io::Error::from(e.kind())),
             message: e.to_string(),
         })?;
-        fs.take_state(state, saved.fds)?;
-        Ok(fs)
-    }
-
-    fn take_state(&self, state: State, fds: Vec<OwnedFd>) -> Result<(), RestoreError> {
+        let mount_id = fs.handles.mount_id();
+        let remembered = super::state::tables(&bytes, &runs).1;
+        for i in 0..remembered.len() {
+            if let Some(Entry {
+                id,
+                way: Way::Handle { htype, bytes },
+                ..
+            }) = remembered.get(i)
+            {
+                fs.remembered
+                    .remember(id, Handle::from_parts(htype, mount_id, bytes));
+            }
+        }
+        let State {
+            foreign,
+            opens,
+            locks,
+            next_fh,
+            counters,
+            ..
+        } = state;
+        fs.inodes
+            .import(foreign)
+            .ok_or_else(|| RestoreError::proto("inconsistent foreign ids"))?;
+        for (c, v) in super::counters(&fs.counters).iter().zip(&counters) {
+            c.store(*v, Ordering::Relaxed);
+        }
+        let _ = fs.kept.set(KeptNodes {
+            buf: bytes,
+            runs,
+            mount_id,
+        });
         let mut fds: Vec<Option<OwnedFd>> = fds.into_iter().map(Some).collect();
         let mut take = |i: u32| {
             fds.get_mut(i as usize)
                 .and_then(Option::take)
                 .ok_or_else(|| RestoreError::proto(format!("fd {i} is named twice")))
         };
-        self.inodes
-            .import(state.foreign)
-            .ok_or_else(|| RestoreError::proto("inconsistent foreign ids"))?;
-        let mount_id = self.handles.mount_id();
-        for (id, h) in &state.remembered {
-            self.remembered.remember(*id, h.handle(mount_id));
+        for o in &opens {
+            fs.adopt_open(o, take(o.fd)?)?;
         }
-        for (c, v) in super::counters(&self.counters).iter().zip(&state.counters) {
-            c.store(*v, Ordering::Relaxed);
+        for l in &locks {
+            fs.adopt_lock(l, take(l.fd)?)?;
         }
-        let _ = self.kept.set(KeptNodes {
-            nodes: state.nodes,
-            mount_id,
-        });
-        for o in &state.opens {
-            self.adopt_open(o, take(o.fd)?)?;
-        }
-        for l in &state.locks {
-            self.adopt_lock(l, take(l.fd)?)?;
-        }
-        self.opens.set_next_fh(state.next_fh);
-        Ok(())
+        fs.opens.set_next_fh(next_fh);
+        Ok(fs)
     }
 
     /// Registers a predecessor's open file: its node is made now, from
@@ -167,13 +186,15 @@ impl PassthroughFs {
         } else if let Some(vp) = self.layer.lookup_cached(&self.mnt, o.node) {
             vp
         } else {
-            let saved = self.kept.get().and_then(|k| {
-                let n = State::node(&k.nodes, o.node)?;
-                match &n.way {
-                    super::state::SavedWay::Handle(h) => Some(h.handle(k.mount_id)),
+            let saved = self
+                .kept
+                .get()
+                .and_then(|k| match k.table().find(o.node)?.way {
+                    Way::Handle { htype, bytes } => {
+                        Some(Handle::from_parts(htype, k.mount_id, bytes))
+                    }
                     _ => None,
-                }
-            });
+                });
             let handle = saved.ok_or(Errno::EOPNOTSUPP);
             let res = self.pool.reserve().map_err(err)?;
             let path = res.into_fd(sys::reopen(fd.as_fd(), libc::O_PATH).map_err(err)?);

@@ -1,31 +1,30 @@
-//! The saved state's encoding (format [`FORMAT`]): serde types written
-//! with bincode. Read back only by a successor that knows this exact
+//! The saved state's encoding (format [`FORMAT`]): a header of serde
+//! types written with bincode, then the node tables as they are
+//! (`table.rs`). Read back only by a successor that knows this exact
 //! format; anything that does not decode completely, or does not hold
 //! together ([`State::check`]), is refused, never half-read.
 
+use super::table::{Entry, Table, Way};
 use crate::handle::Handle;
 use crate::inodes::ForeignIds;
 use serde::{Deserialize, Serialize};
-use uvfs_vfs::{Ino, VType};
+use uvfs_vfs::Ino;
 
 /// The name and version of this encoding. A change to any type below is
 /// a new version.
 pub(crate) const FORMAT: &str = "uvfs-passthrough/1";
 
-/// Handle bytes kept without a heap allocation: most file systems'
-/// handles (ext4 8, xfs 8 or 12, tmpfs 12), so that a million saved
-/// nodes decode without a million allocations.
+/// Handle bytes kept in place (most file systems' handles).
 const SMALL: usize = 16;
 
-/// Everything a successor needs (see `handover/mod.rs`).
+/// Everything a successor needs (see `handover/mod.rs`) but the node
+/// tables, which follow it in the saved bytes as they are (`table.rs`):
+/// the kept nodes' records and outside bytes, then the remembered
+/// handles' (`Runs`).
 #[derive(Serialize, Deserialize, Debug)]
 pub(crate) struct State {
     /// What the source root was: the successor must serve the same.
     pub root: RootId,
-    /// Kept nodes, by id, strictly increasing.
-    pub nodes: Vec<SavedNode>,
-    /// The handles of recycled nodes (`remembered.rs`), oldest first.
-    pub remembered: Vec<(Ino, SavedHandle)>,
     /// Foreign ids and aliases (`inodes.rs`).
     pub foreign: ForeignIds,
     /// Kept open files and directories.
@@ -36,7 +35,14 @@ pub(crate) struct State {
     pub next_fh: u64,
     /// `PtCounters`, in declaration order.
     pub counters: Vec<u64>,
+    /// The lengths of the four runs after this header.
+    pub runs: [u64; 4],
 }
+
+/// Where the four byte runs after the header lie in the saved bytes:
+/// kept nodes (records sorted by id, outside bytes), remembered handles
+/// (records oldest first, outside bytes).
+pub(crate) type Runs = [std::ops::Range<usize>; 4];
 
 /// The source root's identity.
 #[derive(Serialize, Deserialize, Debug, PartialEq, Eq)]
@@ -74,6 +80,7 @@ impl SavedHandle {
         }
     }
 
+    #[cfg(test)]
     pub fn bytes(&self) -> &[u8] {
         match usize::from(self.len) {
             n if n <= SMALL => &self.small[..n],
@@ -82,6 +89,7 @@ impl SavedHandle {
     }
 
     /// The handle, made on the mount `mount_id`.
+    #[cfg(test)]
     pub fn handle(&self, mount_id: i32) -> Handle {
         Handle::from_parts(self.htype, mount_id, self.bytes())
     }
@@ -90,28 +98,6 @@ impl SavedHandle {
         let n = usize::from(self.len);
         (n <= SMALL && self.big.is_empty()) || (n == usize::from(u8::MAX) && self.big.len() > SMALL)
     }
-}
-
-/// A kept node: what `vget` needs to find it again.
-#[derive(Serialize, Deserialize, Debug)]
-pub(crate) struct SavedNode {
-    pub id: Ino,
-    /// `VType as u8`.
-    pub kind: u8,
-    pub way: SavedWay,
-}
-
-/// How a kept node is found again (`node::Way`).
-#[derive(Serialize, Deserialize, Debug)]
-pub(crate) enum SavedWay {
-    /// Only by an fd: an open file's (else lost: `ESTALE`).
-    FdOnly,
-    Handle(SavedHandle),
-    /// By its parent node and its name there.
-    Path {
-        parent: Ino,
-        name: Vec<u8>,
-    },
 }
 
 /// A kept open file or directory.
@@ -149,52 +135,89 @@ fn options() -> impl bincode::Options {
         .with_little_endian()
 }
 
+/// The tables `runs` (of `bytes`) hold: kept nodes, remembered handles.
+pub(crate) fn tables<'a>(bytes: &'a [u8], runs: &Runs) -> (Table<'a>, Table<'a>) {
+    let run = |i: usize| bytes.get(runs[i].clone()).unwrap_or_default();
+    (
+        Table {
+            recs: run(0),
+            extra: run(1),
+        },
+        Table {
+            recs: run(2),
+            extra: run(3),
+        },
+    )
+}
+
 impl State {
-    pub fn encode(&self) -> Result<Vec<u8>, String> {
+    /// The header, then `runs` as they are.
+    pub fn encode(mut self, runs: [&[u8]; 4]) -> Result<Vec<u8>, String> {
         use bincode::Options;
-        options().serialize(self).map_err(|e| e.to_string())
-    }
-
-    /// Decodes `bytes` entirely (trailing bytes are an error), never
-    /// allocating more than `bytes` could describe.
-    pub fn decode(bytes: &[u8]) -> Result<State, String> {
-        use bincode::Options;
-        options()
-            .with_limit(bytes.len() as u64)
-            .reject_trailing_bytes()
-            .deserialize(bytes)
-            .map_err(|e| e.to_string())
-    }
-
-    /// Whether the state holds together: nodes sorted and unique, known
-    /// types, well-formed handles and names, fd indexes below `fds`.
-    pub fn check(&self, fds: usize, counters: usize) -> Result<(), String> {
-        if !self.nodes.windows(2).all(|w| w[0].id < w[1].id) {
-            return Err("kept nodes are not sorted by id".into());
+        self.runs = runs.map(|r| r.len() as u64);
+        let header = options().serialize(&self).map_err(|e| e.to_string())?;
+        let mut out =
+            Vec::with_capacity(header.len() + runs.iter().map(|r| r.len()).sum::<usize>());
+        out.extend_from_slice(&header);
+        for r in runs {
+            out.extend_from_slice(r);
         }
-        for n in &self.nodes {
-            if VType::from_u8(n.kind) == VType::Non {
-                return Err(format!("node {}: unknown type {}", n.id, n.kind));
-            }
-            match &n.way {
-                SavedWay::Handle(h) if !h.well_formed() => {
-                    return Err(format!("node {}: malformed handle", n.id))
-                }
-                SavedWay::Path { name, .. }
-                    if uvfs_vfs::check_name(name).is_err() || uvfs_vfs::is_dot_or_dotdot(name) =>
-                {
-                    return Err(format!("node {}: invalid name", n.id))
-                }
-                _ => {}
+        Ok(out)
+    }
+
+    /// Decodes the header, never allocating more than `bytes` could
+    /// describe; the runs must fill the rest of `bytes` exactly.
+    pub fn decode(bytes: &[u8]) -> Result<(State, Runs), String> {
+        use bincode::Options;
+        let mut rest = bytes;
+        let st: State = options()
+            .with_limit(bytes.len() as u64)
+            .deserialize_from(&mut rest)
+            .map_err(|e| e.to_string())?;
+        let mut at = bytes.len() - rest.len();
+        let mut runs: Runs = Default::default();
+        for (i, &len) in st.runs.iter().enumerate() {
+            let end = usize::try_from(len)
+                .ok()
+                .and_then(|l| at.checked_add(l))
+                .filter(|&e| e <= bytes.len())
+                .ok_or("a table runs past the end")?;
+            runs[i] = at..end;
+            at = end;
+        }
+        if at != bytes.len() {
+            return Err(format!("{} bytes after the tables", bytes.len() - at));
+        }
+        Ok((st, runs))
+    }
+
+    /// Whether the state holds together: node tables well formed (kept
+    /// nodes sorted), handles well formed, fd indexes below `fds`.
+    pub fn check(
+        &self,
+        bytes: &[u8],
+        runs: &Runs,
+        fds: usize,
+        counters: usize,
+    ) -> Result<(), String> {
+        let (nodes, remembered) = tables(bytes, runs);
+        nodes.check(true)?;
+        remembered.check(false)?;
+        for i in 0..remembered.len() {
+            if !matches!(
+                remembered.get(i),
+                Some(Entry {
+                    way: Way::Handle { .. },
+                    ..
+                })
+            ) {
+                return Err(format!("remembered entry {i} is not a handle"));
             }
         }
         if let Some(h) = &self.root.handle {
             if !h.well_formed() {
                 return Err("malformed root handle".into());
             }
-        }
-        if self.remembered.iter().any(|(_, h)| !h.well_formed()) {
-            return Err("malformed remembered handle".into());
         }
         let fd_ok = |i: u32| (i as usize) < fds;
         if !self.opens.iter().all(|o| fd_ok(o.fd)) || !self.locks.iter().all(|l| fd_ok(l.fd)) {
@@ -207,14 +230,6 @@ impl State {
             ));
         }
         Ok(())
-    }
-
-    /// The kept node `id`.
-    pub fn node(nodes: &[SavedNode], id: Ino) -> Option<&SavedNode> {
-        nodes
-            .binary_search_by_key(&id, |n| n.id)
-            .ok()
-            .map(|i| &nodes[i])
     }
 }
 
