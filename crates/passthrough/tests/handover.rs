@@ -366,3 +366,84 @@ fn foreign_ids_keep_their_numbers() {
     fs.release(&a2, fh).unwrap();
     assert_eq!(fs.getattr(&fs.vget(ids[0]).unwrap()).unwrap().ino, ids[0]);
 }
+
+#[test]
+fn without_handles_kept_nodes_are_found_by_their_names() {
+    let cfg = PassthroughConfig {
+        no_handles: true,
+        ..Default::default()
+    };
+    let e = env_with("ho-nohandles", 4096, cfg.clone());
+    std::fs::create_dir_all(e.src.path().join("a/b")).unwrap();
+    std::fs::write(e.src.path().join("a/b/c"), b"deep").unwrap();
+    let a = e.lookup(&e.root, "a").unwrap();
+    let b = e.lookup(&a, "b").unwrap();
+    let c = e.lookup(&b, "c").unwrap();
+    let ids: Vec<u64> = [&a, &b, &c]
+        .iter()
+        .map(|vp| e.fs.getattr(vp).unwrap().ino)
+        .collect();
+    let saved =
+        e.fs.save(&Keep {
+            nodes: &[c.clone(), b.clone(), a.clone()],
+            open: &[],
+        })
+        .unwrap();
+    let fs = PassthroughFs::restore(
+        VnodeLayer::new(Config::with_limit(4096)),
+        e.src.path(),
+        cfg,
+        saved,
+    )
+    .unwrap();
+    // The deepest first: its parents are found on the way.
+    let c2 = fs.vget(ids[2]).unwrap();
+    let fh = fs.open(&ROOT, &c2, libc::O_RDONLY).unwrap();
+    assert_eq!(fs.read(&c2, fh, 0, 10).unwrap(), b"deep");
+    fs.release(&c2, fh).unwrap();
+    assert_eq!(fs.getattr(&fs.vget(ids[0]).unwrap()).unwrap().ino, ids[0]);
+    // Renamed on the source meanwhile: the name no longer leads to it.
+    std::fs::rename(e.src.path().join("a/b"), e.src.path().join("a/x")).unwrap();
+    let fs2 = PassthroughFs::restore(
+        VnodeLayer::new(Config::with_limit(4096)),
+        e.src.path(),
+        PassthroughConfig {
+            no_handles: true,
+            ..Default::default()
+        },
+        e.fs.save(&Keep {
+            nodes: &[c.clone(), b.clone()],
+            open: &[],
+        })
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(fs2.vget(ids[2]).err(), Some(Errno::ESTALE));
+}
+
+#[test]
+fn a_flock_lock_stays_with_its_open_file() {
+    let e = env("ho-flock");
+    let path = e.src.path().join("f");
+    std::fs::write(&path, b"x").unwrap();
+    let f = e.lookup(&e.root, "f").unwrap();
+    let fh = e.fs.open(&ROOT, &f, libc::O_RDONLY).unwrap();
+    e.fs.setlk(&f, fh, 1, &wrlock(libc::F_WRLCK), true).unwrap();
+    let saved =
+        e.fs.save(&Keep {
+            nodes: std::slice::from_ref(&f),
+            open: &[(f.clone(), fh)],
+        })
+        .unwrap();
+    let ino = e.fs.getattr(&f).unwrap().ino;
+    let Env { fs: old, src, .. } = e;
+    drop((f, old));
+    let other = std::fs::File::open(&path).unwrap();
+    let try_lock =
+        || rustix::fs::flock(&other, rustix::fs::FlockOperation::NonBlockingLockExclusive);
+    assert!(try_lock().is_err(), "held through the passed fd");
+    let fs = restore(src.path(), saved).unwrap();
+    let f = fs.vget(ino).unwrap();
+    fs.setlk(&f, fh, 1, &wrlock(libc::F_UNLCK), true).unwrap();
+    assert!(try_lock().is_ok(), "released through the restored handle");
+}
