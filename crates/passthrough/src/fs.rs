@@ -154,6 +154,8 @@ pub struct PassthroughFs {
     /// Nodes a predecessor handed over (`handover`), set once by
     /// `restore` before the file system serves.
     pub(crate) kept: std::sync::OnceLock<crate::handover::KeptNodes>,
+    /// Node ids are resolved from the source with no memory (`by_ino.rs`).
+    by_ino: bool,
     /// The budget slot of `handles`' mount fd (a backing fd like any
     /// other), held while handles are in use.
     _mount_fd_slot: Option<Reservation>,
@@ -235,6 +237,10 @@ impl PassthroughFs {
             HandleOpener::new(dir)
         };
         let mount_fd_slot = handles.enabled().then_some(mount_fd_slot);
+        let by_ino = handles.enabled() && {
+            let h = Handle::of_fd(root_fd.as_fd()).ok();
+            crate::by_ino::resolvable(root_fd.as_fd(), &st, h.as_ref())
+        };
         let dev = sys::stx_dev(&st);
         let inodes = Arc::new(InodeMap::new(dev));
         let handle = Handle::of_fd(root_fd.as_fd())
@@ -305,6 +311,7 @@ impl PassthroughFs {
             counters: PtCounters::default(),
             remembered,
             kept: std::sync::OnceLock::new(),
+            by_ino,
             _mount_fd_slot: mount_fd_slot,
         }))
     }
@@ -507,18 +514,35 @@ impl PassthroughFs {
         if let Some(vp) = self.layer.lookup_cached(&self.mnt, id) {
             return Ok(vp);
         }
-        match self.remembered.get(id) {
-            Some(h) => self.vget_handle(id, h),
-            None => self.vget_kept(id, depth),
+        if let Some(h) = self.remembered.get(id) {
+            return self.vget_handle(id, h);
         }
+        let kept = self.vget_kept(id, depth);
+        if !matches!(kept, Err(Errno::ESTALE)) || !self.by_ino {
+            return kept;
+        }
+        let h = crate::by_ino::handle(id, self.handles.mount_id()).ok_or(Errno::ESTALE)?;
+        self.vget_by(id, &h, true)
+    }
+
+    /// Whether node ids resolve from the source alone (`by_ino.rs`).
+    pub fn resolves_ids_by_itself(&self) -> bool {
+        self.by_ino
     }
 
     /// The vnode of node id `id`, whose file `h` opens.
     pub(crate) fn vget_handle(&self, id: Ino, h: Handle) -> VfsResult<VnodeRef> {
+        self.vget_by(id, &h, false)
+    }
+
+    /// The vnode of node id `id`, whose file `h` opens; the node keeps
+    /// `h`, or with `retake` the file's own handle (`h` being one made up
+    /// without a generation, `by_ino.rs`).
+    fn vget_by(&self, id: Ino, h: &Handle, retake: bool) -> VfsResult<VnodeRef> {
         let res = self.pool.reserve()?;
         let fd = res.into_fd(
             self.handles
-                .open(&h, libc::O_PATH)
+                .open(h, libc::O_PATH)
                 .map_err(|_| Errno::ESTALE)?,
         );
         let st = sys::statx_fd(fd.as_fd())?;
@@ -527,7 +551,12 @@ impl PassthroughFs {
         if st.stx_nlink == 0 {
             return Err(Errno::ESTALE);
         }
-        let (vp, _) = self.vnode_from(st, Ok(h), None, Some(fd))?;
+        let h = if retake {
+            Handle::of_fd(fd.as_fd())
+        } else {
+            Ok(h.clone())
+        };
+        let (vp, _) = self.vnode_from(st, h, None, Some(fd))?;
         if vp.ino() != id {
             return Err(Errno::ESTALE);
         }

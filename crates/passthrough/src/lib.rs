@@ -29,7 +29,8 @@
 //!
 //! # Module map
 //! `sys` (system calls) · `fdpool` (budget, CLOCK) · `handle` (file
-//! handles) · `remembered` (handles of recycled nodes) · `inodes` (node
+//! handles) · `remembered` (handles of recycled nodes) · `by_ino` (ids the
+//! source resolves by itself) · `inodes` (node
 //! ids) · `node` (per-vnode data) · `creds` (creating as the caller) ·
 //! `fs` (construction, lookup, reopen) · `namei`, `io`, `dir`, `attrs`
 //! (the operations) · `plus_load` (how busy READDIRPLUS is) · `prefetch`
@@ -40,6 +41,7 @@
 //! · `watch` (host changes reported to the front end) · `stats`.
 
 mod attrs;
+mod by_ino;
 mod closer;
 mod creds;
 mod dir;

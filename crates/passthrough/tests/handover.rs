@@ -447,3 +447,63 @@ fn a_flock_lock_stays_with_its_open_file() {
     fs.setlk(&f, fh, 1, &wrlock(libc::F_UNLCK), true).unwrap();
     assert!(try_lock().is_ok(), "released through the restored handle");
 }
+
+#[test]
+fn on_an_ext4_root_node_ids_resolve_with_no_memory() {
+    let fresh = |src: &Path| {
+        PassthroughFs::new(
+            VnodeLayer::new(Config::with_limit(4096)),
+            src,
+            PassthroughConfig::default(),
+        )
+        .unwrap()
+    };
+    let fs = fresh(Path::new("/"));
+    if !fs.resolves_ids_by_itself() {
+        eprintln!("skipped: / is not the root of an ext2/3/4 file system with handles");
+        return;
+    }
+    let dir = TempDir::new("ho-byino");
+    use std::os::unix::fs::MetadataExt;
+    if std::fs::metadata(dir.path()).unwrap().dev() != std::fs::metadata("/").unwrap().dev() {
+        eprintln!("skipped: the temp dir is not on the file system of /");
+        return;
+    }
+    let f = dir.path().join("f");
+    std::fs::write(&f, b"by inode").unwrap();
+    let ino = std::fs::metadata(&f).unwrap().ino();
+    // A server that never saw the file finds it by its id alone.
+    let vp = fs.vget(ino).unwrap();
+    let a = fs.getattr(&vp).unwrap();
+    assert_eq!((a.ino, a.size), (ino, 8));
+    let fh = fs.open(&ROOT, &vp, libc::O_RDONLY).unwrap();
+    assert_eq!(fs.read(&vp, fh, 0, 20).unwrap(), b"by inode");
+    fs.release(&vp, fh).unwrap();
+    // With the generation a lookup gives it (the kernel compares them).
+    let walker = fresh(Path::new("/"));
+    let mut cur = walker.root().unwrap();
+    for c in f.strip_prefix("/").unwrap().components() {
+        let name = c.as_os_str().as_encoded_bytes();
+        cur = walker.lookup(&ROOT, &cur, name).unwrap();
+    }
+    assert_eq!(walker.getattr(&cur).unwrap().ino, ino);
+    let gen = fs.generation(&vp);
+    assert_eq!(walker.generation(&cur), gen);
+    // Removed: no server finds it (the number may already be another
+    // file's, made by another process: then with another generation,
+    // which the kernel refuses).
+    drop((vp, cur, fs, walker));
+    std::fs::remove_file(&f).unwrap();
+    let after = fresh(Path::new("/"));
+    match after.vget(ino) {
+        Err(e) => assert_eq!(e, Errno::ESTALE),
+        Ok(vp) => assert_ne!(after.generation(&vp), gen),
+    }
+    // A source below its file system's root: ids are not made into
+    // handles (they could name files outside the source).
+    std::fs::write(&f, b"again").unwrap();
+    let ino = std::fs::metadata(&f).unwrap().ino();
+    let sub = fresh(dir.path());
+    assert!(!sub.resolves_ids_by_itself());
+    assert_eq!(sub.vget(ino).err(), Some(Errno::ESTALE));
+}
