@@ -119,7 +119,8 @@ impl PassthroughFs {
             .map_err(malformed)?;
         check_root(source, &state.root)?;
         let fs = PassthroughFs::new(layer, source, cfg).map_err(|e| RestoreError {
-            errno: Errno::from(std::io::Error::from(e.kind())),
+            // A refused setting (the fd budget) carries no errno.
+            errno: Errno::new(e.raw_os_error().unwrap_or(libc::EINVAL)),
             message: e.to_string(),
         })?;
         let mount_id = fs.handles.mount_id();
