@@ -151,6 +151,11 @@ pub struct PassthroughFs {
     pub counters: PtCounters,
     /// Handles of recycled nodes, for [`PassthroughFs::vget_id`].
     pub(crate) remembered: Arc<crate::remembered::Remembered>,
+    /// Nodes a predecessor handed over (`handover`), set once by
+    /// `restore` before the file system serves.
+    pub(crate) kept: std::sync::OnceLock<crate::handover::KeptNodes>,
+    /// Node ids are resolved from the source with no memory (`by_ino.rs`).
+    by_ino: bool,
     /// The budget slot of `handles`' mount fd (a backing fd like any
     /// other), held while handles are in use.
     _mount_fd_slot: Option<Reservation>,
@@ -232,6 +237,10 @@ impl PassthroughFs {
             HandleOpener::new(dir)
         };
         let mount_fd_slot = handles.enabled().then_some(mount_fd_slot);
+        let by_ino = handles.enabled() && {
+            let h = Handle::of_fd(root_fd.as_fd()).ok();
+            crate::by_ino::resolvable(root_fd.as_fd(), &st, h.as_ref())
+        };
         let dev = sys::stx_dev(&st);
         let inodes = Arc::new(InodeMap::new(dev));
         let handle = Handle::of_fd(root_fd.as_fd())
@@ -301,6 +310,8 @@ impl PassthroughFs {
             keep_timeouts: cfg.keep_timeouts,
             counters: PtCounters::default(),
             remembered,
+            kept: std::sync::OnceLock::new(),
+            by_ino,
             _mount_fd_slot: mount_fd_slot,
         }))
     }
@@ -487,22 +498,65 @@ impl PassthroughFs {
     }
 
     /// The vnode of node id `id` without a name: cached, or reopened by
-    /// the handle it had when it was recycled (`remembered.rs`). ESTALE
-    /// if neither, if the handle does not open (the file was removed),
-    /// or if the file now has another id (an alias of a reused number).
+    /// the handle it had when it was recycled (`remembered.rs`), or a
+    /// node a predecessor handed over (`handover`). ESTALE if none, if
+    /// the file was removed, or if the file now has another id (an alias
+    /// of a reused number).
     pub(crate) fn vget_id(&self, id: Ino) -> VfsResult<VnodeRef> {
+        self.vget_at(id, 0)
+    }
+
+    /// `vget_id`, `depth` parents deep in a kept node's resolution.
+    pub(crate) fn vget_at(&self, id: Ino, depth: usize) -> VfsResult<VnodeRef> {
+        if id == self.root.id {
+            return self.root_vnode();
+        }
         if let Some(vp) = self.layer.lookup_cached(&self.mnt, id) {
             return Ok(vp);
         }
-        let h = self.remembered.get(id).ok_or(Errno::ESTALE)?;
+        if let Some(h) = self.remembered.get(id) {
+            return self.vget_handle(id, h);
+        }
+        let kept = self.vget_kept(id, depth);
+        if !matches!(kept, Err(Errno::ESTALE)) || !self.by_ino {
+            return kept;
+        }
+        let h = crate::by_ino::handle(id, self.handles.mount_id()).ok_or(Errno::ESTALE)?;
+        self.vget_by(id, &h, true)
+    }
+
+    /// Whether node ids resolve from the source alone (`by_ino.rs`).
+    pub fn resolves_ids_by_itself(&self) -> bool {
+        self.by_ino
+    }
+
+    /// The vnode of node id `id`, whose file `h` opens.
+    pub(crate) fn vget_handle(&self, id: Ino, h: Handle) -> VfsResult<VnodeRef> {
+        self.vget_by(id, &h, false)
+    }
+
+    /// The vnode of node id `id`, whose file `h` opens; the node keeps
+    /// `h`, or with `retake` the file's own handle (`h` being one made up
+    /// without a generation, `by_ino.rs`).
+    fn vget_by(&self, id: Ino, h: &Handle, retake: bool) -> VfsResult<VnodeRef> {
         let res = self.pool.reserve()?;
         let fd = res.into_fd(
             self.handles
-                .open(&h, libc::O_PATH)
+                .open(h, libc::O_PATH)
                 .map_err(|_| Errno::ESTALE)?,
         );
         let st = sys::statx_fd(fd.as_fd())?;
-        let (vp, _) = self.vnode_from(st, Ok(h), None, Some(fd))?;
+        // Removed, but its inode still held (by an fd of another user):
+        // the mount never hands out a node for a nameless file.
+        if st.stx_nlink == 0 {
+            return Err(Errno::ESTALE);
+        }
+        let h = if retake {
+            Handle::of_fd(fd.as_fd())
+        } else {
+            Ok(h.clone())
+        };
+        let (vp, _) = self.vnode_from(st, h, None, Some(fd))?;
         if vp.ino() != id {
             return Err(Errno::ESTALE);
         }
@@ -543,7 +597,7 @@ impl PassthroughFs {
 
     /// The vnode for the file `st` describes, known by `handle` (if the
     /// file system has handles) or by `at`, with `fd` cached if given.
-    fn vnode_from(
+    pub(crate) fn vnode_from(
         &self,
         st: crate::sys::Statx,
         handle: VfsResult<Handle>,

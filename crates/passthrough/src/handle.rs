@@ -140,10 +140,17 @@ impl Handle {
     /// A handle made of given parts, for tests of what stores them.
     #[cfg(test)]
     pub(crate) fn for_test(htype: i32, bytes: &[u8]) -> Handle {
+        Self::from_parts(htype, 0, bytes)
+    }
+
+    /// A handle made of its parts (a saved state's, `handover`).
+    /// `bytes` longer than `MAX_HANDLE_SZ` are cut: no file system makes
+    /// them, and `HandleOpener::open` copies at most that many.
+    pub(crate) fn from_parts(htype: i32, mount_id: i32, bytes: &[u8]) -> Handle {
         Handle {
             htype,
-            mount_id: 0,
-            bytes: Bytes::new(bytes),
+            mount_id,
+            bytes: Bytes::new(&bytes[..bytes.len().min(MAX_HANDLE)]),
         }
     }
 
@@ -229,6 +236,11 @@ impl HandleOpener {
     /// Whether handles work at all.
     pub fn enabled(&self) -> bool {
         self.mount_fd.is_some()
+    }
+
+    /// The mount whose handles are opened here (-1: none).
+    pub fn mount_id(&self) -> i32 {
+        self.mount_id
     }
 
     /// Whether `h` may be opened here: handles on, same mount.

@@ -43,6 +43,15 @@ use uvfs_vfs::Ino;
 /// First node id handed to foreign (other-device) files and aliases.
 pub const FOREIGN_BASE: Ino = 1 << 62;
 
+/// The numbering of foreign files and aliases, as a live upgrade hands it
+/// over: ((dev, ino), id), ((dev, ino), (generation, id)), next id.
+#[derive(serde::Serialize, serde::Deserialize, Default, Debug)]
+pub(crate) struct ForeignIds {
+    pub ids: Vec<((u64, u64), Ino)>,
+    pub aliases: Vec<((u64, u64), (u64, Ino))>,
+    pub next: Ino,
+}
+
 /// (dev, ino) -> node id.
 pub struct InodeMap {
     root_dev: u64,
@@ -178,6 +187,40 @@ impl InodeMap {
             return Some(ino);
         }
         self.foreign.lock().ids.get(&(dev, ino)).copied()
+    }
+
+    /// Every foreign id and alias, and the next id to hand out (a live
+    /// upgrade's state: the successor's ids must be the same).
+    pub(crate) fn export(&self) -> ForeignIds {
+        let f = self.foreign.lock();
+        ForeignIds {
+            ids: f.ids.iter().map(|(&k, &v)| (k, v)).collect(),
+            aliases: f.aliases.iter().map(|(&k, &v)| (k, v)).collect(),
+            next: f.next,
+        }
+    }
+
+    /// Takes over a predecessor's foreign ids and aliases (before any
+    /// lookup). `None` if they are not consistent: an id outside the
+    /// foreign range or at or above `next`, or used twice.
+    pub(crate) fn import(&self, saved: ForeignIds) -> Option<()> {
+        let mut seen = std::collections::HashSet::new();
+        let ok = |id: Ino| (FOREIGN_BASE..saved.next).contains(&id);
+        let mut f = self.foreign.lock();
+        for &(k, id) in &saved.ids {
+            if !ok(id) || !seen.insert(id) || f.ids.insert(k, id).is_some() {
+                return None;
+            }
+        }
+        for &(k, (gen, id)) in &saved.aliases {
+            if !ok(id) || !seen.insert(id) || f.aliases.insert(k, (gen, id)).is_some() {
+                return None;
+            }
+        }
+        f.next = saved.next;
+        self.any_alias
+            .store(!f.aliases.is_empty(), Ordering::Release);
+        Some(())
     }
 
     /// Foreign files numbered so far.

@@ -29,17 +29,19 @@
 //!
 //! # Module map
 //! `sys` (system calls) · `fdpool` (budget, CLOCK) · `handle` (file
-//! handles) · `remembered` (handles of recycled nodes) · `inodes` (node
+//! handles) · `remembered` (handles of recycled nodes) · `by_ino` (ids the
+//! source resolves by itself) · `inodes` (node
 //! ids) · `node` (per-vnode data) · `creds` (creating as the caller) ·
 //! `fs` (construction, lookup, reopen) · `namei`, `io`, `dir`, `attrs`
 //! (the operations) · `plus_load` (how busy READDIRPLUS is) · `prefetch`
 //! (directory readahead) · `open` (open files) · `locks` (file locks kept
 //! on the backing files) and `lock_owners` (each owner's description) ·
-//! `iflags` (inode flags) · `trim` (`FITRIM`) · `freeing` and `closer`
+//! `handover` (live upgrade) · `iflags` (inode flags) · `trim` (`FITRIM`) · `freeing` and `closer`
 //! (freeing large files off the request) · `vops` (the `FileSystem` impl)
 //! · `watch` (host changes reported to the front end) · `stats`.
 
 mod attrs;
+mod by_ino;
 mod closer;
 mod creds;
 mod dir;
@@ -47,6 +49,7 @@ pub mod fdpool;
 mod freeing;
 mod fs;
 pub mod handle;
+mod handover;
 mod iflags;
 pub mod inodes;
 mod io;
@@ -65,5 +68,6 @@ mod vops;
 mod watch;
 
 pub use fs::{PassthroughConfig, PassthroughFs, PtCounters};
+pub use handover::RestoreError;
 pub use sys::raise_nofile_limit;
 pub use watch::UNWATCHED_TIMEOUT;

@@ -72,6 +72,17 @@ impl PosixLocks {
         h.ofd.clone()
     }
 
+    /// The descriptions of `node`'s lock owners: (owner, the handle it
+    /// was made through, description).
+    pub(crate) fn of_node(&self, node: Ino) -> Vec<(u64, Fh, Arc<Fd>)> {
+        let m = self.map.lock();
+        m.get(&node).map_or_else(Vec::new, |o| {
+            o.iter()
+                .map(|(&owner, h)| (owner, h.fh, h.ofd.clone()))
+                .collect()
+        })
+    }
+
     /// Descriptions held now (locks in use).
     pub(crate) fn len(&self) -> usize {
         self.map.lock().values().map(HashMap::len).sum()

@@ -20,6 +20,11 @@ pub struct OpenFile {
     pub node: Arc<Node>,
     /// Serialises `seek + getdents` of a directory stream.
     pub dir_lock: Mutex<()>,
+    /// The node's vnode, held by an open file a predecessor handed over
+    /// (`handover`): until the successor's front end names the node
+    /// again, nothing else keeps the vnode from being recycled, and a
+    /// recycled one would come back as another `Node` than `node`.
+    _pin: Option<uvfs_vfs::VnodeRef>,
 }
 
 impl std::os::fd::AsFd for OpenFile {
@@ -46,15 +51,46 @@ impl Default for OpenTable {
 impl OpenTable {
     /// Registers an open file; counts it on its node.
     pub fn insert(&self, fd: Fd, node: Arc<Node>) -> Fh {
-        node.opened();
         let h = self.next.fetch_add(1, Ordering::Relaxed);
+        self.insert_as(Fh(h), fd, node, None);
+        Fh(h)
+    }
+
+    /// Registers an open file a predecessor handed over under its handle
+    /// number; numbers handed out later start above it. `false` (nothing
+    /// done) if `fh` is taken.
+    pub(crate) fn insert_as(
+        &self,
+        fh: Fh,
+        fd: Fd,
+        node: Arc<Node>,
+        pin: Option<uvfs_vfs::VnodeRef>,
+    ) -> bool {
+        let mut map = self.map.write();
+        if map.contains_key(&fh.0) {
+            return false;
+        }
+        node.opened();
+        self.next
+            .fetch_max(fh.0.saturating_add(1), Ordering::Relaxed);
         let of = Arc::new(OpenFile {
             fd,
             node,
             dir_lock: Mutex::new(()),
+            _pin: pin,
         });
-        self.map.write().insert(h, of);
-        Fh(h)
+        map.insert(fh.0, of);
+        true
+    }
+
+    /// The next handle number (a live upgrade's state).
+    pub(crate) fn next_fh(&self) -> u64 {
+        self.next.load(Ordering::Relaxed)
+    }
+
+    /// Hands out numbers from `n` up (never below those in use).
+    pub(crate) fn set_next_fh(&self, n: u64) {
+        self.next.fetch_max(n, Ordering::Relaxed);
     }
 
     /// The open file behind `fh`.

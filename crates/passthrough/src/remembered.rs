@@ -74,6 +74,19 @@ impl Remembered {
         self.state.lock().handles.get(&id).map(|(_, h)| h.clone())
     }
 
+    /// Every remembered (id, handle), oldest first (a live upgrade's
+    /// state: entered again in this order, they are forgotten in it).
+    pub(crate) fn entries(&self) -> Vec<(Ino, Handle)> {
+        let st = self.state.lock();
+        st.order
+            .iter()
+            .filter_map(|&(id, n)| match st.handles.get(&id) {
+                Some((m, h)) if *m == n => Some((id, h.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Handles remembered now.
     pub(crate) fn len(&self) -> usize {
         self.state.lock().handles.len()

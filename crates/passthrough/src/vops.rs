@@ -332,6 +332,10 @@ impl FileSystem for PassthroughFs {
         self.vget_id(ino)
     }
 
+    fn save(&self, keep: &uvfs_vfs::Keep<'_>) -> VfsResult<uvfs_vfs::Saved> {
+        self.do_save(keep)
+    }
+
     fn generation(&self, vp: &VnodeRef) -> u64 {
         self.node_of(vp).map_or(0, |n| n.generation())
     }

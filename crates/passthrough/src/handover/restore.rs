@@ -1,0 +1,253 @@
+//! `PassthroughFs::restore`: a passthrough mount built from a
+//! predecessor's saved state.
+
+use super::state::{RootId, SavedHandle, SavedLock, SavedOpen, State};
+use super::table::{Entry, Way};
+use super::KeptNodes;
+use crate::fs::{PassthroughConfig, PassthroughFs};
+use crate::handle::Handle;
+use crate::sys;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use uvfs_vfs::{Errno, Fh, Saved, VnodeLayer};
+
+/// Why a saved state was not taken: `errno` for the caller to act on
+/// (`EPROTO`: another format, or a state that does not hold together;
+/// `EXDEV`: the source is not the predecessor's; others: the system
+/// refused something), and what happened, for the log.
+#[derive(Debug)]
+pub struct RestoreError {
+    /// The error number.
+    pub errno: Errno,
+    /// What was refused, and why.
+    pub message: String,
+}
+
+impl RestoreError {
+    fn proto(message: impl Into<String>) -> RestoreError {
+        RestoreError {
+            errno: Errno::EPROTO,
+            message: message.into(),
+        }
+    }
+
+    fn sys(what: impl std::fmt::Display, e: Errno) -> RestoreError {
+        RestoreError {
+            errno: e,
+            message: format!("{what}: {}", std::io::Error::from_raw_os_error(e.raw())),
+        }
+    }
+}
+
+impl std::fmt::Display for RestoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot take the passthrough state: {}", self.message)
+    }
+}
+
+impl std::error::Error for RestoreError {}
+
+impl From<RestoreError> for std::io::Error {
+    fn from(e: RestoreError) -> std::io::Error {
+        std::io::Error::new(
+            std::io::Error::from_raw_os_error(e.errno.raw()).kind(),
+            e.to_string(),
+        )
+    }
+}
+
+/// Whether `source` is the directory `root` describes: same (dev, ino)
+/// and, where both have one, the same handle.
+fn check_root(source: &Path, root: &RootId) -> Result<(), RestoreError> {
+    let path = sys::cstr(source.as_os_str().as_encoded_bytes())
+        .map_err(|e| RestoreError::sys(source.display(), e))?;
+    let fd = sys::openat(rustix::fs::CWD, &path, libc::O_PATH | libc::O_DIRECTORY)
+        .map_err(|e| RestoreError::sys(source.display(), e))?;
+    let st = sys::statx_fd(fd.as_fd()).map_err(|e| RestoreError::sys(source.display(), e))?;
+    let (dev, ino) = (sys::stx_dev(&st), st.stx_ino);
+    let same_handle = match (&root.handle, Handle::of_fd(fd.as_fd())) {
+        (Some(saved), Ok(h)) => *saved == SavedHandle::of(&h),
+        _ => true,
+    };
+    if (dev, ino) != (root.dev, root.ino) || !same_handle {
+        return Err(RestoreError {
+            errno: Errno::EXDEV,
+            message: format!(
+                "{} is not the directory the state was saved from (device {dev:#x} inode \
+                 {ino}, saved: device {:#x} inode {})",
+                source.display(),
+                root.dev,
+                root.ino
+            ),
+        });
+    }
+    Ok(())
+}
+
+impl PassthroughFs {
+    /// Serves `source` on `layer` as [`PassthroughFs::new`] does, going
+    /// on from the state a predecessor saved (`FileSystem::save`) while
+    /// serving the same directory. `cfg` is this server's own.
+    ///
+    /// The saved nodes are not opened here: each is found again on first
+    /// use (`FileSystem::vget`). Open files and lock descriptions are the
+    /// descriptors in `saved.fds`, taken over as they are.
+    pub fn restore(
+        layer: Arc<VnodeLayer>,
+        source: &Path,
+        cfg: PassthroughConfig,
+        saved: Saved,
+    ) -> Result<Arc<PassthroughFs>, RestoreError> {
+        let Saved { format, bytes, fds } = saved;
+        if format != super::FORMAT {
+            return Err(RestoreError::proto(format!(
+                "the state's format is {format:?}, this server reads only {:?}",
+                super::FORMAT
+            )));
+        }
+        let malformed = |e| RestoreError::proto(format!("malformed state: {e}"));
+        let (state, runs) = State::decode(&bytes).map_err(malformed)?;
+        state
+            .check(
+                &bytes,
+                &runs,
+                fds.len(),
+                super::counters(&Default::default()).len(),
+            )
+            .map_err(malformed)?;
+        check_root(source, &state.root)?;
+        let fs = PassthroughFs::new(layer, source, cfg).map_err(|e| RestoreError {
+            // A refused setting (the fd budget) carries no errno.
+            errno: Errno::new(e.raw_os_error().unwrap_or(libc::EINVAL)),
+            message: e.to_string(),
+        })?;
+        let mount_id = fs.handles.mount_id();
+        let remembered = super::state::tables(&bytes, &runs).1;
+        for i in 0..remembered.len() {
+            if let Some(Entry {
+                id,
+                way: Way::Handle { htype, bytes },
+                ..
+            }) = remembered.get(i)
+            {
+                fs.remembered
+                    .remember(id, Handle::from_parts(htype, mount_id, bytes));
+            }
+        }
+        let State {
+            foreign,
+            opens,
+            locks,
+            next_fh,
+            counters,
+            ..
+        } = state;
+        fs.inodes
+            .import(foreign)
+            .ok_or_else(|| RestoreError::proto("inconsistent foreign ids"))?;
+        for (c, v) in super::counters(&fs.counters).iter().zip(&counters) {
+            c.store(*v, Ordering::Relaxed);
+        }
+        let _ = fs.kept.set(KeptNodes {
+            buf: bytes,
+            runs,
+            mount_id,
+        });
+        let mut fds: Vec<Option<OwnedFd>> = fds.into_iter().map(Some).collect();
+        let mut take = |i: u32| {
+            fds.get_mut(i as usize)
+                .and_then(Option::take)
+                .ok_or_else(|| RestoreError::proto(format!("fd {i} is named twice")))
+        };
+        for o in &opens {
+            fs.adopt_open(o, take(o.fd)?)?;
+        }
+        for l in &locks {
+            fs.adopt_lock(l, take(l.fd)?)?;
+        }
+        fs.opens.set_next_fh(next_fh);
+        Ok(fs)
+    }
+
+    /// Registers a predecessor's open file: its node is made now, from
+    /// the fd itself (the file may have no name left to find it by).
+    fn adopt_open(&self, o: &SavedOpen, fd: OwnedFd) -> Result<(), RestoreError> {
+        let what = format!("open file {} of node {}", o.fh, o.node);
+        let err = |e: Errno| RestoreError::sys(&what, e);
+        let st = sys::statx_fd(fd.as_fd()).map_err(err)?;
+        if (sys::stx_dev(&st), st.stx_ino) != (o.dev, o.ino) {
+            return Err(RestoreError::proto(format!(
+                "{what}: its descriptor is another file"
+            )));
+        }
+        let vp = if o.node == self.root.id {
+            self.root_vnode().map_err(err)?
+        } else if let Some(vp) = self.layer.lookup_cached(&self.mnt, o.node) {
+            vp
+        } else {
+            let saved = self
+                .kept
+                .get()
+                .and_then(|k| match k.table().find(o.node)?.way {
+                    Way::Handle { htype, bytes } => {
+                        Some(Handle::from_parts(htype, k.mount_id, bytes))
+                    }
+                    _ => None,
+                });
+            let handle = saved.ok_or(Errno::EOPNOTSUPP);
+            let res = self.pool.reserve().map_err(err)?;
+            let path = res.into_fd(sys::reopen(fd.as_fd(), libc::O_PATH).map_err(err)?);
+            self.vnode_from(st, handle, None, Some(path))
+                .map_err(err)?
+                .0
+        };
+        if vp.ino() != o.node {
+            return Err(RestoreError::proto(format!(
+                "{what}: its file now has node id {}",
+                vp.ino()
+            )));
+        }
+        let node = self.node_of(&vp).map_err(err)?;
+        if o.removed {
+            node.mark_removed();
+        }
+        if o.orphan {
+            node.set_orphan(true);
+        }
+        let res = self.pool.reserve_open().map_err(err)?;
+        if !self
+            .opens
+            .insert_as(Fh(o.fh), res.into_fd(fd), node, Some(vp))
+        {
+            return Err(RestoreError::proto(format!("{what}: handle given twice")));
+        }
+        Ok(())
+    }
+
+    /// Takes over a lock owner's description of an adopted open file's
+    /// node.
+    fn adopt_lock(&self, l: &SavedLock, fd: OwnedFd) -> Result<(), RestoreError> {
+        let what = format!("locks of owner {:#x} on node {}", l.owner, l.node);
+        let of = self
+            .opens
+            .get(Fh(l.fh))
+            .ok()
+            .filter(|of| of.node.id == l.node)
+            .ok_or_else(|| RestoreError::proto(format!("{what}: no such open file")))?;
+        let st = sys::statx_fd(fd.as_fd()).map_err(|e| RestoreError::sys(&what, e))?;
+        if (sys::stx_dev(&st), st.stx_ino) != (of.node.dev(), of.node.ino) {
+            return Err(RestoreError::proto(format!(
+                "{what}: its descriptor is another file"
+            )));
+        }
+        let res = self
+            .pool
+            .reserve_open()
+            .map_err(|e| RestoreError::sys(&what, e))?;
+        self.posix_locks
+            .get_or_insert(l.node, l.owner, Fh(l.fh), Arc::new(res.into_fd(fd)));
+        Ok(())
+    }
+}
