@@ -329,6 +329,69 @@ impl FileData {
     }
 }
 
+impl FileData {
+    /// Calls `f` with each allocated page's index and contents, in index
+    /// order, holding the map lock shared and each page's lock in turn;
+    /// stops at `f`'s first error.
+    pub fn for_each_page<E>(
+        &self,
+        mut f: impl FnMut(u64, &[u8; PAGE_SIZE]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let map = self.map.read();
+        for (&idx, page) in map.iter() {
+            f(idx, &page.read())?;
+        }
+        Ok(())
+    }
+
+    /// A file of `size` bytes whose allocated pages are `runs` of
+    /// consecutive indices `(first, count)`, with their contents one after
+    /// another in `data`, charged to `budget`. `EINVAL` if they do not
+    /// make a file (runs out of order, overlapping, past the largest file
+    /// or not matching `data`), `ENOSPC` if the budget cannot pay for
+    /// them all.
+    pub fn restored(
+        budget: Arc<Budget>,
+        size: u64,
+        runs: &[(u64, u64)],
+        data: &[u8],
+    ) -> VfsResult<FileData> {
+        if size > MAX_FILE_SIZE || !data.len().is_multiple_of(PAGE_SIZE) {
+            return Err(Errno::EINVAL);
+        }
+        let n = (data.len() / PAGE_SIZE) as u64;
+        let (mut next, mut total) = (0u64, 0u64);
+        for &(first, count) in runs {
+            next = first
+                .checked_add(count)
+                .filter(|&end| count > 0 && first >= next && end <= MAX_FILE_SIZE.div_ceil(PAGE))
+                .ok_or(Errno::EINVAL)?;
+            total += count;
+        }
+        if total != n {
+            return Err(Errno::EINVAL);
+        }
+        if !budget.reserve_exact(n) {
+            return Err(Errno::ENOSPC);
+        }
+        let f = FileData::new(budget);
+        f.npages.store(n, Ordering::Relaxed);
+        f.size.store(size, Ordering::Relaxed);
+        {
+            let mut map = f.map.write();
+            let indices = runs.iter().flat_map(|&(first, count)| first..first + count);
+            for (idx, src) in indices.zip(data.chunks_exact(PAGE_SIZE)) {
+                // One allocation of exactly a page, copied into without
+                // being zeroed first (as `new_page` does).
+                let page: Box<[u8]> = src.into();
+                let page: Box<[u8; PAGE_SIZE]> = page.try_into().map_err(|_| Errno::EINVAL)?;
+                map.insert(idx, RwLock::new(page));
+            }
+        }
+        Ok(f)
+    }
+}
+
 impl Drop for FileData {
     fn drop(&mut self) {
         let n = *self.npages.get_mut();

@@ -1,0 +1,494 @@
+//! Live upgrade (`uvfs_vfs::handover`): a memfs saved whole for a
+//! successor process, and rebuilt there.
+//!
+//! # What goes
+//! Everything a memfs is, since it lives in the server's memory: every
+//! linked inode (metadata, attributes and ACLs, symlink targets,
+//! directory entries with their readdir cookies, file pages with their
+//! holes), the nameless inodes the kernel still knows (unlinked while
+//! open, `O_TMPFILE`), and the inode number allocator. File pages go in a
+//! sealed memfd (`pagefile.rs`), the rest in `saved.rs`'s encoding.
+//!
+//! What needs no saving: handles (memfs's open and opendir return
+//! `Fh(0)` and keep nothing per open, so every kept handle is valid as
+//! it is), listing positions (a readdir offset carries its own cursor,
+//! `dir.rs`, which the saved cookies make mean the same entries), and
+//! budget usage (the restored inodes and pages take it anew, the same
+//! amounts as `ispace.rs` and `budget.rs` charge). Nameless inodes that
+//! the kernel no longer knows are left behind: they were on their way
+//! out.
+//!
+//! # Nameless inodes after a restore
+//! A linked inode is found by `vget` through the inode table. A nameless
+//! one is in no table: `kept` holds it until the first `vget` makes a
+//! vnode for it, then only watches it (a weak reference), so that, as on
+//! the predecessor, the vnode alone keeps it alive and its last release
+//! frees it.
+
+use crate::dir::{Directory, Target};
+use crate::fs::{MemFs, MemFsConfig};
+use crate::inode::{Body, Inode, Meta};
+use crate::ispace::INODE_COST;
+use crate::pagefile;
+use crate::pages::{FileData, PAGE_SIZE};
+use crate::saved::{self, SavedBody, SavedEntry, SavedInode, State, FORMAT};
+use crate::table::ROOT_INO;
+use crate::xattr::{Xattrs, XATTR_NAME_MAX, XATTR_SIZE_MAX};
+use parking_lot::RwLock;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Weak};
+use uvfs_vfs::{Errno, Ino, Keep, Saved, VType, VfsResult, VnodeLayer, VnodeRef};
+
+/// Below this many pages, copying on one thread is quicker than starting
+/// others.
+const PARALLEL_PAGES: u64 = 4096;
+
+/// Each saved inode's type, and whether it is linked.
+type Kinds = HashMap<Ino, (VType, bool)>;
+
+/// Nameless inodes handed over by a predecessor.
+#[derive(Default)]
+pub(crate) struct KeptInodes(HashMap<Ino, Kept>);
+
+enum Kept {
+    /// Not asked for yet: held here.
+    Held(Arc<Inode>),
+    /// A vnode holds it; found as long as it lives.
+    Lent(Weak<Inode>),
+}
+
+/// Threads to copy `pages` pages on.
+fn copiers(pages: u64) -> usize {
+    if pages < PARALLEL_PAGES {
+        return 1;
+    }
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
+}
+
+/// `items` cut into at most `n` runs of about equal `weight`.
+fn split<T>(items: Vec<T>, n: usize, weight: impl Fn(&T) -> u64) -> Vec<Vec<T>> {
+    let total: u64 = items.iter().map(&weight).sum::<u64>().max(1);
+    let share = total.div_ceil(n as u64).max(1);
+    let mut out: Vec<Vec<T>> = vec![Vec::new()];
+    let mut acc = 0;
+    for item in items {
+        let w = weight(&item);
+        if acc >= share && out.len() < n {
+            out.push(Vec::new());
+            acc = 0;
+        }
+        acc += w;
+        out.last_mut().expect("one group at least").push(item);
+    }
+    out
+}
+
+/// Runs `f` on each group on a thread of its own (the first on this
+/// one); the first error wins.
+fn on_threads<T: Send, R: Send>(
+    groups: Vec<Vec<T>>,
+    f: impl Fn(Vec<T>) -> VfsResult<R> + Sync,
+) -> VfsResult<Vec<R>> {
+    std::thread::scope(|s| {
+        let mut groups = groups.into_iter();
+        let first = groups.next();
+        let others: Vec<_> = groups.map(|g| s.spawn(|| f(g))).collect();
+        let mut out = Vec::with_capacity(others.len() + 1);
+        if let Some(g) = first {
+            out.push(f(g));
+        }
+        for h in others {
+            out.push(h.join().unwrap_or(Err(Errno::EIO)));
+        }
+        out.into_iter().collect()
+    })
+}
+
+impl MemFs {
+    /// `FileSystem::save`: the whole file system, and the nameless inodes
+    /// of `keep`. Changes nothing; `EAGAIN` if a file changed while its
+    /// pages were being copied (the server was not frozen).
+    pub(crate) fn save_state(&self, keep: &Keep<'_>) -> VfsResult<Saved> {
+        let mut linked = self.table.snapshot();
+        linked.sort_unstable_by_key(|i| i.ino);
+        let mut kept = BTreeMap::new();
+        let open = keep.open.iter().map(|(vp, _)| vp);
+        for vp in keep.nodes.iter().chain(open) {
+            let inode = self.inode_of(vp)?;
+            if inode.nlink() == 0 && self.table.get(inode.ino).is_none() {
+                kept.insert(inode.ino, inode.clone());
+            }
+        }
+        let kept: Vec<Arc<Inode>> = kept.into_values().collect();
+        let all: Vec<&Arc<Inode>> = linked.iter().chain(&kept).collect();
+
+        // Page runs and page file offsets, file by file.
+        let mut at = 0u64;
+        let mut places: Vec<u64> = Vec::with_capacity(all.len());
+        for inode in &all {
+            places.push(at);
+            at += inode.file().map_or(0, |f| f.pages());
+        }
+        let pages = at;
+        let mut runs: Vec<Vec<(u64, u64)>> = vec![Vec::new(); all.len()];
+        let fd = if pages == 0 {
+            None
+        } else {
+            let mut w = pagefile::Writer::new(pages)?;
+            let mut rest = w.bytes_mut();
+            let mut jobs = Vec::new();
+            for (inode, slot) in all.iter().zip(runs.iter_mut()) {
+                let Some(f) = inode.file() else { continue };
+                let n = f.pages();
+                let (dst, tail) = rest.split_at_mut(n as usize * PAGE_SIZE);
+                rest = tail;
+                jobs.push((f, dst, slot));
+            }
+            let groups = split(jobs, copiers(pages), |(_, dst, _)| dst.len() as u64);
+            on_threads(groups, |jobs| {
+                for (f, dst, slot) in jobs {
+                    copy_pages(f, dst, slot)?;
+                }
+                Ok(())
+            })?;
+            Some(w.finish()?)
+        };
+
+        let encode =
+            |inode: &Arc<Inode>, runs: Vec<(u64, u64)>, at: u64| save_inode(inode, runs, at);
+        let mut out = runs.into_iter().zip(places);
+        let mut state = State {
+            next_ino: self.table.next_ino(),
+            linked: Vec::with_capacity(linked.len()),
+            kept: Vec::with_capacity(kept.len()),
+            pages,
+        };
+        for inode in &linked {
+            let (r, at) = out.next().expect("a place per inode");
+            state.linked.push(encode(inode, r, at));
+        }
+        for inode in &kept {
+            let (r, at) = out.next().expect("a place per inode");
+            state.kept.push(encode(inode, r, at));
+        }
+        Ok(Saved {
+            format: FORMAT.to_owned(),
+            bytes: saved::encode(&state)?,
+            fds: fd.into_iter().collect(),
+        })
+    }
+
+    /// A memfs on `layer` as a predecessor saved it (`FileSystem::save`),
+    /// with `cfg`'s limits and atime rule (the root's owner and mode are
+    /// the saved root's). `EPROTO` for a state of another format or one
+    /// that is not a memfs; `ENOSPC` if `cfg`'s limits are below what the
+    /// state holds.
+    pub fn restore(
+        layer: &Arc<VnodeLayer>,
+        cfg: MemFsConfig,
+        saved: Saved,
+    ) -> VfsResult<Arc<MemFs>> {
+        if saved.format != FORMAT {
+            return Err(Errno::EPROTO);
+        }
+        let state = saved::decode(&saved.bytes)?;
+        let kinds = check(&state)?;
+        let reader = match (state.pages, saved.fds.as_slice()) {
+            (0, []) => None,
+            (n, [fd]) if n > 0 => Some(pagefile::Reader::open(fd, n)?),
+            _ => return Err(Errno::EPROTO),
+        };
+        let data = reader.as_ref().map_or(&[][..], |r| r.bytes());
+
+        let fs = MemFs::without_inodes(layer.clone(), &cfg);
+        fs.table.set_next_ino(state.next_ino);
+        let weight = |s: &(&SavedInode, bool)| match &s.0.body {
+            SavedBody::File { runs, .. } => 1 + runs.iter().map(|r| r.1).sum::<u64>(),
+            _ => 1,
+        };
+        let all: Vec<(&SavedInode, bool)> = (state.linked.iter().map(|s| (s, true)))
+            .chain(state.kept.iter().map(|s| (s, false)))
+            .collect();
+        let groups = split(all, copiers(state.pages), weight);
+        let kept = on_threads(groups, |group| {
+            let mut kept = Vec::new();
+            for (s, linked) in group {
+                let inode = fs.build(s, data, &kinds)?;
+                if linked {
+                    fs.table.insert(inode);
+                } else {
+                    kept.push(inode);
+                }
+            }
+            Ok(kept)
+        })?;
+        {
+            let mut k = fs.kept.lock();
+            for inode in kept.into_iter().flatten() {
+                k.0.insert(inode.ino, Kept::Held(inode));
+            }
+        }
+        Ok(Arc::new(fs))
+    }
+
+    /// The inode `s` describes, its costs taken from the budgets.
+    fn build(&self, s: &SavedInode, data: &[u8], kinds: &Kinds) -> VfsResult<Arc<Inode>> {
+        let kind = saved::vtype(s.kind)?;
+        let mut xattrs = Xattrs::default();
+        for (name, value) in &s.xattrs {
+            if name.is_empty() || name.len() > XATTR_NAME_MAX || value.len() > XATTR_SIZE_MAX {
+                return Err(Errno::EPROTO);
+            }
+            xattrs.put(name, value);
+        }
+        // As `ispace.rs` charges: the inode (the root's is the budget's
+        // from the start), its attributes, and each name past the first.
+        let links = match kind {
+            VType::Dir => 0,
+            _ => u64::from(s.nlink.saturating_sub(1)),
+        };
+        let own = if s.ino == ROOT_INO { 0 } else { INODE_COST };
+        let cost = own + xattrs.space() + links * INODE_COST;
+        self.ispace.take(cost)?;
+        let body = match self.body(kind, &s.body, data, kinds) {
+            Ok(b) => b,
+            Err(e) => {
+                self.ispace.give(cost);
+                return Err(e);
+            }
+        };
+        let [atime, mtime, ctime, btime] = s.times;
+        let meta = Meta {
+            perm: s.perm & 0o7777,
+            uid: s.uid,
+            gid: s.gid,
+            nlink: s.nlink,
+            linkable: s.linkable,
+            rdev: s.rdev,
+            atime: atime.timespec()?,
+            mtime: mtime.timespec()?,
+            ctime: ctime.timespec()?,
+            btime: btime.timespec()?,
+            xattrs,
+            flags: s.flags,
+        };
+        Ok(Arc::new(Inode::new(
+            s.ino,
+            kind,
+            meta,
+            body,
+            self.ispace.clone(),
+        )))
+    }
+
+    fn body(&self, kind: VType, b: &SavedBody, data: &[u8], kinds: &Kinds) -> VfsResult<Body> {
+        Ok(match (kind, b) {
+            (VType::Reg, SavedBody::File { size, runs, at }) => {
+                let n: u64 = runs.iter().map(|r| r.1).sum();
+                let pages = at
+                    .checked_mul(PAGE_SIZE as u64)
+                    .and_then(|a| Some(a..a.checked_add(n.checked_mul(PAGE_SIZE as u64)?)?))
+                    .filter(|r| r.end <= data.len() as u64)
+                    .ok_or(Errno::EPROTO)?;
+                let data = &data[pages.start as usize..pages.end as usize];
+                let f = FileData::restored(self.budget.clone(), *size, runs, data)
+                    .map_err(|e| if e == Errno::ENOSPC { e } else { Errno::EPROTO })?;
+                Body::File(f)
+            }
+            (
+                VType::Dir,
+                SavedBody::Dir {
+                    parent,
+                    removed,
+                    next_cookie,
+                    entries,
+                },
+            ) => {
+                let entries = entries
+                    .iter()
+                    .map(|e| {
+                        let kind = kinds.get(&e.ino).ok_or(Errno::EPROTO)?.0;
+                        let target = Target { ino: e.ino, kind };
+                        Ok((e.cookie, e.name.as_slice().into(), target))
+                    })
+                    .collect::<VfsResult<Vec<_>>>()?;
+                let d = Directory::restored(*parent, *removed, *next_cookie, entries)
+                    .ok_or(Errno::EPROTO)?;
+                Body::Dir(RwLock::new(d))
+            }
+            (VType::Lnk, SavedBody::Symlink(t)) => {
+                uvfs_vfs::check_symlink_target(t).map_err(|_| Errno::EPROTO)?;
+                Body::Symlink(t.as_slice().into())
+            }
+            (VType::Chr | VType::Blk | VType::Fifo | VType::Sock, SavedBody::Special) => {
+                Body::Special
+            }
+            _ => return Err(Errno::EPROTO),
+        })
+    }
+
+    /// `vget` of a nameless inode a predecessor handed over.
+    pub(crate) fn vget_kept(&self, ino: Ino) -> Option<VnodeRef> {
+        let inode = {
+            let mut kept = self.kept.lock();
+            let found = match kept.0.get(&ino)? {
+                Kept::Held(i) => Some(i.clone()),
+                Kept::Lent(w) => w.upgrade(),
+            };
+            match found {
+                Some(i) => i,
+                None => {
+                    kept.0.remove(&ino);
+                    return None;
+                }
+            }
+        };
+        let vp = self.vnode(&inode).ok()?;
+        if let Some(k) = self.kept.lock().0.get_mut(&ino) {
+            *k = Kept::Lent(Arc::downgrade(&inode));
+        }
+        Some(vp)
+    }
+}
+
+/// Copies `f`'s pages into `dst` (room for exactly as many as `f` had),
+/// noting their runs of indices in `runs`.
+fn copy_pages(f: &FileData, dst: &mut [u8], runs: &mut Vec<(u64, u64)>) -> VfsResult<()> {
+    let mut chunks = dst.chunks_exact_mut(PAGE_SIZE);
+    f.for_each_page(|idx, page| {
+        chunks.next().ok_or(Errno::EAGAIN)?.copy_from_slice(page);
+        match runs.last_mut() {
+            Some((first, n)) if *first + *n == idx => *n += 1,
+            _ => runs.push((idx, 1)),
+        }
+        Ok::<_, Errno>(())
+    })?;
+    if chunks.next().is_some() {
+        return Err(Errno::EAGAIN);
+    }
+    Ok(())
+}
+
+/// One inode's saved form (its pages already in the page file at `at`).
+fn save_inode(inode: &Inode, runs: Vec<(u64, u64)>, at: u64) -> SavedInode {
+    // The body before the metadata: `meta` is the innermost lock.
+    let body = match &inode.body {
+        Body::File(f) => SavedBody::File {
+            size: f.size(),
+            runs,
+            at,
+        },
+        Body::Dir(d) => {
+            let d = d.read();
+            SavedBody::Dir {
+                parent: d.parent,
+                removed: d.removed,
+                next_cookie: d.next_cookie(),
+                entries: d
+                    .entries()
+                    .map(|(cookie, name, t)| SavedEntry {
+                        cookie,
+                        name: name.to_vec(),
+                        ino: t.ino,
+                    })
+                    .collect(),
+            }
+        }
+        Body::Symlink(t) => SavedBody::Symlink(t.to_vec()),
+        Body::Special => SavedBody::Special,
+    };
+    let m = inode.meta.lock();
+    SavedInode {
+        ino: inode.ino,
+        kind: inode.kind as u8,
+        perm: m.perm,
+        uid: m.uid,
+        gid: m.gid,
+        nlink: m.nlink,
+        linkable: m.linkable,
+        rdev: m.rdev,
+        times: [
+            m.atime.into(),
+            m.mtime.into(),
+            m.ctime.into(),
+            m.btime.into(),
+        ],
+        flags: m.flags,
+        xattrs: m
+            .xattrs
+            .iter()
+            .map(|(k, v)| (k.to_vec(), v.to_vec()))
+            .collect(),
+        body,
+    }
+}
+
+/// `EPROTO` unless `state` is one file system: unique inode numbers below
+/// the allocator's next, a linked root directory, linked inodes with
+/// links and kept ones without, and every name pointing at a linked
+/// inode, as many names as each has links, each directory named once, in
+/// its parent.
+fn check(state: &State) -> VfsResult<Kinds> {
+    let bad = Err(Errno::EPROTO);
+    let mut kinds = Kinds::with_capacity(state.linked.len() + state.kept.len());
+    let mut parents = HashMap::new();
+    let all = (state.linked.iter().map(|s| (s, true))).chain(state.kept.iter().map(|s| (s, false)));
+    for (s, linked) in all {
+        let kind = saved::vtype(s.kind)?;
+        if s.ino == 0 || s.ino >= state.next_ino || kinds.insert(s.ino, (kind, linked)).is_some() {
+            return bad;
+        }
+        if linked != (s.nlink > 0) {
+            return bad;
+        }
+        if let SavedBody::Dir {
+            removed,
+            entries,
+            parent,
+            ..
+        } = &s.body
+        {
+            // A removed directory is nameless and empty.
+            if *removed == linked || (!linked && !entries.is_empty()) {
+                return bad;
+            }
+            if linked {
+                parents.insert(s.ino, *parent);
+            }
+        }
+    }
+    if kinds.get(&ROOT_INO) != Some(&(VType::Dir, true))
+        || parents.get(&ROOT_INO) != Some(&ROOT_INO)
+    {
+        return bad;
+    }
+    let mut names: HashMap<Ino, u64> = HashMap::with_capacity(state.linked.len());
+    for s in &state.linked {
+        let SavedBody::Dir { entries, .. } = &s.body else {
+            continue;
+        };
+        for e in entries {
+            if uvfs_vfs::check_new_name(&e.name).is_err() {
+                return bad;
+            }
+            match kinds.get(&e.ino) {
+                Some((VType::Dir, true)) if parents.get(&e.ino) == Some(&s.ino) => {}
+                Some((VType::Dir, _)) | Some((_, false)) | None => return bad,
+                Some(_) => {}
+            }
+            *names.entry(e.ino).or_default() += 1;
+        }
+    }
+    for s in &state.linked {
+        let n = names.get(&s.ino).copied().unwrap_or(0);
+        let want = match kinds.get(&s.ino) {
+            Some((VType::Dir, _)) if s.ino == ROOT_INO => 0,
+            Some((VType::Dir, _)) => 1,
+            _ => u64::from(s.nlink),
+        };
+        if n != want {
+            return bad;
+        }
+    }
+    Ok(kinds)
+}
