@@ -490,5 +490,27 @@ fn check(state: &State) -> VfsResult<Kinds> {
             return bad;
         }
     }
+    // Every linked inode under the root (no cycle of directories that
+    // name each other beside the tree: `..` walks must end at the root).
+    let entries: HashMap<Ino, &Vec<SavedEntry>> = state
+        .linked
+        .iter()
+        .filter_map(|s| match &s.body {
+            SavedBody::Dir { entries, .. } => Some((s.ino, entries)),
+            _ => None,
+        })
+        .collect();
+    let mut seen = std::collections::HashSet::from([ROOT_INO]);
+    let mut todo = vec![ROOT_INO];
+    while let Some(dir) = todo.pop() {
+        for e in entries.get(&dir).into_iter().flat_map(|v| v.iter()) {
+            if seen.insert(e.ino) && parents.contains_key(&e.ino) {
+                todo.push(e.ino);
+            }
+        }
+    }
+    if seen.len() != state.linked.len() {
+        return bad;
+    }
     Ok(kinds)
 }
