@@ -29,8 +29,8 @@ use crate::dir::{Directory, Target};
 use crate::fs::{MemFs, MemFsConfig};
 use crate::inode::{Body, Inode, Meta};
 use crate::ispace::INODE_COST;
-use crate::pagefile;
-use crate::pages::{FileData, PAGE_SIZE};
+use crate::pagefile::{self, SharedFile};
+use crate::pages::FileData;
 use crate::saved::{self, SavedBody, SavedEntry, SavedInode, State, FORMAT};
 use crate::table::ROOT_INO;
 use crate::xattr::{Xattrs, XATTR_NAME_MAX, XATTR_SIZE_MAX};
@@ -106,8 +106,7 @@ fn on_threads<T: Send, R: Send>(
 
 impl MemFs {
     /// `FileSystem::save`: the whole file system, and the nameless inodes
-    /// of `keep`. Changes nothing; `EAGAIN` if a file changed while its
-    /// pages were being copied (the server was not frozen).
+    /// of `keep`. Changes nothing.
     pub(crate) fn save_state(&self, keep: &Keep<'_>) -> VfsResult<Saved> {
         let mut linked = self.table.snapshot();
         linked.sort_unstable_by_key(|i| i.ino);
@@ -122,59 +121,63 @@ impl MemFs {
         let kept: Vec<Arc<Inode>> = kept.into_values().collect();
         let all: Vec<&Arc<Inode>> = linked.iter().chain(&kept).collect();
 
-        // Page runs and page file offsets, file by file.
-        let mut at = 0u64;
-        let mut places: Vec<u64> = Vec::with_capacity(all.len());
-        for inode in &all {
-            places.push(at);
-            at += inode.file().map_or(0, |f| f.pages());
-        }
-        let pages = at;
-        let mut runs: Vec<Vec<(u64, u64)>> = vec![Vec::new(); all.len()];
-        let fd = if pages == 0 {
-            None
-        } else {
-            let mut w = pagefile::Writer::new(pages)?;
-            let mut rest = w.bytes_mut();
-            let mut jobs = Vec::new();
-            for (inode, slot) in all.iter().zip(runs.iter_mut()) {
-                let Some(f) = inode.file() else { continue };
-                let n = f.pages();
-                let (dst, tail) = rest.split_at_mut(n as usize * PAGE_SIZE);
-                rest = tail;
-                jobs.push((f, dst, slot));
-            }
-            let groups = split(jobs, copiers(pages), |(_, dst, _)| dst.len() as u64);
-            on_threads(groups, |jobs| {
-                for (f, dst, slot) in jobs {
-                    copy_pages(f, dst, slot)?;
-                }
-                Ok(())
-            })?;
-            Some(w.finish()?)
+        // The pages, in a page file per copying thread; each file's place.
+        let files: Vec<(usize, &FileData)> = (all.iter().enumerate())
+            .filter_map(|(i, inode)| Some((i, inode.file()?)))
+            .filter(|(_, f)| f.pages() > 0)
+            .collect();
+        let total: u64 = files.iter().map(|(_, f)| f.pages()).sum();
+        let groups = match total {
+            0 => Vec::new(),
+            _ => split(files, copiers(total), |(_, f)| f.pages()),
         };
-
-        let encode =
-            |inode: &Arc<Inode>, runs: Vec<(u64, u64)>, at: u64| save_inode(inode, runs, at);
-        let mut out = runs.into_iter().zip(places);
-        let mut state = State {
+        let copied = on_threads(groups, |group| {
+            let mut w = pagefile::Writer::new()?;
+            let mut placed = Vec::with_capacity(group.len());
+            for (i, f) in group {
+                let at = w.pages();
+                let mut runs: Vec<(u64, u64)> = Vec::new();
+                f.for_each_page(|idx, page| {
+                    match runs.last_mut() {
+                        Some((first, n)) if *first + *n == idx => *n += 1,
+                        _ => runs.push((idx, 1)),
+                    }
+                    w.push(page)
+                })?;
+                placed.push((i, at, runs));
+            }
+            let pages = w.pages();
+            Ok((w.finish()?, pages, placed))
+        })?;
+        let mut places: Vec<Option<Place>> = (0..all.len()).map(|_| None).collect();
+        let mut fds = Vec::with_capacity(copied.len());
+        let mut pages = Vec::with_capacity(copied.len());
+        for (file, (fd, n, placed)) in copied.into_iter().enumerate() {
+            fds.push(fd);
+            pages.push(n);
+            for (i, at, runs) in placed {
+                places[i] = Some(Place {
+                    file: file as u32,
+                    at,
+                    runs,
+                });
+            }
+        }
+        let mut places = places.into_iter();
+        let mut encode = |inode: &Arc<Inode>| {
+            let place = places.next().flatten().unwrap_or_default();
+            save_inode(inode, place)
+        };
+        let state = State {
             next_ino: self.table.next_ino(),
-            linked: Vec::with_capacity(linked.len()),
-            kept: Vec::with_capacity(kept.len()),
+            linked: linked.iter().map(&mut encode).collect(),
+            kept: kept.iter().map(&mut encode).collect(),
             pages,
         };
-        for inode in &linked {
-            let (r, at) = out.next().expect("a place per inode");
-            state.linked.push(encode(inode, r, at));
-        }
-        for inode in &kept {
-            let (r, at) = out.next().expect("a place per inode");
-            state.kept.push(encode(inode, r, at));
-        }
         Ok(Saved {
             format: FORMAT.to_owned(),
             bytes: saved::encode(&state)?,
-            fds: fd.into_iter().collect(),
+            fds,
         })
     }
 
@@ -193,12 +196,13 @@ impl MemFs {
         }
         let state = saved::decode(&saved.bytes)?;
         let kinds = check(&state)?;
-        let reader = match (state.pages, saved.fds.as_slice()) {
-            (0, []) => None,
-            (n, [fd]) if n > 0 => Some(pagefile::Reader::open(fd, n)?),
-            _ => return Err(Errno::EPROTO),
-        };
-        let data = reader.as_ref().map_or(&[][..], |r| r.bytes());
+        if state.pages.len() != saved.fds.len() {
+            return Err(Errno::EPROTO);
+        }
+        let files = (saved.fds.iter().zip(&state.pages))
+            .map(|(fd, &n)| pagefile::SharedFile::open(fd, n))
+            .collect::<VfsResult<Vec<_>>>()?;
+        drop(saved.fds);
 
         let fs = MemFs::without_inodes(layer.clone(), &cfg);
         fs.table.set_next_ino(state.next_ino);
@@ -209,11 +213,13 @@ impl MemFs {
         let all: Vec<(&SavedInode, bool)> = (state.linked.iter().map(|s| (s, true)))
             .chain(state.kept.iter().map(|s| (s, false)))
             .collect();
-        let groups = split(all, copiers(state.pages), weight);
+        let total = state.pages.iter().fold(0u64, |a, &n| a.saturating_add(n));
+        let work = total + all.len() as u64;
+        let groups = split(all, copiers(work), weight);
         let kept = on_threads(groups, |group| {
             let mut kept = Vec::new();
             for (s, linked) in group {
-                let inode = fs.build(s, data, &kinds)?;
+                let inode = fs.build(s, &files, &kinds)?;
                 if linked {
                     fs.table.insert(inode);
                 } else {
@@ -232,7 +238,12 @@ impl MemFs {
     }
 
     /// The inode `s` describes, its costs taken from the budgets.
-    fn build(&self, s: &SavedInode, data: &[u8], kinds: &Kinds) -> VfsResult<Arc<Inode>> {
+    fn build(
+        &self,
+        s: &SavedInode,
+        files: &[Arc<SharedFile>],
+        kinds: &Kinds,
+    ) -> VfsResult<Arc<Inode>> {
         let kind = saved::vtype(s.kind)?;
         let mut xattrs = Xattrs::default();
         for (name, value) in &s.xattrs {
@@ -250,7 +261,7 @@ impl MemFs {
         let own = if s.ino == ROOT_INO { 0 } else { INODE_COST };
         let cost = own + xattrs.space() + links * INODE_COST;
         self.ispace.take(cost)?;
-        let body = match self.body(kind, &s.body, data, kinds) {
+        let body = match self.body(kind, &s.body, files, kinds) {
             Ok(b) => b,
             Err(e) => {
                 self.ispace.give(cost);
@@ -281,17 +292,25 @@ impl MemFs {
         )))
     }
 
-    fn body(&self, kind: VType, b: &SavedBody, data: &[u8], kinds: &Kinds) -> VfsResult<Body> {
+    fn body(
+        &self,
+        kind: VType,
+        b: &SavedBody,
+        files: &[Arc<SharedFile>],
+        kinds: &Kinds,
+    ) -> VfsResult<Body> {
         Ok(match (kind, b) {
-            (VType::Reg, SavedBody::File { size, runs, at }) => {
-                let n: u64 = runs.iter().map(|r| r.1).sum();
-                let pages = at
-                    .checked_mul(PAGE_SIZE as u64)
-                    .and_then(|a| Some(a..a.checked_add(n.checked_mul(PAGE_SIZE as u64)?)?))
-                    .filter(|r| r.end <= data.len() as u64)
-                    .ok_or(Errno::EPROTO)?;
-                let data = &data[pages.start as usize..pages.end as usize];
-                let f = FileData::restored(self.budget.clone(), *size, runs, data)
+            (
+                VType::Reg,
+                SavedBody::File {
+                    size,
+                    runs,
+                    file,
+                    at,
+                },
+            ) => {
+                let file = files.get(*file as usize);
+                let f = FileData::restored(self.budget.clone(), *size, runs, file, *at)
                     .map_err(|e| if e == Errno::ENOSPC { e } else { Errno::EPROTO })?;
                 Body::File(f)
             }
@@ -351,32 +370,24 @@ impl MemFs {
     }
 }
 
-/// Copies `f`'s pages into `dst` (room for exactly as many as `f` had),
-/// noting their runs of indices in `runs`.
-fn copy_pages(f: &FileData, dst: &mut [u8], runs: &mut Vec<(u64, u64)>) -> VfsResult<()> {
-    let mut chunks = dst.chunks_exact_mut(PAGE_SIZE);
-    f.for_each_page(|idx, page| {
-        chunks.next().ok_or(Errno::EAGAIN)?.copy_from_slice(page);
-        match runs.last_mut() {
-            Some((first, n)) if *first + *n == idx => *n += 1,
-            _ => runs.push((idx, 1)),
-        }
-        Ok::<_, Errno>(())
-    })?;
-    if chunks.next().is_some() {
-        return Err(Errno::EAGAIN);
-    }
-    Ok(())
+/// Where a file's pages went: page file, first page there, and the runs
+/// of indices they hold.
+#[derive(Default)]
+struct Place {
+    file: u32,
+    at: u64,
+    runs: Vec<(u64, u64)>,
 }
 
-/// One inode's saved form (its pages already in the page file at `at`).
-fn save_inode(inode: &Inode, runs: Vec<(u64, u64)>, at: u64) -> SavedInode {
+/// One inode's saved form (its pages already in a page file at `place`).
+fn save_inode(inode: &Inode, place: Place) -> SavedInode {
     // The body before the metadata: `meta` is the innermost lock.
     let body = match &inode.body {
         Body::File(f) => SavedBody::File {
             size: f.size(),
-            runs,
-            at,
+            runs: place.runs,
+            file: place.file,
+            at: place.at,
         },
         Body::Dir(d) => {
             let d = d.read();

@@ -32,6 +32,7 @@
 //! truncation and fallocate).
 
 use crate::budget::Budget;
+use crate::pagefile::{MappedPage, SharedFile};
 use parking_lot::{RwLock, RwLockUpgradableReadGuard, RwLockWriteGuard};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,7 +46,35 @@ const PAGE: u64 = PAGE_SIZE as u64;
 /// Largest file size (Linux's `MAX_LFS_FILESIZE` on 64-bit).
 pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
 
-type Page = RwLock<Box<[u8; PAGE_SIZE]>>;
+type Page = RwLock<PageBuf>;
+
+/// A page's memory: an allocation of its own, or, in a memfs restored
+/// after a live upgrade, a page of the predecessor's page file used in
+/// place (`pagefile.rs`).
+#[derive(Debug)]
+enum PageBuf {
+    Heap(Box<[u8; PAGE_SIZE]>),
+    Mapped(MappedPage),
+}
+
+impl std::ops::Deref for PageBuf {
+    type Target = [u8; PAGE_SIZE];
+    fn deref(&self) -> &[u8; PAGE_SIZE] {
+        match self {
+            PageBuf::Heap(b) => b,
+            PageBuf::Mapped(m) => m,
+        }
+    }
+}
+
+impl std::ops::DerefMut for PageBuf {
+    fn deref_mut(&mut self) -> &mut [u8; PAGE_SIZE] {
+        match self {
+            PageBuf::Heap(b) => b,
+            PageBuf::Mapped(m) => m,
+        }
+    }
+}
 
 fn new_page() -> Page {
     // Zeroed by the allocator (calloc), not copied from a stack array.
@@ -53,7 +82,7 @@ fn new_page() -> Page {
         .into_boxed_slice()
         .try_into()
         .expect("PAGE_SIZE bytes");
-    RwLock::new(data)
+    RwLock::new(PageBuf::Heap(data))
 }
 
 /// The data of one regular file.
@@ -345,47 +374,47 @@ impl FileData {
     }
 
     /// A file of `size` bytes whose allocated pages are `runs` of
-    /// consecutive indices `(first, count)`, with their contents one after
-    /// another in `data`, charged to `budget`. `EINVAL` if they do not
-    /// make a file (runs out of order, overlapping, past the largest file
-    /// or not matching `data`), `ENOSPC` if the budget cannot pay for
-    /// them all.
+    /// consecutive indices `(first, count)`, found one after another in
+    /// `file` from its page `at` and used there, charged to `budget`.
+    /// `EINVAL` if they do not make a file (runs out of order,
+    /// overlapping, past the largest file, or not in `file`), `ENOSPC` if
+    /// the budget cannot pay for them all.
     pub fn restored(
         budget: Arc<Budget>,
         size: u64,
         runs: &[(u64, u64)],
-        data: &[u8],
+        file: Option<&Arc<SharedFile>>,
+        at: u64,
     ) -> VfsResult<FileData> {
-        if size > MAX_FILE_SIZE || !data.len().is_multiple_of(PAGE_SIZE) {
+        if size > MAX_FILE_SIZE {
             return Err(Errno::EINVAL);
         }
-        let n = (data.len() / PAGE_SIZE) as u64;
-        let (mut next, mut total) = (0u64, 0u64);
+        let (mut next, mut n) = (0u64, 0u64);
         for &(first, count) in runs {
             next = first
                 .checked_add(count)
                 .filter(|&end| count > 0 && first >= next && end <= MAX_FILE_SIZE.div_ceil(PAGE))
                 .ok_or(Errno::EINVAL)?;
-            total += count;
+            n += count;
         }
-        if total != n {
-            return Err(Errno::EINVAL);
-        }
+        let file = match (n, file) {
+            (0, _) => None,
+            (_, Some(f)) => Some(f),
+            (_, None) => return Err(Errno::EINVAL),
+        };
         if !budget.reserve_exact(n) {
             return Err(Errno::ENOSPC);
         }
         let f = FileData::new(budget);
         f.npages.store(n, Ordering::Relaxed);
         f.size.store(size, Ordering::Relaxed);
-        {
+        if let Some(file) = file {
             let mut map = f.map.write();
             let indices = runs.iter().flat_map(|&(first, count)| first..first + count);
-            for (idx, src) in indices.zip(data.chunks_exact(PAGE_SIZE)) {
-                // One allocation of exactly a page, copied into without
-                // being zeroed first (as `new_page` does).
-                let page: Box<[u8]> = src.into();
-                let page: Box<[u8; PAGE_SIZE]> = page.try_into().map_err(|_| Errno::EINVAL)?;
-                map.insert(idx, RwLock::new(page));
+            for (idx, k) in indices.zip(0..) {
+                let place = at.checked_add(k).ok_or(Errno::EINVAL)?;
+                let page = file.take(place).map_err(|_| Errno::EINVAL)?;
+                map.insert(idx, RwLock::new(PageBuf::Mapped(page)));
             }
         }
         Ok(f)

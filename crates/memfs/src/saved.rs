@@ -22,8 +22,9 @@ pub(crate) struct State {
     /// Nameless inodes the kernel still knows (unlinked while open,
     /// `O_TMPFILE`).
     pub kept: Vec<SavedInode>,
-    /// Pages in the page file (`pagefile.rs`); 0: there is none.
-    pub pages: u64,
+    /// The page files (`pagefile.rs`), one per `Saved::fds` entry, by
+    /// their length in pages.
+    pub pages: Vec<u64>,
 }
 
 /// One inode.
@@ -72,11 +73,12 @@ impl SavedTime {
 pub(crate) enum SavedBody {
     /// A regular file: its size and its allocated pages, as runs of
     /// consecutive indices `(first index, count)` in ascending order,
-    /// whose contents follow one another in the page file from page
+    /// whose contents follow one another in page file `file` from page
     /// `at`.
     File {
         size: u64,
         runs: Vec<(u64, u64)>,
+        file: u32,
         at: u64,
     },
     /// A directory (`dir.rs`): entries with their cookies, so offsets

@@ -351,7 +351,7 @@ fn a_limit_below_the_usage_is_refused() {
 fn another_format_or_a_broken_state_is_refused() {
     let (fs, gone, ..) = varied();
     let restore = |s: Saved| MemFs::restore(&layer(), cfg(None, None), s).map(drop);
-    let mut other = save(&fs, &[gone.clone()]);
+    let mut other = save(&fs, std::slice::from_ref(&gone));
     other.format = "uvfs-memfs/2".into();
     assert_eq!(restore(other), Err(Errno::EPROTO));
     let mut nofd = save(&fs, &[]);
@@ -361,7 +361,7 @@ fn another_format_or_a_broken_state_is_refused() {
     unsealed.fds = vec![rustix::fs::memfd_create("x", rustix::fs::MemfdFlags::empty()).unwrap()];
     assert_eq!(restore(unsealed), Err(Errno::EPROTO));
 
-    let good = save(&fs, &[gone.clone()]);
+    let good = save(&fs, std::slice::from_ref(&gone));
     let bytes = good.bytes.clone();
     let fd = || good.fds[0].try_clone().unwrap();
     let with = |bytes: Vec<u8>| Saved {
