@@ -525,3 +525,112 @@ fn check(state: &State) -> VfsResult<Kinds> {
     }
     Ok(kinds)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uvfs_vfs::{Ctx, Fh, FileSystem};
+
+    /// A memfs with two files of two pages each and a subdirectory, its
+    /// saved state decoded, and a function that restores a changed one.
+    fn state() -> (Saved, State) {
+        let fs = MemFs::new(
+            VnodeLayer::new(uvfs_vnode::Config::with_limit(64)),
+            MemFsConfig::default(),
+        );
+        let root = fs.root().unwrap();
+        for name in [&b"a"[..], b"b"] {
+            let (f, _) = fs.create(&Ctx::ROOT, &root, name, 0o644, 0).unwrap();
+            fs.write(&f, Fh(0), 0, &[1; 2 * PAGE]).unwrap();
+        }
+        let d = fs.mkdir(&Ctx::ROOT, &root, b"d", 0o755).unwrap();
+        fs.mkdir(&Ctx::ROOT, &d, b"e", 0o755).unwrap();
+        let saved = fs
+            .save(&Keep {
+                nodes: &[],
+                open: &[],
+            })
+            .unwrap();
+        let state = saved::decode(&saved.bytes).unwrap();
+        (saved, state)
+    }
+
+    const PAGE: usize = crate::pages::PAGE_SIZE;
+
+    fn restore_changed(saved: Saved, state: &State) -> VfsResult<()> {
+        let saved = Saved {
+            bytes: saved::encode(state).unwrap(),
+            ..saved
+        };
+        let layer = VnodeLayer::new(uvfs_vnode::Config::with_limit(64));
+        MemFs::restore(&layer, MemFsConfig::default(), saved).map(drop)
+    }
+
+    fn find(state: &mut State, ino: Ino) -> &mut SavedInode {
+        state.linked.iter_mut().find(|s| s.ino == ino).unwrap()
+    }
+
+    #[test]
+    fn the_unchanged_state_restores() {
+        let (saved, state) = state();
+        assert_eq!(restore_changed(saved, &state), Ok(()));
+    }
+
+    #[test]
+    fn two_files_on_the_same_pages_are_refused() {
+        let (saved, mut state) = state();
+        // Files 2 and 3 ("a" and "b"): b pointed at a's pages.
+        let at_a = match &find(&mut state, 2).body {
+            SavedBody::File { at, file, .. } => (*at, *file),
+            _ => unreachable!(),
+        };
+        if let SavedBody::File { at, file, .. } = &mut find(&mut state, 3).body {
+            (*at, *file) = at_a;
+        }
+        assert_eq!(restore_changed(saved, &state), Err(Errno::EPROTO));
+    }
+
+    #[test]
+    fn directories_outside_the_tree_are_refused() {
+        let (saved, mut state) = state();
+        // d (4) and e (5) name each other, d no longer in the root.
+        if let SavedBody::Dir { entries, .. } = &mut find(&mut state, ROOT_INO).body {
+            entries.retain(|e| e.ino != 4);
+        }
+        if let SavedBody::Dir {
+            entries, parent, ..
+        } = &mut find(&mut state, 5).body
+        {
+            *parent = 4;
+            entries.push(SavedEntry {
+                cookie: 3,
+                name: b"loop".to_vec(),
+                ino: 4,
+            });
+        }
+        if let SavedBody::Dir {
+            next_cookie,
+            parent,
+            ..
+        } = &mut find(&mut state, 4).body
+        {
+            *parent = 5;
+            *next_cookie = 4;
+        }
+        assert_eq!(restore_changed(saved, &state), Err(Errno::EPROTO));
+    }
+
+    #[test]
+    fn a_link_count_that_does_not_match_the_names_is_refused() {
+        let (saved, mut state) = state();
+        find(&mut state, 2).nlink = 2;
+        assert_eq!(restore_changed(saved, &state), Err(Errno::EPROTO));
+    }
+
+    #[test]
+    fn an_inode_number_the_allocator_would_give_again_is_refused() {
+        let (saved, mut state) = state();
+        state.next_ino = 5;
+        assert_eq!(restore_changed(saved, &state), Err(Errno::EPROTO));
+    }
+}

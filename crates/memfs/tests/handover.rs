@@ -553,3 +553,32 @@ fn twins(seed: u64, steps: usize) {
     assert_eq!(a.statfs().unwrap(), b.statfs().unwrap(), "seed {seed}");
     assert!(restarts > 5, "seed {seed}: {restarts} restarts");
 }
+
+#[test]
+fn a_removed_directory_still_in_use_is_kept() {
+    let fs = MemFs::new(layer(), cfg(None, None));
+    let root = fs.root().unwrap();
+    let d = fs.mkdir(&C, &root, b"cwd", 0o755).unwrap();
+    fs.rmdir(&C, &root, b"cwd").unwrap();
+    let new = restore(save(&fs, std::slice::from_ref(&d)), cfg(None, None));
+    let d2 = new.vget(d.ino()).unwrap();
+    let (mut x, mut y) = (String::new(), String::new());
+    describe(&fs, &d, true, &mut x);
+    describe(&new, &d2, true, &mut y);
+    assert_eq!(x, y);
+    assert_eq!(list_from(&new, &d2, 0), list_from(&fs, &d, 0));
+    for f in [&fs, &new] {
+        let d = f
+            .vget(d.ino())
+            .or_else(|_| Ok::<_, Errno>(d.clone()))
+            .unwrap();
+        assert_eq!(
+            f.create(&C, &d, b"x", 0o644, libc::O_RDWR).map(drop),
+            Err(Errno::ENOENT)
+        );
+    }
+    let ino = d.ino();
+    drop((d, d2));
+    assert_eq!(new.vget(ino).err(), Some(Errno::ESTALE));
+    assert_eq!(new.alive_count(), 1);
+}
