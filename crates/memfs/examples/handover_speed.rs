@@ -69,4 +69,16 @@ fn main() {
         meta >> 10,
         save + restore
     );
+    // Freeing restored files gives their pages back to the system.
+    let t = Instant::now();
+    let root = new.root().expect("root");
+    for d in 0..files.div_ceil(1000) {
+        let name = format!("d{d}");
+        let dir = new.lookup(&c, &root, name.as_bytes()).expect("lookup");
+        for i in 0..1000.min(files - d * 1000) {
+            new.unlink(&c, &dir, format!("f{i}").as_bytes())
+                .expect("unlink");
+        }
+    }
+    println!("removed every restored file in {:.2?}", t.elapsed());
 }

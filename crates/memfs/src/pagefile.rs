@@ -166,6 +166,7 @@ impl SharedFile {
         Ok(MappedPage {
             file: self.clone(),
             index: index as u32,
+            freed: false,
         })
     }
 }
@@ -185,6 +186,8 @@ impl Drop for SharedFile {
 pub(crate) struct MappedPage {
     file: Arc<SharedFile>,
     index: u32,
+    /// Given back already, with its neighbours ([`free_together`]).
+    freed: bool,
 }
 
 impl MappedPage {
@@ -214,10 +217,49 @@ impl DerefMut for MappedPage {
 
 impl Drop for MappedPage {
     fn drop(&mut self) {
-        // Frees the page's memory (the file's, not only this mapping's).
-        // SAFETY: one page inside the live mapping, which nothing else
-        // uses (`lent`): its contents may go.
-        let _ = unsafe { rustix::mm::madvise(self.ptr().cast(), PAGE_SIZE, Advice::LinuxRemove) };
+        if !self.freed {
+            remove(&self.file, self.index, 1);
+        }
+    }
+}
+
+/// Gives `count` pages of `file` from `first` back to the system (the
+/// file's memory, not only the mapping's).
+fn remove(file: &SharedFile, first: u32, count: u32) {
+    // SAFETY: pages inside the live mapping (`file`) that their owners
+    // are dropping, which nothing else uses (`lent`): their contents may
+    // go.
+    let _ = unsafe {
+        rustix::mm::madvise(
+            file.ptr.add(first as usize * PAGE_SIZE).cast(),
+            count as usize * PAGE_SIZE,
+            Advice::LinuxRemove,
+        )
+    };
+}
+
+/// Drops `pages`, giving back each run of neighbours in one call rather
+/// than one per page (a restored file's pages lie in order).
+pub(crate) fn free_together(pages: impl Iterator<Item = MappedPage>) {
+    let mut run: Option<(Arc<SharedFile>, u32, u32)> = None;
+    for mut page in pages {
+        page.freed = true;
+        match &mut run {
+            Some((file, first, n))
+                if Arc::ptr_eq(file, &page.file) && first.checked_add(*n) == Some(page.index) =>
+            {
+                *n += 1;
+            }
+            _ => {
+                if let Some((file, first, n)) = run.take() {
+                    remove(&file, first, n);
+                }
+                run = Some((page.file.clone(), page.index, 1));
+            }
+        }
+    }
+    if let Some((file, first, n)) = run {
+        remove(&file, first, n);
     }
 }
 
@@ -256,6 +298,23 @@ mod tests {
         let mut back = [1u8; 2];
         rustix::io::pread(&fd, &mut back, PAGE_SIZE as u64).unwrap();
         assert_eq!(back, [0, 0], "a dropped page goes back to the system");
+        drop(q);
+    }
+
+    #[test]
+    fn pages_freed_together_go_back_together() {
+        let mut w = Writer::new().unwrap();
+        for i in 0..5u8 {
+            w.push(&[i + 1; PAGE_SIZE]).unwrap();
+        }
+        let fd = w.finish().unwrap();
+        let f = SharedFile::open(&fd, 5).unwrap();
+        let pages: Vec<MappedPage> = [0, 1, 3, 4].iter().map(|&i| f.take(i).unwrap()).collect();
+        free_together(pages.into_iter());
+        let mut back = [9u8; 5 * PAGE_SIZE];
+        rustix::io::pread(&fd, &mut back, 0).unwrap();
+        let firsts: Vec<u8> = back.chunks(PAGE_SIZE).map(|c| c[0]).collect();
+        assert_eq!(firsts, [0, 0, 3, 0, 0]);
     }
 
     #[test]

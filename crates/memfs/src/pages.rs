@@ -76,6 +76,20 @@ impl std::ops::DerefMut for PageBuf {
     }
 }
 
+/// Pages being freed: those of a page file given back together
+/// (`pagefile::free_together`).
+struct Freed(BTreeMap<u64, Page>);
+
+impl Drop for Freed {
+    fn drop(&mut self) {
+        let pages = std::mem::take(&mut self.0).into_values();
+        crate::pagefile::free_together(pages.filter_map(|p| match p.into_inner() {
+            PageBuf::Mapped(m) => Some(m),
+            PageBuf::Heap(_) => None,
+        }));
+    }
+}
+
 fn new_page() -> Page {
     // Zeroed by the allocator (calloc), not copied from a stack array.
     let data: Box<[u8; PAGE_SIZE]> = vec![0u8; PAGE_SIZE]
@@ -271,7 +285,7 @@ impl FileData {
         let gone = map.split_off(&keep);
         let n = gone.len() as u64;
         self.forget_pages(n);
-        crate::reaper::free(gone, n);
+        crate::reaper::free(Freed(gone), n);
     }
 
     fn forget_pages(&self, n: u64) {
@@ -315,10 +329,9 @@ impl FileData {
             return;
         }
         let doomed: Vec<u64> = map.range(first_whole..end_whole).map(|(i, _)| *i).collect();
-        for i in &doomed {
-            map.remove(i);
-        }
+        let gone: BTreeMap<u64, Page> = doomed.iter().filter_map(|i| map.remove_entry(i)).collect();
         self.forget_pages(doomed.len() as u64);
+        drop(Freed(gone));
     }
 
     /// Allocates every page of `[offset, offset+len)` (all or nothing) and,
@@ -425,7 +438,7 @@ impl Drop for FileData {
     fn drop(&mut self) {
         let n = *self.npages.get_mut();
         self.budget.release(n);
-        crate::reaper::free(std::mem::take(self.map.get_mut()), n);
+        crate::reaper::free(Freed(std::mem::take(self.map.get_mut())), n);
     }
 }
 
