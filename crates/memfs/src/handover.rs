@@ -6,8 +6,9 @@
 //! linked inode (metadata, attributes and ACLs, symlink targets,
 //! directory entries with their readdir cookies, file pages with their
 //! holes), the nameless inodes the kernel still knows (unlinked while
-//! open, `O_TMPFILE`), and the inode number allocator. File pages go in a
-//! sealed memfd (`pagefile.rs`), the rest in `saved.rs`'s encoding.
+//! open, `O_TMPFILE`), and the inode number allocator. File pages go in
+//! memfds that the successor uses in place (`pagefile.rs`), the rest in
+//! `saved.rs`'s encoding.
 //!
 //! What needs no saving: handles (memfs's open and opendir return
 //! `Fh(0)` and keep nothing per open, so every kept handle is valid as
@@ -23,7 +24,10 @@
 //! one is in no table: `kept` holds it until the first `vget` makes a
 //! vnode for it, then only watches it (a weak reference), so that, as on
 //! the predecessor, the vnode alone keeps it alive and its last release
-//! frees it.
+//! frees it. So the server must hold what `vget` returns for as long as
+//! the kernel knows the node, as it does on the predecessor; one the
+//! server never asks for stays held (and is handed on at the next
+//! upgrade) until the file system goes.
 
 use crate::dir::{Directory, Target};
 use crate::fs::{MemFs, MemFsConfig};
@@ -116,6 +120,13 @@ impl MemFs {
             let inode = self.inode_of(vp)?;
             if inode.nlink() == 0 && self.table.get(inode.ino).is_none() {
                 kept.insert(inode.ino, inode.clone());
+            }
+        }
+        // Handed over to this process and not asked for since: the kernel
+        // may still know them.
+        for k in self.kept.lock().0.values() {
+            if let Kept::Held(inode) = k {
+                kept.entry(inode.ino).or_insert_with(|| inode.clone());
             }
         }
         let kept: Vec<Arc<Inode>> = kept.into_values().collect();

@@ -582,3 +582,17 @@ fn a_removed_directory_still_in_use_is_kept() {
     assert_eq!(new.vget(ino).err(), Some(Errno::ESTALE));
     assert_eq!(new.alive_count(), 1);
 }
+
+#[test]
+fn a_nameless_file_not_asked_for_yet_goes_on_to_the_next_successor() {
+    let fs = MemFs::new(layer(), cfg(None, None));
+    let root = fs.root().unwrap();
+    let (f, _) = fs.create(&C, &root, b"f", 0o644, libc::O_RDWR).unwrap();
+    fs.write(&f, Fh(0), 0, b"kept").unwrap();
+    fs.unlink(&C, &root, b"f").unwrap();
+    let second = restore(save(&fs, std::slice::from_ref(&f)), cfg(None, None));
+    // Upgraded again before the server asked for it.
+    let third = restore(save(&second, &[]), cfg(None, None));
+    let v = third.vget(f.ino()).unwrap();
+    assert_eq!(third.read(&v, Fh(0), 0, 10).unwrap(), b"kept");
+}
