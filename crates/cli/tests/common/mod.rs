@@ -91,8 +91,11 @@ impl Drop for Mounted {
         // EBUSY can be transient: a child another test thread forked and
         // has not yet exec'd holds copies of this test's descriptors.
         for _ in 0..20 {
+            let here = format!(" {} ", self.mnt.display());
+            let mounted =
+                fs::read_to_string("/proc/self/mountinfo").is_ok_and(|m| m.contains(&here));
             let out = Command::new("umount").arg(&self.mnt).output();
-            if out.is_ok_and(|o| o.status.success()) {
+            if !mounted || out.is_ok_and(|o| o.status.success()) {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(50));
