@@ -28,6 +28,8 @@ WORK=$(mktemp -d /tmp/uvfs-upgrade-ci.XXXXXX)
 MNT="$WORK/mnt"
 SRC="$WORK/src"
 mkdir -p "$MNT" "$SRC" "$WORK/secondary"
+# pjdfstest works as other users too: they must reach the mount.
+chmod 755 "$WORK"
 cleanup() {
     umount "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null
     rm -rf "$WORK"

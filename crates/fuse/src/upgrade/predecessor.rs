@@ -235,6 +235,10 @@ fn hand_over(inner: &Inner, ctx: &Upgradable, child: &mut Started) -> std::io::R
             ),
         ));
     }
+    // Nodes this server adopted from its own predecessor and was never
+    // asked for: found now, before requests are parked (the file
+    // system's state must cover them).
+    inner.nodes.resolve_adopted();
     let started = Instant::now();
     let parked_at_ns = monotonic_ns();
     ctx.pauser.park(PARK_LIMIT)?;

@@ -9,6 +9,7 @@ use crate::handles::OpenFile;
 use crate::server::Inner;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use uvfs_vfs::{Errno, Saved, VfsResult};
 
@@ -146,14 +147,23 @@ pub(crate) fn import(inner: &Inner, handoff: &Handoff) -> VfsResult<()> {
         }
         inner.fs.vget(ino)
     };
+    // Nodes are found when the kernel names them (`nodes.rs`, "Adopted
+    // nodes"); the root now.
     for n in &state.nodes {
-        let vp = vget(n.ino).inspect_err(|e| log::error!("node {} (inode {}): {e}", n.id, n.ino))?;
-        if inner.nodes.node_id(vp.ino()) != n.id {
-            log::error!("node {} came back as node {}", n.id, inner.nodes.node_id(vp.ino()));
+        if inner.nodes.node_id(n.ino) != n.id {
+            log::error!("node {} is inode {}, which is node {} here", n.id, n.ino, inner.nodes.node_id(n.ino));
             return Err(Errno::EPROTO);
         }
-        inner.nodes.adopt(&vp, n.count);
+        if n.id == crate::nodes::ROOT_ID {
+            inner.nodes.adopt(&inner.fs.root()?, n.count);
+        } else {
+            inner.nodes.adopt_lazily(n.id, n.count);
+        }
     }
+    let fs = Arc::downgrade(&inner.fs);
+    inner.nodes.set_resolver(Box::new(move |ino| {
+        fs.upgrade().ok_or(Errno::ESTALE)?.vget(ino)
+    }));
     for h in &state.handles {
         let vp = vget(h.ino).inspect_err(|e| log::error!("handle {} (inode {}): {e}", h.fh, h.ino))?;
         if h.kernel_writer {
