@@ -442,7 +442,12 @@ fn mount_with(o: &MountOpts, mut handoff: Option<uvfs_fuse::upgrade::Handoff>) -
 
 /// A file system restored from a predecessor's state, or why not.
 fn restored<T>(what: &str, r: Result<T, uvfs_vfs::Errno>) -> io::Result<T> {
-    r.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("restoring the {what}: {e}")))
+    r.map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("restoring the {what}: {e}"),
+        )
+    })
 }
 
 /// Tells the predecessor why this successor gives up (it serves on).

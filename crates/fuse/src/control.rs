@@ -112,7 +112,11 @@ impl ControlSocket {
                 for conn in listener.incoming() {
                     let Ok(conn) = conn else { continue };
                     let _ = serve_one(&served, &mp, conn);
-                    if served.lineage.handed_over.load(std::sync::atomic::Ordering::SeqCst) {
+                    if served
+                        .lineage
+                        .handed_over
+                        .load(std::sync::atomic::Ordering::SeqCst)
+                    {
                         break;
                     }
                 }
@@ -198,14 +202,18 @@ const MAX_REQUEST: u64 = 4096 + 16;
 fn serve_one(inner: &Inner, mp: &str, conn: UnixStream) -> std::io::Result<()> {
     conn.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut line = String::new();
-    BufReader::new(&conn).take(MAX_REQUEST).read_line(&mut line)?;
+    BufReader::new(&conn)
+        .take(MAX_REQUEST)
+        .read_line(&mut line)?;
     if line.is_empty() {
         // Connected and gone without asking (`answers`, `sweep_stale`):
         // no report to build.
         return Ok(());
     }
     if let Some(rest) = line.trim_end_matches('\n').strip_prefix("upgrade") {
-        let binary = Some(rest.trim()).filter(|b| !b.is_empty()).map(PathBuf::from);
+        let binary = Some(rest.trim())
+            .filter(|b| !b.is_empty())
+            .map(PathBuf::from);
         let v = match crate::upgrade::upgrade(inner, binary) {
             Ok(r) => serde_json::json!({
                 "ok": true,
@@ -231,7 +239,10 @@ fn serve_one(inner: &Inner, mp: &str, conn: UnixStream) -> std::io::Result<()> {
 /// started from `binary` (default: the binary it was started from);
 /// returns the server's answer (`ok` with the successor's pid,
 /// generation and pause, or `error`).
-pub fn request_upgrade(mountpoint: &Path, binary: Option<&Path>) -> std::io::Result<serde_json::Value> {
+pub fn request_upgrade(
+    mountpoint: &Path,
+    binary: Option<&Path>,
+) -> std::io::Result<serde_json::Value> {
     let mut s = connect(mountpoint)?;
     s.set_read_timeout(Some(Duration::from_secs(300)))?;
     let line = match binary {

@@ -202,7 +202,10 @@ pub fn serve_successor(
     }
     let generation = handoff.generation();
     let pause = handoff.done();
-    inner.lineage.last_pause_us.store(pause, std::sync::atomic::Ordering::Relaxed);
+    inner
+        .lineage
+        .last_pause_us
+        .store(pause, std::sync::atomic::Ordering::Relaxed);
     // Host changes between the predecessor's last event and this watcher's
     // start were seen by no one: the kernel forgets what it cached.
     if watched {

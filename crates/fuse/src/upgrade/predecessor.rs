@@ -181,7 +181,10 @@ impl Started {
                 // its status a moment to be had, for the message.
                 let mut status = None;
                 for _ in 0..100 {
-                    status = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
+                    status = self
+                        .child
+                        .as_mut()
+                        .and_then(|c| c.try_wait().ok().flatten());
                     if status.is_some() {
                         break;
                     }
@@ -223,7 +226,11 @@ fn parse_reply(b: &[u8]) -> std::io::Result<serde_json::Value> {
     Ok(v)
 }
 
-fn hand_over(inner: &Inner, ctx: &Upgradable, child: &mut Started) -> std::io::Result<UpgradeReport> {
+fn hand_over(
+    inner: &Inner,
+    ctx: &Upgradable,
+    child: &mut Started,
+) -> std::io::Result<UpgradeReport> {
     let hello = parse_reply(&child.recv(START_LIMIT, "at start")?)?;
     let theirs = hello.get("state_version").and_then(|v| v.as_u64());
     if theirs != Some(u64::from(VERSION)) {
@@ -258,7 +265,10 @@ fn hand_over(inner: &Inner, ctx: &Upgradable, child: &mut Started) -> std::io::R
     // that fails after that is a crash of the mount's server.
     let taking = parse_reply(&child.recv(TAKE_LIMIT, "while taking the state over")?)?;
     if taking.get("taking").is_none() {
-        return Err(err(std::io::ErrorKind::InvalidData, "successor: unexpected reply"));
+        return Err(err(
+            std::io::ErrorKind::InvalidData,
+            "successor: unexpected reply",
+        ));
     }
     parked.commit();
     let done = child
