@@ -91,10 +91,12 @@ impl ControlSocket {
     /// Binds the socket for `mountpoint` and serves it on a thread. With
     /// `take_over`, the socket of the server this one replaces is
     /// replaced at once (that server is leaving).
+    /// `upgradable`: what `upgrade` requests need (none: refused).
     pub fn start(
         inner: Arc<Inner>,
         mountpoint: &Path,
         take_over: bool,
+        upgradable: Option<crate::upgrade::Upgradable>,
     ) -> std::io::Result<ControlSocket> {
         let dir = crate::rundir::create()?;
         sweep_stale(&dir, STALE_AGE);
@@ -111,7 +113,7 @@ impl ControlSocket {
             .spawn(move || {
                 for conn in listener.incoming() {
                     let Ok(conn) = conn else { continue };
-                    let _ = serve_one(&served, &mp, conn);
+                    let _ = serve_one(&served, upgradable.as_ref(), &mp, conn);
                     if served
                         .lineage
                         .handed_over
@@ -199,7 +201,12 @@ impl Drop for ControlSocket {
 /// Longest request line (`upgrade` and a binary's path).
 const MAX_REQUEST: u64 = 4096 + 16;
 
-fn serve_one(inner: &Inner, mp: &str, conn: UnixStream) -> std::io::Result<()> {
+fn serve_one(
+    inner: &Inner,
+    upgradable: Option<&crate::upgrade::Upgradable>,
+    mp: &str,
+    conn: UnixStream,
+) -> std::io::Result<()> {
     conn.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut line = String::new();
     BufReader::new(&conn)
@@ -214,7 +221,7 @@ fn serve_one(inner: &Inner, mp: &str, conn: UnixStream) -> std::io::Result<()> {
         let binary = Some(rest.trim())
             .filter(|b| !b.is_empty())
             .map(PathBuf::from);
-        let v = match crate::upgrade::upgrade(inner, binary) {
+        let v = match crate::upgrade::upgrade(inner, upgradable, binary) {
             Ok(r) => serde_json::json!({
                 "ok": true,
                 "pid": r.pid,

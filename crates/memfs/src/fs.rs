@@ -63,7 +63,7 @@ pub struct MemFs {
     /// When reads move access times (`atime.rs`).
     pub(crate) atime: crate::atime::AtimeRule,
     /// Nameless inodes a predecessor handed over (`handover.rs`).
-    pub(crate) kept: Mutex<crate::handover::KeptInodes>,
+    pub(crate) kept: Mutex<crate::kept::KeptInodes>,
 }
 
 impl std::fmt::Debug for MemFs {

@@ -33,6 +33,7 @@ use crate::dir::{Directory, Target};
 use crate::fs::{MemFs, MemFsConfig};
 use crate::inode::{Body, Inode, Meta};
 use crate::ispace::INODE_COST;
+use crate::kept::Kept;
 use crate::pagefile::{self, SharedFile};
 use crate::pages::FileData;
 use crate::saved::{self, SavedBody, SavedEntry, SavedInode, State, FORMAT};
@@ -40,7 +41,7 @@ use crate::table::ROOT_INO;
 use crate::xattr::{Xattrs, XATTR_NAME_MAX, XATTR_SIZE_MAX};
 use parking_lot::RwLock;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use uvfs_vfs::{Errno, Ino, Keep, Saved, VType, VfsResult, VnodeLayer, VnodeRef};
 
 /// Below this many pages, copying on one thread is quicker than starting
@@ -49,17 +50,6 @@ const PARALLEL_PAGES: u64 = 4096;
 
 /// Each saved inode's type, and whether it is linked.
 type Kinds = HashMap<Ino, (VType, bool)>;
-
-/// Nameless inodes handed over by a predecessor.
-#[derive(Default)]
-pub(crate) struct KeptInodes(HashMap<Ino, Kept>);
-
-enum Kept {
-    /// Not asked for yet: held here.
-    Held(Arc<Inode>),
-    /// A vnode holds it; found as long as it lives.
-    Lent(Weak<Inode>),
-}
 
 /// Threads to copy `pages` pages on.
 fn copiers(pages: u64) -> usize {

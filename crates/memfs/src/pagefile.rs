@@ -17,7 +17,7 @@
 //! turn accesses into `SIGBUS`); a file without that seal is refused. The
 //! predecessor writes the file only before it hands it over.
 
-use crate::pages::PAGE_SIZE;
+use crate::page::PAGE_SIZE;
 use rustix::fs::{MemfdFlags, SealFlags};
 use rustix::mm::{Advice, MapFlags, ProtFlags};
 use std::ops::{Deref, DerefMut};

@@ -39,8 +39,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use uvfs_vfs::{Errno, VfsResult};
 
-/// Bytes per page.
-pub const PAGE_SIZE: usize = 4096;
+pub use crate::page::PAGE_SIZE;
 const PAGE: u64 = PAGE_SIZE as u64;
 
 /// Largest file size (Linux's `MAX_LFS_FILESIZE` on 64-bit).

@@ -11,8 +11,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use uvfs_vfs::{Keep, VnodeRef};
 
@@ -50,21 +49,6 @@ pub struct Upgradable {
     pub(crate) busy: Mutex<()>,
 }
 
-/// The server's place in the line of servers of its mount.
-#[derive(Default)]
-pub struct Lineage {
-    /// Servers before this one (0: this one mounted it).
-    pub generation: AtomicU64,
-    /// Restarts of the mount's server (upgrades so far).
-    pub restarts: AtomicU64,
-    /// How long requests waited at the last hand-over, microseconds.
-    pub last_pause_us: AtomicU64,
-    /// This server handed its mount over and is leaving: it must not
-    /// remove what the successor now owns (the control socket's file).
-    pub handed_over: AtomicBool,
-    pub(crate) ctx: OnceLock<Upgradable>,
-}
-
 /// What an upgrade did.
 #[derive(Debug, Clone)]
 pub struct UpgradeReport {
@@ -87,8 +71,12 @@ fn err(kind: std::io::ErrorKind, why: impl Into<String>) -> std::io::Error {
 /// Hands the mount served by `inner` to a successor started from `binary`
 /// (default: `Successor::exe`). On success the request loops are released
 /// and this server's `run` returns; on failure it serves on as before.
-pub fn upgrade(inner: &Inner, binary: Option<PathBuf>) -> std::io::Result<UpgradeReport> {
-    let ctx = inner.lineage.ctx.get().ok_or_else(|| {
+pub fn upgrade(
+    inner: &Inner,
+    ctx: Option<&Upgradable>,
+    binary: Option<PathBuf>,
+) -> std::io::Result<UpgradeReport> {
+    let ctx = ctx.ok_or_else(|| {
         err(
             std::io::ErrorKind::Unsupported,
             "this server cannot hand its mount over (it was started without a way to \
