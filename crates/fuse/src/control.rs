@@ -221,19 +221,25 @@ fn serve_one(
         let binary = Some(rest.trim())
             .filter(|b| !b.is_empty())
             .map(PathBuf::from);
-        let v = match crate::upgrade::upgrade(inner, upgradable, binary) {
-            Ok(r) => serde_json::json!({
-                "ok": true,
-                "pid": r.pid,
-                "generation": r.generation,
-                "pause_us": r.pause_us,
-                "nodes": r.nodes,
-                "handles": r.handles,
-            }),
-            Err(e) => serde_json::json!({ "error": e.to_string() }),
-        };
-        let mut w = &conn;
-        return w.write_all(format!("{v}\n").as_bytes());
+        let mut written = Ok(());
+        crate::upgrade::upgrade(inner, upgradable, binary, &mut |r| {
+            let v = match r {
+                Ok(r) => serde_json::json!({
+                    "ok": true,
+                    "pid": r.pid,
+                    "generation": r.generation,
+                    "pause_us": r.pause_us,
+                    "nodes": r.nodes,
+                    "handles": r.handles,
+                }),
+                Err(e) => serde_json::json!({ "error": e.to_string() }),
+            };
+            let mut w = &conn;
+            written = w
+                .write_all(format!("{v}\n").as_bytes())
+                .and_then(|()| conn.shutdown(std::net::Shutdown::Write));
+        });
+        return written;
     }
     let check = line.trim() == "check";
     let v = stats::report(inner, mp, check);

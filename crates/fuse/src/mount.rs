@@ -149,6 +149,11 @@ pub fn serve(
     serve_until_gone(session, control, cfg)
 }
 
+/// How long a server that handed its mount over lives on, for its
+/// host-change watcher to pass on what it had read before the
+/// successor's started (the two overlap; none is lost in between).
+const WATCHER_DRAIN: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Runs `session` until the mount goes or a successor takes it, and says
 /// which.
 fn serve_until_gone(
@@ -158,6 +163,13 @@ fn serve_until_gone(
 ) -> std::io::Result<()> {
     let r = run(session);
     let handed = control.as_ref().is_some_and(ControlSocket::handed_over);
+    if handed {
+        // Host changes: the successor's watcher saw every change since
+        // before it took the connection; this one's may still hold some
+        // from before that, which it turns into invalidations while it
+        // lives.
+        std::thread::sleep(WATCHER_DRAIN);
+    }
     drop(control);
     log::logger().flush();
     let why = match crate::signals::taken() {
@@ -183,9 +195,8 @@ pub fn serve_successor(
     mut handoff: crate::upgrade::Handoff,
     signals: BlockedSignals,
 ) -> std::io::Result<()> {
-    let watched = fs.changes_outside();
     let taken = take_over(fs, layer, cfg, &mut handoff);
-    let (session, control, km, inner, sink) = match taken {
+    let (session, control, km, inner) = match taken {
         Ok(x) => x,
         Err(e) => {
             handoff.fail(&e.to_string());
@@ -206,11 +217,6 @@ pub fn serve_successor(
         .lineage
         .last_pause_us
         .store(pause, std::sync::atomic::Ordering::Relaxed);
-    // Host changes between the predecessor's last event and this watcher's
-    // start were seen by no one: the kernel forgets what it cached.
-    if watched {
-        sink.everything_changed();
-    }
     log::info!(
         "took {} over (server generation {generation}): {} nodes, {} open handles; \
          requests waited {pause} us",
@@ -226,7 +232,6 @@ type TakenOver = (
     Option<ControlSocket>,
     Arc<KernelMount>,
     Arc<Inner>,
-    Arc<dyn uvfs_vfs::ChangeSink>,
 );
 
 fn take_over(
@@ -277,7 +282,7 @@ fn take_over(
         true,
         upgradable,
     )?;
-    Ok((session, control, km, inner, sink))
+    Ok((session, control, km, inner))
 }
 
 /// Serves until the file system goes. The request loops end with ENODEV
@@ -420,7 +425,7 @@ fn upgradable(
 /// file system learns its device, the directory refresher, the
 /// host-change sink, the evictor and the control socket (taken from the
 /// predecessor with `take_over`; `upgradable` serves its `upgrade`
-/// requests). Returns the control socket and the change sink.
+/// requests). Returns the control socket.
 #[allow(clippy::too_many_arguments)]
 fn start_around(
     fs: &Arc<dyn FileSystem>,
@@ -431,7 +436,7 @@ fn start_around(
     mountpoint: &Path,
     take_over: bool,
     upgradable: Option<crate::upgrade::Upgradable>,
-) -> std::io::Result<(Option<ControlSocket>, Arc<dyn uvfs_vfs::ChangeSink>)> {
+) -> std::io::Result<Option<ControlSocket>> {
     // Before any request is answered: the mount's device, so that a file
     // system reaching back into it by path refuses (mountinfo.rs).
     let dev = km.device().or_else(|| mountinfo::device_of(mountpoint));

@@ -146,11 +146,15 @@ impl NodeTable {
                 return Ok(vp);
             }
         }
-        let count = *map.get(&id).ok_or(Errno::ESTALE)?;
+        let Some(&count) = map.get(&id) else {
+            log::debug!("node {id}: not held, not adopted");
+            return Err(Errno::ESTALE);
+        };
         let resolve = self.resolver.get().ok_or(Errno::ESTALE)?;
         // Under the lock: a node is found once, and no FORGET or lookup
         // of it moves its count meanwhile.
-        let vp = resolve(self.node_id(id))?;
+        let vp = resolve(self.node_id(id))
+            .inspect_err(|e| log::debug!("adopted node {id} not found: {e}"))?;
         map.remove(&id);
         if map.is_empty() {
             self.any_adopted.store(false, Ordering::Release);

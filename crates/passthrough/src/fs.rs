@@ -516,12 +516,17 @@ impl PassthroughFs {
         if let Some(vp) = self.layer.lookup_cached(&self.mnt, id) {
             return Ok(vp);
         }
+        // A node the predecessor's kernel held first: `remembered` may
+        // also name its id, with the handle of an older file whose inode
+        // number the kept one reuses.
+        if self.is_kept(id) {
+            return self.vget_kept(id, depth);
+        }
         if let Some(h) = self.remembered.get(id) {
             return self.vget_handle(id, h);
         }
-        let kept = self.vget_kept(id, depth);
-        if !matches!(kept, Err(Errno::ESTALE)) || !self.by_ino {
-            return kept;
+        if !self.by_ino {
+            return Err(Errno::ESTALE);
         }
         let h = crate::by_ino::handle(id, self.handles.mount_id()).ok_or(Errno::ESTALE)?;
         self.vget_by(id, &h, true)

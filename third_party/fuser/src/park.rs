@@ -362,14 +362,22 @@ impl LoopGuard {
         let mut s = self.ctl.state.lock();
         loop {
             let command = s.command;
+            let mut now_parked = false;
             if let Some(slot) = ParkCtl::slot(&mut s, self.id) {
-                slot.parked = command != Command::Serve;
+                let parked = command != Command::Serve;
+                now_parked = parked && !slot.parked;
+                slot.parked = parked;
             }
             match command {
                 Command::Serve => return AfterPark::Serve,
                 Command::Release => return AfterPark::Exit,
                 Command::Park => {
-                    self.ctl.changed.notify_all();
+                    // Only a change is news to `park`: parked loops that
+                    // woke each other would spin through the pause, on
+                    // the CPUs the successor needs.
+                    if now_parked {
+                        self.ctl.changed.notify_all();
+                    }
                     self.ctl.changed.wait(&mut s);
                 }
             }

@@ -71,7 +71,28 @@ fn err(kind: std::io::ErrorKind, why: impl Into<String>) -> std::io::Error {
 /// Hands the mount served by `inner` to a successor started from `binary`
 /// (default: `Successor::exe`). On success the request loops are released
 /// and this server's `run` returns; on failure it serves on as before.
+///
+/// `answer` gets the outcome before this server lets go of the
+/// connection (which ends its process soon after): the requester hears
+/// back either way.
 pub fn upgrade(
+    inner: &Inner,
+    ctx: Option<&Upgradable>,
+    binary: Option<PathBuf>,
+    answer: &mut dyn FnMut(&std::io::Result<UpgradeReport>),
+) {
+    let r = try_upgrade(inner, ctx, binary);
+    answer(&r);
+    if r.is_ok() {
+        if let Some(ctx) = ctx {
+            if let Err(e) = ctx.pauser.release() {
+                log::error!("releasing the request loops after the hand-over: {e}");
+            }
+        }
+    }
+}
+
+fn try_upgrade(
     inner: &Inner,
     ctx: Option<&Upgradable>,
     binary: Option<PathBuf>,
@@ -271,9 +292,6 @@ fn hand_over(
     };
     inner.lineage.handed_over.store(true, Ordering::SeqCst);
     inner.backings.keep_ids_open();
-    if let Err(e) = ctx.pauser.release() {
-        log::error!("releasing the request loops after the hand-over: {e}");
-    }
     Ok(UpgradeReport {
         pid: child.pid(),
         generation: state.generation,

@@ -164,6 +164,7 @@ pub(crate) fn import(inner: &Inner, handoff: &Handoff) -> VfsResult<()> {
             );
             return Err(Errno::EPROTO);
         }
+        log::debug!("adopting node {} count {}", n.id, n.count);
         if n.id == crate::nodes::ROOT_ID {
             inner.nodes.adopt(&inner.fs.root()?, n.count);
         } else {

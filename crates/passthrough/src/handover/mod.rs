@@ -97,6 +97,12 @@ fn counters(c: &PtCounters) -> [&AtomicU64; 12] {
 }
 
 impl PassthroughFs {
+    /// Whether `id` is a node a predecessor's kernel held (`vget_kept`
+    /// finds it, or says it is gone).
+    pub(crate) fn is_kept(&self, id: Ino) -> bool {
+        kept_nodes(self).is_some_and(|k| k.table().find(id).is_some())
+    }
+
     /// The kept node `id` of a predecessor, found again: by its handle,
     /// or by its name in its parent (itself found the same way, at most
     /// `MAX_DEPTH` deep). `ESTALE` if it is not a kept node, if its file
