@@ -252,6 +252,12 @@ fn counter(v: &serde_json::Value, k: &str) -> Option<u64> {
         .and_then(serde_json::Value::as_u64)
 }
 
+/// The last `n` lines of a server's log, on one line.
+fn log_tail(log: &str, n: usize) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join(" | ")
+}
+
 /// Mounts `c` (the source, for a passthrough, under `base`).
 fn mount(c: Config, base: &Path) -> io::Result<ServerMount> {
     let tag = format!("restart-{}", c.name());
@@ -289,17 +295,19 @@ fn measure(
             let t0 = Instant::now();
             let answer = uvfs_fuse::request_upgrade(m.root(), None);
             let t1 = Instant::now();
-            let v = match answer {
-                Ok(v) if v.get("error").is_none() => v,
-                Ok(v) => {
-                    out.upgrade_error = Some(format!(
-                        "upgrade: {}",
-                        v["error"].as_str().unwrap_or("refused")
-                    ));
-                    break;
-                }
+            let why = match answer {
+                Ok(v) if v.get("error").is_none() => Ok(v),
+                Ok(v) => Err(v["error"].as_str().unwrap_or("refused").to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            let v = match why {
+                Ok(v) => v,
                 Err(e) => {
-                    out.upgrade_error = Some(format!("upgrade: {e}"));
+                    out.upgrade_error = Some(format!(
+                        "upgrade {}: {e} (server log: {})",
+                        windows.len() + 1,
+                        log_tail(&m.log(), 4)
+                    ));
                     break;
                 }
             };

@@ -91,6 +91,7 @@ pub fn make_row(k: &RowKey, setup_error: Option<&str>, m: &Measured) -> Row {
         "ops" => m.ops,
         "ops_across_upgrades" => m.ops_in_windows,
         "failed_ops" => m.failed_ops,
+        "load_errors" => m.errors,
         "target_ms" => k.target_ms,
         "full_size" => k.full_size,
         "ok" => setup_error.is_none()
