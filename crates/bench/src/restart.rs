@@ -213,6 +213,12 @@ impl Successor {
         }
     }
 
+    /// The server in place is now `pid`.
+    fn handed_to(&mut self, pid: u32) {
+        self.pid = pid;
+        self._leftover = cleanup::register(Leftover::Child(pid));
+    }
+
     /// Whether the process is still there (a zombie is gone).
     fn alive(&self) -> bool {
         std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).is_ok_and(|s| {
@@ -316,8 +322,12 @@ fn measure(
             out.nodes = v["nodes"].as_u64().unwrap_or(0);
             out.handles = v["handles"].as_u64().unwrap_or(0);
             if let Some(pid) = v["pid"].as_u64() {
-                // The one before exits by itself once it handed over.
-                *last = Some(Successor::new(pid as u32, m.root()));
+                // The one before exits by itself once it handed over: a
+                // SIGTERM now would unmount what its successor serves.
+                match last {
+                    Some(s) => s.handed_to(pid as u32),
+                    None => *last = Some(Successor::new(pid as u32, m.root())),
+                }
             }
             match m.report() {
                 Ok(r) => out
