@@ -18,7 +18,8 @@
 //!
 //! # Measure
 //! While a few threads run a mix of operations in the mount
-//! (`restart/load.rs`), the server is upgraded `--upgrades` times, one
+//! (`restart/load.rs`; `--keep-created` keeps the files it creates
+//! instead of removing them), the server is upgraded `--upgrades` times, one
 //! every `--interval-ms`. Each upgrade is a window from just before the
 //! `upgrade` request to its answer; the longest load operation that
 //! overlapped it is what a program waited. The row reports the max over
@@ -70,6 +71,11 @@ pub struct RestartOpts {
     /// passthrough-idle, passthrough-nodes).
     #[arg(long, value_delimiter = ',')]
     pub configs: Option<Vec<String>>,
+    /// The load keeps the files it creates instead of removing them: a
+    /// removed file whose node the kernel has not forgotten yet is in
+    /// the state handed over, which a successor must cope with.
+    #[arg(long)]
+    pub keep_created: bool,
     /// Where passthrough sources are made (a disk file system).
     #[arg(long, default_value = "/var/tmp")]
     pub source_dir: PathBuf,
@@ -133,7 +139,10 @@ fn choose(o: &RestartOpts) -> io::Result<Vec<Config>> {
     let names: Vec<&str> = Config::ALL.iter().map(|c| c.name()).collect();
     for w in v {
         if !names.contains(&w.as_str()) {
-            return Err(bad(format!("unknown --configs {w:?} ({})", names.join(", "))));
+            return Err(bad(format!(
+                "unknown --configs {w:?} ({})",
+                names.join(", ")
+            )));
         }
     }
     Ok(Config::ALL
@@ -148,6 +157,7 @@ struct Plan {
     upgrades: usize,
     threads: usize,
     interval: Duration,
+    keep_created: bool,
     nodes: usize,
     memfs: Tree,
 }
@@ -155,12 +165,15 @@ struct Plan {
 impl Plan {
     fn of(o: &RestartOpts) -> Plan {
         let q = o.common.quick;
-        let files = o.memfs_files.unwrap_or(if q { 6400 } else { FULL_MEMFS_FILES });
+        let files = o
+            .memfs_files
+            .unwrap_or(if q { 6400 } else { FULL_MEMFS_FILES });
         let mib = o.memfs_mib.unwrap_or(if q { 64 } else { FULL_MEMFS_MIB });
         Plan {
             upgrades: o.upgrades.unwrap_or(if q { 3 } else { 20 }),
             threads: o.threads,
             interval: Duration::from_secs_f64(o.interval_ms / 1e3),
+            keep_created: o.keep_created,
             nodes: o.nodes.unwrap_or(if q { 20_000 } else { FULL_NODES }),
             memfs: Tree {
                 files,
@@ -330,9 +343,7 @@ fn measure(
                 }
             }
             match m.report() {
-                Ok(r) => out
-                    .pauses_us
-                    .extend(counter(&r, "server.last_pause_us")),
+                Ok(r) => out.pauses_us.extend(counter(&r, "server.last_pause_us")),
                 Err(e) => {
                     out.upgrade_error = Some(format!("uvfs stat after an upgrade: {e}"));
                     break;
@@ -398,7 +409,7 @@ fn run_config(c: Config, p: &Plan, base: &Path) -> io::Result<Result<Measured, S
             }
             sample = t.sample(m.root(), 1000);
         }
-        let target = load::prepare(m.root(), sample)?;
+        let target = load::prepare(m.root(), sample, p.keep_created)?;
         Ok(measure(&m, &target, p, &mut last))
     })();
     // The server in place now unmounts on SIGTERM; then the first one,
@@ -435,11 +446,16 @@ pub fn run(o: &RestartOpts) -> io::Result<Report> {
         ));
         let key = RowKey {
             config: c.name(),
-            fs: if c.passthrough() { "passthrough" } else { "memfs" },
+            fs: if c.passthrough() {
+                "passthrough"
+            } else {
+                "memfs"
+            },
             files: tree.map_or(0, |t| t.files),
             bytes: tree.map_or(0, |t| (t.files * t.bytes) as u64),
             upgrades: p.upgrades,
             threads: p.threads,
+            removes: !p.keep_created,
             target_ms: c.target_ms(),
             full_size: p.full_size(c),
         };
@@ -470,6 +486,7 @@ mod tests {
             memfs_files: None,
             memfs_mib: None,
             configs: None,
+            keep_created: false,
             source_dir: "/var/tmp".into(),
         }
     }
@@ -480,13 +497,19 @@ mod tests {
         let p = Plan::of(&o);
         assert_eq!((p.upgrades, p.nodes), (20, 1_000_000));
         let all = p.memfs.files * p.memfs.bytes;
-        assert!((1 << 30..(1 << 30) + p.memfs.files).contains(&all), "1 GiB in all: {all}");
+        assert!(
+            (1 << 30..(1 << 30) + p.memfs.files).contains(&all),
+            "1 GiB in all: {all}"
+        );
         assert!(Config::ALL.iter().all(|&c| p.full_size(c)));
         o.common.quick = true;
         let q = Plan::of(&o);
         assert_eq!((q.upgrades, q.nodes, q.memfs.files), (3, 20_000, 6400));
         let all = q.memfs.files * q.memfs.bytes;
-        assert!((64 << 20..(64 << 20) + q.memfs.files).contains(&all), "{all}");
+        assert!(
+            (64 << 20..(64 << 20) + q.memfs.files).contains(&all),
+            "{all}"
+        );
         assert!(!q.full_size(Config::PassthroughNodes));
         assert!(!q.full_size(Config::MemfsData));
         assert!(q.full_size(Config::MemfsIdle), "idle is idle at any size");

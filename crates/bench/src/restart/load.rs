@@ -15,6 +15,8 @@ pub const STAT_FILES: usize = 64;
 /// The small file every thread reads whole.
 const SMALL: &str = "small";
 const SMALL_LEN: usize = 4096;
+/// Where files created are kept with `keep_created`.
+const CREATED: &str = "created";
 
 /// One operation: when it started and how long it took.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -40,6 +42,8 @@ pub struct Target {
     pub dir: PathBuf,
     /// Known files to stat, chosen at random.
     pub stat: Vec<PathBuf>,
+    /// Files created are kept (in `load/created/`), not removed.
+    pub keep_created: bool,
 }
 
 fn small_content() -> Vec<u8> {
@@ -48,9 +52,9 @@ fn small_content() -> Vec<u8> {
 
 /// Makes the load's directory in `mnt`: the small file and the files it
 /// stats; `extra`: known files of the configuration's data to stat too.
-pub fn prepare(mnt: &Path, extra: Vec<PathBuf>) -> std::io::Result<Target> {
+pub fn prepare(mnt: &Path, extra: Vec<PathBuf>, keep_created: bool) -> std::io::Result<Target> {
     let dir = mnt.join("load");
-    std::fs::create_dir_all(&dir)?;
+    std::fs::create_dir_all(dir.join(CREATED))?;
     std::fs::write(dir.join(SMALL), small_content())?;
     let mut stat = extra;
     for i in 0..STAT_FILES {
@@ -58,7 +62,11 @@ pub fn prepare(mnt: &Path, extra: Vec<PathBuf>) -> std::io::Result<Target> {
         std::fs::write(&p, b"k")?;
         stat.push(p);
     }
-    Ok(Target { dir, stat })
+    Ok(Target {
+        dir,
+        stat,
+        keep_created,
+    })
 }
 
 /// A small xorshift generator: the choice of file needs no quality.
@@ -109,7 +117,11 @@ fn one(kind: Kind, t: &Target, thread: usize, i: u64, rng: &mut Rng) -> Result<(
                 .and_then(|mut f| f.read_to_end(&mut b))
                 .map_err(|e| io("read", &p, e))?;
             if b != small_content() {
-                return Err(format!("read {}: wrong content ({} bytes)", p.display(), b.len()));
+                return Err(format!(
+                    "read {}: wrong content ({} bytes)",
+                    p.display(),
+                    b.len()
+                ));
             }
         }
         Kind::Append => {
@@ -134,6 +146,10 @@ fn one(kind: Kind, t: &Target, thread: usize, i: u64, rng: &mut Rng) -> Result<(
                 std::fs::write(&p, b"").map_err(|e| io("truncate", &p, e))?;
             }
         }
+        Kind::CreateRemove if t.keep_created => {
+            let p = t.dir.join(CREATED).join(format!("tmp-{thread}-{i}"));
+            std::fs::write(&p, b"x").map_err(|e| io("create", &p, e))?;
+        }
         Kind::CreateRemove => {
             let p = t.dir.join(format!("tmp-{thread}-{i}"));
             std::fs::write(&p, b"x").map_err(|e| io("create", &p, e))?;
@@ -144,7 +160,7 @@ fn one(kind: Kind, t: &Target, thread: usize, i: u64, rng: &mut Rng) -> Result<(
                 .and_then(|d| d.map(|e| e.map(|_| ())).collect::<Result<Vec<()>, _>>())
                 .map_err(|e| io("readdir", &t.dir, e))?
                 .len();
-            if n < STAT_FILES + 1 {
+            if n < STAT_FILES + 2 {
                 return Err(format!("readdir {}: {n} entries", t.dir.display()));
             }
         }
@@ -226,7 +242,7 @@ mod tests {
         let d = std::env::temp_dir().join(format!("uvfs-restart-load-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
-        let t = prepare(&d, Vec::new()).unwrap();
+        let t = prepare(&d, Vec::new(), false).unwrap();
         let stop = AtomicBool::new(false);
         let log = std::thread::scope(|s| {
             let h = s.spawn(|| run(&t, 0, &stop));
@@ -242,6 +258,13 @@ mod tests {
             .filter(|n| n.starts_with("tmp-"))
             .collect();
         assert!(left.is_empty(), "{left:?}");
+        let kept = Target {
+            keep_created: true,
+            ..t.clone()
+        };
+        let mut rng = Rng(1);
+        one(Kind::CreateRemove, &kept, 0, 7, &mut rng).unwrap();
+        assert!(t.dir.join(CREATED).join("tmp-0-7").exists());
         // A failing operation is counted and said.
         std::fs::remove_file(t.dir.join(SMALL)).unwrap();
         let mut rng = Rng(1);

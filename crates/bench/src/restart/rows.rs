@@ -47,6 +47,8 @@ pub struct RowKey<'a> {
     /// Upgrades asked for.
     pub upgrades: usize,
     pub threads: usize,
+    /// The load removes the files it creates (or keeps them).
+    pub removes: bool,
     /// The bound on the p100 wait for this configuration.
     pub target_ms: f64,
     /// Whether the data is at the size the target is for.
@@ -75,6 +77,7 @@ pub fn make_row(k: &RowKey, setup_error: Option<&str>, m: &Measured) -> Row {
         "files" => k.files,
         "bytes" => k.bytes,
         "threads" => k.threads,
+        "load" => if k.removes { "stat,read,append,create+remove,readdir" } else { "stat,read,append,create (kept),readdir" },
         "upgrades" => k.upgrades,
         "upgraded" => m.waits.len(),
         "nodes_handed" => m.nodes,
@@ -222,10 +225,7 @@ pub fn check(r: &Report) -> io::Result<()> {
     if bad.is_empty() {
         Ok(())
     } else {
-        Err(io::Error::other(format!(
-            "restart: {}",
-            bad.join("; ")
-        )))
+        Err(io::Error::other(format!("restart: {}", bad.join("; "))))
     }
 }
 
@@ -241,6 +241,7 @@ mod tests {
             bytes: 0,
             upgrades: 3,
             threads: 2,
+            removes: true,
             target_ms: 200.0,
             full_size,
         }
@@ -260,7 +261,8 @@ mod tests {
     #[test]
     fn rows_and_verdicts() {
         let mut rep = Report::new("restart");
-        rep.rows.push(make_row(&key(true), None, &measured(&[10, 250, 20])));
+        rep.rows
+            .push(make_row(&key(true), None, &measured(&[10, 250, 20])));
         let x = &rep.rows[0];
         assert_eq!(x["max_wait_ms"].as_f64(), Some(250.0));
         assert_eq!(x["median_wait_ms"].as_f64(), Some(20.0));
@@ -290,7 +292,10 @@ mod tests {
         rep.rows.push(make_row(&key(true), None, &m));
         assert_eq!(rep.rows[0]["ok"], false);
         let s = summary(&rep);
-        assert!(s[1].contains("NOT met; 2 load operations FAILED: stat"), "{s:?}");
+        assert!(
+            s[1].contains("NOT met; 2 load operations FAILED: stat"),
+            "{s:?}"
+        );
         assert!(check(&rep).is_err());
 
         let mut m = measured(&[10]);
@@ -299,7 +304,11 @@ mod tests {
         assert_eq!(rep.rows[0]["ok"], false, "fewer upgrades than asked");
         assert!(check(&rep).unwrap_err().to_string().contains("cannot hand"));
 
-        rep.rows[0] = make_row(&key(true), Some("/dev/fuse is not usable"), &Measured::default());
+        rep.rows[0] = make_row(
+            &key(true),
+            Some("/dev/fuse is not usable"),
+            &Measured::default(),
+        );
         assert_eq!(rep.rows[0]["setup_failed"], true);
         assert!(check(&rep).is_ok());
         assert!(summary(&rep)[1].contains("not set up: /dev/fuse"));
