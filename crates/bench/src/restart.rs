@@ -296,6 +296,7 @@ fn mount(c: Config, base: &Path) -> io::Result<ServerMount> {
 fn measure(
     m: &ServerMount,
     target: &load::Target,
+    rewalk: Option<&Path>,
     p: &Plan,
     last: &mut Option<Successor>,
 ) -> Measured {
@@ -310,7 +311,20 @@ fn measure(
             })
             .collect();
         std::thread::sleep(p.interval);
-        for _ in 0..p.upgrades {
+        for i in 0..p.upgrades {
+            if let (Some(tree), true) = (rewalk, i > 0) {
+                // A successor drops what the kernel cached of a
+                // passthrough (it cannot know what changed on the host
+                // meanwhile): the kernel forgets the nodes, and each
+                // upgrade would hand over fewer. A walk makes the kernel
+                // know every file again.
+                let t = Instant::now();
+                if let Err(e) = crate::walk::walk(tree) {
+                    out.upgrade_error = Some(format!("walk before upgrade {}: {e}", i + 1));
+                    break;
+                }
+                out.rewalks.push(t.elapsed());
+            }
             let t0 = Instant::now();
             let answer = uvfs_fuse::request_upgrade(m.root(), None);
             let t1 = Instant::now();
@@ -332,7 +346,7 @@ fn measure(
             };
             windows.push((t0, t1));
             out.commands.push(t1 - t0);
-            out.nodes = v["nodes"].as_u64().unwrap_or(0);
+            out.nodes.push(v["nodes"].as_u64().unwrap_or(0));
             out.handles = v["handles"].as_u64().unwrap_or(0);
             if let Some(pid) = v["pid"].as_u64() {
                 // The one before exits by itself once it handed over: a
@@ -410,7 +424,10 @@ fn run_config(c: Config, p: &Plan, base: &Path) -> io::Result<Result<Measured, S
             sample = t.sample(m.root(), 1000);
         }
         let target = load::prepare(m.root(), sample, p.keep_created)?;
-        Ok(measure(&m, &target, p, &mut last))
+        let rewalk = tree
+            .filter(|_| c.passthrough())
+            .map(|_| m.root().join("tree"));
+        Ok(measure(&m, &target, rewalk.as_deref(), p, &mut last))
     })();
     // The server in place now unmounts on SIGTERM; then the first one,
     // long gone if it handed over, is reaped.

@@ -21,9 +21,13 @@ pub struct Measured {
     pub pauses_us: Vec<u64>,
     /// Per upgrade: how long `upgrade` took to answer, start to end.
     pub commands: Vec<Duration>,
-    /// Nodes and open handles handed over at the last upgrade.
-    pub nodes: u64,
+    /// Per upgrade: nodes handed over.
+    pub nodes: Vec<u64>,
+    /// Open handles handed over at the last upgrade.
     pub handles: u64,
+    /// Walks that made the kernel know a passthrough's tree again before
+    /// an upgrade, how long each took.
+    pub rewalks: Vec<Duration>,
     /// `server.generation` and `server.restarts` at the end.
     pub generation: Option<u64>,
     pub restarts: Option<u64>,
@@ -80,7 +84,10 @@ pub fn make_row(k: &RowKey, setup_error: Option<&str>, m: &Measured) -> Row {
         "load" => if k.removes { "stat,read,append,create+remove,readdir" } else { "stat,read,append,create (kept),readdir" },
         "upgrades" => k.upgrades,
         "upgraded" => m.waits.len(),
-        "nodes_handed" => m.nodes,
+        "nodes_handed" => m.nodes.iter().copied().min(),
+        "nodes_handed_max" => m.nodes.iter().copied().max(),
+        "rewalk_median_s" => (!m.rewalks.is_empty())
+            .then(|| median(&m.rewalks.iter().map(Duration::as_secs_f64).collect::<Vec<_>>())),
         "handles_handed" => m.handles,
         "max_wait_ms" => max(&waits),
         "median_wait_ms" => med(&waits),
@@ -145,9 +152,12 @@ pub fn summary(r: &Report) -> Vec<String> {
             continue;
         }
         let target = f(x, "target_ms").unwrap_or(0.0);
+        let n = |k: &str| x.get(k).and_then(Value::as_u64).unwrap_or(0);
         let mut line = format!(
-            "{name} ({} files): ",
-            x.get("files").and_then(Value::as_u64).unwrap_or(0)
+            "{name} ({} files, {}..{} nodes handed over): ",
+            n("files"),
+            n("nodes_handed"),
+            n("nodes_handed_max")
         );
         let Some(wait) = f(x, "max_wait_ms") else {
             out.push(format!(
