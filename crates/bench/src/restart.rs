@@ -277,13 +277,18 @@ fn log_tail(log: &str, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join(" | ")
 }
 
-/// Mounts `c` (the source, for a passthrough, under `base`).
-fn mount(c: Config, base: &Path) -> io::Result<ServerMount> {
+/// Mounts `c` (the source, for a passthrough, under `base`); `nodes`:
+/// files the kernel is to know at once.
+fn mount(c: Config, base: &Path, nodes: usize) -> io::Result<ServerMount> {
     let tag = format!("restart-{}", c.name());
     let mut args: Vec<String> = vec!["--transport".into(), "dev".into()];
     if c.passthrough() {
         args.push("--source".into());
         args.push(base.join(c.name()).display().to_string());
+        // Over its vnode limit the passthrough has the kernel forget cold
+        // nodes, and would hand over no more than the limit.
+        args.push("--vnodes".into());
+        args.push((nodes + nodes / 4 + 65_536).max(262_144).to_string());
     } else {
         args.push("--fs".into());
         args.push("memfs".into());
@@ -401,7 +406,7 @@ fn run_config(c: Config, p: &Plan, base: &Path) -> io::Result<Result<Measured, S
             t.make(&source, p.threads)?;
         }
     }
-    let mut m = match mount(c, base) {
+    let mut m = match mount(c, base, tree.map_or(0, |t| t.files + t.dirs_used())) {
         Ok(m) => m,
         Err(e) => return Ok(Err(format!("cannot mount: {e}"))),
     };
