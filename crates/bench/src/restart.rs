@@ -316,6 +316,7 @@ fn measure(
             })
             .collect();
         std::thread::sleep(p.interval);
+        let mut generation = 0;
         for i in 0..p.upgrades {
             if let (Some(tree), true) = (rewalk, i > 0) {
                 // A successor drops what the kernel cached of a
@@ -340,6 +341,26 @@ fn measure(
             };
             let v = match why {
                 Ok(v) => v,
+                // No answer at all: the upgrade may have happened anyway
+                // (the server that handed over left before answering).
+                // The new server's report says, and the row counts it.
+                Err(e) if e.contains("EOF") || e.contains("reset") => match m.report() {
+                    Ok(r) if counter(&r, "server.generation") > Some(generation) => {
+                        out.answers_lost.push(e);
+                        serde_json::json!({
+                            "pid": r.get("pid").cloned(),
+                            "nodes": counter(&r, "fuse.nodes"),
+                        })
+                    }
+                    _ => {
+                        out.upgrade_error = Some(format!(
+                            "upgrade {}: {e} (server log: {})",
+                            windows.len() + 1,
+                            log_tail(&m.log(), 4)
+                        ));
+                        break;
+                    }
+                },
                 Err(e) => {
                     out.upgrade_error = Some(format!(
                         "upgrade {}: {e} (server log: {})",
@@ -362,7 +383,10 @@ fn measure(
                 }
             }
             match m.report() {
-                Ok(r) => out.pauses_us.extend(counter(&r, "server.last_pause_us")),
+                Ok(r) => {
+                    out.pauses_us.extend(counter(&r, "server.last_pause_us"));
+                    generation = counter(&r, "server.generation").unwrap_or(generation);
+                }
                 Err(e) => {
                     out.upgrade_error = Some(format!("uvfs stat after an upgrade: {e}"));
                     break;

@@ -37,6 +37,9 @@ pub struct Measured {
     pub ops_in_windows: usize,
     pub failed_ops: usize,
     pub errors: Vec<String>,
+    /// Upgrades that happened but whose request got no answer (the
+    /// connection closed): what the request said.
+    pub answers_lost: Vec<String>,
     /// An upgrade that did not happen (the server serves on), and why.
     pub upgrade_error: Option<String>,
 }
@@ -73,7 +76,15 @@ pub fn make_row(k: &RowKey, setup_error: Option<&str>, m: &Measured) -> Row {
     let error = setup_error
         .map(String::from)
         .or_else(|| m.upgrade_error.clone())
-        .or_else(|| m.errors.first().cloned());
+        .or_else(|| m.errors.first().cloned())
+        .or_else(|| {
+            m.answers_lost.first().map(|e| {
+                format!(
+                    "{} upgrades happened but `upgrade` got no answer: {e}",
+                    m.answers_lost.len()
+                )
+            })
+        });
     let mut r = row!(
         "config" => k.config,
         "fs" => k.fs,
@@ -101,12 +112,14 @@ pub fn make_row(k: &RowKey, setup_error: Option<&str>, m: &Measured) -> Row {
         "ops" => m.ops,
         "ops_across_upgrades" => m.ops_in_windows,
         "failed_ops" => m.failed_ops,
+        "answers_lost" => m.answers_lost.len(),
         "load_errors" => m.errors,
         "target_ms" => k.target_ms,
         "full_size" => k.full_size,
         "ok" => setup_error.is_none()
             && m.upgrade_error.is_none()
             && m.failed_ops == 0
+            && m.answers_lost.is_empty()
             && m.waits.len() == k.upgrades,
         "error" => error,
     );
