@@ -322,6 +322,9 @@ fn mount_with(o: &MountOpts, mut handoff: Option<uvfs_fuse::upgrade::Handoff>) -
             ));
         }
     }
+    // Before detaching, which leaves the working directory for `/`:
+    // relative paths are the caller's.
+    let successor_app = for_successor(o)?;
     // Fork first: the vnode layer starts a thread, and a process must be
     // single-threaded when it forks.
     let mut ready = if o.foreground || taking_over {
@@ -346,7 +349,7 @@ fn mount_with(o: &MountOpts, mut handoff: Option<uvfs_fuse::upgrade::Handoff>) -
     let atime = AtimeRule::from_mount_flags(o.mount_flags);
     let successor = Some(uvfs_fuse::upgrade::Successor {
         exe: std::env::current_exe()?,
-        app: for_successor(o)?,
+        app: successor_app,
     });
     let saved = handoff.as_mut().and_then(|h| h.take_fs());
     if let Some(src) = source {
@@ -361,10 +364,15 @@ fn mount_with(o: &MountOpts, mut handoff: Option<uvfs_fuse::upgrade::Handoff>) -
         };
         let fs: std::sync::Arc<dyn uvfs_vfs::FileSystem> = match saved {
             Some(saved) => {
-                let r = uvfs_passthrough::PassthroughFs::restore(layer.clone(), &src, pt_cfg, saved);
-                match restored("passthrough", r) {
+                match uvfs_passthrough::PassthroughFs::restore(layer.clone(), &src, pt_cfg, saved) {
                     Ok(fs) => fs,
-                    Err(e) => return fail_takeover(handoff, e),
+                    Err(e) => {
+                        let e = io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!("restoring the passthrough: {e}"),
+                        );
+                        return fail_takeover(handoff, e);
+                    }
                 }
             }
             None => uvfs_passthrough::PassthroughFs::new(layer.clone(), &src, pt_cfg)?,
@@ -434,7 +442,12 @@ fn mount_with(o: &MountOpts, mut handoff: Option<uvfs_fuse::upgrade::Handoff>) -
 
 /// A file system restored from a predecessor's state, or why not.
 fn restored<T>(what: &str, r: Result<T, uvfs_vfs::Errno>) -> io::Result<T> {
-    r.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("restoring the {what}: {e}")))
+    r.map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("restoring the {what}: {e}"),
+        )
+    })
 }
 
 /// Tells the predecessor why this successor gives up (it serves on).

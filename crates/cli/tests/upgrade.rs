@@ -103,7 +103,10 @@ impl Map {
 
     fn sync(&self) {
         // SAFETY: the whole live mapping.
-        assert_eq!(unsafe { libc::msync(self.0.cast(), self.1, libc::MS_SYNC) }, 0);
+        assert_eq!(
+            unsafe { libc::msync(self.0.cast(), self.1, libc::MS_SYNC) },
+            0
+        );
     }
 }
 
@@ -169,7 +172,10 @@ fn programs_notice_nothing(m: &Mounted) {
     assert!(out.contains("generation 1"), "{out}");
 
     // The waiter still waits, and is granted once the holder lets go.
-    assert!(waiter.try_wait().unwrap().is_none(), "the flock waiter gave up");
+    assert!(
+        waiter.try_wait().unwrap().is_none(),
+        "the flock waiter gave up"
+    );
     assert!(!granted.exists());
     flock(&holder, libc::LOCK_UN);
     let st = waiter.wait().unwrap();
@@ -308,7 +314,10 @@ fn a_successor_that_fails_leaves_the_server_serving() {
 
     // Refuses the state: said, and nothing changes.
     let refuses = bins.join("refuses");
-    script(&refuses, "send({'state_version': 1})\nrecv()\nsend({'error': 'no thanks'})");
+    script(
+        &refuses,
+        "send({'state_version': 1})\nrecv()\nsend({'error': 'no thanks'})",
+    );
     let e = upgrade(&m.mnt, Some(&refuses)).unwrap_err();
     assert!(e.contains("no thanks"), "{e}");
     still_serves(&m, "refused");
@@ -336,6 +345,9 @@ fn a_mount_served_through_io_uring_says_why_it_cannot_upgrade() {
     let m = Mounted::new("upgrade-uring", &["--transport", "uring"]);
     still_serves(&m, "before");
     let e = upgrade(&m.mnt, None).unwrap_err();
-    assert!(e.contains("io_uring") && e.contains("--transport dev"), "{e}");
+    assert!(
+        e.contains("io_uring") && e.contains("--transport dev"),
+        "{e}"
+    );
     still_serves(&m, "after");
 }

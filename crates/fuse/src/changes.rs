@@ -168,8 +168,7 @@ impl ChangeSink for Sink {
             // knowing them: from now on nothing is cached for long.
             i.trust_lost.store(true, Ordering::SeqCst);
         }
-        for ino in i.layer.ext_held(i.fs.mount()) {
-            let id = i.nodes.node_id(ino);
+        for id in i.nodes.held_ids() {
             c.sent(c.notifier.inval_inode(INodeNo(id), 0, 0));
         }
     }

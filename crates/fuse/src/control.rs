@@ -91,10 +91,12 @@ impl ControlSocket {
     /// Binds the socket for `mountpoint` and serves it on a thread. With
     /// `take_over`, the socket of the server this one replaces is
     /// replaced at once (that server is leaving).
+    /// `upgradable`: what `upgrade` requests need (none: refused).
     pub fn start(
         inner: Arc<Inner>,
         mountpoint: &Path,
         take_over: bool,
+        upgradable: Option<crate::upgrade::Upgradable>,
     ) -> std::io::Result<ControlSocket> {
         let dir = crate::rundir::create()?;
         sweep_stale(&dir, STALE_AGE);
@@ -111,8 +113,12 @@ impl ControlSocket {
             .spawn(move || {
                 for conn in listener.incoming() {
                     let Ok(conn) = conn else { continue };
-                    let _ = serve_one(&served, &mp, conn);
-                    if served.lineage.handed_over.load(std::sync::atomic::Ordering::SeqCst) {
+                    let _ = serve_one(&served, upgradable.as_ref(), &mp, conn);
+                    if served
+                        .lineage
+                        .handed_over
+                        .load(std::sync::atomic::Ordering::SeqCst)
+                    {
                         break;
                     }
                 }
@@ -195,18 +201,27 @@ impl Drop for ControlSocket {
 /// Longest request line (`upgrade` and a binary's path).
 const MAX_REQUEST: u64 = 4096 + 16;
 
-fn serve_one(inner: &Inner, mp: &str, conn: UnixStream) -> std::io::Result<()> {
+fn serve_one(
+    inner: &Inner,
+    upgradable: Option<&crate::upgrade::Upgradable>,
+    mp: &str,
+    conn: UnixStream,
+) -> std::io::Result<()> {
     conn.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut line = String::new();
-    BufReader::new(&conn).take(MAX_REQUEST).read_line(&mut line)?;
+    BufReader::new(&conn)
+        .take(MAX_REQUEST)
+        .read_line(&mut line)?;
     if line.is_empty() {
         // Connected and gone without asking (`answers`, `sweep_stale`):
         // no report to build.
         return Ok(());
     }
     if let Some(rest) = line.trim_end_matches('\n').strip_prefix("upgrade") {
-        let binary = Some(rest.trim()).filter(|b| !b.is_empty()).map(PathBuf::from);
-        let v = match crate::upgrade::upgrade(inner, binary) {
+        let binary = Some(rest.trim())
+            .filter(|b| !b.is_empty())
+            .map(PathBuf::from);
+        let v = match crate::upgrade::upgrade(inner, upgradable, binary) {
             Ok(r) => serde_json::json!({
                 "ok": true,
                 "pid": r.pid,
@@ -231,7 +246,10 @@ fn serve_one(inner: &Inner, mp: &str, conn: UnixStream) -> std::io::Result<()> {
 /// started from `binary` (default: the binary it was started from);
 /// returns the server's answer (`ok` with the successor's pid,
 /// generation and pause, or `error`).
-pub fn request_upgrade(mountpoint: &Path, binary: Option<&Path>) -> std::io::Result<serde_json::Value> {
+pub fn request_upgrade(
+    mountpoint: &Path,
+    binary: Option<&Path>,
+) -> std::io::Result<serde_json::Value> {
     let mut s = connect(mountpoint)?;
     s.set_read_timeout(Some(Duration::from_secs(300)))?;
     let line = match binary {

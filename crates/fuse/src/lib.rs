@@ -164,6 +164,7 @@ mod evict;
 mod fusermount;
 mod handles;
 mod kmount;
+mod lineage;
 mod lockwait;
 mod mount;
 mod mountinfo;

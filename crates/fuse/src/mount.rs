@@ -202,7 +202,10 @@ pub fn serve_successor(
     }
     let generation = handoff.generation();
     let pause = handoff.done();
-    inner.lineage.last_pause_us.store(pause, std::sync::atomic::Ordering::Relaxed);
+    inner
+        .lineage
+        .last_pause_us
+        .store(pause, std::sync::atomic::Ordering::Relaxed);
     // Host changes between the predecessor's last event and this watcher's
     // start were seen by no one: the kernel forgets what it cached.
     if watched {
@@ -263,8 +266,17 @@ fn take_over(
     }
     let m = handoff.mount();
     let km = Arc::new(KernelMount::adopt(dev, &mountpoint, m.device, m.helper)?);
-    set_upgradable(&inner, &session, &km, cfg, &mountpoint)?;
-    let (control, sink) = start_around(&fs, &inner, &session, &km, cfg, &mountpoint, true)?;
+    let upgradable = upgradable(&session, &km, cfg, &mountpoint)?;
+    let (control, sink) = start_around(
+        &fs,
+        &inner,
+        &session,
+        &km,
+        cfg,
+        &mountpoint,
+        true,
+        upgradable,
+    )?;
     Ok((session, control, km, inner, sink))
 }
 
@@ -359,8 +371,17 @@ fn mount(
         let _ = km.unmount().or_else(|_| km.detach());
     })?;
     let mut unmounter = Unmounter(km.clone());
-    set_upgradable(&inner, &session, &km, cfg, &mountpoint)?;
-    match start_around(&fs, &inner, &session, &km, cfg, &mountpoint, false) {
+    let upgradable = upgradable(&session, &km, cfg, &mountpoint)?;
+    match start_around(
+        &fs,
+        &inner,
+        &session,
+        &km,
+        cfg,
+        &mountpoint,
+        false,
+        upgradable,
+    ) {
         Ok((control, _)) => Ok((session, unmounter, control, inner)),
         Err(e) => {
             let _ = unmounter.unmount().or_else(|_| unmounter.detach());
@@ -372,17 +393,16 @@ fn mount(
 
 /// What a successor needs of this server to take its mount over, if the
 /// program said how to start one (`ServeConfig::successor`).
-fn set_upgradable(
-    inner: &Arc<Inner>,
+fn upgradable(
     session: &Session<Server>,
     km: &Arc<KernelMount>,
     cfg: &ServeConfig,
     mountpoint: &Path,
-) -> std::io::Result<()> {
+) -> std::io::Result<Option<crate::upgrade::Upgradable>> {
     let Some(successor) = cfg.successor.clone() else {
-        return Ok(());
+        return Ok(None);
     };
-    let _ = inner.lineage.ctx.set(crate::upgrade::Upgradable {
+    Ok(Some(crate::upgrade::Upgradable {
         pauser: session.pauser(),
         negotiated: session.negotiated().to_bytes(),
         dev: km.dup_dev()?,
@@ -393,15 +413,15 @@ fn set_upgradable(
         },
         successor,
         busy: Default::default(),
-    });
-    Ok(())
+    }))
 }
 
 /// Starts what serves beside the request loops of a new session: the
 /// file system learns its device, the directory refresher, the
 /// host-change sink, the evictor and the control socket (taken from the
-/// predecessor with `take_over`). Returns the control socket and the
-/// change sink.
+/// predecessor with `take_over`; `upgradable` serves its `upgrade`
+/// requests). Returns the control socket and the change sink.
+#[allow(clippy::too_many_arguments)]
 fn start_around(
     fs: &Arc<dyn FileSystem>,
     inner: &Arc<Inner>,
@@ -410,6 +430,7 @@ fn start_around(
     cfg: &ServeConfig,
     mountpoint: &Path,
     take_over: bool,
+    upgradable: Option<crate::upgrade::Upgradable>,
 ) -> std::io::Result<(Option<ControlSocket>, Arc<dyn uvfs_vfs::ChangeSink>)> {
     // Before any request is answered: the mount's device, so that a file
     // system reaching back into it by path refuses (mountinfo.rs).
@@ -443,7 +464,9 @@ fn start_around(
     let cache = crate::changes::KernelCache::new(session.notifier(), raw, inner);
     let sink: Arc<dyn uvfs_vfs::ChangeSink> = Arc::new(crate::changes::Sink(Arc::new(cache)));
     fs.watch(sink.clone());
-    let control = start_helpers(inner, session, pruner, cfg, mountpoint, take_over)?;
+    let control = start_helpers(
+        inner, session, pruner, cfg, mountpoint, take_over, upgradable,
+    )?;
     Ok((control, sink))
 }
 
@@ -479,6 +502,7 @@ fn start_helpers(
     cfg: &ServeConfig,
     mountpoint: &Path,
     take_over: bool,
+    upgradable: Option<crate::upgrade::Upgradable>,
 ) -> std::io::Result<Option<ControlSocket>> {
     // Kernel-forget of cold nodes over the vnode limit (evict.rs): by
     // prune where `pruner` writes it, else by entry invalidation; a
@@ -495,7 +519,7 @@ fn start_helpers(
     if !cfg.control {
         return Ok(None);
     }
-    ControlSocket::start(inner.clone(), mountpoint, take_over)
+    ControlSocket::start(inner.clone(), mountpoint, take_over, upgradable)
         .map(Some)
         .map_err(|e| std::io::Error::new(e.kind(), format!("control socket: {e}")))
 }
@@ -526,7 +550,7 @@ pub fn serve_fd(
     config.n_threads = Some(cfg.threads.max(1));
     config.clone_fd = false;
     let session = Session::from_fd(server, fd, config.acl, config)?;
-    let control = start_helpers(&inner, &session, None, cfg, &cfg.mountpoint, false)?;
+    let control = start_helpers(&inner, &session, None, cfg, &cfg.mountpoint, false, None)?;
     BackgroundMount::spawn(session, None, control, inner, cfg.mountpoint.clone())
 }
 

@@ -31,8 +31,21 @@
 //! No lock of our own: the vnode layer's table shard lock is the only
 //! one taken, and holds are dropped outside it.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+//!
+//! # Adopted nodes (live upgrade)
+//! A server that takes a mount over (`upgrade/`) is handed every node
+//! the kernel holds with its count. Finding each one's file at once would
+//! make requests wait for a million `vget`s; so counts are kept in
+//! [`NodeTable::adopted`] by node id, and a node is found (`vget`) the
+//! first time the kernel names it, its count then moving onto its vnode.
+//! Every path that finds or counts a node looks there while the map is
+//! not empty (one atomic load otherwise), under its lock, so a node is
+//! resolved once and its count never split.
+
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use uvfs_vfs::{Errno, HoldRef, Ino, VfsResult, VnodeRef};
 use uvfs_vnode::{Mount, VnodeLayer};
 
@@ -68,7 +81,17 @@ pub struct NodeTable {
     lookups: AtomicU64,
     /// Counters.
     pub counters: Arc<NodeCounters>,
+    /// Nodes handed over by a replaced server and not named since: node
+    /// id -> the kernel's count (see "Adopted nodes").
+    adopted: Mutex<HashMap<u64, u64>>,
+    /// Whether `adopted` may have entries.
+    any_adopted: AtomicBool,
+    /// Finds an adopted node's vnode by inode number (`FileSystem::vget`).
+    resolver: OnceLock<Resolver>,
 }
+
+/// Finds a vnode by inode number.
+pub type Resolver = Box<dyn Fn(Ino) -> VfsResult<VnodeRef> + Send + Sync>;
 
 impl NodeTable {
     /// A table for the vnodes of `mount` whose root node is `root`.
@@ -83,6 +106,9 @@ impl NodeTable {
             nodes: AtomicUsize::new(1),
             lookups: AtomicU64::new(1),
             counters: Arc::new(NodeCounters::default()),
+            adopted: Mutex::new(HashMap::new()),
+            any_adopted: AtomicBool::new(false),
+            resolver: OnceLock::new(),
         }
     }
 
@@ -104,14 +130,47 @@ impl NodeTable {
         if id == ROOT_ID {
             return self.root.get().ok_or(Errno::ESTALE);
         }
-        let vp = self
-            .layer
-            .lookup_cached(&self.mount, self.node_id(id))
-            .ok_or(Errno::ESTALE)?;
-        if vp.ext_count() == 0 {
-            return Err(Errno::ESTALE);
+        match self.layer.lookup_cached(&self.mount, self.node_id(id)) {
+            Some(vp) if vp.ext_count() > 0 => Ok(vp),
+            _ if self.any_adopted.load(Ordering::Acquire) => self.get_adopted(id),
+            _ => Err(Errno::ESTALE),
         }
+    }
+
+    /// `get` of a node not held here: an adopted one is found now.
+    fn get_adopted(&self, id: u64) -> VfsResult<VnodeRef> {
+        let mut map = self.adopted.lock();
+        // Found meanwhile by another request.
+        if let Some(vp) = self.layer.lookup_cached(&self.mount, self.node_id(id)) {
+            if vp.ext_count() > 0 {
+                return Ok(vp);
+            }
+        }
+        let count = *map.get(&id).ok_or(Errno::ESTALE)?;
+        let resolve = self.resolver.get().ok_or(Errno::ESTALE)?;
+        // Under the lock: a node is found once, and no FORGET or lookup
+        // of it moves its count meanwhile.
+        let vp = resolve(self.node_id(id))?;
+        map.remove(&id);
+        if map.is_empty() {
+            self.any_adopted.store(false, Ordering::Release);
+        }
+        drop(map);
+        vp.ext_acquire(count);
         Ok(vp)
+    }
+
+    /// Moves `vp`'s adopted count, if any, onto it; true if there was one.
+    fn merge_adopted(&self, id: u64, vp: &VnodeRef) -> bool {
+        let mut map = self.adopted.lock();
+        let Some(count) = map.remove(&id) else {
+            return false;
+        };
+        if map.is_empty() {
+            self.any_adopted.store(false, Ordering::Release);
+        }
+        vp.ext_acquire(count);
+        true
     }
 
     /// Counts one more kernel reference to `vp`; returns its node id.
@@ -128,7 +187,12 @@ impl NodeTable {
     /// to the node before (a new node for the evictor, `evict.rs`).
     pub fn remember_new(&self, vp: &VnodeRef) -> (u64, bool) {
         let id = self.node_id(vp.ino());
-        let new = vp.ext_acquire(1);
+        let mut new = vp.ext_acquire(1);
+        // A node the kernel held before the upgrade and names again: not
+        // new, and its adopted count joins this one.
+        if new && self.any_adopted.load(Ordering::Acquire) && self.merge_adopted(id, vp) {
+            new = false;
+        }
         if new {
             self.nodes.fetch_add(1, Ordering::Relaxed);
         }
@@ -140,6 +204,11 @@ impl NodeTable {
     /// The kernel dropped `n` references to node `id`; true if that was
     /// the last (the node is gone from the kernel).
     pub fn forget(&self, id: u64, n: u64) -> bool {
+        if self.any_adopted.load(Ordering::Acquire) {
+            if let Some(gone) = self.forget_adopted(id, n) {
+                return gone;
+            }
+        }
         let vp = if id == ROOT_ID {
             self.root.get()
         } else {
@@ -174,6 +243,79 @@ impl NodeTable {
             self.counters.forget_excess.fetch_add(1, Ordering::Relaxed);
         }
         id != ROOT_ID && before > 0 && before <= n
+    }
+
+    /// FORGET of an adopted node: counted down in the map if the node was
+    /// not found yet (Some: whether that was its last count); its count
+    /// moved onto its vnode first if it was (None: forget it there).
+    fn forget_adopted(&self, id: u64, n: u64) -> Option<bool> {
+        let mut map = self.adopted.lock();
+        let count = *map.get(&id)?;
+        if let Some(vp) = self.layer.lookup_cached(&self.mount, self.node_id(id)) {
+            if vp.ext_count() > 0 {
+                drop(map);
+                self.merge_adopted(id, &vp);
+                return None;
+            }
+        }
+        let taken = n.min(count);
+        self.lookups.fetch_sub(taken, Ordering::Relaxed);
+        self.counters.forgotten.fetch_add(taken, Ordering::Relaxed);
+        if n > count {
+            self.counters.forget_excess.fetch_add(1, Ordering::Relaxed);
+        }
+        if taken < count {
+            map.insert(id, count - taken);
+            return Some(false);
+        }
+        map.remove(&id);
+        if map.is_empty() {
+            self.any_adopted.store(false, Ordering::Release);
+        }
+        self.nodes.fetch_sub(1, Ordering::Relaxed);
+        self.counters.released.fetch_add(1, Ordering::Relaxed);
+        Some(true)
+    }
+
+    /// Takes over `count` kernel references to node `id` counted by the
+    /// server this one replaces, to be found by `resolver` when the
+    /// kernel names it (see "Adopted nodes").
+    pub fn adopt_lazily(&self, id: u64, count: u64) {
+        if count == 0 || id == ROOT_ID {
+            return;
+        }
+        if self.adopted.lock().insert(id, count).is_none() {
+            self.nodes.fetch_add(1, Ordering::Relaxed);
+        }
+        self.lookups.fetch_add(count, Ordering::Relaxed);
+        self.any_adopted.store(true, Ordering::Release);
+    }
+
+    /// Sets how adopted nodes are found (once).
+    pub fn set_resolver(&self, r: Resolver) {
+        let _ = self.resolver.set(r);
+    }
+
+    /// Finds every adopted node not named since the upgrade (before this
+    /// server hands the mount on in turn: the file system's state then
+    /// covers them); a node whose file is gone stays counted, ESTALE.
+    pub fn resolve_adopted(&self) {
+        let ids: Vec<u64> = self.adopted.lock().keys().copied().collect();
+        for id in ids {
+            let _ = self.get_adopted(id);
+        }
+    }
+
+    /// Node ids the kernel holds, adopted ones not found yet included.
+    pub fn held_ids(&self) -> Vec<u64> {
+        let mut ids: Vec<u64> = self
+            .layer
+            .ext_held(&self.mount)
+            .into_iter()
+            .map(|ino| self.node_id(ino))
+            .collect();
+        ids.extend(self.adopted.lock().keys().copied());
+        ids
     }
 
     /// Nodes the kernel holds (including the root).
@@ -274,5 +416,42 @@ mod tests {
             "only what was held"
         );
         assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn adopted_counts_are_found_on_first_use_and_never_split() {
+        let layer = VnodeLayer::new(Config::with_limit(64));
+        let fs: Arc<dyn FileSystem> = MemFs::new(layer.clone(), MemFsConfig::default());
+        let root = fs.root().unwrap();
+        let mk = |n: &[u8]| fs.create(&Ctx::ROOT, &root, n, 0o644, 0).unwrap().0;
+        let (a, b, c) = (mk(b"a"), mk(b"b"), mk(b"c"));
+        let (ia, ib, ic) = (a.ino(), b.ino(), c.ino());
+        drop((a, b, c));
+        let t = NodeTable::new(layer.clone(), fs.mount().clone(), &root);
+        // Named before a resolver exists: ESTALE, not a panic.
+        t.adopt_lazily(t.node_id(ia), 3);
+        assert_eq!(t.get(t.node_id(ia)).unwrap_err(), Errno::ESTALE);
+        let weak = Arc::downgrade(&fs);
+        t.set_resolver(Box::new(move |ino| weak.upgrade().unwrap().vget(ino)));
+        t.adopt_lazily(t.node_id(ib), 2);
+        t.adopt_lazily(t.node_id(ic), 1);
+        assert_eq!((t.len(), t.total_lookups()), (4, 7));
+        assert_eq!(t.held_ids().len(), 4);
+        // Found on first use, with its whole count.
+        let a = t.get(t.node_id(ia)).unwrap();
+        assert_eq!(a.ext_count(), 3);
+        // A lookup of an adopted node adds to its count, not a new node.
+        let b = fs.lookup(&Ctx::ROOT, &root, b"b").unwrap();
+        t.remember(&b);
+        assert_eq!(b.ext_count(), 3);
+        assert_eq!(t.len(), 4);
+        // FORGET of one never found: counted down where it is.
+        assert!(!t.forget(t.node_id(ic), 0));
+        assert!(t.forget(t.node_id(ic), 1));
+        assert_eq!(t.get(t.node_id(ic)).unwrap_err(), Errno::ESTALE);
+        assert!(t.forget(t.node_id(ia), 3));
+        assert!(t.forget(t.node_id(ib), 3));
+        assert_eq!((t.len(), t.total_lookups()), (1, 1));
+        assert_eq!(t.counters.forget_excess.load(Ordering::Relaxed), 0);
     }
 }

@@ -122,7 +122,12 @@ impl Offload {
         let deadline = std::time::Instant::now() + limit;
         let mut st = self.shared.state.lock();
         while !(st.jobs.is_empty() && st.running == 0) {
-            if self.shared.drained.wait_until(&mut st, deadline).timed_out() {
+            if self
+                .shared
+                .drained
+                .wait_until(&mut st, deadline)
+                .timed_out()
+            {
                 return st.jobs.is_empty() && st.running == 0;
             }
         }

@@ -398,6 +398,7 @@ impl Stack {
             kernel_io: false,
             dir_refresh: true,
             allow_other: false,
+            successor: None,
         };
         let top = BackgroundMount::start(fs, layer, &scfg).expect("mount the passthrough");
         Some(Stack {

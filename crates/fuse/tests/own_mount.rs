@@ -42,6 +42,7 @@ fn a_source_holding_the_mountpoint_gets_eloop_not_a_hang() {
         kernel_io: false,
         dir_refresh: true,
         allow_other: false,
+        successor: None,
     };
     let m = BackgroundMount::start(fs, layer, &cfg).expect("mount");
 

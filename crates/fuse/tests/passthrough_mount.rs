@@ -87,6 +87,7 @@ impl Pt {
             kernel_io: true,
             dir_refresh: true,
             allow_other: false,
+            successor: None,
         };
         let mount = BackgroundMount::start(fs.clone(), layer, &cfg).expect("mount");
         Some(Pt {

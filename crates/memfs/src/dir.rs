@@ -214,6 +214,52 @@ impl Directory {
         }
     }
 
+    /// The counter the next entry's cookie comes from.
+    pub fn next_cookie(&self) -> u64 {
+        self.next_cookie
+    }
+
+    /// Every entry with its cookie, in cookie order.
+    pub fn entries(&self) -> impl Iterator<Item = (u64, &[u8], Target)> + '_ {
+        self.by_cookie.range(..).map(move |(c, name)| {
+            let (t, _) = self.by_name[name];
+            (*c, &name[..], t)
+        })
+    }
+
+    /// A directory as [`entries`](Self::entries) and
+    /// [`next_cookie`](Self::next_cookie) described it, so that offsets
+    /// it returned before mean the same entries again (a live upgrade).
+    /// `None` if the entries cannot be one directory's: a name or cookie
+    /// twice, or a cookie outside `[3, next_cookie)`.
+    pub fn restored(
+        parent: Ino,
+        removed: bool,
+        next_cookie: u64,
+        entries: impl IntoIterator<Item = (u64, Box<[u8]>, Target)>,
+    ) -> Option<Directory> {
+        if !(FIRST_COOKIE..=COOKIE_LIMIT).contains(&next_cookie) {
+            return None;
+        }
+        let mut d = Directory::new(parent);
+        d.removed = removed;
+        d.next_cookie = next_cookie;
+        for (cookie, name, target) in entries {
+            if !(FIRST_COOKIE..next_cookie).contains(&cookie)
+                || d.by_cookie.contains_key(&cookie)
+                || d.by_name.contains_key(&name)
+            {
+                return None;
+            }
+            if target.kind == VType::Dir {
+                d.subdirs += 1;
+            }
+            d.by_cookie.insert(cookie, name.clone());
+            d.by_name.insert(name, (target, cookie));
+        }
+        Some(d)
+    }
+
     /// The entries `cursor` has still to return, in cookie order.
     pub fn iter_from(&self, cursor: Cursor) -> impl Iterator<Item = (u64, &[u8], Target)> + '_ {
         let start = cursor.after.saturating_add(1).max(FIRST_COOKIE);

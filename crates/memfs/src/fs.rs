@@ -62,6 +62,8 @@ pub struct MemFs {
     pub(crate) ispace: Arc<Ispace>,
     /// When reads move access times (`atime.rs`).
     pub(crate) atime: crate::atime::AtimeRule,
+    /// Nameless inodes a predecessor handed over (`handover.rs`).
+    pub(crate) kept: Mutex<crate::kept::KeptInodes>,
 }
 
 impl std::fmt::Debug for MemFs {
@@ -107,11 +109,12 @@ impl MemFs {
         self.atime.touch(inode, now);
     }
 
-    /// Mounts a new, empty memfs on `layer`.
-    pub fn new(layer: Arc<VnodeLayer>, cfg: MemFsConfig) -> Arc<MemFs> {
+    /// A memfs mounted on `layer` with no inode yet, its inode budget
+    /// holding the root's cost.
+    pub(crate) fn without_inodes(layer: Arc<VnodeLayer>, cfg: &MemFsConfig) -> MemFs {
         let mnt = layer.mount("memfs", Arc::new(Hooks));
         let limit = cfg.size_limit.map_or(u64::MAX, |b| b / PAGE_SIZE as u64);
-        let fs = MemFs {
+        MemFs {
             layer,
             mnt,
             table: InodeTable::new(),
@@ -119,7 +122,13 @@ impl MemFs {
             rename_lock: Mutex::new(()),
             ispace: Arc::new(Ispace::new(cfg.inode_limit)),
             atime: cfg.atime,
-        };
+            kept: Default::default(),
+        }
+    }
+
+    /// Mounts a new, empty memfs on `layer`.
+    pub fn new(layer: Arc<VnodeLayer>, cfg: MemFsConfig) -> Arc<MemFs> {
+        let fs = MemFs::without_inodes(layer, &cfg);
         let now = Timespec::now();
         let root = Inode::new(
             ROOT_INO,

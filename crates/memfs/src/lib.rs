@@ -22,6 +22,9 @@
 //! - `io_lock.rs`: the range locking that makes I/O atomic.
 //! - `xattr.rs`: one inode's extended attributes; `acl.rs` the POSIX ACLs
 //!   among them; `iflags.rs` inode flags (`chattr`).
+//! - `handover.rs`: the whole file system saved for a live upgrade and
+//!   restored (`MemFs::restore`); `saved.rs` its encoding, `pagefile.rs`
+//!   the memfd its file pages travel in.
 //!
 //! A vnode's private data is an `Arc<Inode>`: memfs inodes outlive vnode
 //! recycling, and an unlinked inode lives exactly as long as some vnode
@@ -34,15 +37,20 @@ mod budget;
 mod copy;
 mod dir;
 mod fs;
+mod handover;
 mod iflags;
 mod inode;
 mod io;
 mod io_lock;
 mod ispace;
+mod kept;
 mod namei;
+mod page;
+mod pagefile;
 mod pages;
 mod reaper;
 mod rename;
+mod saved;
 mod table;
 mod vops;
 mod xattr;
@@ -50,4 +58,5 @@ mod xattr;
 pub use atime::{Atime, AtimeRule};
 pub use fs::{MemFs, MemFsConfig};
 pub use pages::{MAX_FILE_SIZE, PAGE_SIZE};
+pub use saved::FORMAT as SAVED_FORMAT;
 pub use table::ROOT_INO;

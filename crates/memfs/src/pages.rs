@@ -32,20 +32,62 @@
 //! truncation and fallocate).
 
 use crate::budget::Budget;
+use crate::pagefile::{MappedPage, SharedFile};
 use parking_lot::{RwLock, RwLockUpgradableReadGuard, RwLockWriteGuard};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use uvfs_vfs::{Errno, VfsResult};
 
-/// Bytes per page.
-pub const PAGE_SIZE: usize = 4096;
+pub use crate::page::PAGE_SIZE;
 const PAGE: u64 = PAGE_SIZE as u64;
 
 /// Largest file size (Linux's `MAX_LFS_FILESIZE` on 64-bit).
 pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
 
-type Page = RwLock<Box<[u8; PAGE_SIZE]>>;
+type Page = RwLock<PageBuf>;
+
+/// A page's memory: an allocation of its own, or, in a memfs restored
+/// after a live upgrade, a page of the predecessor's page file used in
+/// place (`pagefile.rs`).
+#[derive(Debug)]
+enum PageBuf {
+    Heap(Box<[u8; PAGE_SIZE]>),
+    Mapped(MappedPage),
+}
+
+impl std::ops::Deref for PageBuf {
+    type Target = [u8; PAGE_SIZE];
+    fn deref(&self) -> &[u8; PAGE_SIZE] {
+        match self {
+            PageBuf::Heap(b) => b,
+            PageBuf::Mapped(m) => m,
+        }
+    }
+}
+
+impl std::ops::DerefMut for PageBuf {
+    fn deref_mut(&mut self) -> &mut [u8; PAGE_SIZE] {
+        match self {
+            PageBuf::Heap(b) => b,
+            PageBuf::Mapped(m) => m,
+        }
+    }
+}
+
+/// Pages being freed: those of a page file given back together
+/// (`pagefile::free_together`).
+struct Freed(BTreeMap<u64, Page>);
+
+impl Drop for Freed {
+    fn drop(&mut self) {
+        let pages = std::mem::take(&mut self.0).into_values();
+        crate::pagefile::free_together(pages.filter_map(|p| match p.into_inner() {
+            PageBuf::Mapped(m) => Some(m),
+            PageBuf::Heap(_) => None,
+        }));
+    }
+}
 
 fn new_page() -> Page {
     // Zeroed by the allocator (calloc), not copied from a stack array.
@@ -53,7 +95,7 @@ fn new_page() -> Page {
         .into_boxed_slice()
         .try_into()
         .expect("PAGE_SIZE bytes");
-    RwLock::new(data)
+    RwLock::new(PageBuf::Heap(data))
 }
 
 /// The data of one regular file.
@@ -242,7 +284,7 @@ impl FileData {
         let gone = map.split_off(&keep);
         let n = gone.len() as u64;
         self.forget_pages(n);
-        crate::reaper::free(gone, n);
+        crate::reaper::free(Freed(gone), n);
     }
 
     fn forget_pages(&self, n: u64) {
@@ -286,10 +328,9 @@ impl FileData {
             return;
         }
         let doomed: Vec<u64> = map.range(first_whole..end_whole).map(|(i, _)| *i).collect();
-        for i in &doomed {
-            map.remove(i);
-        }
+        let gone: BTreeMap<u64, Page> = doomed.iter().filter_map(|i| map.remove_entry(i)).collect();
         self.forget_pages(doomed.len() as u64);
+        drop(Freed(gone));
     }
 
     /// Allocates every page of `[offset, offset+len)` (all or nothing) and,
@@ -329,11 +370,74 @@ impl FileData {
     }
 }
 
+impl FileData {
+    /// Calls `f` with each allocated page's index and contents, in index
+    /// order, holding the map lock shared and each page's lock in turn;
+    /// stops at `f`'s first error.
+    pub fn for_each_page<E>(
+        &self,
+        mut f: impl FnMut(u64, &[u8; PAGE_SIZE]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let map = self.map.read();
+        for (&idx, page) in map.iter() {
+            f(idx, &page.read())?;
+        }
+        Ok(())
+    }
+
+    /// A file of `size` bytes whose allocated pages are `runs` of
+    /// consecutive indices `(first, count)`, found one after another in
+    /// `file` from its page `at` and used there, charged to `budget`.
+    /// `EINVAL` if they do not make a file (runs out of order,
+    /// overlapping, past the largest file, or not in `file`), `ENOSPC` if
+    /// the budget cannot pay for them all.
+    pub fn restored(
+        budget: Arc<Budget>,
+        size: u64,
+        runs: &[(u64, u64)],
+        file: Option<&Arc<SharedFile>>,
+        at: u64,
+    ) -> VfsResult<FileData> {
+        if size > MAX_FILE_SIZE {
+            return Err(Errno::EINVAL);
+        }
+        let (mut next, mut n) = (0u64, 0u64);
+        for &(first, count) in runs {
+            next = first
+                .checked_add(count)
+                .filter(|&end| count > 0 && first >= next && end <= MAX_FILE_SIZE.div_ceil(PAGE))
+                .ok_or(Errno::EINVAL)?;
+            n += count;
+        }
+        let file = match (n, file) {
+            (0, _) => None,
+            (_, Some(f)) => Some(f),
+            (_, None) => return Err(Errno::EINVAL),
+        };
+        if !budget.reserve_exact(n) {
+            return Err(Errno::ENOSPC);
+        }
+        let f = FileData::new(budget);
+        f.npages.store(n, Ordering::Relaxed);
+        f.size.store(size, Ordering::Relaxed);
+        if let Some(file) = file {
+            let mut map = f.map.write();
+            let indices = runs.iter().flat_map(|&(first, count)| first..first + count);
+            for (idx, k) in indices.zip(0..) {
+                let place = at.checked_add(k).ok_or(Errno::EINVAL)?;
+                let page = file.take(place).map_err(|_| Errno::EINVAL)?;
+                map.insert(idx, RwLock::new(PageBuf::Mapped(page)));
+            }
+        }
+        Ok(f)
+    }
+}
+
 impl Drop for FileData {
     fn drop(&mut self) {
         let n = *self.npages.get_mut();
         self.budget.release(n);
-        crate::reaper::free(std::mem::take(self.map.get_mut()), n);
+        crate::reaper::free(Freed(std::mem::take(self.map.get_mut())), n);
     }
 }
 

@@ -48,6 +48,26 @@ impl InodeTable {
         self.next_ino.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// The number `alloc_ino` gives next.
+    pub fn next_ino(&self) -> Ino {
+        self.next_ino.load(Ordering::Relaxed)
+    }
+
+    /// Makes `alloc_ino` continue from `next` (a restored table, whose
+    /// numbers below `next` may be known to the kernel).
+    pub fn set_next_ino(&self, next: Ino) {
+        self.next_ino.store(next, Ordering::Relaxed);
+    }
+
+    /// Every linked inode, in no particular order.
+    pub fn snapshot(&self) -> Vec<Arc<Inode>> {
+        let mut out = Vec::with_capacity(self.len());
+        for shard in &self.shards {
+            out.extend(shard.read().values().cloned());
+        }
+        out
+    }
+
     /// The inode numbered `ino`, if it is linked.
     pub fn get(&self, ino: Ino) -> Option<Arc<Inode>> {
         self.shard(ino).read().get(&ino).cloned()

@@ -189,9 +189,17 @@ impl FileSystem for MemFs {
     }
 
     /// Inode numbers are never reused, so a number found in the table is
-    /// the file the handle was made for.
+    /// the file the handle was made for. A nameless file is found only if
+    /// a predecessor handed it over as known to the kernel (`handover.rs`).
     fn vget(&self, ino: Ino) -> VfsResult<VnodeRef> {
-        self.vnode_by_ino(ino).map_err(|_| Errno::ESTALE)
+        match self.vnode_by_ino(ino) {
+            Ok(vp) => Ok(vp),
+            Err(_) => self.vget_kept(ino).ok_or(Errno::ESTALE),
+        }
+    }
+
+    fn save(&self, keep: &uvfs_vfs::Keep<'_>) -> VfsResult<uvfs_vfs::Saved> {
+        self.save_state(keep)
     }
 
     fn fallocate(

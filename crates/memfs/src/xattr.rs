@@ -104,6 +104,11 @@ impl Xattrs {
             .sum()
     }
 
+    /// Every attribute, by name.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
+        self.map.iter().map(|(k, v)| (&k[..], &v[..]))
+    }
+
     /// All names, each followed by a NUL.
     pub fn list(&self) -> Vec<u8> {
         let mut out = Vec::new();

@@ -153,7 +153,9 @@ pub struct PassthroughFs {
     pub(crate) remembered: Arc<crate::remembered::Remembered>,
     /// Nodes a predecessor handed over (`handover`), set once by
     /// `restore` before the file system serves.
-    pub(crate) kept: std::sync::OnceLock<crate::handover::KeptNodes>,
+    /// Typed (`KeptNodes`) by `handover`, which owns its layout; erased
+    /// here so that this module does not depend on that one.
+    pub(crate) kept: std::sync::OnceLock<Box<dyn std::any::Any + Send + Sync>>,
     /// Node ids are resolved from the source with no memory (`by_ino.rs`).
     by_ino: bool,
     /// The budget slot of `handles`' mount fd (a backing fd like any

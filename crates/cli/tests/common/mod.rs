@@ -88,7 +88,18 @@ impl Mounted {
 
 impl Drop for Mounted {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.mnt).status();
+        // EBUSY can be transient: a child another test thread forked and
+        // has not yet exec'd holds copies of this test's descriptors.
+        for _ in 0..20 {
+            let here = format!(" {} ", self.mnt.display());
+            let mounted =
+                fs::read_to_string("/proc/self/mountinfo").is_ok_and(|m| m.contains(&here));
+            let out = Command::new("umount").arg(&self.mnt).output();
+            if !mounted || out.is_ok_and(|o| o.status.success()) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
         let _ = fs::remove_dir_all(&self.scratch);
     }
 }

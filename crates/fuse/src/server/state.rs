@@ -76,7 +76,7 @@ pub struct Inner {
     pub(crate) trust_lost: std::sync::atomic::AtomicBool,
     /// Servers of this mount before this one, and what a successor
     /// needs (`upgrade/`).
-    pub lineage: crate::upgrade::Lineage,
+    pub lineage: crate::lineage::Lineage,
 }
 
 /// What nothing is cached for longer than once a watcher lost changes the

@@ -37,7 +37,7 @@ mod state;
 mod successor;
 mod wire;
 
-pub use predecessor::{upgrade, Lineage, Successor, Upgradable, UpgradeReport};
+pub use predecessor::{upgrade, Successor, Upgradable, UpgradeReport};
 pub(crate) use state::MountState;
 pub(crate) use successor::import;
 pub use successor::{receive, Handoff};

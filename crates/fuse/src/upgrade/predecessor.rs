@@ -11,8 +11,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use uvfs_vfs::{Keep, VnodeRef};
 
@@ -50,21 +49,6 @@ pub struct Upgradable {
     pub(crate) busy: Mutex<()>,
 }
 
-/// The server's place in the line of servers of its mount.
-#[derive(Default)]
-pub struct Lineage {
-    /// Servers before this one (0: this one mounted it).
-    pub generation: AtomicU64,
-    /// Restarts of the mount's server (upgrades so far).
-    pub restarts: AtomicU64,
-    /// How long requests waited at the last hand-over, microseconds.
-    pub last_pause_us: AtomicU64,
-    /// This server handed its mount over and is leaving: it must not
-    /// remove what the successor now owns (the control socket's file).
-    pub handed_over: AtomicBool,
-    pub(crate) ctx: OnceLock<Upgradable>,
-}
-
 /// What an upgrade did.
 #[derive(Debug, Clone)]
 pub struct UpgradeReport {
@@ -87,8 +71,12 @@ fn err(kind: std::io::ErrorKind, why: impl Into<String>) -> std::io::Error {
 /// Hands the mount served by `inner` to a successor started from `binary`
 /// (default: `Successor::exe`). On success the request loops are released
 /// and this server's `run` returns; on failure it serves on as before.
-pub fn upgrade(inner: &Inner, binary: Option<PathBuf>) -> std::io::Result<UpgradeReport> {
-    let ctx = inner.lineage.ctx.get().ok_or_else(|| {
+pub fn upgrade(
+    inner: &Inner,
+    ctx: Option<&Upgradable>,
+    binary: Option<PathBuf>,
+) -> std::io::Result<UpgradeReport> {
+    let ctx = ctx.ok_or_else(|| {
         err(
             std::io::ErrorKind::Unsupported,
             "this server cannot hand its mount over (it was started without a way to \
@@ -181,7 +169,10 @@ impl Started {
                 // its status a moment to be had, for the message.
                 let mut status = None;
                 for _ in 0..100 {
-                    status = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
+                    status = self
+                        .child
+                        .as_mut()
+                        .and_then(|c| c.try_wait().ok().flatten());
                     if status.is_some() {
                         break;
                     }
@@ -223,7 +214,11 @@ fn parse_reply(b: &[u8]) -> std::io::Result<serde_json::Value> {
     Ok(v)
 }
 
-fn hand_over(inner: &Inner, ctx: &Upgradable, child: &mut Started) -> std::io::Result<UpgradeReport> {
+fn hand_over(
+    inner: &Inner,
+    ctx: &Upgradable,
+    child: &mut Started,
+) -> std::io::Result<UpgradeReport> {
     let hello = parse_reply(&child.recv(START_LIMIT, "at start")?)?;
     let theirs = hello.get("state_version").and_then(|v| v.as_u64());
     if theirs != Some(u64::from(VERSION)) {
@@ -235,6 +230,10 @@ fn hand_over(inner: &Inner, ctx: &Upgradable, child: &mut Started) -> std::io::R
             ),
         ));
     }
+    // Nodes this server adopted from its own predecessor and was never
+    // asked for: found now, before requests are parked (the file
+    // system's state must cover them).
+    inner.nodes.resolve_adopted();
     let started = Instant::now();
     let parked_at_ns = monotonic_ns();
     ctx.pauser.park(PARK_LIMIT)?;
@@ -254,7 +253,10 @@ fn hand_over(inner: &Inner, ctx: &Upgradable, child: &mut Started) -> std::io::R
     // that fails after that is a crash of the mount's server.
     let taking = parse_reply(&child.recv(TAKE_LIMIT, "while taking the state over")?)?;
     if taking.get("taking").is_none() {
-        return Err(err(std::io::ErrorKind::InvalidData, "successor: unexpected reply"));
+        return Err(err(
+            std::io::ErrorKind::InvalidData,
+            "successor: unexpected reply",
+        ));
     }
     parked.commit();
     let done = child

@@ -140,7 +140,11 @@ mod tests {
             negotiated: vec![1, 2, 3],
             no_opendir: true,
             backings_on: false,
-            nodes: vec![NodeState { id: 1, ino: 2, count: 3 }],
+            nodes: vec![NodeState {
+                id: 1,
+                ino: 2,
+                count: 3,
+            }],
             handles: vec![HandleState {
                 fh: 7,
                 ino: 2,

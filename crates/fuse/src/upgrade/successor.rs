@@ -10,6 +10,7 @@ use crate::server::Inner;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use uvfs_vfs::{Errno, Saved, VfsResult};
 
 /// What a successor received from the server it replaces.
@@ -37,7 +38,9 @@ pub fn receive(fd_arg: &str) -> std::io::Result<Handoff> {
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
     let st = rustix::fs::fstat(&owned)?;
     if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Socket {
-        return Err(invalid(format!("descriptor {fd} is not the predecessor's socket")));
+        return Err(invalid(format!(
+            "descriptor {fd} is not the predecessor's socket"
+        )));
     }
     rustix::io::fcntl_setfd(&owned, rustix::io::FdFlags::CLOEXEC)?;
     let sock = UnixStream::from(owned);
@@ -128,7 +131,10 @@ impl Handoff {
     /// saw, microseconds.
     pub(crate) fn done(self) -> u64 {
         let pause_us = monotonic_ns().saturating_sub(self.state.parked_at_ns) / 1000;
-        let _ = reply(&self.sock, serde_json::json!({ "ok": true, "pause_us": pause_us }));
+        let _ = reply(
+            &self.sock,
+            serde_json::json!({ "ok": true, "pause_us": pause_us }),
+        );
         pause_us
     }
 }
@@ -146,16 +152,31 @@ pub(crate) fn import(inner: &Inner, handoff: &Handoff) -> VfsResult<()> {
         }
         inner.fs.vget(ino)
     };
+    // Nodes are found when the kernel names them (`nodes.rs`, "Adopted
+    // nodes"); the root now.
     for n in &state.nodes {
-        let vp = vget(n.ino).inspect_err(|e| log::error!("node {} (inode {}): {e}", n.id, n.ino))?;
-        if inner.nodes.node_id(vp.ino()) != n.id {
-            log::error!("node {} came back as node {}", n.id, inner.nodes.node_id(vp.ino()));
+        if inner.nodes.node_id(n.ino) != n.id {
+            log::error!(
+                "node {} is inode {}, which is node {} here",
+                n.id,
+                n.ino,
+                inner.nodes.node_id(n.ino)
+            );
             return Err(Errno::EPROTO);
         }
-        inner.nodes.adopt(&vp, n.count);
+        if n.id == crate::nodes::ROOT_ID {
+            inner.nodes.adopt(&inner.fs.root()?, n.count);
+        } else {
+            inner.nodes.adopt_lazily(n.id, n.count);
+        }
     }
+    let fs = Arc::downgrade(&inner.fs);
+    inner.nodes.set_resolver(Box::new(move |ino| {
+        fs.upgrade().ok_or(Errno::ESTALE)?.vget(ino)
+    }));
     for h in &state.handles {
-        let vp = vget(h.ino).inspect_err(|e| log::error!("handle {} (inode {}): {e}", h.fh, h.ino))?;
+        let vp =
+            vget(h.ino).inspect_err(|e| log::error!("handle {} (inode {}): {e}", h.fh, h.ino))?;
         if h.kernel_writer {
             if let Some(node) = h.backing_node {
                 inner.backings.writers.opened(node);
@@ -174,7 +195,10 @@ pub(crate) fn import(inner: &Inner, handoff: &Handoff) -> VfsResult<()> {
         );
     }
     inner.no_opendir.store(state.no_opendir, Ordering::Relaxed);
-    inner.backings.on.store(state.backings_on, Ordering::Relaxed);
+    inner
+        .backings
+        .on
+        .store(state.backings_on, Ordering::Relaxed);
     let c = &inner.counters;
     for (name, v) in &state.counters {
         match name.as_str() {

@@ -23,7 +23,11 @@ fn bad(what: &str) -> std::io::Error {
 }
 
 /// Sends one frame: `payload`, then `fds`.
-pub(crate) fn send(sock: &UnixStream, payload: &[u8], fds: &[BorrowedFd<'_>]) -> std::io::Result<()> {
+pub(crate) fn send(
+    sock: &UnixStream,
+    payload: &[u8],
+    fds: &[BorrowedFd<'_>],
+) -> std::io::Result<()> {
     let mut head = [0u8; 12];
     head[..8].copy_from_slice(&(payload.len() as u64).to_le_bytes());
     head[8..].copy_from_slice(&(fds.len() as u32).to_le_bytes());
@@ -31,7 +35,8 @@ pub(crate) fn send(sock: &UnixStream, payload: &[u8], fds: &[BorrowedFd<'_>]) ->
     w.write_all(&head)?;
     w.write_all(payload)?;
     for batch in fds.chunks(FDS_PER_MESSAGE) {
-        let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(FDS_PER_MESSAGE))];
+        let mut space =
+            vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(FDS_PER_MESSAGE))];
         let mut cmsg = SendAncillaryBuffer::new(&mut space);
         if !cmsg.push(SendAncillaryMessage::ScmRights(batch)) {
             return Err(bad("descriptor batch too large"));
@@ -64,7 +69,8 @@ pub(crate) fn recv(sock: &UnixStream) -> std::io::Result<(Vec<u8>, Vec<OwnedFd>)
     let mut fds = Vec::with_capacity(nfds);
     while fds.len() < nfds {
         let mut byte = [0u8; 1];
-        let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(FDS_PER_MESSAGE))];
+        let mut space =
+            vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(FDS_PER_MESSAGE))];
         let mut cmsg = RecvAncillaryBuffer::new(&mut space);
         let n = loop {
             let mut iov = [IoSliceMut::new(&mut byte)];
@@ -83,7 +89,9 @@ pub(crate) fn recv(sock: &UnixStream) -> std::io::Result<(Vec<u8>, Vec<OwnedFd>)
             }
         }
         if fds.len() - before != usize::from(byte[0]) {
-            return Err(bad("descriptors lost in transit (the receiver's fd limit?)"));
+            return Err(bad(
+                "descriptors lost in transit (the receiver's fd limit?)",
+            ));
         }
     }
     Ok((payload, fds))
@@ -128,6 +136,9 @@ mod tests {
         assert!(recv(&b).is_err());
         let (a, b) = UnixStream::pair().unwrap();
         (&a).write_all(&[0xff; 12]).unwrap();
-        assert_eq!(recv(&b).unwrap_err().kind(), std::io::ErrorKind::InvalidData);
+        assert_eq!(
+            recv(&b).unwrap_err().kind(),
+            std::io::ErrorKind::InvalidData
+        );
     }
 }

@@ -135,6 +135,7 @@ pub fn serve_memfs_as(
         kernel_io: false,
         dir_refresh: true,
         allow_other: false,
+        successor: None,
     };
     tweak(&mut cfg);
     BackgroundMount::start(fs, layer, &cfg).expect("mount")

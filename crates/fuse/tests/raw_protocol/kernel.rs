@@ -138,6 +138,7 @@ impl Kernel {
             kernel_io: false,
             dir_refresh: false,
             allow_other: false,
+            successor: None,
         };
         k.mount = Some(serve_fd(fs, layer, theirs, &cfg).expect("serve_fd"));
         let r = k.recv_for(unique, "INIT");

@@ -72,6 +72,12 @@ impl KeptNodes {
     }
 }
 
+/// The nodes a predecessor handed `fs` over, if any (`PassthroughFs::kept`
+/// holds them type-erased).
+pub(crate) fn kept_nodes(fs: &PassthroughFs) -> Option<&KeptNodes> {
+    fs.kept.get()?.downcast_ref::<KeptNodes>()
+}
+
 /// `PtCounters`' fields in a fixed order (the saved state's).
 fn counters(c: &PtCounters) -> [&AtomicU64; 12] {
     [
@@ -96,7 +102,7 @@ impl PassthroughFs {
     /// `MAX_DEPTH` deep). `ESTALE` if it is not a kept node, if its file
     /// is gone, or if the handle or name now leads to another file.
     pub(crate) fn vget_kept(&self, id: Ino, depth: usize) -> VfsResult<VnodeRef> {
-        let kept = self.kept.get().ok_or(Errno::ESTALE)?;
+        let kept = kept_nodes(self).ok_or(Errno::ESTALE)?;
         let n = kept.table().find(id).ok_or(Errno::ESTALE)?;
         let vp = match n.way {
             table::Way::FdOnly => return Err(Errno::ESTALE),

@@ -150,11 +150,11 @@ impl PassthroughFs {
         for (c, v) in super::counters(&fs.counters).iter().zip(&counters) {
             c.store(*v, Ordering::Relaxed);
         }
-        let _ = fs.kept.set(KeptNodes {
+        let _ = fs.kept.set(Box::new(KeptNodes {
             buf: bytes,
             runs,
             mount_id,
-        });
+        }));
         let mut fds: Vec<Option<OwnedFd>> = fds.into_iter().map(Some).collect();
         let mut take = |i: u32| {
             fds.get_mut(i as usize)
@@ -187,15 +187,10 @@ impl PassthroughFs {
         } else if let Some(vp) = self.layer.lookup_cached(&self.mnt, o.node) {
             vp
         } else {
-            let saved = self
-                .kept
-                .get()
-                .and_then(|k| match k.table().find(o.node)?.way {
-                    Way::Handle { htype, bytes } => {
-                        Some(Handle::from_parts(htype, k.mount_id, bytes))
-                    }
-                    _ => None,
-                });
+            let saved = super::kept_nodes(self).and_then(|k| match k.table().find(o.node)?.way {
+                Way::Handle { htype, bytes } => Some(Handle::from_parts(htype, k.mount_id, bytes)),
+                _ => None,
+            });
             let handle = saved.ok_or(Errno::EOPNOTSUPP);
             let res = self.pool.reserve().map_err(err)?;
             let path = res.into_fd(sys::reopen(fd.as_fd(), libc::O_PATH).map_err(err)?);

@@ -153,6 +153,35 @@ impl PassthroughFs {
                 table::record(&e, &mut |id, b| extras.lock().push((id, b.into())))
             })
             .collect();
+        // Nodes the kernel forgot whose vnodes are still cached here (free,
+        // not recycled, so not in `remembered` yet): file handles of the
+        // mount may name them, so their handles go along too.
+        let kept: HashSet<uvfs_vfs::Ino> = keep.nodes.iter().map(|vp| vp.ino()).collect();
+        for ino in self.layer.cached_inos(&self.mnt) {
+            if kept.contains(&ino) {
+                continue;
+            }
+            let Some(vp) = self.layer.lookup_cached(&self.mnt, ino) else {
+                continue;
+            };
+            let Some(node) = vp.data::<Arc<Node>>() else {
+                continue;
+            };
+            let ident = node.ident();
+            if let Way::Handle(h) = &ident.way {
+                let e = Entry {
+                    id: node.id,
+                    kind: ident.kind as u8,
+                    way: table::Way::Handle {
+                        htype: h.htype(),
+                        bytes: h.bytes(),
+                    },
+                };
+                remembered.push(table::record(&e, &mut |id, b| {
+                    extras.lock().push((id, b.into()))
+                }));
+            }
+        }
         let remembered_extra = table::finish(&mut remembered, extras.into_inner());
         let root_ident = self.root.ident();
         let state = State {

@@ -62,7 +62,7 @@ fn million_nodes_save_and_restore() {
         "{N} nodes: save {save:?}, restore {restore:?}, total {:?}, state {bytes} bytes",
         save + restore
     );
-    let kept = fs2.kept.get().unwrap();
+    let kept = super::kept_nodes(&fs2).unwrap();
     assert_eq!(kept.len(), N as usize);
     for i in [0, 1, N / 2, N - 1] {
         let e = kept.table().find((1 << 40) + i).unwrap();

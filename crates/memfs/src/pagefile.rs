@@ -1,0 +1,326 @@
+//! A memfs's file data on its way to a successor (`handover.rs`): every
+//! allocated page, one after another, in a memfd (a few, one per copying
+//! thread).
+//!
+//! # Why a memfd
+//! The data is most of the state (a gigabyte, next to megabytes of
+//! metadata). In a memfd it crosses to the successor as a descriptor,
+//! never through the encoder or a socket's buffer; page indices and
+//! offsets go in the metadata. And the successor copies nothing: it maps
+//! the file shared and its restored files use those pages where they lie
+//! ([`MappedPage`]), writing them in place and giving each back to the
+//! system (`MADV_REMOVE`) when it is dropped. So a restore costs the
+//! metadata only, and the first access to a page a minor fault.
+//!
+//! # Sealed against shrinking
+//! Nothing can cut the file under the successor's mapping (which would
+//! turn accesses into `SIGBUS`); a file without that seal is refused. The
+//! predecessor writes the file only before it hands it over.
+
+use crate::page::PAGE_SIZE;
+use rustix::fs::{MemfdFlags, SealFlags};
+use rustix::mm::{Advice, MapFlags, ProtFlags};
+use std::ops::{Deref, DerefMut};
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use uvfs_vfs::{Errno, VfsResult};
+
+/// The seal a page file carries: its pages stay mapped.
+const FIXED: SealFlags = SealFlags::SHRINK;
+
+/// A new page file being filled, front to back, through a buffer.
+///
+/// Written with `pwrite`, not through a mapping: shmem zeroes a page it
+/// allocates for a mapping, but not one a write fills whole, and zeroing
+/// is half the cost of a copy.
+pub(crate) struct Writer {
+    fd: OwnedFd,
+    /// Pages not yet written.
+    buf: Vec<u8>,
+    /// Where `buf` goes in the file.
+    at: u64,
+}
+
+/// Bytes written at once.
+const CHUNK: usize = 1 << 20;
+
+impl Writer {
+    /// An empty page file.
+    pub fn new() -> VfsResult<Writer> {
+        let fd = rustix::fs::memfd_create(
+            "uvfs-memfs-pages",
+            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+        )?;
+        Ok(Writer {
+            fd,
+            buf: Vec::with_capacity(CHUNK),
+            at: 0,
+        })
+    }
+
+    /// Pages given so far.
+    pub fn pages(&self) -> u64 {
+        (self.at + self.buf.len() as u64) / PAGE_SIZE as u64
+    }
+
+    /// Appends one page.
+    pub fn push(&mut self, page: &[u8; PAGE_SIZE]) -> VfsResult<()> {
+        self.buf.extend_from_slice(page);
+        if self.buf.len() >= CHUNK {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> VfsResult<()> {
+        let mut done = 0;
+        while done < self.buf.len() {
+            let n = rustix::io::pwrite(&self.fd, &self.buf[done..], self.at + done as u64)?;
+            if n == 0 {
+                return Err(Errno::EIO);
+            }
+            done += n;
+        }
+        self.at += done as u64;
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// Writes what is left, seals the file, and returns it.
+    pub fn finish(mut self) -> VfsResult<OwnedFd> {
+        self.flush()?;
+        rustix::fs::fcntl_add_seals(&self.fd, FIXED | SealFlags::GROW | SealFlags::SEAL)?;
+        Ok(self.fd)
+    }
+}
+
+/// A predecessor's page file, mapped shared and writable, whose pages
+/// are lent out one by one as [`MappedPage`]s.
+pub(crate) struct SharedFile {
+    ptr: *mut u8,
+    pages: u64,
+    /// One bit per page: lent out (each page to one owner only).
+    lent: Vec<AtomicU64>,
+}
+
+// SAFETY: the mapping is plain memory, valid until `drop`; every access
+// to a page goes through the one `MappedPage` that owns it, under
+// Rust's borrow rules (`lent` makes sure there is one).
+unsafe impl Send for SharedFile {}
+// SAFETY: as above; `lent` is atomic.
+unsafe impl Sync for SharedFile {}
+
+impl SharedFile {
+    /// Maps the first `pages` pages of `fd`. `EPROTO` unless `fd` is a
+    /// memfd sealed against shrinking that holds that many.
+    pub fn open(fd: &OwnedFd, pages: u64) -> VfsResult<Arc<SharedFile>> {
+        let seals = rustix::fs::fcntl_get_seals(fd).map_err(|_| Errno::EPROTO)?;
+        if !seals.contains(FIXED) || pages > u64::from(u32::MAX) {
+            return Err(Errno::EPROTO);
+        }
+        let len = pages
+            .checked_mul(PAGE_SIZE as u64)
+            .and_then(|l| usize::try_from(l).ok())
+            .ok_or(Errno::EPROTO)?;
+        let size = rustix::fs::fstat(fd)?.st_size;
+        if u64::try_from(size).map_or(true, |s| s < len as u64) {
+            return Err(Errno::EPROTO);
+        }
+        let ptr = if len == 0 {
+            std::ptr::null_mut()
+        } else {
+            // SAFETY: a new mapping at an address the kernel chooses
+            // aliases nothing of ours; `SharedFile` owns it until `drop`.
+            unsafe {
+                rustix::mm::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    ProtFlags::READ | ProtFlags::WRITE,
+                    MapFlags::SHARED,
+                    fd,
+                    0,
+                )
+            }?
+            .cast()
+        };
+        let words = pages.div_ceil(64) as usize;
+        Ok(Arc::new(SharedFile {
+            ptr,
+            pages,
+            lent: (0..words).map(|_| AtomicU64::new(0)).collect(),
+        }))
+    }
+
+    /// Page `index`, to own; `EPROTO` if there is no such page or it was
+    /// lent out already (a state that names a page twice).
+    pub fn take(self: &Arc<Self>, index: u64) -> VfsResult<MappedPage> {
+        if index >= self.pages {
+            return Err(Errno::EPROTO);
+        }
+        let bit = 1u64 << (index % 64);
+        let was = self.lent[(index / 64) as usize].fetch_or(bit, Ordering::Relaxed);
+        if was & bit != 0 {
+            return Err(Errno::EPROTO);
+        }
+        Ok(MappedPage {
+            file: self.clone(),
+            index: index as u32,
+            freed: false,
+        })
+    }
+}
+
+impl Drop for SharedFile {
+    fn drop(&mut self) {
+        if !self.ptr.is_null() {
+            // SAFETY: the mapping `open` made; every `MappedPage` holds
+            // an `Arc` to `self`, so none is left to use it.
+            let _ = unsafe { rustix::mm::munmap(self.ptr.cast(), self.pages as usize * PAGE_SIZE) };
+        }
+    }
+}
+
+/// One page of a [`SharedFile`], owned: read and written in place, given
+/// back to the system when dropped.
+pub(crate) struct MappedPage {
+    file: Arc<SharedFile>,
+    index: u32,
+    /// Given back already, with its neighbours ([`free_together`]).
+    freed: bool,
+}
+
+impl MappedPage {
+    fn ptr(&self) -> *mut [u8; PAGE_SIZE] {
+        // SAFETY: `take` checked `index < pages`, so the offset stays
+        // inside the mapping.
+        unsafe { self.file.ptr.add(self.index as usize * PAGE_SIZE).cast() }
+    }
+}
+
+impl Deref for MappedPage {
+    type Target = [u8; PAGE_SIZE];
+    fn deref(&self) -> &[u8; PAGE_SIZE] {
+        // SAFETY: a page inside a live mapping (`self.file`), aligned,
+        // that only this `MappedPage` reaches (`SharedFile::lent`), and
+        // the borrow of `self` bounds the reference.
+        unsafe { &*self.ptr() }
+    }
+}
+
+impl DerefMut for MappedPage {
+    fn deref_mut(&mut self) -> &mut [u8; PAGE_SIZE] {
+        // SAFETY: as for `deref`, borrowed mutably through `self`.
+        unsafe { &mut *self.ptr() }
+    }
+}
+
+impl Drop for MappedPage {
+    fn drop(&mut self) {
+        if !self.freed {
+            remove(&self.file, self.index, 1);
+        }
+    }
+}
+
+/// Gives `count` pages of `file` from `first` back to the system (the
+/// file's memory, not only the mapping's).
+fn remove(file: &SharedFile, first: u32, count: u32) {
+    // SAFETY: pages inside the live mapping (`file`) that their owners
+    // are dropping, which nothing else uses (`lent`): their contents may
+    // go.
+    let _ = unsafe {
+        rustix::mm::madvise(
+            file.ptr.add(first as usize * PAGE_SIZE).cast(),
+            count as usize * PAGE_SIZE,
+            Advice::LinuxRemove,
+        )
+    };
+}
+
+/// Drops `pages`, giving back each run of neighbours in one call rather
+/// than one per page (a restored file's pages lie in order).
+pub(crate) fn free_together(pages: impl Iterator<Item = MappedPage>) {
+    let mut run: Option<(Arc<SharedFile>, u32, u32)> = None;
+    for mut page in pages {
+        page.freed = true;
+        match &mut run {
+            Some((file, first, n))
+                if Arc::ptr_eq(file, &page.file) && first.checked_add(*n) == Some(page.index) =>
+            {
+                *n += 1;
+            }
+            _ => {
+                if let Some((file, first, n)) = run.take() {
+                    remove(&file, first, n);
+                }
+                run = Some((page.file.clone(), page.index, 1));
+            }
+        }
+    }
+    if let Some((file, first, n)) = run {
+        remove(&file, first, n);
+    }
+}
+
+impl std::fmt::Debug for MappedPage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "MappedPage({})", self.index)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_are_used_in_place_once_each() {
+        let mut w = Writer::new().unwrap();
+        let mut page = [0u8; PAGE_SIZE];
+        w.push(&page).unwrap();
+        page[..3].copy_from_slice(b"abc");
+        w.push(&page).unwrap();
+        assert_eq!(w.pages(), 2);
+        let fd = w.finish().unwrap();
+        assert!(rustix::fs::ftruncate(&fd, 0).is_err(), "sealed");
+        assert_eq!(SharedFile::open(&fd, 3).err(), Some(Errno::EPROTO));
+        let f = SharedFile::open(&fd, 2).unwrap();
+        let mut p = f.take(1).unwrap();
+        assert_eq!(&p[..4], b"abc\0");
+        assert_eq!(f.take(1).err(), Some(Errno::EPROTO), "lent already");
+        assert_eq!(f.take(2).err(), Some(Errno::EPROTO), "past the end");
+        p[0] = b'x';
+        let q = f.take(0).unwrap();
+        drop(f);
+        assert_eq!(&p[..2], b"xb", "written in place, mapped while used");
+        assert_eq!(q[0], 0);
+        drop(p);
+        let mut back = [1u8; 2];
+        rustix::io::pread(&fd, &mut back, PAGE_SIZE as u64).unwrap();
+        assert_eq!(back, [0, 0], "a dropped page goes back to the system");
+        drop(q);
+    }
+
+    #[test]
+    fn pages_freed_together_go_back_together() {
+        let mut w = Writer::new().unwrap();
+        for i in 0..5u8 {
+            w.push(&[i + 1; PAGE_SIZE]).unwrap();
+        }
+        let fd = w.finish().unwrap();
+        let f = SharedFile::open(&fd, 5).unwrap();
+        let pages: Vec<MappedPage> = [0, 1, 3, 4].iter().map(|&i| f.take(i).unwrap()).collect();
+        free_together(pages.into_iter());
+        let mut back = [9u8; 5 * PAGE_SIZE];
+        rustix::io::pread(&fd, &mut back, 0).unwrap();
+        let firsts: Vec<u8> = back.chunks(PAGE_SIZE).map(|c| c[0]).collect();
+        assert_eq!(firsts, [0, 0, 3, 0, 0]);
+    }
+
+    #[test]
+    fn an_unsealed_file_is_refused() {
+        let fd = rustix::fs::memfd_create("t", MemfdFlags::CLOEXEC).unwrap();
+        rustix::fs::ftruncate(&fd, PAGE_SIZE as u64).unwrap();
+        assert_eq!(SharedFile::open(&fd, 1).err(), Some(Errno::EPROTO));
+    }
+}
