@@ -5,7 +5,8 @@
 //! # Module map
 //! Workloads (`uvfs bench NAME`): `statstorm` (seed 000), `prune` (seed
 //! 001), `readseek` with `readseek_opts` and `readseek_mount` (seed 002),
-//! `memory`, `fusestat` (`fuse-stat`), `coherence`, `seqio`, `devwork`.
+//! `memory`, `fusestat` (`fuse-stat`), `coherence`, `seqio`, `devwork`,
+//! `restart`.
 //! What they compare: `cache` (one interface over the vnode caches),
 //! `freebsd` (the FreeBSD replica behind it), `nocache`, `baseline` (the
 //! locks readseek holds uvfs's against), `peers` (other FUSE passthrough
@@ -35,6 +36,7 @@ pub mod readseek;
 pub mod readseek_mount;
 pub mod readseek_opts;
 pub mod report;
+pub mod restart;
 pub mod seqio;
 pub mod setup;
 pub mod statstorm;

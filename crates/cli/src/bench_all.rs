@@ -31,7 +31,7 @@ pub struct AllOpts {
     #[arg(long, value_delimiter = ',', default_values_t = vec![
         "statstorm".to_string(), "prune".to_string(), "memory".to_string(), "readseek".to_string(),
         "fuse-stat".to_string(), "seqio".to_string(), "coherence".to_string(),
-        "devwork".to_string(),
+        "devwork".to_string(), "restart".to_string(),
     ])]
     pub workloads: Vec<String>,
 }
@@ -115,6 +115,7 @@ fn chart_of(workload: &str) -> Option<ChartFn> {
         "seqio" => seqio::chart,
         "coherence" => coherence::chart,
         "devwork" => devwork::chart,
+        "restart" => restart::chart,
         _ => return None,
     })
 }

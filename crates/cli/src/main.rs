@@ -84,6 +84,9 @@ enum Workload {
     /// Everyday work on each file system with default mount options:
     /// untar, git add+commit, git status, git grep, SQLite, rm -rf.
     Devwork(uvfs_bench::devwork::DevworkOpts),
+    /// Longest wait of a request while the mount's server is replaced by
+    /// a live upgrade, under load: memfs and passthrough, idle and full.
+    Restart(uvfs_bench::restart::RestartOpts),
     /// Every workload above, results (JSON + SVG) into one directory.
     All(bench_all::AllOpts),
 }
@@ -235,6 +238,19 @@ fn main() -> ExitCode {
                 )
                 .and(failed)
             }),
+            // A failed load operation or upgrade fails the command, after
+            // the table shows it.
+            Workload::Restart(o) => uvfs_bench::restart::run(&o).and_then(|r| {
+                let failed = uvfs_bench::restart::check(&r);
+                finish(
+                    Ok(r),
+                    uvfs_bench::restart::COLUMNS,
+                    &o.common,
+                    uvfs_bench::restart::summary,
+                    uvfs_bench::restart::chart,
+                )
+                .and(failed)
+            }),
         },
     };
     // A benchmark stopped by a signal fails on what the cleanup pulled
@@ -279,6 +295,9 @@ mod tests {
             "bench coherence --poll-ms -1",
             "bench devwork --repeats 0",
             "bench devwork --files 0",
+            "bench restart --upgrades 0",
+            "bench restart --threads 0",
+            "bench restart --nodes 0",
         ] {
             assert!(!parses(bad), "accepted: {bad}");
         }
@@ -288,6 +307,7 @@ mod tests {
             "bench fuse-stat --files 10 --per-dir 1 --timeout 0",
             "bench coherence --trials 3 --wait 1.5 --poll-ms 0.5 --kinds chmod,rename",
             "bench devwork --quick --fs uvfs-memfs,native --repeats 2",
+            "bench restart --quick --upgrades 2 --configs memfs-idle,passthrough-nodes",
         ] {
             assert!(parses(good), "rejected: {good}");
         }
