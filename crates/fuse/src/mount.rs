@@ -272,7 +272,7 @@ fn take_over(
     let m = handoff.mount();
     let km = Arc::new(KernelMount::adopt(dev, &mountpoint, m.device, m.helper)?);
     let upgradable = upgradable(&session, &km, cfg, &mountpoint)?;
-    let (control, sink) = start_around(
+    let control = start_around(
         &fs,
         &inner,
         &session,
@@ -387,7 +387,7 @@ fn mount(
         false,
         upgradable,
     ) {
-        Ok((control, _)) => Ok((session, unmounter, control, inner)),
+        Ok(control) => Ok((session, unmounter, control, inner)),
         Err(e) => {
             let _ = unmounter.unmount().or_else(|_| unmounter.detach());
             drop(session);
@@ -467,12 +467,10 @@ fn start_around(
     // (a passthrough's watcher) from now on.
     let raw = km.dup_dev().ok().map(crate::prune::Pruner::new);
     let cache = crate::changes::KernelCache::new(session.notifier(), raw, inner);
-    let sink: Arc<dyn uvfs_vfs::ChangeSink> = Arc::new(crate::changes::Sink(Arc::new(cache)));
-    fs.watch(sink.clone());
-    let control = start_helpers(
+    fs.watch(Arc::new(crate::changes::Sink(Arc::new(cache))));
+    start_helpers(
         inner, session, pruner, cfg, mountpoint, take_over, upgradable,
-    )?;
-    Ok((control, sink))
+    )
 }
 
 /// The server of `fs`, and the state it shares with the control socket.
