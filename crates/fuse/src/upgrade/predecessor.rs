@@ -267,7 +267,16 @@ fn hand_over(
     }
     let (state, fds, counts) = save(inner, ctx, parked_at_ns)?;
     let bytes = state.encode()?;
-    wire::send(&child.sock, &bytes, &wire::borrow_all(&fds))?;
+    if let Err(e) = wire::send(&child.sock, &bytes, &wire::borrow_all(&fds)) {
+        // A successor that refused the state may have said why and gone
+        // before taking all of it: its reason is the news, not the pipe.
+        return Err(
+            match child.recv(Duration::from_secs(1), "while taking the state") {
+                Ok(b) => parse_reply(&b).err().unwrap_or(e),
+                Err(_) => err(e.kind(), format!("sending the state to the successor: {e}")),
+            },
+        );
+    }
     drop(fds);
     // From "taking", the successor may be answering requests: serving on
     // here would answer from a state that misses what it did. A successor
