@@ -252,15 +252,7 @@ fn take_over(
     let dev = handoff
         .take_dev()
         .ok_or_else(|| std::io::Error::other("no connection received"))?;
-    let root = rustix::process::geteuid().is_root();
-    let mut config = fuser::Config::default();
-    config.acl = if root || cfg.allow_other {
-        SessionACL::All
-    } else {
-        SessionACL::Owner
-    };
-    config.n_threads = Some(cfg.threads.max(1));
-    config.clone_fd = true;
+    let config = session_config(cfg, rustix::process::geteuid().is_root());
     let session = Session::resume(server, dev.try_clone()?, config.acl, config, negotiated)?;
     for (node, raw, opens) in handoff.backings() {
         let mode = match raw {
@@ -352,16 +344,7 @@ fn mount(
         return Err(crate::fusermount::allow_other_refused());
     }
     let (server, inner) = new_server(fs.clone(), layer, cfg)?;
-    let mut config = fuser::Config::default();
-    // Everyone may use the mount when root serves it (allow_other), as a
-    // system file system, or when asked; otherwise only the owner.
-    config.acl = if root || cfg.allow_other {
-        SessionACL::All
-    } else {
-        SessionACL::Owner
-    };
-    config.n_threads = Some(cfg.threads.max(1));
-    config.clone_fd = true;
+    let config = session_config(cfg, root);
     // mount(2) ourselves (or through fusermount3), so that fuser never
     // unmounts by path (kmount.rs says why).
     let (fd, km) = kmount::mount(
@@ -471,6 +454,23 @@ fn start_around(
     start_helpers(
         inner, session, pruner, cfg, mountpoint, take_over, upgradable,
     )
+}
+
+/// fuser's settings for a session of `cfg` on a mount made by root (or
+/// not): a request loop per thread, each on its own clone of the
+/// connection.
+fn session_config(cfg: &ServeConfig, root: bool) -> fuser::Config {
+    let mut config = fuser::Config::default();
+    // Everyone may use the mount when root serves it (allow_other), as a
+    // system file system, or when asked; otherwise only the owner.
+    config.acl = if root || cfg.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    config.n_threads = Some(cfg.threads.max(1));
+    config.clone_fd = true;
+    config
 }
 
 /// The server of `fs`, and the state it shares with the control socket.
