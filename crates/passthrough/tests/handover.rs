@@ -310,30 +310,10 @@ fn foreign_ids_keep_their_numbers() {
     let e = env("ho-foreign");
     let m = e.src.path().join("m");
     std::fs::create_dir(&m).unwrap();
-    let target = std::ffi::CString::new(m.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: NUL-terminated strings; mounting a fresh tmpfs (needs root;
-    // without it the test has nothing to check and returns).
-    let r = unsafe {
-        libc::mount(
-            c"uvfs-test".as_ptr(),
-            target.as_ptr(),
-            c"tmpfs".as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
-    if r != 0 {
+    let Some(_u) = common::Tmpfs::mount(&m) else {
         eprintln!("skipped: cannot mount tmpfs (not root?)");
         return;
-    }
-    struct Unmount(std::ffi::CString);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            // SAFETY: NUL-terminated path of the tmpfs we mounted.
-            unsafe { libc::umount2(self.0.as_ptr(), libc::MNT_DETACH) };
-        }
-    }
-    let _u = Unmount(target);
+    };
     std::fs::write(m.join("a"), b"A").unwrap();
     std::fs::write(m.join("b"), b"B").unwrap();
     let mdir = e.lookup(&e.root, "m").unwrap();

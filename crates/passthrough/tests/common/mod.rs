@@ -121,3 +121,33 @@ pub fn held_deleted(dir: &Path) -> Vec<String> {
         .filter(|t| t.starts_with(&prefix) && t.ends_with(" (deleted)"))
         .collect()
 }
+
+/// A tmpfs mounted for a test (a file system inside the source), lazily
+/// unmounted on drop.
+pub struct Tmpfs(std::ffi::CString);
+
+impl Tmpfs {
+    /// Mounts a fresh tmpfs on `at`; None where this process may not
+    /// (not root), which the test reports as skipped.
+    pub fn mount(at: &Path) -> Option<Tmpfs> {
+        let target = std::ffi::CString::new(at.as_os_str().as_encoded_bytes()).ok()?;
+        // SAFETY: NUL-terminated strings, a null data pointer (no options).
+        let r = unsafe {
+            libc::mount(
+                c"uvfs-test".as_ptr(),
+                target.as_ptr(),
+                c"tmpfs".as_ptr(),
+                0,
+                std::ptr::null(),
+            )
+        };
+        (r == 0).then_some(Tmpfs(target))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        // SAFETY: NUL-terminated path of the tmpfs we mounted.
+        unsafe { libc::umount2(self.0.as_ptr(), libc::MNT_DETACH) };
+    }
+}
