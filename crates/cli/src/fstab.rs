@@ -103,6 +103,7 @@ pub fn apply(o: &mut MountOpts, options: &str, sloppy: bool) -> io::Result<()> {
             ("no_dir_readahead", None) => o.no_dir_readahead = true,
             ("no_dir_refresh", None) => o.no_dir_refresh = true,
             ("no_watch", None) => o.no_watch = true,
+            ("no_supervisor", None) => o.no_supervisor = true,
             ("allow_other", None) => o.allow_other = true,
             ("server_io", None) => o.server_io = true,
             ("source", _) => o.source = Some(PathBuf::from(text("source")?)),

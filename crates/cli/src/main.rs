@@ -51,6 +51,10 @@ enum Cmd {
     /// from the state on descriptor FD.
     #[command(name = "__takeover", hide = true)]
     Takeover { fd: String },
+    /// (Internal) started by a server: supervise it, starting a new one
+    /// if it dies, from the link on descriptor FD.
+    #[command(name = "__supervise", hide = true)]
+    Supervise { fd: String },
     /// Run a benchmark workload (side by side across implementations).
     Bench {
         #[command(subcommand)]
@@ -141,6 +145,7 @@ fn main() -> ExitCode {
         Cmd::Umount(o) => mount_cmd::umount(&o),
         Cmd::Upgrade(o) => mount_cmd::upgrade(&o),
         Cmd::Takeover { fd } => mount_cmd::take_over(&fd),
+        Cmd::Supervise { fd } => mount_cmd::supervise(&fd),
         Cmd::Bench { workload } => match workload {
             Workload::All(o) => bench_all::run(&o),
             Workload::Statstorm(o) => finish(

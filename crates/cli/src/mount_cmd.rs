@@ -118,6 +118,31 @@ pub fn take_over(fd: &str) -> io::Result<()> {
     mount_with(&o, Some(handoff))
 }
 
+/// `uvfs __supervise FD`: a server started this process to start a new
+/// server if it dies (`uvfs_fuse::supervise`).
+pub fn supervise(fd: &str) -> io::Result<()> {
+    uvfs_fuse::supervise::run(fd, |app| {
+        // Logs where the server logs.
+        let Ok(o) = serde_json::from_slice::<MountOpts>(app) else {
+            return;
+        };
+        let _ = uvfs_logger::init(&uvfs_logger::Config {
+            level: o.log_level.clone(),
+            file: o.log_file.clone(),
+            foreground: o.foreground,
+        });
+        if !o.foreground {
+            let fallback = uvfs_fuse::fallback_log_path(&o.mountpoint).ok();
+            uvfs_logger::detached(fallback.as_deref());
+            // Started before the server let go of the terminal: its
+            // messages go to the log, as the server's do.
+            if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+                let _ = rustix::stdio::dup2_stderr(&null);
+            }
+        }
+    })
+}
+
 /// `uvfs upgrade`.
 pub fn upgrade(o: &UpgradeOpts) -> io::Result<()> {
     let v = uvfs_fuse::request_upgrade(&o.mountpoint, o.binary.as_deref())?;
@@ -362,9 +387,22 @@ fn mount_with(o: &MountOpts, mut handoff: Option<uvfs_fuse::upgrade::Handoff>) -
             watch: watched,
             keep_timeouts: explicit,
         };
+        let recovery = handoff.as_mut().and_then(|h| h.take_recovery());
         let fs: std::sync::Arc<dyn uvfs_vfs::FileSystem> = match saved {
             Some(saved) => {
-                match uvfs_passthrough::PassthroughFs::restore(layer.clone(), &src, pt_cfg, saved) {
+                let r = match recovery {
+                    Some(rec) => uvfs_passthrough::PassthroughFs::recover(
+                        layer.clone(),
+                        &src,
+                        pt_cfg,
+                        saved,
+                        rec,
+                    ),
+                    None => {
+                        uvfs_passthrough::PassthroughFs::restore(layer.clone(), &src, pt_cfg, saved)
+                    }
+                };
+                match r {
                     Ok(fs) => fs,
                     Err(e) => {
                         let e = io::Error::new(
@@ -394,6 +432,7 @@ fn mount_with(o: &MountOpts, mut handoff: Option<uvfs_fuse::upgrade::Handoff>) -
             dir_refresh,
             allow_other: o.allow_other,
             successor,
+            supervise: !o.no_supervisor,
         };
         crate::mount_log::start(o, &cfg, Some(&src), watched);
         return match handoff {
@@ -432,6 +471,7 @@ fn mount_with(o: &MountOpts, mut handoff: Option<uvfs_fuse::upgrade::Handoff>) -
         dir_refresh,
         allow_other: o.allow_other,
         successor,
+        supervise: false,
     };
     crate::mount_log::start(o, &cfg, None, false);
     match handoff {
@@ -559,6 +599,7 @@ mod tests {
             no_dir_refresh: false,
             no_watch: false,
             server_io: false,
+            no_supervisor: false,
             transport: Transport::Auto,
             read_only: false,
             allow_other: false,

@@ -128,6 +128,13 @@ pub struct MountOpts {
     /// syncs, truncates, allocates and copies.
     #[arg(long)]
     pub server_io: bool,
+    /// Passthrough: no supervisor. By default a small supervisor process
+    /// holds the mount's connection and the server's journal of what the
+    /// kernel knows, and starts a new server if this one dies (a bug, the
+    /// OOM killer, `kill -9`): programs see a pause, not a dead mount.
+    #[arg(long)]
+    #[serde(default)]
+    pub no_supervisor: bool,
     /// Serve read-only (passthrough): the mount is read-only, the server
     /// refuses every change even after a `mount -o remount,rw`, and files
     /// and directories are read with O_NOATIME, so the source is left

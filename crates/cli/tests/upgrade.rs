@@ -307,7 +307,7 @@ fn a_successor_that_fails_leaves_the_server_serving() {
     // Takes the state, then dies before taking the connection: the
     // server was parked meanwhile and serves on.
     let half = bins.join("half-way");
-    script(&half, "send({'state_version': 1})\nrecv()\nos._exit(9)");
+    script(&half, "send({'state_version': 2})\nrecv()\nos._exit(9)");
     let e = upgrade(&m.mnt, Some(&half)).unwrap_err();
     assert!(e.contains("successor"), "{e}");
     still_serves(&m, "half");
@@ -316,7 +316,7 @@ fn a_successor_that_fails_leaves_the_server_serving() {
     let refuses = bins.join("refuses");
     script(
         &refuses,
-        "send({'state_version': 1})\nrecv()\nsend({'error': 'no thanks'})",
+        "send({'state_version': 2})\nrecv()\nsend({'error': 'no thanks'})",
     );
     let e = upgrade(&m.mnt, Some(&refuses)).unwrap_err();
     assert!(e.contains("no thanks"), "{e}");

@@ -96,7 +96,7 @@ impl ControlSocket {
         inner: Arc<Inner>,
         mountpoint: &Path,
         take_over: bool,
-        upgradable: Option<crate::upgrade::Upgradable>,
+        upgradable: Option<Arc<crate::upgrade::Upgradable>>,
     ) -> std::io::Result<ControlSocket> {
         let dir = crate::rundir::create()?;
         sweep_stale(&dir, STALE_AGE);
@@ -113,7 +113,7 @@ impl ControlSocket {
             .spawn(move || {
                 for conn in listener.incoming() {
                     let Ok(conn) = conn else { continue };
-                    let _ = serve_one(&served, upgradable.as_ref(), &mp, conn);
+                    let _ = serve_one(&served, upgradable.as_deref(), &mp, conn);
                     if served
                         .lineage
                         .handed_over

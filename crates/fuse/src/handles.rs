@@ -5,9 +5,11 @@
 //! file's data exactly as long as one is open). Handle numbers are never
 //! reused, so a stale handle is `EBADF`, not someone else's file.
 
+use crate::journal::Journal;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use uvfs_vfs::{Errno, Fh, VfsResult, VnodeRef};
 
 const SHARDS: usize = 32;
@@ -27,6 +29,26 @@ pub struct OpenFile {
     pub backing_node: Option<u64>,
     /// Open for writing on its backing file (`backing::Writers`).
     pub kernel_writer: bool,
+    /// The flags it was opened with (a server started after a crash
+    /// opens it again with them, `journal/`).
+    pub flags: i32,
+    /// Its node's backing id, if the kernel does its I/O.
+    pub backing_id: Option<u32>,
+}
+
+impl OpenFile {
+    /// As the crash journal keeps it.
+    pub(crate) fn journal_rec(&self) -> crate::journal::OpenRec {
+        crate::journal::OpenRec {
+            ino: self.vp.ino(),
+            fs_fh: self.fh.0,
+            flags: self.flags,
+            writable: self.writable,
+            kernel_writer: self.kernel_writer,
+            dir: self.vp.vtype() == uvfs_vfs::VType::Dir,
+            backing: self.backing_node.map(|_| self.backing_id),
+        }
+    }
 }
 
 impl OpenFile {
@@ -39,6 +61,8 @@ impl OpenFile {
             writable: false,
             backing_node: None,
             kernel_writer: false,
+            flags: 0,
+            backing_id: None,
         }
     }
 }
@@ -47,6 +71,9 @@ impl OpenFile {
 pub struct HandleTable {
     shards: Box<[Mutex<HashMap<u64, OpenFile>>]>,
     next: AtomicU64,
+    /// Where opens and releases are journaled for crash recovery, once
+    /// a supervisor keeps one (`journal/`).
+    journal: OnceLock<Arc<Journal>>,
 }
 
 impl Default for HandleTable {
@@ -54,6 +81,7 @@ impl Default for HandleTable {
         HandleTable {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             next: AtomicU64::new(1),
+            journal: OnceLock::new(),
         }
     }
 }
@@ -63,22 +91,38 @@ impl HandleTable {
         &self.shards[(h as usize) % SHARDS]
     }
 
-    /// Registers an open file; returns its FUSE handle.
-    pub fn insert(&self, vp: VnodeRef, fh: Fh, writable: bool) -> u64 {
+    /// Registers an open file opened with `flags`; returns its FUSE
+    /// handle.
+    pub fn insert(&self, vp: VnodeRef, fh: Fh, flags: i32) -> u64 {
         self.insert_file(OpenFile {
             vp,
             fh,
-            writable,
+            writable: crate::server::writes(flags),
             backing_node: None,
             kernel_writer: false,
+            flags,
+            backing_id: None,
         })
     }
 
-    /// Registers `f`; returns its FUSE handle.
+    /// Registers `f`; returns its FUSE handle. Journaled before the
+    /// caller replies (`journal/`).
     pub fn insert_file(&self, f: OpenFile) -> u64 {
         let h = self.next.fetch_add(1, Ordering::Relaxed);
+        if let Some(j) = self.journal.get() {
+            j.opened(h, &f.journal_rec());
+        }
         self.shard(h).lock().insert(h, f);
         h
+    }
+
+    /// Journals every open from now on, the ones open now first (before
+    /// requests are served).
+    pub(crate) fn attach_journal(&self, j: Arc<Journal>) {
+        for (h, f) in self.snapshot().0 {
+            j.opened(h, &f.journal_rec());
+        }
+        let _ = self.journal.set(j);
     }
 
     /// Whether `vp` is open for writing through some handle. A scan of
@@ -98,7 +142,11 @@ impl HandleTable {
 
     /// Unregisters handle `h` (RELEASE).
     pub fn remove(&self, h: u64) -> VfsResult<OpenFile> {
-        self.shard(h).lock().remove(&h).ok_or(Errno::EBADF)
+        let f = self.shard(h).lock().remove(&h).ok_or(Errno::EBADF)?;
+        if let Some(j) = self.journal.get() {
+            j.closed(h);
+        }
+        Ok(f)
     }
 
     /// Open handles.

@@ -70,6 +70,10 @@ pub struct ServeConfig {
     /// unmounting (`uvfs upgrade`, `upgrade/`); None: this server cannot
     /// be upgraded in place.
     pub successor: Option<crate::upgrade::Successor>,
+    /// Start a supervisor that starts a new server (`successor`'s binary)
+    /// if this one dies (`supervise/`), for a file system whose nodes a
+    /// new server can find again (`FileSystem::journal_record`).
+    pub supervise: bool,
 }
 
 impl ServeConfig {
@@ -98,6 +102,7 @@ impl ServeConfig {
             dir_refresh: false,
             allow_other: false,
             successor: None,
+            supervise: false,
         }
     }
 }
@@ -196,7 +201,7 @@ pub fn serve_successor(
     signals: BlockedSignals,
 ) -> std::io::Result<()> {
     let taken = take_over(fs, layer, cfg, &mut handoff);
-    let (session, control, km, inner) = match taken {
+    let (mut session, control, km, inner, upgradable) = match taken {
         Ok(x) => x,
         Err(e) => {
             handoff.fail(&e.to_string());
@@ -205,6 +210,13 @@ pub fn serve_successor(
     };
     let mountpoint = normalize_mountpoint(&cfg.mountpoint)?;
     handoff.taking()?;
+    // Supervised by the predecessor's supervisor (or, first supervised
+    // now): linked only once the connection is ours, so a successor that
+    // fails before leaves the supervisor with the server it had.
+    let link = handoff.link.take();
+    if link.is_some() || cfg.supervise {
+        supervise(&inner, &mut session, upgradable.as_deref(), link);
+    }
     signals.on_signal(&mountpoint, Unmounter(km))?;
     // Requests the predecessor read and did not answer (a lock wait)
     // come again, now to these loops.
@@ -232,6 +244,7 @@ type TakenOver = (
     Option<ControlSocket>,
     Arc<KernelMount>,
     Arc<Inner>,
+    Option<Arc<crate::upgrade::Upgradable>>,
 );
 
 fn take_over(
@@ -254,7 +267,7 @@ fn take_over(
         .ok_or_else(|| std::io::Error::other("no connection received"))?;
     let config = session_config(cfg, rustix::process::geteuid().is_root());
     let session = Session::resume(server, dev.try_clone()?, config.acl, config, negotiated)?;
-    for (node, raw, opens) in handoff.backings() {
+    for (node, raw, opens) in handoff.backings(|ino| inner.nodes.node_id(ino)) {
         let mode = match raw {
             Some(r) => crate::backing::Mode::Kernel(Arc::new(session.adopt_backing(r))),
             None => crate::backing::Mode::Server,
@@ -272,9 +285,9 @@ fn take_over(
         cfg,
         &mountpoint,
         true,
-        upgradable,
+        upgradable.clone(),
     )?;
-    Ok((session, control, km, inner))
+    Ok((session, control, km, inner, upgradable))
 }
 
 /// Serves until the file system goes. The request loops end with ENODEV
@@ -355,11 +368,14 @@ fn mount(
         cfg.mount_flags,
     )?;
     let km = Arc::new(km);
-    let session = Session::from_fd(server, fd, config.acl, config).inspect_err(|_| {
+    let mut session = Session::from_fd(server, fd, config.acl, config).inspect_err(|_| {
         let _ = km.unmount().or_else(|_| km.detach());
     })?;
     let mut unmounter = Unmounter(km.clone());
     let upgradable = upgradable(&session, &km, cfg, &mountpoint)?;
+    if cfg.supervise {
+        supervise(&inner, &mut session, upgradable.as_deref(), None);
+    }
     match start_around(
         &fs,
         &inner,
@@ -379,6 +395,36 @@ fn mount(
     }
 }
 
+/// Starts (or, given `existing`, links to) the mount's supervisor and
+/// journals from now on (`supervise/`); without it the mount just ends
+/// with its server, as said in the log.
+fn supervise(
+    inner: &Arc<Inner>,
+    session: &mut Session<Server>,
+    ctx: Option<&crate::upgrade::Upgradable>,
+    existing: Option<OwnedFd>,
+) {
+    let r = (|| {
+        let ctx = ctx.ok_or_else(|| {
+            std::io::Error::other("the server cannot start a successor (no binary to start)")
+        })?;
+        let (state, fds) = crate::upgrade::predecessor::base_state(inner, ctx)?;
+        let exe = &ctx.successor.exe;
+        let hello = crate::supervise::hello(std::process::id(), exe, &state.encode()?);
+        let link = crate::supervise::Link::start(inner, exe, hello, fds, existing)?;
+        // The request loops' clones, made now so the supervisor holds
+        // what they read (a loop's requests in flight survive its death).
+        let clones = session.clone_channels()?;
+        link.clones(&clones)?;
+        let _ = ctx.link.set(link);
+        Ok::<_, std::io::Error>(())
+    })();
+    match r {
+        Ok(()) => log::debug!("supervised: a crash of this server starts another"),
+        Err(e) => log::warn!("no supervisor ({e}): a crash of this server ends the mount"),
+    }
+}
+
 /// What a successor needs of this server to take its mount over, if the
 /// program said how to start one (`ServeConfig::successor`).
 fn upgradable(
@@ -386,11 +432,11 @@ fn upgradable(
     km: &Arc<KernelMount>,
     cfg: &ServeConfig,
     mountpoint: &Path,
-) -> std::io::Result<Option<crate::upgrade::Upgradable>> {
+) -> std::io::Result<Option<Arc<crate::upgrade::Upgradable>>> {
     let Some(successor) = cfg.successor.clone() else {
         return Ok(None);
     };
-    Ok(Some(crate::upgrade::Upgradable {
+    Ok(Some(Arc::new(crate::upgrade::Upgradable {
         pauser: session.pauser(),
         negotiated: session.negotiated().to_bytes(),
         dev: km.dup_dev()?,
@@ -401,7 +447,8 @@ fn upgradable(
         },
         successor,
         busy: Default::default(),
-    }))
+        link: Default::default(),
+    })))
 }
 
 /// Starts what serves beside the request loops of a new session: the
@@ -418,7 +465,7 @@ fn start_around(
     cfg: &ServeConfig,
     mountpoint: &Path,
     take_over: bool,
-    upgradable: Option<crate::upgrade::Upgradable>,
+    upgradable: Option<Arc<crate::upgrade::Upgradable>>,
 ) -> std::io::Result<Option<ControlSocket>> {
     // Before any request is answered: the mount's device, so that a file
     // system reaching back into it by path refuses (mountinfo.rs).
@@ -505,7 +552,7 @@ fn start_helpers(
     cfg: &ServeConfig,
     mountpoint: &Path,
     take_over: bool,
-    upgradable: Option<crate::upgrade::Upgradable>,
+    upgradable: Option<Arc<crate::upgrade::Upgradable>>,
 ) -> std::io::Result<Option<ControlSocket>> {
     // Kernel-forget of cold nodes over the vnode limit (evict.rs): by
     // prune where `pruner` writes it, else by entry invalidation; a

@@ -42,6 +42,7 @@
 //! not empty (one atomic load otherwise), under its lock, so a node is
 //! resolved once and its count never split.
 
+use crate::journal::Journal;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -88,6 +89,10 @@ pub struct NodeTable {
     any_adopted: AtomicBool,
     /// Finds an adopted node's vnode by inode number (`FileSystem::vget`).
     resolver: OnceLock<Resolver>,
+    /// Where counts are journaled for crash recovery, once a supervisor
+    /// keeps one (`journal/`): raised before the reply, lowered after the
+    /// FORGET, as here.
+    journal: OnceLock<Arc<Journal>>,
 }
 
 /// Finds a vnode by inode number.
@@ -109,7 +114,21 @@ impl NodeTable {
             adopted: Mutex::new(HashMap::new()),
             any_adopted: AtomicBool::new(false),
             resolver: OnceLock::new(),
+            journal: OnceLock::new(),
         }
+    }
+
+    /// Journals every count from now on, the ones held now first (before
+    /// requests are served).
+    pub(crate) fn attach_journal(&self, j: Arc<Journal>) {
+        for (_, vp, count) in self.snapshot() {
+            j.set_count(vp.ino(), count, Some(&vp));
+        }
+        let adopted: Vec<(u64, u64)> = self.adopted.lock().iter().map(|(i, c)| (*i, *c)).collect();
+        for (id, count) in adopted {
+            j.set_count(self.node_id(id), count, None);
+        }
+        let _ = self.journal.set(j);
     }
 
     /// The node id of inode `ino` (and, the map being a swap, the inode
@@ -191,6 +210,9 @@ impl NodeTable {
     /// to the node before (a new node for the evictor, `evict.rs`).
     pub fn remember_new(&self, vp: &VnodeRef) -> (u64, bool) {
         let id = self.node_id(vp.ino());
+        if let Some(j) = self.journal.get() {
+            j.remembered(vp.ino(), 1, Some(vp));
+        }
         let mut new = vp.ext_acquire(1);
         // A node the kernel held before the upgrade and names again: not
         // new, and its adopted count joins this one.
@@ -240,6 +262,9 @@ impl NodeTable {
             (before, n.min(before))
         };
         self.lookups.fetch_sub(taken, Ordering::Relaxed);
+        if let Some(j) = self.journal.get() {
+            j.forgot(vp.ino(), taken);
+        }
         // What was counted, not what the kernel said: a FORGET of
         // u64::MAX wrapped the counter.
         self.counters.forgotten.fetch_add(taken, Ordering::Relaxed);
@@ -265,6 +290,9 @@ impl NodeTable {
         let taken = n.min(count);
         self.lookups.fetch_sub(taken, Ordering::Relaxed);
         self.counters.forgotten.fetch_add(taken, Ordering::Relaxed);
+        if let Some(j) = self.journal.get() {
+            j.forgot(self.node_id(id), taken);
+        }
         if n > count {
             self.counters.forget_excess.fetch_add(1, Ordering::Relaxed);
         }

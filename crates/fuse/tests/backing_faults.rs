@@ -399,6 +399,7 @@ impl Stack {
             dir_refresh: true,
             allow_other: false,
             successor: None,
+            supervise: false,
         };
         let top = BackgroundMount::start(fs, layer, &scfg).expect("mount the passthrough");
         Some(Stack {

@@ -43,6 +43,7 @@ fn a_source_holding_the_mountpoint_gets_eloop_not_a_hang() {
         dir_refresh: true,
         allow_other: false,
         successor: None,
+        supervise: false,
     };
     let m = BackgroundMount::start(fs, layer, &cfg).expect("mount");
 

@@ -88,6 +88,7 @@ impl Pt {
             dir_refresh: true,
             allow_other: false,
             successor: None,
+            supervise: false,
         };
         let mount = BackgroundMount::start(fs.clone(), layer, &cfg).expect("mount");
         Some(Pt {

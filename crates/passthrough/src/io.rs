@@ -264,8 +264,16 @@ impl PassthroughFs {
     }
 
     pub(crate) fn do_release(&self, fh: Fh) -> VfsResult<()> {
-        let node = self.opens.get(fh)?.node.clone();
+        let of = self.opens.get(fh)?;
+        let node = of.node.clone();
         self.opens.remove(fh)?;
+        // Its flock locks go with it, the supervisor's duplicate too.
+        if of.kept.load(std::sync::atomic::Ordering::Relaxed) {
+            self.posix_locks
+                .keeper
+                .forget(crate::kept::Kept::Open { node: node.id, fh });
+        }
+        drop(of);
         self.posix_locks.release(&node, fh);
         Ok(())
     }

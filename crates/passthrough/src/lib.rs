@@ -53,6 +53,7 @@ mod handover;
 mod iflags;
 pub mod inodes;
 mod io;
+mod kept;
 mod lock_owners;
 mod locks;
 mod namei;

@@ -5,9 +5,11 @@
 //! it: kept apart, neither module needs the other's.
 
 use crate::fdpool::Fd;
+use crate::kept::{Keeper, Kept};
 use crate::node::Node;
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use uvfs_vfs::{Fh, Ino};
 
@@ -22,6 +24,8 @@ struct Held {
 #[derive(Default)]
 pub(crate) struct PosixLocks {
     map: Mutex<HashMap<Ino, HashMap<u64, Held>>>,
+    /// Given each description, so its locks outlive a crash (`kept.rs`).
+    pub(crate) keeper: Keeper,
 }
 
 impl PosixLocks {
@@ -36,11 +40,28 @@ impl PosixLocks {
         let Some(owners) = m.get_mut(&node.id) else {
             return;
         };
+        let mut gone = Vec::new();
         if node.open_count() > 0 {
-            owners.retain(|_, h| h.fh != fh);
+            owners.retain(|&owner, h| {
+                let keep = h.fh != fh;
+                if !keep {
+                    gone.push((owner, h.fh));
+                }
+                keep
+            });
         }
         if node.open_count() == 0 || owners.is_empty() {
-            m.remove(&node.id);
+            if let Some(o) = m.remove(&node.id) {
+                gone.extend(o.iter().map(|(&owner, h)| (owner, h.fh)));
+            }
+        }
+        drop(m);
+        for (owner, fh) in gone {
+            self.keeper.forget(Kept::Owner {
+                node: node.id,
+                owner,
+                fh,
+            });
         }
     }
 
@@ -53,23 +74,57 @@ impl PosixLocks {
 
     pub(crate) fn remove(&self, node: Ino, owner: u64) {
         let mut m = self.map.lock();
-        if let Some(owners) = m.get_mut(&node) {
-            owners.remove(&owner);
-            if owners.is_empty() {
-                m.remove(&node);
-            }
+        let Some(owners) = m.get_mut(&node) else {
+            return;
+        };
+        let gone = owners.remove(&owner);
+        if owners.is_empty() {
+            m.remove(&node);
+        }
+        drop(m);
+        if let Some(h) = gone {
+            self.keeper.forget(Kept::Owner {
+                node,
+                owner,
+                fh: h.fh,
+            });
         }
     }
 
     /// The owner's description, `made` (through `fh`) if it has none yet.
     pub(crate) fn get_or_insert(&self, node: Ino, owner: u64, fh: Fh, made: Arc<Fd>) -> Arc<Fd> {
         let mut m = self.map.lock();
-        let h = m
-            .entry(node)
-            .or_default()
-            .entry(owner)
-            .or_insert(Held { ofd: made, fh });
-        h.ofd.clone()
+        let mut new = false;
+        let h = m.entry(node).or_default().entry(owner).or_insert_with(|| {
+            new = true;
+            Held { ofd: made, fh }
+        });
+        let ofd = h.ofd.clone();
+        // Kept before a lock is taken on it (the caller locks after).
+        if new {
+            self.keeper
+                .keep(Kept::Owner { node, owner, fh }, ofd.as_fd());
+        }
+        ofd
+    }
+
+    /// Every description held now (to keep them all).
+    pub(crate) fn all(&self) -> Vec<(Kept, Arc<Fd>)> {
+        let m = self.map.lock();
+        m.iter()
+            .flat_map(|(&node, o)| {
+                o.iter().map(move |(&owner, h)| {
+                    (
+                        Kept::Owner {
+                            node,
+                            owner,
+                            fh: h.fh,
+                        },
+                        h.ofd.clone(),
+                    )
+                })
+            })
+            .collect()
     }
 
     /// The descriptions of `node`'s lock owners: (owner, the handle it

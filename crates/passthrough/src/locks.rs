@@ -37,10 +37,12 @@
 
 use crate::fdpool::Fd;
 use crate::fs::PassthroughFs;
+use crate::kept::Kept;
 use crate::node::Node;
 use crate::sys;
 use rustix::fs::FlockOperation;
 use std::os::fd::AsFd;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use uvfs_vfs::{Errno, Fh, FileLock, VfsResult, VnodeRef, LOCK_TO_EOF};
 
@@ -96,6 +98,16 @@ impl PassthroughFs {
                 libc::F_UNLCK => FlockOperation::NonBlockingUnlock,
                 _ => return Err(Errno::EINVAL),
             };
+            // Kept before the lock is taken: a crash then leaves it held.
+            if lock.typ != libc::F_UNLCK && !of.kept.swap(true, Ordering::Relaxed) {
+                self.posix_locks.keeper.keep(
+                    Kept::Open {
+                        node: of.node.id,
+                        fh,
+                    },
+                    of.fd.as_fd(),
+                );
+            }
             // A conflict is EWOULDBLOCK, which is EAGAIN on Linux.
             return Ok(rustix::fs::flock(&of.fd, op)?);
         }
@@ -163,6 +175,29 @@ impl PassthroughFs {
             // A classic lock's holder is named; an OFD lock's (-1) is not.
             pid: u32::try_from(fl.l_pid).unwrap_or(0),
         })
+    }
+
+    /// Gives `keeper` every description holding locks now, and each one
+    /// from now on (`kept.rs`).
+    pub(crate) fn do_keep_fds_with(&self, keeper: Arc<dyn uvfs_vfs::FdKeeper>) {
+        let k = &self.posix_locks.keeper;
+        if !k.set(keeper) {
+            return;
+        }
+        for (what, fd) in self.posix_locks.all() {
+            k.keep(what, fd.as_fd());
+        }
+        for (fh, of) in self.opens.all() {
+            if of.kept.load(Ordering::Relaxed) {
+                k.keep(
+                    Kept::Open {
+                        node: of.node.id,
+                        fh,
+                    },
+                    of.fd.as_fd(),
+                );
+            }
+        }
     }
 
     pub(crate) fn do_unlock_owner(&self, vp: &VnodeRef, owner: u64) -> VfsResult<()> {

@@ -20,6 +20,8 @@ pub struct OpenFile {
     pub node: Arc<Node>,
     /// Serialises `seek + getdents` of a directory stream.
     pub dir_lock: Mutex<()>,
+    /// Given to the crash supervisor for its `flock` locks (`kept.rs`).
+    pub kept: std::sync::atomic::AtomicBool,
     /// The node's vnode, held by an open file a predecessor handed over
     /// (`handover`): until the successor's front end names the node
     /// again, nothing else keeps the vnode from being recycled, and a
@@ -77,6 +79,7 @@ impl OpenTable {
             fd,
             node,
             dir_lock: Mutex::new(()),
+            kept: Default::default(),
             _pin: pin,
         });
         map.insert(fh.0, of);
@@ -104,6 +107,15 @@ impl OpenTable {
         let of = self.map.write().remove(&fh.0).ok_or(Errno::EBADF)?;
         of.node.closed();
         Ok(())
+    }
+
+    /// Every open file now.
+    pub(crate) fn all(&self) -> Vec<(Fh, Arc<OpenFile>)> {
+        self.map
+            .read()
+            .iter()
+            .map(|(h, o)| (Fh(*h), o.clone()))
+            .collect()
     }
 
     /// Open files now.

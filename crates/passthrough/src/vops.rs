@@ -336,6 +336,18 @@ impl FileSystem for PassthroughFs {
         self.do_save(keep)
     }
 
+    fn journal_record(
+        &self,
+        ino: uvfs_vfs::Ino,
+        vp: Option<&VnodeRef>,
+    ) -> Option<uvfs_vfs::JournalRecord> {
+        self.journal_record_of(ino, vp)
+    }
+
+    fn keep_fds_with(&self, keeper: std::sync::Arc<dyn uvfs_vfs::FdKeeper>) {
+        self.do_keep_fds_with(keeper)
+    }
+
     fn generation(&self, vp: &VnodeRef) -> u64 {
         self.node_of(vp).map_or(0, |n| n.generation())
     }

@@ -27,7 +27,7 @@
 //! `EPROTO`, so that a state written by another version is rejected,
 //! never misread.
 
-use crate::{Fh, VnodeRef};
+use crate::{Fh, Ino, VnodeRef};
 use std::os::fd::OwnedFd;
 
 /// What the server asks a file system to keep for its successor.
@@ -57,4 +57,67 @@ impl std::fmt::Debug for Saved {
             .field("fds", &self.fds.len())
             .finish()
     }
+}
+
+/// Bytes of a node's record in a crash journal.
+pub const JOURNAL_RECORD: usize = 24;
+
+/// A node's record in the crash journal the FUSE server keeps beside its
+/// supervisor (`FileSystem::journal_record`): enough for a server started
+/// after a crash to find the node again with nothing else kept (for a
+/// passthrough, the source file's handle). The file system alone reads it.
+pub type JournalRecord = [u8; JOURNAL_RECORD];
+
+/// What a server started after its predecessor crashed knows of the file
+/// system's nodes and open files: the journal's contents. The file
+/// system's restore constructor takes it with the state `save` gave at
+/// mount (its identity, nothing kept), and must then resolve every node
+/// in `nodes` by `vget` and every open in `opens` by its handle, as for a
+/// live upgrade ([`Keep`]); open files are opened again with their flags.
+#[derive(Debug, Default)]
+pub struct Recovery {
+    /// Nodes the kernel knows: inode number and record.
+    pub nodes: Vec<(Ino, JournalRecord)>,
+    /// Open files and directories the kernel holds.
+    pub opens: Vec<RecoveredOpen>,
+    /// The descriptors the file system gave its [`FdKeeper`], as it gave
+    /// them (the same open file descriptions: the locks on them held).
+    pub kept: Vec<KeptFd>,
+}
+
+/// A descriptor a file system gave its [`FdKeeper`].
+#[derive(Debug)]
+pub struct KeptFd {
+    /// Its key.
+    pub key: u64,
+    /// What the file system said of it.
+    pub meta: Vec<u8>,
+    /// The descriptor.
+    pub fd: OwnedFd,
+}
+
+/// Keeps descriptors outside the server's process (its crash supervisor),
+/// so that what they hold outlives a crash: open file descriptions
+/// holding locks, which would be released when the process dies. A server
+/// started after the crash gets them back ([`Recovery::kept`]).
+pub trait FdKeeper: Send + Sync {
+    /// Keeps a duplicate of `fd` under `key` (replacing what `key` kept),
+    /// with `meta` (at most 64 bytes) to say what it is.
+    fn keep(&self, key: u64, meta: &[u8], fd: std::os::fd::BorrowedFd<'_>);
+    /// Closes what `key` keeps, before returning: a lock on it must be
+    /// gone when the file system's own descriptor of it closes.
+    fn forget(&self, key: u64);
+}
+
+/// An open file or directory the crashed server had handed the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecoveredOpen {
+    /// Its inode number.
+    pub ino: Ino,
+    /// The handle the file system's open returned.
+    pub fh: Fh,
+    /// The flags it was opened with (`open(2)`'s).
+    pub flags: i32,
+    /// A directory (opened by `opendir`).
+    pub dir: bool,
 }

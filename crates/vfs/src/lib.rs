@@ -155,7 +155,9 @@ pub use fileattr::{
 };
 pub use flags::{FallocMode, RenameFlags, XattrFlags, O_KILL_SUIDGID};
 pub use freeing::Freeing;
-pub use handover::{Keep, Saved};
+pub use handover::{
+    FdKeeper, JournalRecord, Keep, KeptFd, RecoveredOpen, Recovery, Saved, JOURNAL_RECORD,
+};
 pub use lock::{FileLock, LOCK_TO_EOF};
 pub use name::{
     check_name, check_new_name, check_symlink_target, is_dot_or_dotdot, NAME_MAX, SYMLINK_MAX,

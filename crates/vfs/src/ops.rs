@@ -573,6 +573,20 @@ pub trait FileSystem: Send + Sync + 'static {
         Err(Errno::EOPNOTSUPP)
     }
 
+    /// For crash recovery: the record from which a server started after
+    /// a crash finds inode `ino` again (`vp` if the caller has it; without
+    /// it, only a node this process was handed by a predecessor and has
+    /// not found yet). `None`, the default, means it cannot: a crash then
+    /// loses the node, and the kernel gets `ESTALE` for it.
+    fn journal_record(&self, _ino: Ino, _vp: Option<&VnodeRef>) -> Option<crate::JournalRecord> {
+        None
+    }
+
+    /// For crash recovery: from now on, give `keeper` every descriptor
+    /// whose loss with this process would be seen (descriptions holding
+    /// locks), those held now first; tell it when each closes.
+    fn keep_fds_with(&self, _keeper: Arc<dyn crate::FdKeeper>) {}
+
     /// The generation of `vp`'s inode number: file systems that may give
     /// an inode number to a new file while the kernel remembers the old
     /// one (passthrough) return a number that differs between the two.

@@ -147,6 +147,9 @@ pub struct Session<FS: Filesystem> {
     pub(crate) config: Config,
     /// Parks the request loops for a handover (`Pauser`).
     park: Arc<ParkCtl>,
+    /// Clones of the connection made before `run` (`clone_channels`),
+    /// which its request loops read first.
+    clones: Vec<Channel>,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -195,6 +198,7 @@ impl<FS: Filesystem> Session<FS> {
             negotiated: Negotiated::default(),
             config: options.clone(),
             park: ParkCtl::new(),
+            clones: Vec::new(),
         };
 
         session.handshake()?;
@@ -224,6 +228,7 @@ impl<FS: Filesystem> Session<FS> {
             negotiated: Negotiated::default(),
             config,
             park: ParkCtl::new(),
+            clones: Vec::new(),
         };
 
         session.handshake()?;
@@ -272,7 +277,29 @@ impl<FS: Filesystem> Session<FS> {
             negotiated,
             config,
             park: ParkCtl::new(),
+            clones: Vec::new(),
         })
+    }
+
+    /// Makes now the clones of the connection that `run`'s request loops
+    /// will read (with `Config::clone_fd`; none otherwise) and returns a
+    /// duplicate of each. A process that keeps them (a supervisor) keeps
+    /// the requests a loop had read and not answered when this process
+    /// dies: the kernel fails those with ECONNABORTED only once the last
+    /// descriptor of their clone closes, and until then
+    /// `Notifier::resend` from a new session gives them to it.
+    #[cfg(target_os = "linux")]
+    pub fn clone_channels(&mut self) -> io::Result<Vec<std::os::fd::OwnedFd>> {
+        let n = self.config.n_threads.unwrap_or(1).saturating_sub(1);
+        if self.config.clone_fd {
+            while self.clones.len() < n {
+                self.clones.push(self.ch.clone_fd()?);
+            }
+        }
+        self.clones
+            .iter()
+            .map(|c| c.as_fd().try_clone_to_owned())
+            .collect()
     }
 
     /// What INIT established on this session's connection: what a
@@ -321,6 +348,7 @@ impl<FS: Filesystem> Session<FS> {
             negotiated,
             config,
             park,
+            mut clones,
         } = self;
         let uring_payload = negotiated
             .io_uring_payload
@@ -356,7 +384,10 @@ impl<FS: Filesystem> Session<FS> {
             if config.clone_fd {
                 #[cfg(target_os = "linux")]
                 {
-                    channels.push(ch.clone_fd()?);
+                    match clones.pop() {
+                        Some(c) => channels.push(c),
+                        None => channels.push(ch.clone_fd()?),
+                    }
                     continue;
                 }
                 #[cfg(not(target_os = "linux"))]

@@ -29,7 +29,7 @@ impl Server {
             let vp = i.nodes.get(ino.0)?;
             let fh = i.fs.opendir(&ctx(req), &vp, flags.0)?;
             let keep = i.entry_ttl(&vp) >= LISTING_KEPT_FROM;
-            Ok((i.handles.insert(vp, fh, false), keep))
+            Ok((i.handles.insert(vp, fh, flags.0), keep))
         });
         match r {
             // Let the kernel cache the listing across opens: every change

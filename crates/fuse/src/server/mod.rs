@@ -116,7 +116,7 @@ fn open_flags(flags: i32, kill_suidgid: bool) -> i32 {
 }
 
 /// Whether `open(2)` flags ask for write access.
-fn writes(flags: i32) -> bool {
+pub(crate) fn writes(flags: i32) -> bool {
     flags & libc::O_ACCMODE != libc::O_RDONLY
 }
 

@@ -125,6 +125,8 @@ impl Inner {
             writable: writes(flags),
             backing_node: None,
             kernel_writer: false,
+            flags,
+            backing_id: None,
         };
         let mut backing = None;
         if self.backings.enabled() && f.vp.vtype() == VType::Reg {
@@ -134,6 +136,7 @@ impl Inner {
             });
             f.backing_node = Some(node);
             if let crate::backing::Mode::Kernel(id) = mode {
+                f.backing_id = Some(id.raw());
                 backing = Some(id);
                 if f.writable {
                     f.kernel_writer = true;

@@ -32,10 +32,10 @@
 //! - `predecessor.rs`: the handing side, started from the control socket.
 //! - `successor.rs`: the taking side.
 
-mod predecessor;
-mod state;
+pub(crate) mod predecessor;
+pub(crate) mod state;
 mod successor;
-mod wire;
+pub(crate) mod wire;
 
 pub use predecessor::{upgrade, Successor, Upgradable, UpgradeReport};
 pub(crate) use state::MountState;

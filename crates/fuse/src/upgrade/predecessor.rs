@@ -47,6 +47,9 @@ pub struct Upgradable {
     pub(crate) successor: Successor,
     /// Held while an upgrade is under way: one at a time.
     pub(crate) busy: Mutex<()>,
+    /// This server's supervisor, if it has one: the successor is
+    /// supervised by it too.
+    pub(crate) link: std::sync::OnceLock<crate::supervise::Link>,
 }
 
 /// What an upgrade did.
@@ -141,13 +144,13 @@ fn try_upgrade(
 }
 
 /// The successor process, killed and reaped unless it took over.
-struct Started {
+pub(crate) struct Started {
     child: Option<Child>,
     sock: UnixStream,
 }
 
 impl Started {
-    fn spawn(exe: &std::path::Path) -> std::io::Result<Started> {
+    pub(crate) fn spawn(exe: &std::path::Path) -> std::io::Result<Started> {
         if !exe.is_file() {
             return Err(err(
                 std::io::ErrorKind::NotFound,
@@ -176,12 +179,12 @@ impl Started {
         })
     }
 
-    fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.as_ref().map_or(0, Child::id)
     }
 
     /// Reads one frame, or says how the successor failed.
-    fn recv(&mut self, limit: Duration, what: &str) -> std::io::Result<Vec<u8>> {
+    pub(crate) fn recv(&mut self, limit: Duration, what: &str) -> std::io::Result<Vec<u8>> {
         self.sock.set_read_timeout(Some(limit))?;
         match wire::recv(&self.sock) {
             Ok((b, _)) => Ok(b),
@@ -214,6 +217,17 @@ impl Started {
     fn leave(mut self) {
         self.child = None;
     }
+
+    /// The successor runs on as the server, its process the caller's to
+    /// wait for.
+    pub(crate) fn keep(mut self) -> Option<Child> {
+        self.child.take()
+    }
+
+    /// The socket to the successor.
+    pub(crate) fn sock(&self) -> &UnixStream {
+        &self.sock
+    }
 }
 
 impl Drop for Started {
@@ -226,7 +240,7 @@ impl Drop for Started {
 }
 
 /// A reply of the successor: `{"ok": ...}` or `{"error": why}`.
-fn parse_reply(b: &[u8]) -> std::io::Result<serde_json::Value> {
+pub(crate) fn parse_reply(b: &[u8]) -> std::io::Result<serde_json::Value> {
     let v: serde_json::Value = serde_json::from_slice(b)
         .map_err(|e| err(std::io::ErrorKind::InvalidData, format!("successor: {e}")))?;
     if let Some(why) = v.get("error").and_then(|e| e.as_str()) {
@@ -265,7 +279,7 @@ fn hand_over(
             "requests handed to the offload threads did not finish",
         ));
     }
-    let (state, fds, counts) = save(inner, ctx, parked_at_ns)?;
+    let (state, fds, counts) = save(inner, ctx, parked_at_ns, true)?;
     let bytes = state.encode()?;
     if let Err(e) = wire::send(&child.sock, &bytes, &wire::borrow_all(&fds)) {
         // A successor that refused the state may have said why and gone
@@ -329,11 +343,34 @@ impl Drop for Parked<'_> {
 
 type SavedState = (ServerState, Vec<OwnedFd>, (usize, usize));
 
+/// What a supervisor keeps for a server started after a crash: the
+/// server's state with no node or handle (the journal has them), the
+/// file system's as it saves it with nothing to keep (`supervise/`).
+pub(crate) fn base_state(
+    inner: &Inner,
+    ctx: &Upgradable,
+) -> std::io::Result<(ServerState, Vec<OwnedFd>)> {
+    let (mut state, fds, _) = save(inner, ctx, monotonic_ns(), false)?;
+    // The successor of a crash is the next generation of this one.
+    state.generation -= 1;
+    state.restarts -= 1;
+    state.link = false;
+    Ok((state, fds))
+}
+
 /// The server's state (loops parked) and its descriptors: the
-/// connection's first, then the file system's.
-fn save(inner: &Inner, ctx: &Upgradable, parked_at_ns: u64) -> std::io::Result<SavedState> {
-    let held = inner.nodes.snapshot();
-    let (open, next_handle) = inner.handles.snapshot();
+/// connection's first, then the file system's, then the supervisor
+/// link's. Without `all`, no node or handle.
+fn save(
+    inner: &Inner,
+    ctx: &Upgradable,
+    parked_at_ns: u64,
+    all: bool,
+) -> std::io::Result<SavedState> {
+    let (held, (open, next_handle)) = match all {
+        true => (inner.nodes.snapshot(), inner.handles.snapshot()),
+        false => (Vec::new(), (Vec::new(), 0)),
+    };
     let node_vps: Vec<VnodeRef> = held.iter().map(|(_, vp, _)| vp.clone()).collect();
     let open_pairs: Vec<(VnodeRef, uvfs_vfs::Fh)> =
         open.iter().map(|(_, f)| (f.vp.clone(), f.fh)).collect();
@@ -369,6 +406,8 @@ fn save(inner: &Inner, ctx: &Upgradable, parked_at_ns: u64) -> std::io::Result<S
             writable: f.writable,
             backing_node: f.backing_node,
             kernel_writer: f.kernel_writer,
+            flags: f.flags,
+            backing_id: f.backing_id,
         })
         .collect();
     let mut counters: Vec<(String, u64)> = inner
@@ -390,7 +429,7 @@ fn save(inner: &Inner, ctx: &Upgradable, parked_at_ns: u64) -> std::io::Result<S
     fds.extend(saved.fds);
     let generation = inner.lineage.generation.load(Ordering::Relaxed) + 1;
     let counts = (held.len(), handles.len());
-    let state = ServerState {
+    let mut state = ServerState {
         negotiated: ctx.negotiated.clone(),
         no_opendir: inner.no_opendir.load(Ordering::Relaxed),
         backings_on: inner.backings.on.load(Ordering::Relaxed),
@@ -407,6 +446,13 @@ fn save(inner: &Inner, ctx: &Upgradable, parked_at_ns: u64) -> std::io::Result<S
         fs_bytes: saved.bytes,
         fs_fds,
         app: ctx.successor.app.clone(),
+        journal: false,
+        link: false,
+        kept: Vec::new(),
     };
+    if let Some(link) = ctx.link.get() {
+        state.link = true;
+        fds.push(link.dup()?);
+    }
     Ok((state, fds, counts))
 }

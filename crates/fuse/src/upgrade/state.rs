@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 /// What every state starts with.
 const MAGIC: &[u8; 14] = b"uvfs-handover\0";
 /// The layout of [`ServerState`] this build writes and reads.
-pub(crate) const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 2;
 
 /// One node the kernel holds.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -42,6 +42,10 @@ pub(crate) struct HandleState {
     pub backing_node: Option<u64>,
     /// Written by the kernel on its backing file.
     pub kernel_writer: bool,
+    /// The flags it was opened with.
+    pub flags: i32,
+    /// Its node's backing id, if the kernel does its I/O.
+    pub backing_id: Option<u32>,
 }
 
 /// The mount, for unmounting it on a signal.
@@ -92,6 +96,18 @@ pub(crate) struct ServerState {
     pub fs_fds: u32,
     /// The embedding program's own state (the CLI's mount options).
     pub app: Vec<u8>,
+    /// A server that died left this state (`supervise/`): `nodes` and
+    /// `handles` are empty and its crash journal follows the file
+    /// system's descriptors, the file system's state being what it saved
+    /// at mount (`journal/`).
+    pub journal: bool,
+    /// The mount's supervisor link follows (last): the successor is
+    /// supervised by the same process.
+    pub link: bool,
+    /// With `journal`: the descriptors the crashed server's file system
+    /// had the supervisor keep (`FdKeeper`): key and what it said of each;
+    /// the descriptors follow the file system's.
+    pub kept: Vec<(u64, Vec<u8>)>,
 }
 
 fn eproto(why: String) -> std::io::Error {
@@ -152,6 +168,8 @@ mod tests {
                 writable: true,
                 backing_node: None,
                 kernel_writer: false,
+                flags: 2,
+                backing_id: None,
             }],
             next_handle: 8,
             backings: vec![],
@@ -168,6 +186,9 @@ mod tests {
             fs_bytes: vec![0; 100],
             fs_fds: 0,
             app: b"{}".to_vec(),
+            journal: false,
+            link: false,
+            kept: vec![],
         }
     }
 

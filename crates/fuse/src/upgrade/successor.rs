@@ -7,7 +7,7 @@ use super::state::{monotonic_ns, ServerState, VERSION};
 use super::wire;
 use crate::handles::OpenFile;
 use crate::server::Inner;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -19,6 +19,12 @@ pub struct Handoff {
     pub(crate) state: ServerState,
     pub(crate) dev: Option<OwnedFd>,
     fs: Option<Saved>,
+    /// A crashed server's journal, read (`supervise/`).
+    journal: Option<crate::journal::Contents>,
+    /// The mount's supervisor, to link to.
+    pub(crate) link: Option<OwnedFd>,
+    /// Descriptors the crashed server's file system had kept.
+    kept: Vec<uvfs_vfs::KeptFd>,
 }
 
 fn invalid(why: impl Into<String>) -> std::io::Error {
@@ -57,13 +63,37 @@ pub fn receive(fd_arg: &str) -> std::io::Result<Handoff> {
             return Err(e);
         }
     };
-    if fds.len() != 1 + state.fs_fds as usize {
+    let want = 1
+        + state.fs_fds as usize
+        + state.kept.len()
+        + usize::from(state.journal)
+        + usize::from(state.link);
+    if fds.len() != want {
         return Err(invalid(format!(
-            "{} descriptors received, {} expected",
+            "{} descriptors received, {want} expected",
             fds.len(),
-            1 + state.fs_fds
         )));
     }
+    let link = if state.link { fds.pop() } else { None };
+    let journal = match state.journal {
+        true => {
+            let fd = fds.pop().expect("counted");
+            match crate::journal::read(fd.as_fd()) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    let _ = reply(&sock, serde_json::json!({ "error": e.to_string() }));
+                    return Err(e);
+                }
+            }
+        }
+        false => None,
+    };
+    let kept_fds = fds.split_off(1 + state.fs_fds as usize);
+    let kept = std::mem::take(&mut state.kept)
+        .into_iter()
+        .zip(kept_fds)
+        .map(|((key, meta), fd)| uvfs_vfs::KeptFd { key, meta, fd })
+        .collect();
     let fs_fds = fds.split_off(1);
     let dev = fds.pop();
     let fs = Saved {
@@ -76,6 +106,9 @@ pub fn receive(fd_arg: &str) -> std::io::Result<Handoff> {
         state,
         dev,
         fs: Some(fs),
+        journal,
+        link,
+        kept,
     })
 }
 
@@ -94,6 +127,32 @@ impl Handoff {
         self.fs.take()
     }
 
+    /// What a crashed predecessor's journal says the kernel knows, for the
+    /// file system's restore constructor (None: a live upgrade, whose
+    /// state `take_fs` holds).
+    pub fn take_recovery(&mut self) -> Option<uvfs_vfs::Recovery> {
+        let c = self.journal.as_ref()?;
+        Some(uvfs_vfs::Recovery {
+            kept: std::mem::take(&mut self.kept),
+            nodes: c.nodes.iter().map(|(ino, _, rec)| (*ino, *rec)).collect(),
+            opens: c
+                .opens
+                .iter()
+                .map(|(_, o)| uvfs_vfs::RecoveredOpen {
+                    ino: o.ino,
+                    fh: o.fh(),
+                    flags: o.flags,
+                    dir: o.dir,
+                })
+                .collect(),
+        })
+    }
+
+    /// Whether this server replaces one that crashed.
+    pub fn recovering(&self) -> bool {
+        self.state.journal
+    }
+
     /// Which server of the mount this is (1 for the first successor).
     pub fn generation(&self) -> u64 {
         self.state.generation
@@ -107,8 +166,22 @@ impl Handoff {
         self.dev.take()
     }
 
-    pub(crate) fn backings(&self) -> Vec<(u64, Option<u32>, u64)> {
-        self.state.backings.clone()
+    /// Open nodes' I/O modes: node id, backing id, opens (`node_id`
+    /// maps an inode number to its node id).
+    pub(crate) fn backings(&self, node_id: impl Fn(u64) -> u64) -> Vec<(u64, Option<u32>, u64)> {
+        let Some(c) = &self.journal else {
+            return self.state.backings.clone();
+        };
+        let mut modes: std::collections::BTreeMap<u64, (Option<u32>, u64)> = Default::default();
+        for (_, o) in &c.opens {
+            if let Some(id) = o.backing {
+                modes.entry(node_id(o.ino)).or_insert((id, 0)).1 += 1;
+            }
+        }
+        modes
+            .into_iter()
+            .map(|(node, (id, opens))| (node, id, opens))
+            .collect()
     }
 
     pub(crate) fn mount(&self) -> &super::state::MountState {
@@ -144,7 +217,14 @@ impl Handoff {
 /// one that does not would answer ESTALE or EBADF to a program that did
 /// nothing wrong, so the upgrade is refused instead.
 pub(crate) fn import(inner: &Inner, handoff: &Handoff) -> VfsResult<()> {
-    let state = &handoff.state;
+    let recovered;
+    let state = match &handoff.journal {
+        Some(c) => {
+            recovered = from_journal(inner, &handoff.state, c);
+            &recovered
+        }
+        None => &handoff.state,
+    };
     let vget = |ino: u64| -> VfsResult<uvfs_vfs::VnodeRef> {
         let root = inner.fs.root()?;
         if root.ino() == ino {
@@ -191,6 +271,8 @@ pub(crate) fn import(inner: &Inner, handoff: &Handoff) -> VfsResult<()> {
                 writable: h.writable,
                 backing_node: h.backing_node,
                 kernel_writer: h.kernel_writer,
+                flags: h.flags,
+                backing_id: h.backing_id,
             },
             state.next_handle,
         );
@@ -216,4 +298,39 @@ pub(crate) fn import(inner: &Inner, handoff: &Handoff) -> VfsResult<()> {
     l.generation.store(state.generation, Ordering::Relaxed);
     l.restarts.store(state.restarts, Ordering::Relaxed);
     Ok(())
+}
+
+/// A crashed server's state as its journal says (`supervise/`): the
+/// nodes with their counts and the open handles (their nodes' I/O modes:
+/// `Handoff::backings`).
+fn from_journal(inner: &Inner, base: &ServerState, c: &crate::journal::Contents) -> ServerState {
+    let mut s = base.clone();
+    s.nodes = c
+        .nodes
+        .iter()
+        .map(|(ino, count, _)| super::state::NodeState {
+            id: inner.nodes.node_id(*ino),
+            ino: *ino,
+            count: *count,
+        })
+        .collect();
+    s.handles = c
+        .opens
+        .iter()
+        .map(|(fh, o)| {
+            let node = o.backing.map(|_| inner.nodes.node_id(o.ino));
+            super::state::HandleState {
+                fh: *fh,
+                ino: o.ino,
+                fs_fh: o.fs_fh,
+                writable: o.writable,
+                backing_node: node,
+                kernel_writer: o.kernel_writer,
+                flags: o.flags,
+                backing_id: o.backing.flatten(),
+            }
+        })
+        .collect();
+    s.next_handle = c.opens.iter().map(|(fh, _)| fh + 1).max().unwrap_or(1);
+    s
 }

@@ -136,6 +136,7 @@ pub fn serve_memfs_as(
         dir_refresh: true,
         allow_other: false,
         successor: None,
+        supervise: false,
     };
     tweak(&mut cfg);
     BackgroundMount::start(fs, layer, &cfg).expect("mount")

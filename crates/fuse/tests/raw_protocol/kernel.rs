@@ -139,6 +139,7 @@ impl Kernel {
             dir_refresh: false,
             allow_other: false,
             successor: None,
+            supervise: false,
         };
         k.mount = Some(serve_fd(fs, layer, theirs, &cfg).expect("serve_fd"));
         let r = k.recv_for(unique, "INIT");

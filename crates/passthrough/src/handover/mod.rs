@@ -32,6 +32,7 @@
 //! watcher start are lost, so the front end must treat every cached
 //! entry and attribute as suspect after a takeover (invalidate them).
 
+mod recover;
 mod restore;
 mod save;
 mod state;
@@ -97,6 +98,36 @@ fn counters(c: &PtCounters) -> [&AtomicU64; 12] {
 }
 
 impl PassthroughFs {
+    /// The crash journal's record of node `id` (`vp` if the caller has
+    /// it, else a node handed over and not found yet): its source handle,
+    /// where the handle fits a record.
+    pub(crate) fn journal_record_of(
+        &self,
+        id: Ino,
+        vp: Option<&VnodeRef>,
+    ) -> Option<uvfs_vfs::JournalRecord> {
+        let vp = match vp {
+            Some(vp) => vp.clone(),
+            None => {
+                let kept = kept_nodes(self)?;
+                return table::journal_record(&kept.table().find(id)?);
+            }
+        };
+        let node = self.node_of(&vp).ok()?;
+        let ident = node.ident();
+        let crate::node::Way::Handle(h) = &ident.way else {
+            return None;
+        };
+        table::journal_record(&table::Entry {
+            id,
+            kind: ident.kind as u8,
+            way: table::Way::Handle {
+                htype: h.htype(),
+                bytes: h.bytes(),
+            },
+        })
+    }
+
     /// Whether `id` is a node a predecessor's kernel held (`vget_kept`
     /// finds it, or says it is gone).
     pub(crate) fn is_kept(&self, id: Ino) -> bool {

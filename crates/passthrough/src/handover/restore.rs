@@ -26,7 +26,7 @@ pub struct RestoreError {
 }
 
 impl RestoreError {
-    fn proto(message: impl Into<String>) -> RestoreError {
+    pub(crate) fn proto(message: impl Into<String>) -> RestoreError {
         RestoreError {
             errno: Errno::EPROTO,
             message: message.into(),

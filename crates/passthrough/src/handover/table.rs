@@ -73,6 +73,36 @@ pub(crate) fn record(e: &Entry<'_>, extra: &mut dyn FnMut(Ino, &[u8])) -> [u8; R
     r
 }
 
+/// A node's record in the crash journal (`uvfs_vfs::JournalRecord`: a
+/// record without its id, which is the journal's key), if the record
+/// holds all of it: a handle kept in place.
+pub(crate) fn journal_record(e: &Entry<'_>) -> Option<uvfs_vfs::JournalRecord> {
+    match e.way {
+        Way::Handle { bytes, .. } if bytes.len() <= INLINE => {
+            let r = record(e, &mut |_, _| {});
+            r[8..].try_into().ok()
+        }
+        _ => None,
+    }
+}
+
+/// The record of node `id` from its journal record, if that is a well
+/// formed one of a handle kept in place.
+pub(crate) fn from_journal(id: Ino, j: &uvfs_vfs::JournalRecord) -> Option<[u8; REC]> {
+    let mut r = [0u8; REC];
+    r[0..8].copy_from_slice(&id.to_le_bytes());
+    r[8..].copy_from_slice(j);
+    let t = Table {
+        recs: &r,
+        extra: &[],
+    };
+    let ok = r[9] == HANDLE
+        && VType::from_u8(r[8]) != VType::Non
+        && t.get(0)
+            .is_some_and(|e| matches!(e.way, Way::Handle { .. }));
+    ok.then_some(r)
+}
+
 /// The id of a record.
 pub(crate) fn id_of(r: &[u8; REC]) -> Ino {
     u64_at(r, 0)

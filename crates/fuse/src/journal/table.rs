@@ -1,0 +1,337 @@
+//! The journal's storage: an open-addressing hash table of fixed-size
+//! slots in a memfd, so that the supervisor (which holds the memfd) still
+//! has it, complete, after the server dies at any instruction.
+//!
+//! # Layout (little-endian)
+//! A header of [`HEADER`] bytes (magic, slot size, capacity), then
+//! `capacity` slots of [`SLOT`] bytes: key (8), tag and value (8: the tag
+//! in the top byte), record (24). Tag 0 is an empty slot, [`TOMB`] a
+//! removed one that probes pass over.
+//!
+//! # Crash consistency
+//! Writers hold the journal's lock, so a slot is only ever torn by the
+//! server dying inside a write: a slot's key, value and record are
+//! written before its tag, so a half-made slot reads as empty (the change
+//! it was making is lost, as if the server had died just before it).
+//! Growing writes a whole new table, gives it to the supervisor, and only
+//! then writes to it: until the supervisor has it, the old one is
+//! complete.
+
+use std::os::fd::{AsFd, OwnedFd};
+use uvfs_vfs::{JournalRecord, JOURNAL_RECORD};
+
+/// Header bytes.
+pub(crate) const HEADER: usize = 64;
+/// Slot bytes.
+pub(crate) const SLOT: usize = 16 + JOURNAL_RECORD;
+const MAGIC: &[u8; 8] = b"uvfsjrn1";
+/// Slots of a new table.
+const MIN_CAP: usize = 4096;
+/// The tag of a removed slot.
+pub(crate) const TOMB: u8 = 0xff;
+const VALUE_MASK: u64 = (1 << 56) - 1;
+
+/// One live slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Slot {
+    pub tag: u8,
+    pub key: u64,
+    /// 56 bits.
+    pub value: u64,
+    pub rec: JournalRecord,
+}
+
+/// A table being written, mapped.
+pub(crate) struct Table {
+    fd: OwnedFd,
+    ptr: *mut u8,
+    cap: usize,
+    live: usize,
+    tombs: usize,
+}
+
+// SAFETY: the mapping is owned by the table and only touched through
+// `&mut self` (callers hold the journal's lock), so moving the table to
+// another thread moves sole access with it.
+unsafe impl Send for Table {}
+
+fn hash(tag: u8, key: u64) -> u64 {
+    (key ^ (u64::from(tag) << 56)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+impl Table {
+    /// An empty table with room for `cap` slots.
+    pub fn new(cap: usize) -> std::io::Result<Table> {
+        let cap = cap.max(MIN_CAP);
+        let fd = rustix::fs::memfd_create("uvfs-journal", rustix::fs::MemfdFlags::CLOEXEC)?;
+        let len = HEADER + cap * SLOT;
+        rustix::fs::ftruncate(&fd, len as u64)?;
+        // SAFETY: a new shared mapping of our own memfd, at an address the
+        // kernel chooses: it aliases nothing; `Drop` unmaps it.
+        let ptr = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                len,
+                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+                rustix::mm::MapFlags::SHARED,
+                &fd,
+                0,
+            )
+        }?
+        .cast::<u8>();
+        let mut t = Table {
+            fd,
+            ptr,
+            cap,
+            live: 0,
+            tombs: 0,
+        };
+        let h = t.bytes_mut(0, HEADER);
+        h[0..8].copy_from_slice(MAGIC);
+        h[8..12].copy_from_slice(&(SLOT as u32).to_le_bytes());
+        h[16..24].copy_from_slice(&(cap as u64).to_le_bytes());
+        Ok(t)
+    }
+
+    fn bytes_mut(&mut self, at: usize, len: usize) -> &mut [u8] {
+        assert!(at + len <= HEADER + self.cap * SLOT);
+        // SAFETY: in bounds of the mapping (checked above), which lives as
+        // long as `self`; `&mut self` makes this the only access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(at), len) }
+    }
+
+    fn slot_mut(&mut self, i: usize) -> &mut [u8] {
+        self.bytes_mut(HEADER + i * SLOT, SLOT)
+    }
+
+    /// The memfd (for the supervisor).
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Live slots.
+    pub fn live(&self) -> usize {
+        self.live
+    }
+
+    /// Bytes the table takes.
+    pub fn bytes(&self) -> usize {
+        HEADER + self.cap * SLOT
+    }
+
+    fn read(&mut self, i: usize) -> (u8, u64, u64) {
+        let s = self.slot_mut(i);
+        let key = u64::from_le_bytes(s[0..8].try_into().expect("8 bytes"));
+        let tv = u64::from_le_bytes(s[8..16].try_into().expect("8 bytes"));
+        ((tv >> 56) as u8, key, tv & VALUE_MASK)
+    }
+
+    /// Index of the live slot of (`tag`, `key`), or of the first free one
+    /// on its probe path (`Err`).
+    fn find(&mut self, tag: u8, key: u64) -> Result<usize, usize> {
+        let mut i = ((u128::from(hash(tag, key)) * self.cap as u128) >> 64) as usize;
+        let mut free = None;
+        loop {
+            let (t, k, _) = self.read(i);
+            match t {
+                0 => return Err(free.unwrap_or(i)),
+                TOMB => {
+                    free.get_or_insert(i);
+                }
+                _ if t == tag && k == key => return Ok(i),
+                _ => {}
+            }
+            i += 1;
+            if i == self.cap {
+                i = 0;
+            }
+        }
+    }
+
+    /// The value of (`tag`, `key`), if live.
+    pub fn get(&mut self, tag: u8, key: u64) -> Option<u64> {
+        let i = self.find(tag, key).ok()?;
+        Some(self.read(i).2)
+    }
+
+    /// Sets the value of a live slot.
+    pub fn set_value(&mut self, tag: u8, key: u64, value: u64) -> bool {
+        let Ok(i) = self.find(tag, key) else {
+            return false;
+        };
+        let tv = (u64::from(tag) << 56) | (value & VALUE_MASK);
+        self.slot_mut(i)[8..16].copy_from_slice(&tv.to_le_bytes());
+        true
+    }
+
+    /// Whether one more slot fits without growing.
+    pub fn has_room(&self) -> bool {
+        (self.live + self.tombs + 1) * 5 <= self.cap * 4
+    }
+
+    /// Adds or replaces (`tag`, `key`); the table must have room.
+    pub fn put(&mut self, s: &Slot) {
+        let i = match self.find(s.tag, s.key) {
+            Ok(i) => i,
+            Err(i) => {
+                if self.read(i).0 == TOMB {
+                    self.tombs -= 1;
+                }
+                self.live += 1;
+                i
+            }
+        };
+        let b = self.slot_mut(i);
+        b[0..8].copy_from_slice(&s.key.to_le_bytes());
+        b[16..SLOT].copy_from_slice(&s.rec);
+        // The tag last: a slot torn by a crash reads as empty.
+        std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::Release);
+        let tv = (u64::from(s.tag) << 56) | (s.value & VALUE_MASK);
+        b[8..16].copy_from_slice(&tv.to_le_bytes());
+    }
+
+    /// Removes (`tag`, `key`) if live.
+    pub fn remove(&mut self, tag: u8, key: u64) {
+        if let Ok(i) = self.find(tag, key) {
+            self.slot_mut(i)[15] = TOMB;
+            self.live -= 1;
+            self.tombs += 1;
+        }
+    }
+
+    /// Every live slot.
+    pub fn slots(&mut self) -> Vec<Slot> {
+        let mut out = Vec::with_capacity(self.live);
+        for i in 0..self.cap {
+            if let Some(s) = parse(self.slot_mut(i)) {
+                out.push(s);
+            }
+        }
+        out
+    }
+
+    /// A table with room for `need` more slots holding this one's live
+    /// slots (tombstones dropped).
+    pub fn grown(&mut self, need: usize) -> std::io::Result<Table> {
+        let want = (self.live + need) * 8 / 5;
+        let mut t = Table::new(want)?;
+        for s in self.slots() {
+            t.put(&s);
+        }
+        Ok(t)
+    }
+}
+
+impl Drop for Table {
+    fn drop(&mut self) {
+        // SAFETY: the mapping `new` made, of this length; nothing refers
+        // to it past `self`.
+        let _ = unsafe { rustix::mm::munmap(self.ptr.cast(), self.bytes()) };
+    }
+}
+
+fn parse(b: &[u8]) -> Option<Slot> {
+    let tv = u64::from_le_bytes(b[8..16].try_into().ok()?);
+    let tag = (tv >> 56) as u8;
+    if tag == 0 || tag == TOMB {
+        return None;
+    }
+    Some(Slot {
+        tag,
+        key: u64::from_le_bytes(b[0..8].try_into().ok()?),
+        value: tv & VALUE_MASK,
+        rec: b[16..SLOT].try_into().ok()?,
+    })
+}
+
+/// Every live slot of the table in memfd `fd`, as a crashed server left it.
+pub(crate) fn read_all(fd: impl AsFd) -> std::io::Result<Vec<Slot>> {
+    let bad = |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string());
+    let size = rustix::fs::fstat(&fd)?.st_size as usize;
+    let mut buf = vec![0u8; size];
+    let mut at = 0;
+    while at < size {
+        let n = rustix::io::pread(&fd, &mut buf[at..], at as u64)?;
+        if n == 0 {
+            return Err(bad("the journal is shorter than its size"));
+        }
+        at += n;
+    }
+    if size < HEADER || &buf[0..8] != MAGIC {
+        return Err(bad("not a uvfs journal"));
+    }
+    let slot = u32::from_le_bytes(buf[8..12].try_into().expect("4 bytes")) as usize;
+    let cap = u64::from_le_bytes(buf[16..24].try_into().expect("8 bytes")) as usize;
+    if slot != SLOT || cap.checked_mul(SLOT).and_then(|n| n.checked_add(HEADER)) != Some(size) {
+        return Err(bad("the journal's layout is not this build's"));
+    }
+    Ok(buf[HEADER..].chunks_exact(SLOT).filter_map(parse).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(tag: u8, key: u64, value: u64) -> Slot {
+        let mut rec = [0; JOURNAL_RECORD];
+        rec[0] = key as u8;
+        Slot {
+            tag,
+            key,
+            value,
+            rec,
+        }
+    }
+
+    #[test]
+    fn slots_read_back_from_the_memfd_through_growth_and_removal() {
+        let mut t = Table::new(0).unwrap();
+        let mut model = std::collections::HashMap::new();
+        let mut rng = fastrand::Rng::with_seed(7);
+        for _ in 0..40_000 {
+            let (tag, key) = (rng.u8(1..4), rng.u64(0..3000));
+            if rng.u8(0..3) == 0 {
+                t.remove(tag, key);
+                model.remove(&(tag, key));
+            } else {
+                if !t.has_room() {
+                    t = t.grown(1).unwrap();
+                }
+                let v = rng.u64(0..1 << 56);
+                t.put(&slot(tag, key, v));
+                model.insert((tag, key), v);
+            }
+        }
+        assert_eq!(t.live(), model.len());
+        let mut got: Vec<_> = read_all(t.fd())
+            .unwrap()
+            .into_iter()
+            .map(|s| {
+                assert_eq!(s.rec[0], s.key as u8);
+                ((s.tag, s.key), s.value)
+            })
+            .collect();
+        got.sort();
+        let mut want: Vec<_> = model.into_iter().collect();
+        want.sort();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_half_written_slot_reads_as_absent_and_garbage_is_refused() {
+        let mut t = Table::new(0).unwrap();
+        t.put(&slot(1, 5, 9));
+        assert_eq!(t.get(1, 5), Some(9));
+        // A write torn before its tag: the slot is empty.
+        let i = t.find(1, 6).unwrap_err();
+        t.slot_mut(i)[0..8].copy_from_slice(&6u64.to_le_bytes());
+        assert_eq!(read_all(t.fd()).unwrap().len(), 1);
+        let f = rustix::fs::memfd_create("x", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        rustix::io::write(
+            &f,
+            b"not a journal at all, but long enough to have a header....",
+        )
+        .unwrap();
+        assert!(read_all(&f).is_err());
+    }
+}

@@ -1,0 +1,141 @@
+//! `PassthroughFs::recover`: a passthrough mount built by a server
+//! started after its predecessor crashed, from the state the predecessor
+//! saved at mount and its crash journal (`uvfs_fuse`'s `journal/`).
+
+use super::restore::RestoreError;
+use super::state::{tables, State};
+use super::table::{from_journal, REC};
+use crate::fs::{PassthroughConfig, PassthroughFs};
+use crate::kept::Kept;
+use crate::sys;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+use std::sync::Arc;
+use uvfs_vfs::{Errno, Fh, Ino, RecoveredOpen, Recovery, Saved, VType, VnodeLayer};
+
+impl PassthroughFs {
+    /// Serves `source` as [`PassthroughFs::restore`] does, from `base`
+    /// (what the crashed server saved at mount: the source's identity and
+    /// its node numbering) and `rec` (its journal): each journaled node is
+    /// found on first use by its handle, and each open file is opened
+    /// again by its node's handle with its flags. An open whose file is
+    /// gone is left out (logged): the kernel's next request on it gets
+    /// `EBADF`.
+    pub fn recover(
+        layer: Arc<VnodeLayer>,
+        source: &Path,
+        cfg: PassthroughConfig,
+        base: Saved,
+        rec: Recovery,
+    ) -> Result<Arc<PassthroughFs>, RestoreError> {
+        let Saved { format, bytes, .. } = base;
+        let (mut state, runs) = State::decode(&bytes)
+            .map_err(|e| RestoreError::proto(format!("malformed state: {e}")))?;
+        let mut recs: Vec<u8> = Vec::with_capacity(rec.nodes.len() * REC);
+        let mut last = None;
+        for (ino, r) in &rec.nodes {
+            // Sorted by id, one record per id, as `KeptNodes` needs.
+            if last.is_some_and(|l| l >= *ino) {
+                continue;
+            }
+            if let Some(full) = from_journal(*ino, r) {
+                recs.extend_from_slice(&full);
+                last = Some(*ino);
+            }
+        }
+        let remembered = tables(&bytes, &runs).1;
+        state.opens.clear();
+        state.locks.clear();
+        let bytes = state
+            .encode([&recs, &[], remembered.recs, remembered.extra])
+            .map_err(RestoreError::proto)?;
+        let fs = PassthroughFs::restore(
+            layer,
+            source,
+            cfg,
+            Saved {
+                format,
+                bytes,
+                fds: Vec::new(),
+            },
+        )?;
+        // Descriptions the supervisor kept (their locks still held): an
+        // open file's is used as it is, not reopened.
+        let mut open_fds = std::collections::HashMap::new();
+        for k in rec.kept {
+            match Kept::parse(&k.meta) {
+                Some(Kept::Open { fh, .. }) => {
+                    open_fds.insert(fh.0, k.fd);
+                }
+                Some(Kept::Owner { node, owner, fh }) => {
+                    if let Err(e) = fs.adopt_owner(node, owner, fh, k.fd) {
+                        log::warn!("locks of owner {owner:#x} on node {node} not recovered: {e}");
+                    }
+                }
+                None => log::warn!("a kept descriptor of unknown kind was dropped"),
+            }
+        }
+        let mut lost = 0;
+        for o in &rec.opens {
+            if let Err(e) = fs.reopen_recovered(o, open_fds.remove(&o.fh.0)) {
+                log::warn!(
+                    "open file {} of inode {} not recovered: {}",
+                    o.fh.0,
+                    o.ino,
+                    std::io::Error::from_raw_os_error(e.raw())
+                );
+                lost += 1;
+            }
+        }
+        if lost > 0 {
+            log::warn!("{lost} open files of the crashed server could not be opened again");
+        }
+        Ok(fs)
+    }
+
+    /// A lock owner's description the supervisor kept.
+    fn adopt_owner(&self, node: Ino, owner: u64, fh: Fh, fd: OwnedFd) -> Result<(), Errno> {
+        let res = self.pool.reserve_open()?;
+        self.posix_locks
+            .get_or_insert(node, owner, fh, Arc::new(res.into_fd(fd)));
+        Ok(())
+    }
+
+    /// Opens `o` again under its handle number, or takes `kept` (its own
+    /// description, kept by the supervisor for its locks) if it is the
+    /// same file.
+    fn reopen_recovered(&self, o: &RecoveredOpen, kept: Option<OwnedFd>) -> Result<(), Errno> {
+        let vp = if o.ino == self.root.id {
+            self.root_vnode()?
+        } else {
+            self.vget_id(o.ino)?
+        };
+        let node = self.node_of(&vp)?;
+        if let Some(f) = kept {
+            let st = sys::statx_fd(f.as_fd())?;
+            if (sys::stx_dev(&st), st.stx_ino) == (node.dev(), node.ino) {
+                let res = self.pool.reserve_open()?;
+                if !self.opens.insert_as(o.fh, res.into_fd(f), node, Some(vp)) {
+                    return Err(Errno::EEXIST);
+                }
+                if let Ok(of) = self.opens.get(o.fh) {
+                    of.kept.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                return Ok(());
+            }
+        }
+        let fd = self.fd_of(&node)?;
+        let res = self.pool.reserve_open()?;
+        let f = if o.dir || node.kind() == VType::Dir {
+            sys::openat(fd.as_fd(), c".", libc::O_RDONLY | libc::O_DIRECTORY)?
+        } else {
+            let strip = libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_NOCTTY;
+            sys::reopen(fd.as_fd(), o.flags & !strip)?
+        };
+        drop(fd);
+        if !self.opens.insert_as(o.fh, res.into_fd(f), node, Some(vp)) {
+            return Err(Errno::EEXIST);
+        }
+        Ok(())
+    }
+}
