@@ -5,42 +5,30 @@
 
 use std::sync::Arc;
 use uvfs_fuse::{mount_and_serve, ServeConfig};
-use uvfs_vfs::{Attr, Ctx, DirEntry, DirSink, Errno, Fh, FileSystem, VfsResult};
-use uvfs_vfs::{Ino, Mount, VType, VnodeLayer, VnodeRef};
+use uvfs_vfs::{list_dir, read_bytes, Attr, Ctx, DirSink, Errno, Fh, FileSystem, FsMount};
+use uvfs_vfs::{Ino, Mount, VType, VfsResult, VnodeRef};
 
 const TEXT: &[u8] = b"Hello from uvfs!\n";
 const ROOT: Ino = 1;
 const FILE: Ino = 2;
 
 /// The vnode layer caches this file system's two vnodes like any other's.
-struct Hello {
-    layer: Arc<VnodeLayer>,
-    mnt: Arc<Mount>,
-}
-
-impl Hello {
-    fn vnode(&self, ino: Ino) -> VfsResult<VnodeRef> {
-        let kind = if ino == ROOT { VType::Dir } else { VType::Reg };
-        Ok(self
-            .layer
-            .get(&self.mnt, ino, || Ok((kind, Box::new(()))))?)
-    }
-}
+struct Hello(FsMount);
 
 impl FileSystem for Hello {
     fn fs_type(&self) -> &'static str {
         "hello"
     }
     fn mount(&self) -> &Arc<Mount> {
-        &self.mnt
+        self.0.mount()
     }
     fn root(&self) -> VfsResult<VnodeRef> {
-        self.vnode(ROOT)
+        self.0.vnode(ROOT, VType::Dir)
     }
-    fn lookup(&self, _: &Ctx, dir: &VnodeRef, name: &[u8]) -> VfsResult<VnodeRef> {
+    fn lookup(&self, _: &Ctx, _: &VnodeRef, name: &[u8]) -> VfsResult<VnodeRef> {
         match name {
-            b"." | b".." => self.vnode(dir.ino()),
-            b"hello" => self.vnode(FILE),
+            b"." | b".." => self.root(),
+            b"hello" => self.0.vnode(FILE, VType::Reg),
             _ => Err(Errno::ENOENT),
         }
     }
@@ -51,20 +39,10 @@ impl FileSystem for Hello {
         })
     }
     fn read(&self, _: &VnodeRef, _: Fh, offset: u64, size: u32) -> VfsResult<Vec<u8>> {
-        let start = (offset as usize).min(TEXT.len());
-        Ok(TEXT[start..(start + size as usize).min(TEXT.len())].to_vec())
+        Ok(read_bytes(TEXT, offset, size))
     }
     fn readdir(&self, _: &VnodeRef, _: Fh, offset: u64, sink: &mut DirSink<'_>) -> VfsResult<()> {
-        let all = [
-            (ROOT, VType::Dir, "."),
-            (ROOT, VType::Dir, ".."),
-            (FILE, VType::Reg, "hello"),
-        ];
-        for (i, (ino, kind, name)) in all.into_iter().enumerate().skip(offset as usize) {
-            if sink(&DirEntry::new(ino, kind, name.as_bytes(), i as u64 + 1)) {
-                break;
-            }
-        }
+        list_dir(sink, offset, (ROOT, ROOT), [(FILE, VType::Reg, "hello")]);
         Ok(())
     }
 }
@@ -79,10 +57,6 @@ fn main() -> std::io::Result<()> {
         ..ServeConfig::new(mountpoint)
     };
     mount_and_serve(&cfg, 1024, |layer| {
-        let mnt = layer.mount("hello", Arc::new(()));
-        Ok(Arc::new(Hello {
-            layer: layer.clone(),
-            mnt,
-        }))
+        Ok(Arc::new(Hello(FsMount::new(layer, "hello"))))
     })
 }

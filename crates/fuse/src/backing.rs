@@ -20,6 +20,7 @@
 //! only after our reply, which follows our count. So a node whose count
 //! reaches 0 here is closed in the kernel too, and may change modes.
 
+use crate::report::{Counted, Report};
 use fuser::BackingId;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -267,6 +268,34 @@ impl Writers {
     pub fn clear(&self) {
         self.opens.lock().clear();
         self.nodes.store(0, Ordering::SeqCst);
+    }
+}
+
+impl<Id> Counted for Backings<Id> {
+    fn report(&self, out: &mut Report) {
+        let (open_nodes, kernel_nodes) = self.open_nodes();
+        out.put(
+            "fuse.kernel_io",
+            u64::from(self.enabled()),
+            "1: the kernel reads, writes and maps open files on their backing files itself (FUSE passthrough)",
+        );
+        for (name, v, d) in [
+            ("fuse.kernel_io.registered", &self.registered, "Backing files registered with the kernel (a file's first open)"),
+            ("fuse.kernel_io.opens", &self.kernel_opens, "Opens whose reads and writes the kernel does on the backing file"),
+            ("fuse.kernel_io.refused", &self.refused, "Backing files the kernel would not take (the file is served by the server until its last close)"),
+        ] {
+            out.put(name, v.load(Ordering::Relaxed), d);
+        }
+        out.put(
+            "fuse.kernel_io.open_files",
+            kernel_nodes,
+            "Files open now with a registered backing file",
+        );
+        out.put(
+            "fuse.kernel_io.open_files_server",
+            open_nodes - kernel_nodes,
+            "Files open now whose I/O comes to the server although kernel I/O is on",
+        );
     }
 }
 

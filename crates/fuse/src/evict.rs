@@ -62,6 +62,7 @@
 
 use crate::nodes::NodeTable;
 use crate::prune::Pruner;
+use crate::report::{Counted, Report};
 use fuser::{INodeNo, Notifier};
 use parking_lot::{Condvar, Mutex};
 use std::collections::{HashMap, VecDeque};
@@ -520,6 +521,23 @@ fn ask(asker: &mut Asker, batch: &[Entry], ev: &Evictor) {
         let _ = asker
             .notifier
             .inval_entry(INodeNo(n.parent()), OsStr::from_bytes(&n.name));
+    }
+}
+
+impl Counted for Evictor {
+    fn report(&self, out: &mut Report) {
+        let c = &self.counters;
+        for (name, v, d) in [
+            ("fuse.evict.queued", &c.queued, "Nodes queued as candidates for kernel-forget"),
+            ("fuse.evict.sent", &c.sent, "Nodes the kernel was asked to forget (prune or entry invalidation)"),
+            ("fuse.evict.kept", &c.kept, "Nodes asked for that the kernel kept because they were in use (requeued)"),
+            ("fuse.evict.prune", &c.prune, "1: nodes are forgotten by FUSE_NOTIFY_PRUNE; 0: by entry invalidation of non-directories"),
+            ("fuse.evict.max_vnodes", &c.max_vnodes, "Highest vnode count of the mount seen when handing a node to the kernel"),
+            ("fuse.evict.throttled", &c.throttled, "Requests that waited for the evictor: the mount held more than 15/16 of its vnode limit"),
+            ("fuse.evict.passes", &c.passes, "Evictor passes over the vnode high water mark"),
+        ] {
+            out.put(name, v.load(Ordering::Relaxed), d);
+        }
     }
 }
 

@@ -185,3 +185,13 @@ impl HandleTable {
         }
     }
 }
+
+impl crate::report::Counted for HandleTable {
+    fn report(&self, out: &mut crate::report::Report) {
+        out.put(
+            "fuse.handles.open",
+            self.len() as u64,
+            "Open file and directory handles",
+        );
+    }
+}

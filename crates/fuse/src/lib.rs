@@ -144,7 +144,9 @@
 //!   detaching.
 //! - `control.rs` and `stats.rs`: the control socket behind `uvfs stat`
 //!   and the report it serves, in the runtime directory of `rundir.rs`;
-//!   `rusage.rs` the process's and threads' resource usage they report.
+//!   `report.rs` the counters each subsystem puts in it (its `Counted`
+//!   implementation sits next to the state it counts); `rusage.rs` the
+//!   process's and threads' resource usage they report.
 
 #![warn(missing_docs)]
 
@@ -174,6 +176,7 @@ mod offload;
 mod prune;
 mod refresh;
 mod release;
+mod report;
 mod rundir;
 mod rusage;
 mod server;

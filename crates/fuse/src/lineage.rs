@@ -3,7 +3,8 @@
 //! last hand-over, and whether this one handed the mount on. Reported by
 //! `uvfs stat` (`server.*`).
 
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use crate::report::{Counted, Report};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// The server's place in the line of servers of its mount.
 #[derive(Default, Debug)]
@@ -17,4 +18,28 @@ pub struct Lineage {
     /// This server handed its mount over and is leaving: it must not
     /// remove what the successor now owns (the control socket's file).
     pub handed_over: AtomicBool,
+}
+
+impl Counted for Lineage {
+    fn report(&self, out: &mut Report) {
+        for (name, v, d) in [
+            (
+                "server.generation",
+                &self.generation,
+                "Servers of this mount before this one (live upgrades: `uvfs upgrade`)",
+            ),
+            (
+                "server.restarts",
+                &self.restarts,
+                "Times the mount's server was replaced without unmounting",
+            ),
+            (
+                "server.last_pause_us",
+                &self.last_pause_us,
+                "How long requests waited at the last replacement, microseconds",
+            ),
+        ] {
+            out.put(name, v.load(Ordering::Relaxed), d);
+        }
+    }
 }

@@ -274,3 +274,13 @@ fn run(shared: Arc<Shared>, fs: Arc<dyn FileSystem>, notifier: Option<Notifier>)
         }
     }
 }
+
+impl crate::report::Counted for LockWaiter {
+    fn report(&self, out: &mut crate::report::Report) {
+        out.put(
+            "fuse.locks.waiting",
+            self.parked() as u64,
+            "Lock requests (SETLKW) waiting for a conflicting lock to go",
+        );
+    }
+}

@@ -413,6 +413,30 @@ impl NodeTable {
     }
 }
 
+impl crate::report::Counted for NodeTable {
+    fn report(&self, out: &mut crate::report::Report) {
+        let c = &self.counters;
+        out.put(
+            "fuse.nodes",
+            self.len() as u64,
+            "Nodes the kernel holds lookup references on (root included)",
+        );
+        out.put(
+            "fuse.nodes.lookups",
+            self.total_lookups(),
+            "Sum of the kernel's lookup counts",
+        );
+        for (name, v, d) in [
+            ("fuse.nodes.remembered", &c.remembered, "Lookup references handed to the kernel"),
+            ("fuse.nodes.forgotten", &c.forgotten, "Lookup references the kernel gave back (FORGET; more than it held counts in forget_excess)"),
+            ("fuse.nodes.released", &c.released, "Nodes dropped when their count reached zero"),
+            ("fuse.nodes.forget_excess", &c.forget_excess, "FORGETs for unknown nodes or beyond the count"),
+        ] {
+            out.put(name, v.load(Ordering::Relaxed), d);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -177,6 +177,16 @@ fn worker(shared: Arc<Shared>, idle_for: Duration) {
     st.workers -= 1;
 }
 
+impl crate::report::Counted for Offload {
+    fn report(&self, out: &mut crate::report::Report) {
+        out.put(
+            "fuse.offload.threads",
+            self.workers() as u64,
+            "Offload threads running now (they leave after 5 s without work)",
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

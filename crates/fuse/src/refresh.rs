@@ -50,6 +50,7 @@
 //! clone mounts (no CAP_SYS_ADMIN): the thread is not started.
 
 use crate::nodes::ROOT_ID;
+use crate::report::{Counted, Report};
 use parking_lot::{Condvar, Mutex};
 use rustix::fs::AtFlags;
 use std::collections::HashMap;
@@ -538,6 +539,35 @@ fn open_cached(dir: &OwnedFd, path: &std::ffi::CStr) -> std::io::Result<OwnedFd>
             | ResolveFlags::NO_SYMLINKS
             | ResolveFlags::NO_MAGICLINKS,
     )?)
+}
+
+impl Counted for Refresher {
+    fn report(&self, out: &mut Report) {
+        let c = &self.counters;
+        for (name, v, d) in [
+            ("fuse.refresh.queued", &c.queued, "Directory listings after which the directory's attributes are to be fetched again"),
+            ("fuse.refresh.refreshed", &c.refreshed, "Listed directories stat'ed again through a clone of the mount (their next stat needs no round trip)"),
+            ("fuse.refresh.uncached", &c.uncached, "Listed directories left alone: the kernel no longer cached a name on the way"),
+            ("fuse.refresh.stale", &c.stale, "Listed directories whose name led elsewhere or nowhere"),
+            ("fuse.refresh.unknown", &c.unknown, "Listed directories with no known name"),
+            ("fuse.refresh.dropped", &c.dropped, "Listings not queued: too many directories waiting"),
+            ("fuse.refresh.clones", &c.clones, "Private clones of the mount opened for refreshing (one per mount)"),
+            ("fuse.refresh.unavailable", &c.unavailable, "Batches dropped: no fd to spare, or the mount is gone"),
+            ("fuse.refresh.waiting", &c.waiting, "Listed directories queued and not yet dealt with"),
+        ] {
+            out.put(name, v.load(Ordering::Relaxed), d);
+        }
+        out.put(
+            "fuse.refresh.untracked",
+            self.names.untracked(),
+            "Directories handed to the kernel whose names were not kept (too many kept already)",
+        );
+        out.put(
+            "fuse.refresh.names",
+            self.names.len() as u64,
+            "Directories whose names the refresher keeps (those the kernel holds)",
+        );
+    }
 }
 
 #[cfg(test)]

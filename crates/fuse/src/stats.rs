@@ -3,6 +3,9 @@
 //! One JSON object: `counters` maps dotted names to values, `descriptions`
 //! the same names to what they count, and `accounting` says whether every
 //! vnode of the mount is explained by a kernel reference or an open file.
+//! Each subsystem names its own counters (`report.rs`); this module asks
+//! them in turn and adds the vnode layer's, the process's and the file
+//! system's.
 //!
 //! # Accounting
 //! A vnode of the mount is active (not free) exactly while something
@@ -14,9 +17,11 @@
 //! `active vnodes == kernel nodes` must hold; more means a leaked
 //! reference, fewer a node whose vnode was lost.
 
+use crate::report::{Counted, Report};
 use crate::server::Inner;
 use serde_json::{json, Map, Value};
 use std::sync::atomic::Ordering;
+use uvfs_vnode::Mount;
 
 /// Builds the report; `check` purges the mount's name cache first.
 pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
@@ -24,279 +29,39 @@ pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
     if check {
         inner.layer.namecache().purge_mount(mnt.id());
     }
+    let mut out = Report::default();
+    for (n, v, d) in inner.layer.stats().pairs() {
+        out.put(n, v, d);
+    }
+    let active = vnodes(&mnt, &mut out);
+    let parts: [&dyn Counted; 11] = [
+        &inner.lineage,
+        &inner.nodes,
+        &inner.handles,
+        &inner.locks,
+        &inner.evict,
+        &inner.refresh,
+        &inner.counters,
+        &inner.write_stalls,
+        &inner.offload,
+        &inner.changes,
+        &inner.backings,
+    ];
+    for part in parts {
+        out.add(part);
+    }
+    crate::uring_offer::report(inner.uring_on.load(Ordering::Relaxed), &mut out);
+    process(&mut out);
+    for (n, v, d) in inner.fs.fs_stats() {
+        out.put(n, v, d);
+    }
     let mut counters = Map::new();
     let mut descr = Map::new();
-    let mut put = |name: &str, v: u64, d: &str| {
-        counters.insert(name.to_string(), json!(v));
-        descr.insert(name.to_string(), json!(d));
-    };
-    for (n, v, d) in inner.layer.stats().pairs() {
-        put(n, v, d);
+    for c in out.counters() {
+        counters.insert(c.name.to_string(), json!(c.value));
+        descr.insert(c.name.to_string(), json!(c.description));
     }
-    let vnodes = mnt.vnode_count() as u64;
-    let free = mnt.free_count() as u64;
-    let active = vnodes.saturating_sub(free);
-    put("mount.vnodes", vnodes, "Vnodes of this mount in existence");
-    put(
-        "mount.vnodes.free",
-        free,
-        "Vnodes of this mount that are free (recyclable)",
-    );
-    put(
-        "mount.vnodes.active",
-        active,
-        "Vnodes of this mount held or in use",
-    );
-    let l = &inner.lineage;
-    put(
-        "server.generation",
-        l.generation.load(Ordering::Relaxed),
-        "Servers of this mount before this one (live upgrades: `uvfs upgrade`)",
-    );
-    put(
-        "server.restarts",
-        l.restarts.load(Ordering::Relaxed),
-        "Times the mount's server was replaced without unmounting",
-    );
-    put(
-        "server.last_pause_us",
-        l.last_pause_us.load(Ordering::Relaxed),
-        "How long requests waited at the last replacement, microseconds",
-    );
     let nodes = inner.nodes.len() as u64;
-    let handles = inner.handles.len() as u64;
-    let nc = &inner.nodes.counters;
-    put(
-        "fuse.nodes",
-        nodes,
-        "Nodes the kernel holds lookup references on (root included)",
-    );
-    put(
-        "fuse.nodes.lookups",
-        inner.nodes.total_lookups(),
-        "Sum of the kernel's lookup counts",
-    );
-    put(
-        "fuse.nodes.remembered",
-        nc.remembered.load(Ordering::Relaxed),
-        "Lookup references handed to the kernel",
-    );
-    put(
-        "fuse.nodes.forgotten",
-        nc.forgotten.load(Ordering::Relaxed),
-        "Lookup references the kernel gave back (FORGET; more than it held counts in forget_excess)",
-    );
-    put(
-        "fuse.nodes.released",
-        nc.released.load(Ordering::Relaxed),
-        "Nodes dropped when their count reached zero",
-    );
-    put(
-        "fuse.nodes.forget_excess",
-        nc.forget_excess.load(Ordering::Relaxed),
-        "FORGETs for unknown nodes or beyond the count",
-    );
-    put(
-        "fuse.handles.open",
-        handles,
-        "Open file and directory handles",
-    );
-    put(
-        "fuse.locks.waiting",
-        inner.locks.parked() as u64,
-        "Lock requests (SETLKW) waiting for a conflicting lock to go",
-    );
-    let ec = &inner.evict.counters;
-    put(
-        "fuse.evict.queued",
-        ec.queued.load(Ordering::Relaxed),
-        "Nodes queued as candidates for kernel-forget",
-    );
-    put(
-        "fuse.evict.sent",
-        ec.sent.load(Ordering::Relaxed),
-        "Nodes the kernel was asked to forget (prune or entry invalidation)",
-    );
-    put(
-        "fuse.evict.kept",
-        ec.kept.load(Ordering::Relaxed),
-        "Nodes asked for that the kernel kept because they were in use (requeued)",
-    );
-    put(
-        "fuse.evict.prune",
-        ec.prune.load(Ordering::Relaxed),
-        "1: nodes are forgotten by FUSE_NOTIFY_PRUNE; 0: by entry invalidation of non-directories",
-    );
-    put(
-        "fuse.evict.max_vnodes",
-        ec.max_vnodes.load(Ordering::Relaxed),
-        "Highest vnode count of the mount seen when handing a node to the kernel",
-    );
-    put(
-        "fuse.evict.throttled",
-        ec.throttled.load(Ordering::Relaxed),
-        "Requests that waited for the evictor: the mount held more than 15/16 of its vnode limit",
-    );
-    put(
-        "fuse.evict.passes",
-        ec.passes.load(Ordering::Relaxed),
-        "Evictor passes over the vnode high water mark",
-    );
-    let fc = &inner.refresh.counters;
-    for (n, v, d) in [
-        ("fuse.refresh.queued", &fc.queued, "Directory listings after which the directory's attributes are to be fetched again"),
-        ("fuse.refresh.refreshed", &fc.refreshed, "Listed directories stat'ed again through a clone of the mount (their next stat needs no round trip)"),
-        ("fuse.refresh.uncached", &fc.uncached, "Listed directories left alone: the kernel no longer cached a name on the way"),
-        ("fuse.refresh.stale", &fc.stale, "Listed directories whose name led elsewhere or nowhere"),
-        ("fuse.refresh.unknown", &fc.unknown, "Listed directories with no known name"),
-        ("fuse.refresh.dropped", &fc.dropped, "Listings not queued: too many directories waiting"),
-        ("fuse.refresh.clones", &fc.clones, "Private clones of the mount opened for refreshing (one per mount)"),
-        ("fuse.refresh.unavailable", &fc.unavailable, "Batches dropped: no fd to spare, or the mount is gone"),
-        ("fuse.refresh.waiting", &fc.waiting, "Listed directories queued and not yet dealt with"),
-    ] {
-        put(n, v.load(Ordering::Relaxed), d);
-    }
-    put(
-        "fuse.refresh.untracked",
-        inner.refresh.names.untracked(),
-        "Directories handed to the kernel whose names were not kept (too many kept already)",
-    );
-    put(
-        "fuse.refresh.names",
-        inner.refresh.names.len() as u64,
-        "Directories whose names the refresher keeps (those the kernel holds)",
-    );
-    let rc = &inner.counters;
-    put(
-        "fuse.requests",
-        rc.requests.load(Ordering::Relaxed),
-        "Requests handled (FORGET excluded)",
-    );
-    put(
-        "fuse.requests.errors",
-        rc.errors.load(Ordering::Relaxed),
-        "Requests answered with an errno",
-    );
-    put(
-        "fuse.requests.uring",
-        rc.uring.load(Ordering::Relaxed),
-        "Requests that came through an io_uring queue (--uring)",
-    );
-    put(
-        "fuse.requests.offloaded",
-        rc.offloaded.load(Ordering::Relaxed),
-        "Requests from an io_uring queue answered from a pool thread: syncs, uncached reads and writes after a stalled one, which may wait for a disk, removals, truncations and last releases of large files, which may wait while the disk frees them, and requests that may wait for inode space",
-    );
-    put(
-        "fuse.writes.stalled",
-        inner.write_stalls.stalls.load(Ordering::Relaxed),
-        "WRITEs that took 5 ms or more and slept meanwhile (dirty-page throttling, a slow disk; not preemption); for a second after one, WRITEs from io_uring queues are answered from pool threads",
-    );
-    put(
-        "fuse.offload.threads",
-        inner.offload.workers() as u64,
-        "Offload threads running now (they leave after 5 s without work)",
-    );
-    put(
-        "fuse.uring",
-        u64::from(inner.uring_on.load(Ordering::Relaxed)),
-        "1: the kernel agreed to FUSE over io_uring (requests may still use /dev/fuse until every CPU's queue is up)",
-    );
-    if let Some(offer) = crate::uring_offer::offered() {
-        put(
-            "fuse.uring.switch_off",
-            u64::from(offer == crate::UringOffer::NeedsRoot),
-            "1: this kernel offers FUSE over io_uring, which answers each request on the caller's CPU, but its switch is off and only root may turn it on: `echo Y | sudo tee /sys/module/fuse/parameters/enable_uring`, then mount again",
-        );
-        put(
-            "fuse.uring.switched_on",
-            u64::from(offer == crate::UringOffer::TurnedOn),
-            "1: the switch for FUSE over io_uring was off and this mount turned it on (/sys/module/fuse/parameters/enable_uring)",
-        );
-    }
-    let ch = &inner.changes;
-    put(
-        "fuse.changes.entries",
-        ch.entries.load(Ordering::Relaxed),
-        "Name invalidations sent for changes made behind the kernel's back (repeats included)",
-    );
-    put(
-        "fuse.changes.inodes",
-        ch.inodes.load(Ordering::Relaxed),
-        "Inode invalidations (attributes, contents, directory listings) sent for such changes",
-    );
-    put(
-        "fuse.changes.repeated",
-        ch.repeated.load(Ordering::Relaxed),
-        "Batches of name invalidations sent again because an entry reply may have raced them",
-    );
-    put(
-        "fuse.changes.everything",
-        ch.everything.load(Ordering::Relaxed),
-        "Times every cached name and attribute was invalidated (changes were lost)",
-    );
-    put(
-        "fuse.changes.failed",
-        ch.failed.load(Ordering::Relaxed),
-        "Invalidations the kernel refused (other than for names and inodes it no longer holds)",
-    );
-    let b = &inner.backings;
-    let (open_nodes, kernel_nodes) = b.open_nodes();
-    put(
-        "fuse.kernel_io",
-        u64::from(b.enabled()),
-        "1: the kernel reads, writes and maps open files on their backing files itself (FUSE passthrough)",
-    );
-    put(
-        "fuse.kernel_io.registered",
-        b.registered.load(Ordering::Relaxed),
-        "Backing files registered with the kernel (a file's first open)",
-    );
-    put(
-        "fuse.kernel_io.opens",
-        b.kernel_opens.load(Ordering::Relaxed),
-        "Opens whose reads and writes the kernel does on the backing file",
-    );
-    put(
-        "fuse.kernel_io.refused",
-        b.refused.load(Ordering::Relaxed),
-        "Backing files the kernel would not take (the file is served by the server until its last close)",
-    );
-    put(
-        "fuse.kernel_io.open_files",
-        kernel_nodes,
-        "Files open now with a registered backing file",
-    );
-    put(
-        "fuse.kernel_io.open_files_server",
-        open_nodes - kernel_nodes,
-        "Files open now whose I/O comes to the server although kernel I/O is on",
-    );
-    put(
-        "fuse.requests.panics",
-        rc.panics.load(Ordering::Relaxed),
-        "Handlers that panicked (answered EIO)",
-    );
-    for (op, v) in rc.by_op.pairs() {
-        put(
-            &format!("fuse.requests.op.{op}"),
-            v,
-            "Requests handled with this opcode",
-        );
-    }
-    put(
-        "process.cpu_us",
-        process_cpu_us(),
-        "CPU time (user + system) of the server process, microseconds",
-    );
-    put(
-        "process.rss_bytes",
-        process_rss_bytes(),
-        "Resident memory of the server process, bytes (0: unknown)",
-    );
-    for (n, v, d) in inner.fs.fs_stats() {
-        put(n, v, d);
-    }
     json!({
         "mountpoint": mountpoint,
         "fs_type": inner.fs.fs_type(),
@@ -308,10 +73,43 @@ pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
             "checked": check,
             "active_vnodes": active,
             "kernel_nodes": nodes,
-            "open_handles": handles,
+            "open_handles": inner.handles.len() as u64,
             "ok": !check || active == nodes,
         },
     })
+}
+
+/// Puts the mount's vnode counts; returns how many are active.
+fn vnodes(mnt: &Mount, out: &mut Report) -> u64 {
+    let vnodes = mnt.vnode_count() as u64;
+    let free = mnt.free_count() as u64;
+    let active = vnodes.saturating_sub(free);
+    out.put("mount.vnodes", vnodes, "Vnodes of this mount in existence");
+    out.put(
+        "mount.vnodes.free",
+        free,
+        "Vnodes of this mount that are free (recyclable)",
+    );
+    out.put(
+        "mount.vnodes.active",
+        active,
+        "Vnodes of this mount held or in use",
+    );
+    active
+}
+
+/// Puts the server process's CPU time and memory.
+fn process(out: &mut Report) {
+    out.put(
+        "process.cpu_us",
+        process_cpu_us(),
+        "CPU time (user + system) of the server process, microseconds",
+    );
+    out.put(
+        "process.rss_bytes",
+        process_rss_bytes(),
+        "Resident memory of the server process, bytes (0: unknown)",
+    );
 }
 
 /// User + system CPU time of this process in microseconds.

@@ -72,6 +72,28 @@ pub fn offered() -> Option<UringOffer> {
     OFFERED.get().copied()
 }
 
+/// `uvfs stat`'s io_uring counters: whether the kernel agreed to it
+/// (`on`, from the server's INIT) and what [`offer_uring`] found.
+pub(crate) fn report(on: bool, out: &mut crate::report::Report) {
+    out.put(
+        "fuse.uring",
+        u64::from(on),
+        "1: the kernel agreed to FUSE over io_uring (requests may still use /dev/fuse until every CPU's queue is up)",
+    );
+    if let Some(offer) = offered() {
+        out.put(
+            "fuse.uring.switch_off",
+            u64::from(offer == UringOffer::NeedsRoot),
+            "1: this kernel offers FUSE over io_uring, which answers each request on the caller's CPU, but its switch is off and only root may turn it on: `echo Y | sudo tee /sys/module/fuse/parameters/enable_uring`, then mount again",
+        );
+        out.put(
+            "fuse.uring.switched_on",
+            u64::from(offer == UringOffer::TurnedOn),
+            "1: the switch for FUSE over io_uring was off and this mount turned it on (/sys/module/fuse/parameters/enable_uring)",
+        );
+    }
+}
+
 fn offer_at(param: &std::path::Path) -> UringOffer {
     let Ok(now) = std::fs::read_to_string(param) else {
         return UringOffer::Unsupported;

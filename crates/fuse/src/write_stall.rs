@@ -78,6 +78,16 @@ fn voluntary_switches() -> i64 {
     crate::rusage::rusage(libc::RUSAGE_THREAD).map_or(0, |ru| ru.ru_nvcsw)
 }
 
+impl crate::report::Counted for WriteStalls {
+    fn report(&self, out: &mut crate::report::Report) {
+        out.put(
+            "fuse.writes.stalled",
+            self.stalls.load(Ordering::Relaxed),
+            "WRITEs that took 5 ms or more and slept meanwhile (dirty-page throttling, a slow disk; not preemption); for a second after one, WRITEs from io_uring queues are answered from pool threads",
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -976,3 +976,63 @@ fn a_listing_ends_while_its_entries_are_renamed_away_and_back() {
         fs::remove_dir_all(&d).unwrap();
     }
 }
+
+/// Every counter of the server's subsystems is in the report, with a
+/// description: `uvfs stat` readers (scripts, the benchmarks, the tests
+/// here and in uvfs-cli) look them up by name.
+#[test]
+fn the_report_names_every_subsystem_counter() {
+    let Some(m) = Mnt::new(None) else { return };
+    let r = m.report(false);
+    let mut want: Vec<String> = [
+        "fuse.changes.entries fuse.changes.everything fuse.changes.failed fuse.changes.inodes",
+        "fuse.changes.repeated fuse.evict.kept fuse.evict.max_vnodes fuse.evict.passes",
+        "fuse.evict.prune fuse.evict.queued fuse.evict.sent fuse.evict.throttled",
+        "fuse.handles.open fuse.kernel_io fuse.kernel_io.open_files",
+        "fuse.kernel_io.open_files_server fuse.kernel_io.opens fuse.kernel_io.refused",
+        "fuse.kernel_io.registered fuse.locks.waiting fuse.nodes fuse.nodes.forget_excess",
+        "fuse.nodes.forgotten fuse.nodes.lookups fuse.nodes.released fuse.nodes.remembered",
+        "fuse.offload.threads fuse.refresh.clones fuse.refresh.dropped fuse.refresh.names",
+        "fuse.refresh.queued fuse.refresh.refreshed fuse.refresh.stale fuse.refresh.unavailable",
+        "fuse.refresh.uncached fuse.refresh.unknown fuse.refresh.untracked fuse.refresh.waiting",
+        "fuse.requests fuse.requests.errors fuse.requests.offloaded fuse.requests.panics",
+        "fuse.requests.uring fuse.uring fuse.writes.stalled mount.vnodes mount.vnodes.active",
+        "mount.vnodes.free process.cpu_us process.rss_bytes server.generation",
+        "server.last_pause_us server.restarts",
+    ]
+    .join(" ")
+    .split(' ')
+    .map(String::from)
+    .collect();
+    let ops = "lookup getattr readdirplus readdir read write opendir releasedir open release \
+               flush create tmpfile mknod mkdir unlink rmdir setattr rename link symlink \
+               readlink access statfs fsync fsyncdir fallocate getxattr setxattr listxattr \
+               removexattr copy_file_range lseek getlk setlk ioctl other";
+    want.extend(
+        ops.split_whitespace()
+            .map(|op| format!("fuse.requests.op.{op}")),
+    );
+    want.sort();
+    let counters = r["counters"].as_object().unwrap();
+    let mut got: Vec<String> = counters
+        .keys()
+        .filter(|k| {
+            ["fuse.", "mount.", "server.", "process."]
+                .iter()
+                .any(|p| k.starts_with(p))
+        })
+        // Only where this process offered io_uring (`uvfs mount` does).
+        .filter(|k| !k.starts_with("fuse.uring.switch"))
+        .cloned()
+        .collect();
+    got.sort();
+    assert_eq!(got, want);
+    for k in counters.keys() {
+        assert!(counters[k].is_u64(), "{k}: {}", counters[k]);
+        let d = r["descriptions"][k].as_str().unwrap_or("");
+        assert!(!d.is_empty(), "{k} has no description");
+    }
+    // The memfs and vnode layer's own counters come along.
+    assert!(counters.contains_key("memfs.data.bytes"), "{counters:?}");
+    assert!(counters.contains_key("vfs.numvnodes"), "{counters:?}");
+}

@@ -18,6 +18,7 @@
 //! for a vnode not cached yet, a constructor that attaches its per-file
 //! data. The layer keeps those vnodes under its limit, recycles cold ones,
 //! and tells the file system through [`uvfs_vnode::FsHooks`] when one goes.
+//! [`FsMount`] keeps the layer and the mount together and makes those calls.
 //!
 //! Seven methods are required, which is a read-only file system:
 //! [`fs_type`](FileSystem::fs_type), [`mount`](FileSystem::mount),
@@ -33,44 +34,36 @@
 //! list directories into a [`DirSink`] one [`DirEntry`] at a time, and name
 //! open files by the [`Fh`] that `open` returned. Permission checks are the
 //! caller's: the FUSE server (`uvfs-fuse`) lets the kernel make them, and
-//! [`check_access`] is there for front ends that cannot.
+//! [`check_access`] is there for front ends that cannot. A file system that
+//! holds its data in memory answers reads with [`read_bytes`], and one whose
+//! directories never change lists them with [`list_dir`].
 //!
 //! The file system below has one directory and one file, and is driven by
 //! hand as a front end would drive it:
 //!
 //! ```
 //! use std::sync::Arc;
-//! use uvfs_vfs::{Attr, Ctx, DirEntry, DirSink, Errno, Fh, FileSystem, VfsResult};
-//! use uvfs_vfs::{Ino, Mount, VType, VnodeLayer, VnodeRef};
+//! use uvfs_vfs::{list_dir, read_bytes, Attr, Ctx, DirSink, Errno, Fh, FileSystem, FsMount};
+//! use uvfs_vfs::{Mount, VType, VfsResult, VnodeLayer, VnodeRef};
 //!
 //! const TEXT: &[u8] = b"hi\n";
 //!
-//! struct OneFile {
-//!     layer: Arc<VnodeLayer>,
-//!     mnt: Arc<Mount>,
-//! }
-//!
-//! impl OneFile {
-//!     fn vnode(&self, ino: Ino) -> VfsResult<VnodeRef> {
-//!         let kind = if ino == 1 { VType::Dir } else { VType::Reg };
-//!         Ok(self.layer.get(&self.mnt, ino, || Ok((kind, Box::new(()))))?)
-//!     }
-//! }
+//! struct OneFile(FsMount);
 //!
 //! impl FileSystem for OneFile {
 //!     fn fs_type(&self) -> &'static str {
 //!         "onefile"
 //!     }
 //!     fn mount(&self) -> &Arc<Mount> {
-//!         &self.mnt
+//!         self.0.mount()
 //!     }
 //!     fn root(&self) -> VfsResult<VnodeRef> {
-//!         self.vnode(1)
+//!         self.0.vnode(1, VType::Dir)
 //!     }
-//!     fn lookup(&self, _: &Ctx, dir: &VnodeRef, name: &[u8]) -> VfsResult<VnodeRef> {
+//!     fn lookup(&self, _: &Ctx, _: &VnodeRef, name: &[u8]) -> VfsResult<VnodeRef> {
 //!         match name {
-//!             b"." | b".." => self.vnode(dir.ino()),
-//!             b"hi" => self.vnode(2),
+//!             b"." | b".." => self.root(),
+//!             b"hi" => self.0.vnode(2, VType::Reg),
 //!             _ => Err(Errno::ENOENT),
 //!         }
 //!     }
@@ -81,23 +74,17 @@
 //!         })
 //!     }
 //!     fn read(&self, _: &VnodeRef, _: Fh, offset: u64, size: u32) -> VfsResult<Vec<u8>> {
-//!         let start = (offset as usize).min(TEXT.len());
-//!         Ok(TEXT[start..(start + size as usize).min(TEXT.len())].to_vec())
+//!         Ok(read_bytes(TEXT, offset, size))
 //!     }
 //!     fn readdir(&self, _: &VnodeRef, _: Fh, offset: u64, sink: &mut DirSink<'_>) -> VfsResult<()> {
-//!         let all = [(1, VType::Dir, "."), (1, VType::Dir, ".."), (2, VType::Reg, "hi")];
-//!         for (i, (ino, kind, name)) in all.into_iter().enumerate().skip(offset as usize) {
-//!             // The cookie resumes after this entry; it is never 0.
-//!             if sink(&DirEntry::new(ino, kind, name.as_bytes(), i as u64 + 1)) {
-//!                 break;
-//!             }
-//!         }
+//!         // `.` and `..` (both the root here), then the file.
+//!         list_dir(sink, offset, (1, 1), [(2, VType::Reg, "hi")]);
 //!         Ok(())
 //!     }
 //! }
 //!
 //! let layer = VnodeLayer::new(Default::default());
-//! let fs = OneFile { mnt: layer.mount("onefile", Arc::new(())), layer };
+//! let fs = OneFile(FsMount::new(&layer, "onefile"));
 //! let ctx = Ctx::new(1000, 1000);
 //!
 //! let root = fs.root()?;
@@ -123,6 +110,7 @@
 
 mod access;
 mod attr;
+mod bytes;
 mod changes;
 mod ctx;
 mod dirent;
@@ -132,6 +120,7 @@ mod fds;
 mod fileattr;
 mod flags;
 mod freeing;
+mod fsmount;
 pub mod handover;
 mod lock;
 mod name;
@@ -142,9 +131,10 @@ mod trim;
 
 pub use access::{check_access, R_OK, W_OK, X_OK};
 pub use attr::{killed_suidgid, mode_to_vtype, vtype_to_mode, Attr, SetAttr, SetTime};
+pub use bytes::read_bytes;
 pub use changes::{ChangeSink, WatchStatus};
 pub use ctx::Ctx;
-pub use dirent::DirEntry;
+pub use dirent::{list_dir, DirEntry};
 pub use droplater::DropLater;
 pub use errno::{Errno, VfsResult};
 pub use fds::FdReservation;
@@ -155,6 +145,7 @@ pub use fileattr::{
 };
 pub use flags::{FallocMode, RenameFlags, XattrFlags, O_KILL_SUIDGID};
 pub use freeing::Freeing;
+pub use fsmount::FsMount;
 pub use handover::{
     FdKeeper, JournalRecord, Keep, KeptFd, RecoveredOpen, Recovery, Saved, JOURNAL_RECORD,
 };

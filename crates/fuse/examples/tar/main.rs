@@ -27,15 +27,14 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::Duration;
 use uvfs_fuse::{mount_and_serve, ServeConfig, Timeouts};
-use uvfs_vfs::{Attr, Ctx, DirEntry, DirSink, Errno, Fh, FileSystem, VfsResult};
-use uvfs_vfs::{Ino, Mount, Timespec, VType, VnodeLayer, VnodeRef};
+use uvfs_vfs::{Attr, Ctx, DirEntry, DirSink, Errno, Fh, FileSystem, FsMount, VfsResult};
+use uvfs_vfs::{Ino, Mount, Timespec, VType, VnodeRef};
 
 /// How many vnodes the layer keeps unless told otherwise.
 const DEFAULT_VNODES: usize = 16_384;
 
 struct TarFs {
-    layer: Arc<VnodeLayer>,
-    mnt: Arc<Mount>,
+    mnt: FsMount,
     archive: File,
     index: Index,
 }
@@ -53,7 +52,7 @@ impl TarFs {
     fn vnode(&self, ino: Ino) -> VfsResult<VnodeRef> {
         let node = self.node(ino)?;
         let make = || Ok((node.kind, Box::new(attr(ino, node)) as _));
-        Ok(self.layer.get(&self.mnt, ino, make)?)
+        self.mnt.vnode_with(ino, make)
     }
 
     fn dir_node(&self, vp: &VnodeRef) -> VfsResult<&Node> {
@@ -88,7 +87,7 @@ impl FileSystem for TarFs {
         "tar"
     }
     fn mount(&self) -> &Arc<Mount> {
-        &self.mnt
+        self.mnt.mount()
     }
     fn root(&self) -> VfsResult<VnodeRef> {
         self.vnode(Ino::from(ROOT) + 1)
@@ -203,10 +202,8 @@ fn main() {
         ..ServeConfig::new(mountpoint)
     };
     let served = mount_and_serve(&cfg, vnodes, |layer| {
-        let mnt = layer.mount("tar", Arc::new(()));
         Ok(Arc::new(TarFs {
-            layer: layer.clone(),
-            mnt,
+            mnt: FsMount::new(layer, "tar"),
             archive: file,
             index,
         }))

@@ -5,6 +5,7 @@
 //! which bumps them on every request, so that the server needs nothing of
 //! the statistics report.
 
+use crate::report::{Counted, Report};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Request counters.
@@ -146,6 +147,41 @@ impl OpCounters {
             .iter()
             .zip(self.0.iter())
             .map(|(o, c)| (o.name(), c.load(Ordering::Relaxed)))
+    }
+}
+
+impl Counted for RequestCounters {
+    fn report(&self, out: &mut Report) {
+        for (name, v, d) in [
+            ("fuse.requests", &self.requests, "Requests handled (FORGET excluded)"),
+            ("fuse.requests.errors", &self.errors, "Requests answered with an errno"),
+            ("fuse.requests.uring", &self.uring, "Requests that came through an io_uring queue (--uring)"),
+            ("fuse.requests.offloaded", &self.offloaded, "Requests from an io_uring queue answered from a pool thread: syncs, uncached reads and writes after a stalled one, which may wait for a disk, removals, truncations and last releases of large files, which may wait while the disk frees them, and requests that may wait for inode space"),
+            ("fuse.requests.panics", &self.panics, "Handlers that panicked (answered EIO)"),
+        ] {
+            out.put(name, v.load(Ordering::Relaxed), d);
+        }
+        for (op, v) in self.by_op.pairs() {
+            out.put(
+                format!("fuse.requests.op.{op}"),
+                v,
+                "Requests handled with this opcode",
+            );
+        }
+    }
+}
+
+impl Counted for ChangeCounters {
+    fn report(&self, out: &mut Report) {
+        for (name, v, d) in [
+            ("fuse.changes.entries", &self.entries, "Name invalidations sent for changes made behind the kernel's back (repeats included)"),
+            ("fuse.changes.inodes", &self.inodes, "Inode invalidations (attributes, contents, directory listings) sent for such changes"),
+            ("fuse.changes.repeated", &self.repeated, "Batches of name invalidations sent again because an entry reply may have raced them"),
+            ("fuse.changes.everything", &self.everything, "Times every cached name and attribute was invalidated (changes were lost)"),
+            ("fuse.changes.failed", &self.failed, "Invalidations the kernel refused (other than for names and inodes it no longer holds)"),
+        ] {
+            out.put(name, v.load(Ordering::Relaxed), d);
+        }
     }
 }
 

@@ -14,31 +14,24 @@ use crate::wire::{
     RENAME2, RMDIR, ROOT, SETATTR, SETLK, SETXATTR, STATFS, SYMLINK, TMPFILE, UNKNOWN_OPS, UNLINK,
     WRITE,
 };
+use fastrand::Rng;
 use uvfs_fuse::MAX_WRITE;
 
-/// xorshift64*: tiny, seedable, good enough to pick requests.
-pub(crate) struct Rng(pub(crate) u64);
+/// What the generator asks of its `fastrand::Rng` beyond fastrand's own
+/// methods.
+pub(crate) trait Odds {
+    /// True `percent` times in 100.
+    fn chance(&mut self, percent: u64) -> bool;
+    /// One of `xs`, which is not empty.
+    fn pick<T: Copy>(&mut self, xs: &[T]) -> T;
+}
 
-impl Rng {
-    pub(crate) fn new(seed: u64) -> Rng {
-        Rng(seed.max(1))
+impl Odds for Rng {
+    fn chance(&mut self, percent: u64) -> bool {
+        self.u64(..100) < percent
     }
-    pub(crate) fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    pub(crate) fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-    pub(crate) fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
-        xs[self.below(xs.len() as u64) as usize]
+    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
+        xs[self.usize(..xs.len())]
     }
 }
 
@@ -65,7 +58,7 @@ pub(crate) struct Gen<'a> {
 
 impl Gen<'_> {
     pub(crate) fn node(&mut self) -> u64 {
-        let r = self.rng.below(100);
+        let r = self.rng.u64(..100);
         if r < 65 {
             let held: Vec<u64> = (self.k.seen.iter())
                 .filter(|id| self.k.counts.contains_key(id))
@@ -76,22 +69,24 @@ impl Gen<'_> {
             let seen = self.k.seen.clone();
             self.rng.pick(&seen)
         } else if r < 90 {
-            self.rng.below(64)
+            self.rng.u64(..64)
         } else {
-            self.rng.pick(&[0, u64::MAX, 1 << 63, self.rng.0])
+            let any = self.rng.u64(..);
+            self.rng.pick(&[0, u64::MAX, 1 << 63, any])
         }
     }
 
     pub(crate) fn fh(&mut self) -> u64 {
-        let r = self.rng.below(100);
+        let r = self.rng.u64(..100);
         if r < 70 && !self.k.open.is_empty() {
             let open: Vec<u64> = self.k.open.iter().copied().collect();
             self.rng.pick(&open)
         } else if r < 85 && !self.k.released.is_empty() {
-            let i = self.rng.below(self.k.released.len() as u64) as usize;
+            let i = self.rng.usize(..self.k.released.len());
             self.k.released[i]
         } else {
-            self.rng.pick(&[0, 1, 2, 3, 100, u64::MAX, self.rng.0])
+            let any = self.rng.u64(..);
+            self.rng.pick(&[0, 1, 2, 3, 100, u64::MAX, any])
         }
     }
 
@@ -100,37 +95,37 @@ impl Gen<'_> {
         if self.rng.chance(85) {
             return self.rng.pick(&PLAIN).to_vec();
         }
-        match self.rng.below(7) {
+        match self.rng.u64(..7) {
             0 => b".".to_vec(),
             1 => b"..".to_vec(),
             2 => Vec::new(),
             3 => b"x/y".to_vec(),
             4 => vec![b'n'; 255],
             5 => vec![b'n'; 256],
-            _ => (0..1 + self.rng.below(12))
-                .map(|_| 1 + self.rng.below(255) as u8)
+            _ => (0..1 + self.rng.u64(..12))
+                .map(|_| 1 + self.rng.u64(..255) as u8)
                 .collect(),
         }
     }
 
     pub(crate) fn offset(&mut self) -> u64 {
-        match self.rng.below(10) {
-            0..=3 => self.rng.below(16 << 10),
-            4 | 5 => self.rng.below(1 << 24),
+        match self.rng.u64(..10) {
+            0..=3 => self.rng.u64(..16 << 10),
+            4 | 5 => self.rng.u64(..1 << 24),
             6 => self.rng.pick(&[0, 4095, 4096, 8191]),
             7 => self
                 .rng
                 .pick(&[i64::MAX as u64, i64::MAX as u64 - 1, 1 << 40]),
             8 => self.rng.pick(&[u64::MAX, 1 << 63]),
-            _ => self.rng.next(),
+            _ => self.rng.u64(..),
         }
     }
 
     /// A READ size whose reply fits through the socket.
     pub(crate) fn size(&mut self) -> u32 {
-        let s = match self.rng.below(8) {
+        let s = match self.rng.u64(..8) {
             0 => 0,
-            1..=4 => self.rng.below(20000) as u32,
+            1..=4 => self.rng.u64(..20000) as u32,
             5 => 4096,
             6 => MAX_WRITE,
             _ => self.rng.pick(&[1, 24, 65536, 2 * MAX_WRITE]),
@@ -139,13 +134,13 @@ impl Gen<'_> {
     }
 
     pub(crate) fn data(&mut self) -> Vec<u8> {
-        let n = match self.rng.below(10) {
+        let n = match self.rng.u64(..10) {
             0 => 0,
-            1..=8 => self.rng.below(9000),
-            _ => self.rng.below(300_000),
+            1..=8 => self.rng.u64(..9000),
+            _ => self.rng.u64(..300_000),
         };
         let n = n.min(self.k.max_message as u64 - 128);
-        let byte = self.rng.next() as u8;
+        let byte = self.rng.u64(..) as u8;
         vec![byte; n as usize]
     }
 
@@ -153,13 +148,13 @@ impl Gen<'_> {
     /// far ends: see `fuser_survives_malformed_requests`).
     pub(crate) fn time(&mut self) -> (i64, u32) {
         let nsec = if self.rng.chance(80) {
-            self.rng.below(1_000_000_000) as u32
+            self.rng.u64(..1_000_000_000) as u32
         } else {
-            self.rng.next() as u32
+            self.rng.u64(..) as u32
         };
-        let sec = match self.rng.below(4) {
-            0 => self.rng.below(1 << 34) as i64,
-            1 => -(self.rng.below(1 << 34) as i64),
+        let sec = match self.rng.u64(..4) {
+            0 => self.rng.u64(..1 << 34) as i64,
+            1 => -(self.rng.u64(..1 << 34) as i64),
             2 => 0,
             _ => {
                 return (
@@ -182,11 +177,11 @@ impl Gen<'_> {
             0,
             0o170000,
         ]);
-        kind | (self.rng.below(0o10000) as u32)
+        kind | (self.rng.u64(..0o10000) as u32)
     }
 
     pub(crate) fn step(&mut self) {
-        match self.rng.below(40) {
+        match self.rng.u64(..40) {
             0..=4 => {
                 let (dir, name) = (self.node(), self.name());
                 self.k.call(LOOKUP, dir, &b().name(&name).done());
@@ -199,10 +194,10 @@ impl Gen<'_> {
             7 | 8 => {
                 let id = self.node();
                 let mut set = SetAttrIn {
-                    valid: self.rng.next() as u32 & 0x7ff,
+                    valid: self.rng.u64(..) as u32 & 0x7ff,
                     fh: self.fh(),
                     size: if self.rng.chance(70) {
-                        self.rng.below(1 << 20)
+                        self.rng.u64(..1 << 20)
                     } else {
                         self.offset()
                     },
@@ -214,19 +209,19 @@ impl Gen<'_> {
                     gid: self.k.gid,
                 };
                 if self.rng.chance(10) {
-                    set.uid = self.rng.next() as u32;
+                    set.uid = self.rng.u64(..) as u32;
                 }
                 self.k.call(SETATTR, id, &set.body());
             }
             9 | 10 => {
                 let (dir, name) = (self.node(), self.name());
                 self.k
-                    .call(MKDIR, dir, &mkdir_in(self.rng.below(0o10000) as u32, &name));
+                    .call(MKDIR, dir, &mkdir_in(self.rng.u64(..0o10000) as u32, &name));
             }
             11 => {
                 let (dir, name, mode) = (self.node(), self.name(), self.mode());
                 self.k
-                    .call(MKNOD, dir, &mknod_in(mode, self.rng.next() as u32, &name));
+                    .call(MKNOD, dir, &mknod_in(mode, self.rng.u64(..) as u32, &name));
             }
             12..=14 => {
                 let (dir, name) = (self.node(), self.name());
@@ -307,16 +302,16 @@ impl Gen<'_> {
                             self.offset()
                         };
                         b().u64(fh)
-                            .u64(self.rng.below(4)) // lock owner
+                            .u64(self.rng.u64(..4)) // lock owner
                             .u64(start)
                             .u64(end)
                             .u32(typ as u32)
                             .u32(1)
-                            .u32(self.rng.below(2) as u32) // FUSE_LK_FLOCK
+                            .u32(self.rng.u64(..2) as u32) // FUSE_LK_FLOCK
                             .u32(0)
                             .done()
                     }
-                    _ => fsync_in(fh, self.rng.below(2) as u32),
+                    _ => fsync_in(fh, self.rng.u64(..2) as u32),
                 };
                 self.k.call(op, id, &body);
             }
@@ -324,7 +319,7 @@ impl Gen<'_> {
                 let (id, off, size) = (self.node(), self.offset(), self.size());
                 let fh = if self.rng.chance(70) { 0 } else { self.fh() };
                 let off = if self.rng.chance(60) {
-                    self.rng.below(40)
+                    self.rng.u64(..40)
                 } else {
                     off
                 };
@@ -341,7 +336,7 @@ impl Gen<'_> {
                 self.k.no_reply(FORGET, id, &forget_in(n));
             }
             32 => {
-                let list: Vec<(u64, u64)> = (0..self.rng.below(6))
+                let list: Vec<(u64, u64)> = (0..self.rng.u64(..6))
                     .map(|_| (self.node(), self.rng.pick(&[0, 1, 1, 3, u64::MAX])))
                     .collect();
                 self.k.no_reply(BATCH_FORGET, 0, &batch_forget_in(&list));
@@ -355,7 +350,7 @@ impl Gen<'_> {
                 } else {
                     self.name()
                 };
-                match self.rng.below(4) {
+                match self.rng.u64(..4) {
                     0 => {
                         let v = self.data();
                         let v = &v[..v.len().min(70_000)];
@@ -378,14 +373,14 @@ impl Gen<'_> {
             34 => {
                 let (id, fh, off) = (self.node(), self.fh(), self.offset());
                 let mut len = if self.rng.chance(60) {
-                    self.rng.below(1 << 16)
+                    self.rng.u64(..1 << 16)
                 } else {
                     self.offset()
                 };
                 // On a disk file system a large allocation fills the disk
                 // (ext4 keeps what it allocated before ENOSPC).
                 if self.bounded && len > 1 << 20 {
-                    len = self.rng.below(1 << 20);
+                    len = self.rng.u64(..1 << 20);
                 }
                 let mode = self.rng.pick(&[0, 0, 1, 2, 3, 0x10, 0x11, u32::MAX]);
                 self.k
@@ -394,9 +389,9 @@ impl Gen<'_> {
             35 => {
                 let (id, fh) = (self.node(), self.fh());
                 let off = if self.rng.chance(70) {
-                    self.rng.below(1 << 16) as i64
+                    self.rng.u64(..1 << 16) as i64
                 } else {
-                    self.rng.next() as i64
+                    self.rng.u64(..) as i64
                 };
                 let whence = self.rng.pick(&[3, 4, 3, 4, 0, 1, 2, 5, u32::MAX]);
                 self.k.call(LSEEK, id, &lseek_in(fh, off, whence));
@@ -410,14 +405,14 @@ impl Gen<'_> {
                     fh_out: self.fh(),
                     off_out: self.offset(),
                     len: if self.rng.chance(60) {
-                        self.rng.below(1 << 16)
+                        self.rng.u64(..1 << 16)
                     } else {
                         self.offset()
                     },
                     flags: if self.rng.chance(90) {
                         0
                     } else {
-                        self.rng.next()
+                        self.rng.u64(..)
                     },
                 };
                 let c = if self.bounded {
@@ -432,13 +427,13 @@ impl Gen<'_> {
             }
             37 => {
                 let id = self.node();
-                match self.rng.below(4) {
+                match self.rng.u64(..4) {
                     0 => {
                         self.k.call(READLINK, id, &[]);
                     }
                     1 => {
                         self.k
-                            .call(ACCESS, id, &access_in(self.rng.below(8) as u32));
+                            .call(ACCESS, id, &access_in(self.rng.u64(..8) as u32));
                     }
                     2 => {
                         self.k.call(STATFS, id, &[]);
@@ -471,8 +466,8 @@ impl Gen<'_> {
                     (FORGET, 8),
                     (BATCH_FORGET, 8),
                 ]);
-                let len = self.rng.below(min) as usize;
-                let body: Vec<u8> = (0..len).map(|_| self.rng.next() as u8).collect();
+                let len = self.rng.u64(..min) as usize;
+                let body: Vec<u8> = (0..len).map(|_| self.rng.u64(..) as u8).collect();
                 let r = self.k.maybe_reply(op, id, &body);
                 if let Some(r) = r {
                     if r.ok() {
@@ -487,7 +482,7 @@ impl Gen<'_> {
 
 pub(crate) fn random_phase(k: &mut Kernel, seed: u64, ops: u64, bounded: bool) {
     let mut g = Gen {
-        rng: Rng::new(seed),
+        rng: Rng::with_seed(seed),
         k,
         bounded,
     };
