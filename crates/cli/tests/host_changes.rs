@@ -169,12 +169,12 @@ fn a_warm_walk_of_a_default_passthrough_asks_nothing() {
         }
     };
     walk();
-    let (lookups, getattrs) = (m.requests("lookup"), m.requests("getattr"));
+    let (lookups, getattrs) = (m.requests("lookup"), m.attr_requests());
     // Past the second a passthrough cached for without a watcher.
     std::thread::sleep(Duration::from_millis(1500));
     walk();
     assert_eq!(m.requests("lookup"), lookups, "names asked again");
-    assert_eq!(m.requests("getattr"), getattrs, "attributes asked again");
+    assert_eq!(m.attr_requests(), getattrs, "attributes asked again");
 }
 
 #[test]
@@ -295,7 +295,7 @@ fn a_write_through_a_shared_mapping_moves_mtime_at_once() {
     // Cached now (after the mmap, which makes the kernel drop its atime),
     // as a day-long cache would keep it.
     let before = meta(&p).unwrap();
-    let asked = m.requests("getattr");
+    let asked = m.attr_requests();
     // Past the file system's timestamp granularity.
     std::thread::sleep(Duration::from_millis(50));
     // SAFETY: `map` is a live, writable mapping of 4096 bytes.
@@ -305,7 +305,7 @@ fn a_write_through_a_shared_mapping_moves_mtime_at_once() {
     unsafe { libc::munmap(map, 4096) };
     let native = fs::metadata(m.src().join("mapped")).unwrap();
     assert!(
-        m.requests("getattr") > asked,
+        m.attr_requests() > asked,
         "the kernel asked nothing after the write"
     );
     assert!(

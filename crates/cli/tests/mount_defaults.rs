@@ -33,13 +33,13 @@ fn memfs_keeps_the_kernels_caches_past_a_second() {
         fs::write(dir.join(format!("f{i}")), b"x").unwrap();
     }
     stat_all(&dir, 50);
-    let (lookups, getattrs) = (m.requests("lookup"), m.requests("getattr"));
+    let (lookups, getattrs) = (m.requests("lookup"), m.attr_requests());
     std::thread::sleep(PAST_A_SECOND);
     stat_all(&dir, 50);
     // The same 51 names and attributes, a second and a half later: with
     // the old one-second timeouts each was asked again (51 LOOKUPs).
     assert_eq!(m.requests("lookup"), lookups, "names asked again");
-    assert_eq!(m.requests("getattr"), getattrs, "attributes asked again");
+    assert_eq!(m.attr_requests(), getattrs, "attributes asked again");
 }
 
 #[test]

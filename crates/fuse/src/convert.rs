@@ -1,6 +1,6 @@
 //! Conversions between uvfs-vfs types and fuser's wire-level types.
 
-use fuser::{FileAttr, FileType, INodeNo, TimeOrNow};
+use fuser::{FileAttr, FileType, INodeNo, StatxAttr, TimeOrNow};
 use std::time::SystemTime;
 use uvfs_vfs::{Attr, Errno, SetTime, Timespec, VType};
 
@@ -27,7 +27,8 @@ pub fn file_attr(a: &Attr, node_id: u64) -> FileAttr {
         atime: a.atime.to_system_time(),
         mtime: a.mtime.to_system_time(),
         ctime: a.ctime.to_system_time(),
-        crtime: a.btime.to_system_time(),
+        // (Sent on macOS only; Linux learns the birth time from FUSE_STATX.)
+        crtime: a.btime.unwrap_or(a.ctime).to_system_time(),
         kind: file_type(a.kind),
         perm: a.perm,
         nlink: a.nlink,
@@ -36,6 +37,17 @@ pub fn file_attr(a: &Attr, node_id: u64) -> FileAttr {
         rdev: a.rdev as u32,
         blksize: a.blksize,
         flags: 0,
+    }
+}
+
+/// What `statx(2)` sees of node `node_id`: its attributes, birth time
+/// (none if the file system does not know it) and `STATX_ATTR_*` bits.
+pub fn statx_attr(a: &Attr, node_id: u64) -> StatxAttr {
+    StatxAttr {
+        attr: file_attr(a, node_id),
+        btime: a.btime.map(|t| t.to_system_time()),
+        attributes: a.attributes,
+        attributes_mask: a.attributes_mask,
     }
 }
 
@@ -91,4 +103,35 @@ fn wire_time(t: SystemTime) -> Timespec {
 /// The fuser errno for a VOP error.
 pub fn errno(e: Errno) -> fuser::Errno {
     fuser::Errno::from_i32(e.raw())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use uvfs_vnode::VType;
+
+    #[test]
+    fn statx_attr_carries_birth_time_and_attributes() {
+        let mut a = Attr::new(7, VType::Reg, 0o644, 10);
+        a.ctime = Timespec::new(200, 0);
+        a.btime = Some(Timespec::new(-2, 500_000_000));
+        a.attributes = libc::STATX_ATTR_APPEND as u64;
+        a.attributes_mask = 0x70;
+        let sx = statx_attr(&a, 42);
+        assert_eq!(sx.attr, file_attr(&a, 42));
+        assert_eq!(sx.attr.ino, INodeNo(42));
+        // (sec -2, nsec 5e8) is 1.5 s before the epoch.
+        assert_eq!(
+            sx.btime,
+            Some(SystemTime::UNIX_EPOCH - Duration::from_millis(1500))
+        );
+        assert_eq!((sx.attributes, sx.attributes_mask), (0x20, 0x70));
+    }
+
+    #[test]
+    fn unknown_birth_time_stays_unknown() {
+        let a = Attr::new(7, VType::Dir, 0o755, 0);
+        assert_eq!(statx_attr(&a, 1).btime, None);
+    }
 }

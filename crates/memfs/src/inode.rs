@@ -22,7 +22,7 @@ use crate::pages::FileData;
 use crate::xattr::Xattrs;
 use parking_lot::{Mutex, RwLock};
 use std::sync::Arc;
-use uvfs_vfs::{Attr, Ino, Timespec, VType};
+use uvfs_vfs::{statx_attributes, Attr, Ino, Timespec, VType};
 
 /// The contents of an inode, by type.
 #[derive(Debug)]
@@ -175,6 +175,8 @@ impl Inode {
             Some(n) if m.nlink > 0 => 2 + n,
             _ => m.nlink,
         };
+        // As tmpfs: immutable, append-only and no-dump, set or not.
+        let (attributes, attributes_mask) = statx_attributes(m.flags, crate::iflags::KEPT);
         Attr {
             ino: self.ino,
             kind: self.kind,
@@ -189,7 +191,9 @@ impl Inode {
             atime: m.atime,
             mtime: m.mtime,
             ctime: m.ctime,
-            btime: m.btime,
+            btime: Some(m.btime),
+            attributes,
+            attributes_mask,
         }
     }
 }

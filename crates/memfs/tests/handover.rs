@@ -61,7 +61,7 @@ fn describe(fs: &MemFs, vp: &VnodeRef, with_times: bool, out: &mut String) {
     let mut a = fs.getattr(vp).unwrap();
     if !with_times {
         let zero = Timespec::new(0, 0);
-        (a.atime, a.mtime, a.ctime, a.btime) = (zero, zero, zero, zero);
+        (a.atime, a.mtime, a.ctime, a.btime) = (zero, zero, zero, Some(zero));
     }
     writeln!(out, "  {a:?} flags={:?}", fs.get_flags(vp, Fh(0))).unwrap();
     let names = fs.listxattr(vp).unwrap();

@@ -190,6 +190,18 @@ impl FsHooks for Hooks {
     }
 }
 
+/// The `STATX_ATTR_*` properties of a source file that are the file's own
+/// and so hold through the mount: compressed, immutable, append-only,
+/// no-dump, encrypted, verity. Not those about where the source sits or
+/// what its file system can do (mount root, automount, DAX, atomic
+/// writes), which the mount does not share.
+const SOURCE_STATX_ATTRS: u64 = (libc::STATX_ATTR_COMPRESSED
+    | libc::STATX_ATTR_IMMUTABLE
+    | libc::STATX_ATTR_APPEND
+    | libc::STATX_ATTR_NODUMP
+    | libc::STATX_ATTR_ENCRYPTED
+    | libc::STATX_ATTR_VERITY) as u64;
+
 impl PassthroughFs {
     /// Serves the directory `source` on `layer`.
     ///
@@ -770,11 +782,9 @@ impl PassthroughFs {
             atime: ts(&st.stx_atime),
             mtime: ts(&st.stx_mtime),
             ctime: ts(&st.stx_ctime),
-            btime: if st.stx_mask & libc::STATX_BTIME != 0 {
-                ts(&st.stx_btime)
-            } else {
-                ts(&st.stx_ctime)
-            },
+            btime: (st.stx_mask & libc::STATX_BTIME != 0).then(|| ts(&st.stx_btime)),
+            attributes: st.stx_attributes.bits() & SOURCE_STATX_ATTRS,
+            attributes_mask: st.stx_attributes_mask.bits() & SOURCE_STATX_ATTRS,
         }
     }
 

@@ -3,7 +3,7 @@
 use crate::time::Timespec;
 use uvfs_vnode::{Ino, VType};
 
-/// What `stat(2)` shows of a file.
+/// What `stat(2)` and `statx(2)` show of a file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Attr {
     /// Inode number, unique within the mount for the mount's lifetime.
@@ -32,14 +32,21 @@ pub struct Attr {
     pub mtime: Timespec,
     /// Last status change.
     pub ctime: Timespec,
-    /// Creation.
-    pub btime: Timespec,
+    /// Creation ("birth"), if the file system knows it: `statx(2)`
+    /// reports none (no `STATX_BTIME`) rather than a made-up one.
+    pub btime: Option<Timespec>,
+    /// `STATX_ATTR_*` properties the file has (immutable, append-only,
+    /// ...); only bits in `attributes_mask` mean anything.
+    pub attributes: u64,
+    /// The `STATX_ATTR_*` properties the file system can tell, set or not.
+    pub attributes_mask: u64,
 }
 
 impl Attr {
     /// The attributes of a file that only has these to say: owned by
     /// root, one link (two for a directory), blocks to hold `size`, every
-    /// time at the epoch. Set the other fields after, as needed.
+    /// time at the epoch but no birth time, no `statx` attributes. Set the
+    /// other fields after, as needed.
     pub fn new(ino: Ino, kind: VType, perm: u16, size: u64) -> Attr {
         let t = Timespec { sec: 0, nsec: 0 };
         Attr {
@@ -56,7 +63,9 @@ impl Attr {
             atime: t,
             mtime: t,
             ctime: t,
-            btime: t,
+            btime: None,
+            attributes: 0,
+            attributes_mask: 0,
         }
     }
 

@@ -56,6 +56,28 @@ pub const FS_COMMON_FL: u32 = FS_SYNC_FL
     | FS_DAX_FL
     | FS_PROJINHERIT_FL;
 
+/// `FS_*_FL` bits and the `STATX_ATTR_*` bit `statx(2)` shows each as
+/// (Linux's `generic_fill_statx_attr` and the file systems' getattr).
+const STATX_ATTR_FL: [(u64, u32); 4] = [
+    (0x0000_0004, 0x0000_0004),     // STATX_ATTR_COMPRESSED, FS_COMPR_FL
+    (0x0000_0010, FS_IMMUTABLE_FL), // STATX_ATTR_IMMUTABLE
+    (0x0000_0020, FS_APPEND_FL),    // STATX_ATTR_APPEND
+    (0x0000_0040, FS_NODUMP_FL),    // STATX_ATTR_NODUMP
+];
+
+/// The `STATX_ATTR_*` bits for the inode flags `flags`, restricted to
+/// flags in `kept` (those a file system keeps): `(attributes,
+/// attributes_mask)` as `statx(2)` reports them.
+pub fn statx_attributes(flags: u32, kept: u32) -> (u64, u64) {
+    STATX_ATTR_FL
+        .iter()
+        .filter(|(_, fl)| kept & fl != 0)
+        .fold((0, 0), |(set, mask), &(sx, fl)| {
+            let set = if flags & fl != 0 { set | sx } else { set };
+            (set, mask | sx)
+        })
+}
+
 /// `struct fsxattr`, as `FS_IOC_FSGETXATTR` and `FS_IOC_FSSETXATTR` carry
 /// it (28 bytes, native byte order).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -153,6 +175,26 @@ mod tests {
         assert!(!x.has_fsx_only());
         // Flags without a twin (ext4's extents flag) do not cross over.
         assert_eq!(FsXattr::from_flags(0x0008_0000).xflags, 0);
+    }
+
+    #[test]
+    fn statx_attributes_follow_the_kept_flags() {
+        let kept = FS_IMMUTABLE_FL | FS_APPEND_FL | FS_NODUMP_FL | FS_NOATIME_FL;
+        // tmpfs's answer: immutable, append and nodump are known.
+        assert_eq!(statx_attributes(0, kept), (0, 0x70));
+        assert_eq!(
+            statx_attributes(FS_IMMUTABLE_FL | FS_NOATIME_FL, kept),
+            (libc::STATX_ATTR_IMMUTABLE as u64, 0x70)
+        );
+        assert_eq!(
+            statx_attributes(FS_APPEND_FL | FS_NODUMP_FL, kept),
+            (
+                (libc::STATX_ATTR_APPEND | libc::STATX_ATTR_NODUMP) as u64,
+                0x70
+            )
+        );
+        // A flag the file system does not keep is neither set nor known.
+        assert_eq!(statx_attributes(FS_IMMUTABLE_FL, FS_APPEND_FL), (0, 0x20));
     }
 
     #[test]

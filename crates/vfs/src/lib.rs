@@ -139,9 +139,9 @@ pub use droplater::DropLater;
 pub use errno::{Errno, VfsResult};
 pub use fds::FdReservation;
 pub use fileattr::{
-    FsXattr, FS_APPEND_FL, FS_COMMON_FL, FS_DAX_FL, FS_IMMUTABLE_FL, FS_IOC_FSGETXATTR,
-    FS_IOC_FSSETXATTR, FS_IOC_GETFLAGS, FS_IOC_SETFLAGS, FS_NEED_CAP_FL, FS_NOATIME_FL,
-    FS_NODUMP_FL, FS_PROJINHERIT_FL, FS_SYNC_FL,
+    statx_attributes, FsXattr, FS_APPEND_FL, FS_COMMON_FL, FS_DAX_FL, FS_IMMUTABLE_FL,
+    FS_IOC_FSGETXATTR, FS_IOC_FSSETXATTR, FS_IOC_GETFLAGS, FS_IOC_SETFLAGS, FS_NEED_CAP_FL,
+    FS_NOATIME_FL, FS_NODUMP_FL, FS_PROJINHERIT_FL, FS_SYNC_FL,
 };
 pub use flags::{FallocMode, RenameFlags, XattrFlags, O_KILL_SUIDGID};
 pub use freeing::Freeing;

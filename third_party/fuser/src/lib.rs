@@ -74,6 +74,7 @@ pub use crate::reply::ReplyLseek;
 pub use crate::reply::ReplyOpen;
 pub use crate::reply::ReplyPoll;
 pub use crate::reply::ReplyStatfs;
+pub use crate::reply::ReplyStatx;
 pub use crate::reply::ReplyWrite;
 pub use crate::reply::ReplyXattr;
 pub use crate::request_param::Request;
@@ -211,6 +212,26 @@ pub struct FileAttr {
     pub blksize: u32,
     /// Flags (macOS only, see chflags(2))
     pub flags: u32,
+}
+
+/// What a `statx(2)` reply carries besides [`FileAttr`]. On Linux only
+/// this reply can tell the kernel a file's birth time (`fuse_attr` has a
+/// field for it on macOS alone).
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+pub struct StatxAttr {
+    /// What `stat(2)` shows.
+    pub attr: FileAttr,
+    /// Birth time, or `None` where the file system does not know it: the
+    /// reply then leaves `STATX_BTIME` out of its mask and `statx(2)` says
+    /// so to its caller.
+    pub btime: Option<SystemTime>,
+    /// `STATX_ATTR_*` properties the file has (immutable, append-only,
+    /// ...); only bits also in `attributes_mask` are sent. Linux (up to at
+    /// least 6.18) drops both fields of a FUSE reply; they are sent so a
+    /// kernel that reads them finds them.
+    pub attributes: u64,
+    /// The `STATX_ATTR_*` properties the file system can tell, set or not.
+    pub attributes_mask: u64,
 }
 
 /// Configuration of the fuse kernel module connection
@@ -444,6 +465,28 @@ pub trait Filesystem: Send + Sync + 'static {
     /// Get file attributes.
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         warn!("[Not Implemented] getattr(ino: {ino:#x?}, fh: {fh:#x?})");
+        reply.error(Errno::ENOSYS);
+    }
+
+    /// Get file attributes for `statx(2)`, which the kernel asks when a
+    /// caller wants more than [`getattr`](Self::getattr) can say (the
+    /// birth time). `mask` is the `STATX_*` fields wanted, `flags` the
+    /// caller's `AT_STATX_*` sync hints. Not implemented (`ENOSYS`), the
+    /// kernel stops asking on this connection and answers from `getattr`,
+    /// without a birth time.
+    fn statx(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: Option<FileHandle>,
+        flags: u32,
+        mask: u32,
+        reply: ReplyStatx,
+    ) {
+        warn!(
+            "[Not Implemented] statx(ino: {ino:#x?}, fh: {fh:#x?}, flags: {flags:#x?}, \
+            mask: {mask:#x?})"
+        );
         reply.error(Errno::ENOSYS);
     }
 

@@ -166,6 +166,16 @@ impl<'a> RequestWithSender<'a> {
                     self.reply(),
                 );
             }
+            ll::Operation::Statx(x) => {
+                filesystem.statx(
+                    self.request_header(),
+                    self.request.nodeid(),
+                    x.file_handle(),
+                    x.flags(),
+                    x.mask(),
+                    self.reply(),
+                );
+            }
             ll::Operation::SetAttr(x) => {
                 filesystem.setattr(
                     self.request_header(),

@@ -71,6 +71,13 @@ impl Mounted {
         self.counter(&format!("fuse.requests.op.{op}"))
     }
 
+    /// Requests for a node's attributes: GETATTR, and STATX, which the
+    /// kernel sends instead when the caller wants the birth time too (as
+    /// Rust's `fs::metadata` does).
+    pub fn attr_requests(&self) -> u64 {
+        self.requests("getattr") + self.requests("statx")
+    }
+
     /// One of the server's counters (`uvfs stat --json`).
     pub fn counter(&self, key: &str) -> u64 {
         let out = Command::new(env!("CARGO_BIN_EXE_uvfs"))

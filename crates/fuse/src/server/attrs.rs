@@ -5,10 +5,10 @@
 
 use super::counters::Op;
 use super::{ctx, Server};
-use crate::convert::{errno, file_attr, set_time};
+use crate::convert::{errno, file_attr, set_time, statx_attr};
 use fuser::{
-    AccessFlags, FileHandle, INodeNo, ReplyAttr, ReplyData, ReplyEmpty, ReplyStatfs, Request,
-    TimeOrNow,
+    AccessFlags, FileHandle, INodeNo, ReplyAttr, ReplyData, ReplyEmpty, ReplyStatfs, ReplyStatx,
+    Request, TimeOrNow,
 };
 use std::time::SystemTime;
 use uvfs_vfs::{Freeing, SetAttr, Timespec};
@@ -27,6 +27,30 @@ impl Server {
         });
         match r {
             Ok((a, ttl)) => reply.attr(&ttl, &file_attr(&a, ino.0)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    /// GETATTR with what only `statx(2)` has: the birth time. The kernel
+    /// asks it when a caller wants `STATX_BTIME` and caches the answer
+    /// like a GETATTR's. The file system's attributes already carry
+    /// everything; `mask` and the sync flags change nothing (every field
+    /// comes from one getattr, which is always current).
+    pub(super) fn statx(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: Option<FileHandle>,
+        _flags: u32,
+        _mask: u32,
+        reply: ReplyStatx,
+    ) {
+        let r = self.guard(Op::Statx, ino.0, |i| {
+            let vp = i.nodes.get(ino.0)?;
+            Ok((i.fs.getattr(&vp)?, i.attr_ttl(&vp)))
+        });
+        match r {
+            Ok((a, ttl)) => reply.statx(&ttl, &statx_attr(&a, ino.0)),
             Err(e) => reply.error(errno(e)),
         }
     }

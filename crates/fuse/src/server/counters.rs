@@ -72,6 +72,7 @@ macro_rules! ops {
 ops! {
     Lookup => "lookup",
     Getattr => "getattr",
+    Statx => "statx",
     Readdirplus => "readdirplus",
     Readdir => "readdir",
     Read => "read",

@@ -7,8 +7,8 @@ use super::Server;
 use fuser::{
     AccessFlags, FileHandle, Filesystem, INodeNo, KernelConfig, LockOwner, OpenFlags,
     RenameFlags as FuseRenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyStatx, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::path::Path;
@@ -29,6 +29,18 @@ impl Filesystem for Server {
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         Server::getattr(self, req, ino, fh, reply)
+    }
+
+    fn statx(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: Option<FileHandle>,
+        flags: u32,
+        mask: u32,
+        reply: ReplyStatx,
+    ) {
+        Server::statx(self, req, ino, fh, flags, mask, reply)
     }
 
     fn setattr(

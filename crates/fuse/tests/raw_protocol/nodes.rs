@@ -5,12 +5,12 @@ use crate::kernel::Kernel;
 use crate::wire::{
     access_in, b, batch_forget_in, create_in, fallocate_in, flush_in, forget_in, fsync_in,
     getattr_in, getxattr_in, link_in, listxattr_in, lseek_in, mkdir_in, mknod_in, op_name, open_in,
-    read_in, release_in, rename2_in, rename_in, setxattr_in, symlink_in, write_in, CopyIn,
-    SetAttrIn, ACCESS, BATCH_FORGET, COPY_FILE_RANGE, CREATE, EBADF, EINVAL, ENOENT, ENOSYS,
-    ESTALE, FALLOCATE, FATTR_MODE, FLUSH, FORGET, FSYNC, FSYNCDIR, GETATTR, GETXATTR, HEADER, LINK,
-    LISTXATTR, LOOKUP, LSEEK, MKDIR, MKNOD, OPEN, OPENDIR, READ, READDIR, READDIRPLUS, READLINK,
-    RELEASE, RELEASEDIR, REMOVEXATTR, RENAME, RENAME2, RMDIR, ROOT, SETATTR, SETXATTR, SYMLINK,
-    TMPFILE, UNLINK, WRITE,
+    read_in, release_in, rename2_in, rename_in, setxattr_in, statx_in, symlink_in, write_in,
+    CopyIn, SetAttrIn, ACCESS, BATCH_FORGET, COPY_FILE_RANGE, CREATE, EBADF, EINVAL, ENOENT,
+    ENOSYS, ESTALE, FALLOCATE, FATTR_MODE, FLUSH, FORGET, FSYNC, FSYNCDIR, GETATTR, GETXATTR,
+    HEADER, LINK, LISTXATTR, LOOKUP, LSEEK, MKDIR, MKNOD, OPEN, OPENDIR, READ, READDIR,
+    READDIRPLUS, READLINK, RELEASE, RELEASEDIR, REMOVEXATTR, RENAME, RENAME2, RMDIR, ROOT, SETATTR,
+    SETXATTR, STATX, SYMLINK, TMPFILE, UNLINK, WRITE,
 };
 
 /// Node ids never handed out.
@@ -24,6 +24,8 @@ pub(crate) fn unknown_nodes(k: &mut Kernel) {
     for id in UNKNOWN_IDS {
         k.expect_err(GETATTR, id, &getattr_in(None), &stale);
         k.expect_err(GETATTR, id, &getattr_in(Some(fh)), &stale);
+        k.expect_err(STATX, id, &statx_in(None, 0xfff), &stale);
+        k.expect_err(STATX, id, &statx_in(Some(fh), 0), &stale);
         k.expect_no_node(LOOKUP, id, &b().name(b"known").done());
         k.expect_no_node(LOOKUP, id, &b().name(b"..").done());
         // "." of an unknown id is how the kernel resolves a file handle

@@ -7,12 +7,12 @@ use crate::odd::sane;
 use crate::wire::{
     access_in, b, batch_forget_in, create_in, fallocate_in, flush_in, forget_in, fsync_in,
     getattr_in, getxattr_in, link_in, listxattr_in, lseek_in, mkdir_in, mknod_in, op_name, open_in,
-    read_in, release_in, rename2_in, rename_in, setxattr_in, symlink_in, write_in, CopyIn,
-    SetAttrIn, ACCESS, BATCH_FORGET, COPY_FILE_RANGE, CREATE, FALLOCATE, FLUSH, FORGET, FSYNC,
-    FSYNCDIR, GETATTR, GETLK, GETXATTR, LINK, LISTXATTR, LOOKUP, LSEEK, MKDIR, MKNOD, OPEN,
+    read_in, release_in, rename2_in, rename_in, setxattr_in, statx_in, symlink_in, write_in,
+    CopyIn, SetAttrIn, ACCESS, BATCH_FORGET, COPY_FILE_RANGE, CREATE, FALLOCATE, FLUSH, FORGET,
+    FSYNC, FSYNCDIR, GETATTR, GETLK, GETXATTR, LINK, LISTXATTR, LOOKUP, LSEEK, MKDIR, MKNOD, OPEN,
     OPENDIR, READ, READDIR, READDIRPLUS, READLINK, RELEASE, RELEASEDIR, REMOVEXATTR, RENAME,
-    RENAME2, RMDIR, ROOT, SETATTR, SETLK, SETXATTR, STATFS, SYMLINK, TMPFILE, UNKNOWN_OPS, UNLINK,
-    WRITE,
+    RENAME2, RMDIR, ROOT, SETATTR, SETLK, SETXATTR, STATFS, STATX, SYMLINK, TMPFILE, UNKNOWN_OPS,
+    UNLINK, WRITE,
 };
 use fastrand::Rng;
 use uvfs_fuse::MAX_WRITE;
@@ -188,8 +188,13 @@ impl Gen<'_> {
             }
             5 | 6 => {
                 let (id, fh) = (self.node(), self.fh());
-                let body = getattr_in(self.rng.chance(20).then_some(fh));
-                self.k.call(GETATTR, id, &body);
+                let fh = self.rng.chance(20).then_some(fh);
+                if self.rng.chance(25) {
+                    self.k
+                        .call(STATX, id, &statx_in(fh, self.rng.next() as u32));
+                } else {
+                    self.k.call(GETATTR, id, &getattr_in(fh));
+                }
             }
             7 | 8 => {
                 let id = self.node();
@@ -450,6 +455,7 @@ impl Gen<'_> {
                 // (opcode, size of its fixed struct)
                 let (op, min) = self.rng.pick(&[
                     (GETATTR, 16),
+                    (STATX, 24),
                     (SETATTR, 88),
                     (OPEN, 8),
                     (READ, 40),

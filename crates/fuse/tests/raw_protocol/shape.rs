@@ -7,7 +7,7 @@ use crate::wire::{
     u32_at, u64_at, ACCESS, ATTR_OUT, COPY_FILE_RANGE, CREATE, ENTRY_OUT, FALLOCATE, FLUSH, FSYNC,
     FSYNCDIR, GETATTR, GETXATTR, IOCTL, LINK, LISTXATTR, LOOKUP, LSEEK, MKDIR, MKNOD, OPEN,
     OPENDIR, READ, READDIR, READDIRPLUS, READLINK, RELEASE, RELEASEDIR, REMOVEXATTR, RENAME,
-    RENAME2, RMDIR, SETATTR, SETXATTR, STATFS, SYMLINK, TMPFILE, UNLINK, WRITE,
+    RENAME2, RMDIR, SETATTR, SETXATTR, STATFS, STATX, SYMLINK, TMPFILE, UNLINK, WRITE,
 };
 
 /// (ino, offset, name) of each READDIR entry.
@@ -77,6 +77,29 @@ pub(crate) fn check_shape(op: u32, nodeid: u64, req: &[u8], body: &[u8]) -> Resu
         GETATTR | SETATTR => {
             want(ATTR_OUT)?;
             check_attr(body, 16, nodeid)
+        }
+        STATX => {
+            // fuse_statx_out: 32 bytes, then fuse_statx (256).
+            want(32 + 256)?;
+            let mask = u32_at(body, 32);
+            if mask & 0x7ff != 0x7ff {
+                return Err(format!("statx mask {mask:#x} lacks basic stats"));
+            }
+            if u64_at(body, 64) != nodeid {
+                return Err(format!("statx ino {:#x}", u64_at(body, 64)));
+            }
+            for (f, off) in [
+                ("atime", 96),
+                ("btime", 112),
+                ("ctime", 128),
+                ("mtime", 144),
+            ] {
+                let ns = u32_at(body, off + 8);
+                if ns >= 1_000_000_000 {
+                    return Err(format!("{f} nsec {ns}"));
+                }
+            }
+            Ok(())
         }
         LOOKUP | MKNOD | MKDIR | SYMLINK | LINK | CREATE | TMPFILE => {
             want(if op == CREATE || op == TMPFILE {

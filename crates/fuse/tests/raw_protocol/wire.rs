@@ -52,9 +52,11 @@ pub(crate) const LSEEK: u32 = 46;
 pub(crate) const COPY_FILE_RANGE: u32 = 47;
 /// `O_TMPFILE` (the vendored fuser decodes it; upstream 0.18 does not).
 pub(crate) const TMPFILE: u32 = 51;
+/// `statx(2)` wanting a birth time (the vendored fuser decodes it).
+pub(crate) const STATX: u32 = 52;
 /// Opcodes newer than fuser 0.18 knows (SETUPMAPPING, REMOVEMAPPING,
-/// SYNCFS, STATX) and nonsense ones.
-pub(crate) const UNKNOWN_OPS: [u32; 7] = [0, 48, 49, 50, 52, 9999, u32::MAX];
+/// SYNCFS) and nonsense ones.
+pub(crate) const UNKNOWN_OPS: [u32; 6] = [0, 48, 49, 50, 9999, u32::MAX];
 
 // fuse_setattr_in.valid bits.
 pub(crate) const FATTR_MODE: u32 = 1 << 0;
@@ -131,6 +133,7 @@ pub(crate) fn op_name(op: u32) -> String {
         ACCESS => "ACCESS",
         CREATE => "CREATE",
         TMPFILE => "TMPFILE",
+        STATX => "STATX",
         INTERRUPT => "INTERRUPT",
         BMAP => "BMAP",
         DESTROY => "DESTROY",
@@ -242,6 +245,16 @@ pub(crate) fn getattr_in(fh: Option<u64>) -> Vec<u8> {
     b().u32(u32::from(fh.is_some()))
         .u32(0)
         .u64(fh.unwrap_or(0))
+        .done()
+}
+
+/// `fuse_statx_in`: GETATTR's fields, then the sync flags and the mask.
+pub(crate) fn statx_in(fh: Option<u64>, mask: u32) -> Vec<u8> {
+    b().u32(u32::from(fh.is_some()))
+        .u32(0)
+        .u64(fh.unwrap_or(0))
+        .u32(0)
+        .u32(mask)
         .done()
 }
 

@@ -120,6 +120,57 @@ impl ResponseStruct<abi::fuse_attr_out> {
     }
 }
 
+impl ResponseStruct<abi::fuse_statx_out> {
+    pub(crate) fn new_statx(ttl: &Duration, sx: &crate::StatxAttr) -> Self {
+        let a = &sx.attr;
+        let time = |t: &std::time::SystemTime| {
+            let (tv_sec, tv_nsec) = time_from_system_time(t);
+            abi::fuse_sx_time {
+                tv_sec,
+                tv_nsec,
+                reserved: 0,
+            }
+        };
+        let (mask, btime) = match &sx.btime {
+            Some(t) => (abi::STATX_BASIC_STATS | abi::STATX_BTIME, time(t)),
+            None => (abi::STATX_BASIC_STATS, time(&std::time::UNIX_EPOCH)),
+        };
+        // `FileAttr::rdev` is the kernel's `new_encode_dev` form, as in
+        // `fuse_attr`; statx carries the device as major and minor.
+        let rdev_major = (a.rdev & 0x000f_ff00) >> 8;
+        let rdev_minor = (a.rdev & 0xff) | ((a.rdev >> 12) & 0x000f_ff00);
+        ResponseStruct(abi::fuse_statx_out {
+            attr_valid: ttl.as_secs(),
+            attr_valid_nsec: ttl.subsec_nanos(),
+            flags: 0,
+            spare: [0; 2],
+            stat: abi::fuse_statx {
+                mask,
+                blksize: a.blksize,
+                attributes: sx.attributes & sx.attributes_mask,
+                nlink: a.nlink,
+                uid: a.uid,
+                gid: a.gid,
+                mode: mode_from_kind_and_perm(a.kind, a.perm) as u16,
+                spare0: [0],
+                ino: a.ino.0,
+                size: a.size,
+                blocks: a.blocks,
+                attributes_mask: sx.attributes_mask,
+                atime: time(&a.atime),
+                btime,
+                ctime: time(&a.ctime),
+                mtime: time(&a.mtime),
+                rdev_major,
+                rdev_minor,
+                dev_major: 0,
+                dev_minor: 0,
+                spare2: [0; 14],
+            },
+        })
+    }
+}
+
 #[cfg(target_os = "macos")]
 impl ResponseStruct<abi::fuse_getxtimes_out> {
     pub(crate) fn new_xtimes(bkuptime: SystemTime, crtime: SystemTime) -> Self {

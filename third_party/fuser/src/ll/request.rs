@@ -341,6 +341,37 @@ mod op {
         }
     }
 
+    /// Get file attributes for `statx(2)`: those of [`GetAttr`] and the
+    /// ones only `statx` has (birth time). The kernel sends it when a
+    /// caller asks for more than the basic stats; its mask is what it
+    /// wants, its flags the caller's sync hints (`AT_STATX_*`).
+    #[derive(Debug)]
+    pub(crate) struct Statx<'a> {
+        #[expect(dead_code)]
+        header: &'a fuse_in_header,
+        arg: &'a fuse_statx_in,
+    }
+
+    impl Statx<'_> {
+        pub(crate) fn file_handle(&self) -> Option<FileHandle> {
+            if GetattrFlags::from_bits_retain(self.arg.getattr_flags)
+                .contains(GetattrFlags::FUSE_GETATTR_FH)
+            {
+                Some(FileHandle(self.arg.fh))
+            } else {
+                None
+            }
+        }
+        /// The `statx(2)` flags (`AT_STATX_SYNC_TYPE` bits).
+        pub(crate) fn flags(&self) -> u32 {
+            self.arg.sx_flags
+        }
+        /// The `STATX_*` fields asked for.
+        pub(crate) fn mask(&self) -> u32 {
+            self.arg.sx_mask
+        }
+    }
+
     /// Set file attributes.
     #[derive(Debug)]
     pub(crate) struct SetAttr<'a> {
@@ -1904,6 +1935,10 @@ mod op {
                 header,
                 arg: data.fetch()?,
             }),
+            fuse_opcode::FUSE_STATX => Operation::Statx(Statx {
+                header,
+                arg: data.fetch()?,
+            }),
 
             #[cfg(target_os = "macos")]
             fuse_opcode::FUSE_SETVOLNAME => Operation::SetVolName(SetVolName {
@@ -1979,6 +2014,7 @@ pub(crate) enum Operation<'a> {
     Lseek(Lseek<'a>),
     CopyFileRange(CopyFileRange<'a>),
     Tmpfile(Tmpfile<'a>),
+    Statx(Statx<'a>),
 
     #[cfg(target_os = "macos")]
     SetVolName(SetVolName<'a>),
@@ -2123,6 +2159,13 @@ impl fmt::Display for Operation<'_> {
                 "TMPFILE mode {:#05o}, flags {:#x}",
                 x.mode(),
                 x.flags()
+            ),
+            Operation::Statx(x) => write!(
+                f,
+                "STATX fh {:?}, flags {:#x}, mask {:#x}",
+                x.file_handle(),
+                x.flags(),
+                x.mask()
             ),
             Operation::Interrupt(x) => write!(f, "INTERRUPT unique {:?}", x.unique()),
             Operation::BMap(x) => write!(f, "BMAP blocksize {}, ids {}", x.block_size(), x.block()),
@@ -2342,6 +2385,41 @@ mod tests {
         0xed, 0x01, 0x00, 0x00, 0xe7, 0x03, 0x00, 0x00, // umask, padding
         0x66, 0x6f, 0x6f, 0x2e, 0x74, 0x78, 0x74, 0x00, // name
     ]);
+
+    #[cfg(target_endian = "little")]
+    const STATX_REQUEST: AlignedData<[u8; 64]> = AlignedData([
+        0x40, 0x00, 0x00, 0x00, 0x34, 0x00, 0x00, 0x00, // len, opcode 52
+        0x0d, 0xf0, 0xad, 0xba, 0xef, 0xbe, 0xad, 0xde, // unique
+        0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, // nodeid
+        0x0d, 0xd0, 0x01, 0xc0, 0xfe, 0xca, 0x01, 0xc0, // uid, gid
+        0x5e, 0xba, 0xde, 0xc0, 0x00, 0x00, 0x00, 0x00, // pid, padding
+        0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // getattr_flags (FH), reserved
+        0x21, 0x43, 0x65, 0x87, 0x00, 0x00, 0x00, 0x00, // fh
+        0x00, 0x20, 0x00, 0x00, 0xff, 0x0f, 0x00, 0x00, // sx_flags, sx_mask
+    ]);
+
+    #[test]
+    #[cfg(target_endian = "little")]
+    fn statx() {
+        let req = AnyRequest::try_from(&STATX_REQUEST[..]).unwrap();
+        assert_eq!(req.nodeid(), INodeNo(0x1122_3344_5566_7788));
+        match req.operation().unwrap() {
+            Operation::Statx(x) => {
+                assert_eq!(x.file_handle(), Some(FileHandle(0x8765_4321)));
+                assert_eq!(x.flags(), 0x2000); // AT_STATX_FORCE_SYNC
+                assert_eq!(x.mask(), 0xfff); // STATX_BASIC_STATS | STATX_BTIME
+            }
+            _ => panic!("Unexpected request operation"),
+        }
+        // Without FUSE_GETATTR_FH the fh field means nothing.
+        let mut no_fh = STATX_REQUEST;
+        no_fh.0[40] = 0;
+        let req = AnyRequest::try_from(&no_fh[..]).unwrap();
+        match req.operation().unwrap() {
+            Operation::Statx(x) => assert_eq!(x.file_handle(), None),
+            _ => panic!("Unexpected request operation"),
+        }
+    }
 
     #[test]
     fn short_read_header() {
