@@ -190,8 +190,7 @@ impl Gen<'_> {
                 let (id, fh) = (self.node(), self.fh());
                 let fh = self.rng.chance(20).then_some(fh);
                 if self.rng.chance(25) {
-                    self.k
-                        .call(STATX, id, &statx_in(fh, self.rng.next() as u32));
+                    self.k.call(STATX, id, &statx_in(fh, self.rng.u32(..)));
                 } else {
                     self.k.call(GETATTR, id, &getattr_in(fh));
                 }
