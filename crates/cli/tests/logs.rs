@@ -6,11 +6,12 @@
 
 mod common;
 
+use common::wait_for;
+
 use std::fs;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 fn scratch(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("uvfs-cli-logs-{tag}-{}", std::process::id()));
@@ -18,15 +19,6 @@ fn scratch(tag: &str) -> PathBuf {
     fs::create_dir_all(d.join("mnt")).unwrap();
     fs::create_dir_all(d.join("src")).unwrap();
     d
-}
-
-/// Waits (up to a minute) until `f` holds.
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !f() {
-        assert!(Instant::now() < deadline, "gave up waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn mounted(mnt: &Path) -> bool {

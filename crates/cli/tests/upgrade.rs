@@ -1,22 +1,25 @@
-//! Live upgrade (`uvfs upgrade`): a program using the mount notices
-//! nothing while its server is replaced (an open file keeps its offset, a
-//! directory fd stands for a working directory, a shared mapping keeps
-//! its dirty pages, a record lock stays held, a blocked `flock` waiter is
-//! granted later), on memfs and on a passthrough; a successor that is
-//! missing, dies, speaks another state version or dies half-way leaves
-//! the old server serving; a mount served through io_uring refuses with
-//! the reason. Skipped (with a message) where mounting is not possible.
+//! Live upgrade (`uvfs upgrade`) and crash recovery (the supervisor of a
+//! passthrough mount): a program using the mount notices nothing while
+//! its server is replaced or killed with SIGKILL (an open file keeps its
+//! offset, a directory fd stands for a working directory, a shared
+//! mapping keeps its dirty pages, a record lock stays held, a blocked
+//! `flock` waiter is granted later), on memfs (upgrade) and on a
+//! passthrough (both); a successor that is missing, dies, speaks another
+//! state version or dies half-way leaves the old server serving; a
+//! supervisor that cannot start a server says so in the log and lets the
+//! mount go; a mount served through io_uring refuses to upgrade with the
+//! reason. Skipped (with a message) where mounting is not possible.
 
 mod common;
 
-use common::Mounted;
+use common::{server_pid, still_serves, wait_for, Mounted};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn uvfs() -> Command {
     Command::new(env!("CARGO_BIN_EXE_uvfs"))
@@ -117,15 +120,30 @@ impl Drop for Map {
     }
 }
 
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !f() {
-        assert!(Instant::now() < deadline, "gave up waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
+/// How the server of a mount is replaced in a test.
+#[derive(Clone, Copy, PartialEq)]
+enum Replace {
+    /// `uvfs upgrade`.
+    Upgrade,
+    /// SIGKILL: the supervisor starts another.
+    Kill,
+}
+
+/// Replaces the server of `m` `how`; it is then generation `g`.
+fn replace(m: &Mounted, how: Replace, g: u64) {
+    match how {
+        Replace::Upgrade => {
+            let out = upgrade(&m.mnt, None).expect("upgrade");
+            assert!(out.contains(&format!("generation {g}")), "{out}");
+        }
+        Replace::Kill => {
+            common::kill_server(m);
+            assert_eq!(m.counter("server.generation"), g);
+        }
     }
 }
 
-fn programs_notice_nothing(m: &Mounted) {
+fn programs_notice_nothing(m: &Mounted, how: Replace) {
     let dir = m.mnt.join("dir");
     fs::create_dir(&dir).unwrap();
     let data = pattern(8192);
@@ -168,8 +186,7 @@ fn programs_notice_nothing(m: &Mounted) {
     // Let the waiter reach its blocking FLOCK request.
     std::thread::sleep(Duration::from_millis(300));
 
-    let out = upgrade(&m.mnt, None).expect("upgrade");
-    assert!(out.contains("generation 1"), "{out}");
+    replace(m, how, 1);
 
     // The waiter still waits, and is granted once the holder lets go.
     assert!(
@@ -213,13 +230,15 @@ fn programs_notice_nothing(m: &Mounted) {
     assert_eq!(&got[..12], b"dirty before");
     assert_eq!(&got[20..31], b"dirty after");
 
-    // Twice more; the counters go on.
+    // Twice more; an upgrade's counters go on (a crash's restart from
+    // the mount's).
     let before = m.requests("lookup");
     for g in 2..=3 {
-        let out = upgrade(&m.mnt, None).expect("upgrade");
-        assert!(out.contains(&format!("generation {g}")), "{out}");
+        replace(m, how, g);
     }
-    assert!(m.requests("lookup") >= before, "request counters restarted");
+    if how == Replace::Upgrade {
+        assert!(m.requests("lookup") >= before, "request counters restarted");
+    }
     assert_eq!(m.counter("server.generation"), 3);
     assert_eq!(m.counter("server.restarts"), 3);
     let mut whole = fs::read(dir.join("data")).unwrap();
@@ -238,7 +257,7 @@ fn programs_notice_nothing_across_upgrades_of_memfs() {
         return;
     }
     let m = Mounted::new("upgrade-memfs", &["--transport", "dev"]);
-    programs_notice_nothing(&m);
+    programs_notice_nothing(&m, Replace::Upgrade);
 }
 
 #[test]
@@ -248,7 +267,66 @@ fn programs_notice_nothing_across_upgrades_of_a_passthrough() {
         return;
     }
     let m = Mounted::new("upgrade-pt", &["--transport", "dev", "--source", "src"]);
-    programs_notice_nothing(&m);
+    programs_notice_nothing(&m, Replace::Upgrade);
+}
+
+#[test]
+fn programs_notice_nothing_across_crashes_of_a_passthrough() {
+    if let Err(why) = common::can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let m = Mounted::new("crash-pt", &["--transport", "dev", "--source", "src"]);
+    assert_eq!(m.counter("server.supervised"), 1);
+    programs_notice_nothing(&m, Replace::Kill);
+}
+
+/// A supervisor that cannot start a server (its binary removed) tries a
+/// few times, says why in the log, and lets the mount go: requests then
+/// fail (ENOTCONN), none waits forever.
+#[test]
+fn a_supervisor_without_a_binary_gives_the_mount_up_and_says_so() {
+    if let Err(why) = common::can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("uvfs-crash-bin-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let bin = dir.join("uvfs-copy");
+    fs::copy(env!("CARGO_BIN_EXE_uvfs"), &bin).unwrap();
+    let log = dir.join("log");
+    let scratch = dir.join("m");
+    let mnt = scratch.join("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    fs::create_dir_all(scratch.join("src")).unwrap();
+    let out = Command::new(&bin)
+        .args(["mount", "--transport", "dev", "--source"])
+        .arg(scratch.join("src"))
+        .arg("-o")
+        .arg(format!("log_file={}", log.display()))
+        .arg(&mnt)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let m = Mounted {
+        mnt: mnt.clone(),
+        scratch: scratch.clone(),
+    };
+    fs::write(mnt.join("x"), b"x").unwrap();
+    let pid = server_pid(&m);
+    fs::remove_file(&bin).unwrap();
+    // SAFETY: a plain signal to a process of ours.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    wait_for("the supervisor to give up", || {
+        fs::read_to_string(&log).is_ok_and(|l| l.contains("giving"))
+    });
+    let l = fs::read_to_string(&log).unwrap();
+    assert!(l.contains("no such file"), "{l}");
+    assert!(l.contains("try 5 of 5"), "{l}");
+    let e = fs::read(mnt.join("x")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOTCONN), "{e}");
+    drop(m);
+    let _ = fs::remove_dir_all(&dir);
 }
 
 /// A successor script at `path` (python3) from `body`, given the socket's
@@ -265,12 +343,6 @@ fn script(path: &Path, body: &str) {
     );
     fs::write(path, text).unwrap();
     fs::set_permissions(path, fs::Permissions::from_mode(0o755)).unwrap();
-}
-
-fn still_serves(m: &Mounted, tag: &str) {
-    let p = m.mnt.join(tag);
-    fs::write(&p, tag.as_bytes()).unwrap();
-    assert_eq!(fs::read(&p).unwrap(), tag.as_bytes());
 }
 
 #[test]

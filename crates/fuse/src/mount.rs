@@ -224,6 +224,9 @@ pub fn serve_successor(
         log::warn!("requests in flight at the upgrade could not be sent again: {e}");
     }
     let generation = handoff.generation();
+    if handoff.recovering() && inner.uring_on.load(std::sync::atomic::Ordering::Relaxed) {
+        crate::supervise::nudge_queues(mountpoint.clone());
+    }
     let pause = handoff.done();
     inner
         .lineage
@@ -416,6 +419,7 @@ fn supervise(
         // what they read (a loop's requests in flight survive its death).
         let clones = session.clone_channels()?;
         link.clones(&clones)?;
+        let _ = inner.journal.set(link.journal().clone());
         let _ = ctx.link.set(link);
         Ok::<_, std::io::Error>(())
     })();

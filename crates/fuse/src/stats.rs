@@ -50,6 +50,7 @@ pub fn report(inner: &Inner, mountpoint: &str, check: bool) -> Value {
     for part in parts {
         out.add(part);
     }
+    crate::journal::report(inner.journal.get().map(|j| &**j), &mut out);
     crate::uring_offer::report(inner.uring_on.load(Ordering::Relaxed), &mut out);
     process(&mut out);
     for (n, v, d) in inner.fs.fs_stats() {

@@ -998,7 +998,8 @@ fn the_report_names_every_subsystem_counter() {
         "fuse.requests fuse.requests.errors fuse.requests.offloaded fuse.requests.panics",
         "fuse.requests.uring fuse.uring fuse.writes.stalled mount.vnodes mount.vnodes.active",
         "mount.vnodes.free process.cpu_us process.rss_bytes server.generation",
-        "server.last_pause_us server.restarts",
+        "server.journal.bytes server.journal.entries server.journal.grown",
+        "server.journal.unrecorded server.last_pause_us server.restarts server.supervised",
     ]
     .join(" ")
     .split(' ')
@@ -1007,7 +1008,7 @@ fn the_report_names_every_subsystem_counter() {
     let ops = "lookup getattr readdirplus readdir read write opendir releasedir open release \
                flush create tmpfile mknod mkdir unlink rmdir setattr rename link symlink \
                readlink access statfs fsync fsyncdir fallocate getxattr setxattr listxattr \
-               removexattr copy_file_range lseek getlk setlk ioctl other";
+               removexattr copy_file_range lseek getlk setlk ioctl statx other";
     want.extend(
         ops.split_whitespace()
             .map(|op| format!("fuse.requests.op.{op}")),

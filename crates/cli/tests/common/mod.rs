@@ -110,3 +110,59 @@ impl Drop for Mounted {
         let _ = fs::remove_dir_all(&self.scratch);
     }
 }
+
+/// Waits (up to a minute) until `f` holds.
+pub fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !f() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "gave up waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The pid of the server answering `uvfs stat` for `m`.
+pub fn server_pid(m: &Mounted) -> i32 {
+    server_pid_if_any(m).expect("uvfs stat names the server's pid")
+}
+
+/// The pid of the server answering `uvfs stat`, if one does.
+pub fn server_pid_if_any(m: &Mounted) -> Option<i32> {
+    let out = Command::new(env!("CARGO_BIN_EXE_uvfs"))
+        .args(["stat", "--json"])
+        .arg(&m.mnt)
+        .output()
+        .ok()?;
+    let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+    v["pid"].as_i64().map(|p| p as i32)
+}
+
+/// Requests the kernel sent the mount and has no answer for yet
+/// (`/sys/fs/fuse/connections/N/waiting`), if that is readable.
+pub fn waiting(m: &Mounted) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = fs::metadata(&m.mnt).ok()?.dev();
+    let minor = ((dev & 0xff) | ((dev >> 12) & !0xff)) as u32;
+    let p = format!("/sys/fs/fuse/connections/{minor}/waiting");
+    fs::read_to_string(p).ok()?.trim().parse().ok()
+}
+
+/// A file named `tag` can be written and read back through the mount.
+pub fn still_serves(m: &Mounted, tag: &str) {
+    let p = m.mnt.join(tag);
+    fs::write(&p, tag.as_bytes()).unwrap();
+    assert_eq!(fs::read(&p).unwrap(), tag.as_bytes());
+}
+
+/// Kills the server of `m` with SIGKILL and waits for its supervisor's
+/// new one to answer.
+pub fn kill_server(m: &Mounted) {
+    let pid = server_pid(m);
+    // SAFETY: a plain signal to a process of ours.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    wait_for("a new server", || {
+        server_pid_if_any(m).is_some_and(|p| p != pid)
+    });
+}

@@ -253,6 +253,40 @@ impl Journal {
     }
 }
 
+/// The journal's counters for `uvfs stat` (`server.journal.*`), zeros
+/// for a server without a supervisor.
+pub(crate) fn report(j: Option<&Journal>, out: &mut crate::report::Report) {
+    let (entries, bytes) = j.map_or((0, 0), Journal::size);
+    let c = |f: fn(&JournalCounters) -> &AtomicU64| {
+        j.map_or(0, |j| f(&j.counters).load(Ordering::Relaxed))
+    };
+    out.put(
+        "server.supervised",
+        u64::from(j.is_some()),
+        "1: a supervisor starts a new server if this one dies (crash recovery)",
+    );
+    out.put(
+        "server.journal.entries",
+        entries as u64,
+        "Nodes and open files in the crash journal",
+    );
+    out.put(
+        "server.journal.bytes",
+        bytes as u64,
+        "Bytes of the crash journal's table (shared memory)",
+    );
+    out.put(
+        "server.journal.grown",
+        c(|c| &c.grown),
+        "Times the crash journal's table was made larger",
+    );
+    out.put(
+        "server.journal.unrecorded",
+        c(|c| &c.unrecorded),
+        "Nodes journaled without a way to find them again (lost by a crash: ESTALE)",
+    );
+}
+
 /// A crashed server's journal, read back.
 #[derive(Debug, Default)]
 pub(crate) struct Contents {

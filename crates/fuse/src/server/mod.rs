@@ -162,6 +162,7 @@ impl Server {
                 entry_race: Default::default(),
                 trust_lost: Default::default(),
                 lineage: Default::default(),
+                journal: Default::default(),
             }),
         })
     }

@@ -77,6 +77,8 @@ pub struct Inner {
     /// Servers of this mount before this one, and what a successor
     /// needs (`upgrade/`).
     pub lineage: crate::lineage::Lineage,
+    /// The crash journal, if a supervisor keeps one (`supervise/`).
+    pub(crate) journal: std::sync::OnceLock<Arc<crate::journal::Journal>>,
 }
 
 /// What nothing is cached for longer than once a watcher lost changes the
