@@ -10,6 +10,10 @@
 //!   (quick: 20,000): empty files in 1,000 directories made on the
 //!   source, then statted through the mount, so the successor must
 //!   re-create a node for each.
+//! - `crash-idle`, `crash-nodes`: the two passthrough configurations with
+//!   the server killed (SIGKILL) instead of upgraded: its supervisor
+//!   starts a new one from the crash journal. The window runs from the
+//!   kill to the new server's first answer (`uvfs stat`).
 //!
 //! Every mount is `--transport dev`: a mount served through FUSE over
 //! io_uring refuses to upgrade. Sources and scratch trees are made at run
@@ -95,14 +99,18 @@ pub enum Config {
     MemfsData,
     PassthroughIdle,
     PassthroughNodes,
+    CrashIdle,
+    CrashNodes,
 }
 
 impl Config {
-    pub const ALL: [Config; 4] = [
+    pub const ALL: [Config; 6] = [
         Config::MemfsIdle,
         Config::MemfsData,
         Config::PassthroughIdle,
         Config::PassthroughNodes,
+        Config::CrashIdle,
+        Config::CrashNodes,
     ];
 
     pub fn name(self) -> &'static str {
@@ -111,19 +119,28 @@ impl Config {
             Config::MemfsData => "memfs-data",
             Config::PassthroughIdle => "passthrough-idle",
             Config::PassthroughNodes => "passthrough-nodes",
+            Config::CrashIdle => "crash-idle",
+            Config::CrashNodes => "crash-nodes",
         }
     }
 
     fn passthrough(self) -> bool {
-        matches!(self, Config::PassthroughIdle | Config::PassthroughNodes)
+        !matches!(self, Config::MemfsIdle | Config::MemfsData)
     }
 
-    /// The bound on the longest wait, milliseconds.
+    /// The server is killed, not upgraded.
+    fn crash(self) -> bool {
+        matches!(self, Config::CrashIdle | Config::CrashNodes)
+    }
+
+    /// The bound on the longest wait, milliseconds (for a crash
+    /// only stated with a million nodes: the idle one is held to it too).
     fn target_ms(self) -> f64 {
         match self {
             Config::MemfsIdle | Config::PassthroughIdle => 20.0,
             Config::MemfsData => 1000.0,
             Config::PassthroughNodes => 200.0,
+            Config::CrashIdle | Config::CrashNodes => 500.0,
         }
     }
 }
@@ -186,7 +203,7 @@ impl Plan {
     fn tree(&self, c: Config) -> Option<Tree> {
         match c {
             Config::MemfsData => Some(self.memfs),
-            Config::PassthroughNodes => Some(Tree {
+            Config::PassthroughNodes | Config::CrashNodes => Some(Tree {
                 files: self.nodes,
                 dirs: NODE_DIRS.min(self.nodes),
                 bytes: 0,
@@ -202,7 +219,7 @@ impl Plan {
                 self.memfs.files >= FULL_MEMFS_FILES
                     && self.memfs.files * self.memfs.bytes >= FULL_MEMFS_MIB << 20
             }
-            Config::PassthroughNodes => self.nodes >= FULL_NODES,
+            Config::PassthroughNodes | Config::CrashNodes => self.nodes >= FULL_NODES,
             _ => true,
         }
     }
@@ -296,13 +313,40 @@ fn mount(c: Config, base: &Path, nodes: usize) -> io::Result<ServerMount> {
     ServerMount::start(&tag, &args)
 }
 
-/// Upgrades `m`'s server `p.upgrades` times under the load; the server
-/// serving at the end is left in `last`.
+/// Kills `m`'s server (SIGKILL) and waits for its supervisor's new one
+/// to answer; the new server's report.
+fn crash(m: &ServerMount, generation: u64) -> Result<serde_json::Value, String> {
+    let r = m.report().map_err(|e| format!("uvfs stat: {e}"))?;
+    let pid = r["pid"].as_i64().ok_or("uvfs stat names no pid")?;
+    // SAFETY: kill(2) of the mount's server, named by its own report.
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(r) = m.report() {
+            if r["pid"].as_i64().is_some_and(|p| p != pid)
+                && counter(&r, "server.generation") > Some(generation)
+            {
+                return Ok(serde_json::json!({
+                    "pid": r.get("pid").cloned(),
+                    "nodes": counter(&r, "fuse.nodes"),
+                }));
+            }
+        }
+        if Instant::now() > deadline {
+            return Err("no new server within 60 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Upgrades (or, `crashes`, kills) `m`'s server `p.upgrades` times under
+/// the load; the server serving at the end is left in `last`.
 fn measure(
     m: &ServerMount,
     target: &load::Target,
     rewalk: Option<&Path>,
     p: &Plan,
+    crashes: bool,
     last: &mut Option<Successor>,
 ) -> Measured {
     let stop = AtomicBool::new(false);
@@ -332,6 +376,37 @@ fn measure(
                 out.rewalks.push(t.elapsed());
             }
             let t0 = Instant::now();
+            if crashes {
+                let r = crash(m, generation);
+                let t1 = Instant::now();
+                match r {
+                    Ok(v) => {
+                        windows.push((t0, t1));
+                        out.commands.push(t1 - t0);
+                        out.nodes.push(v["nodes"].as_u64().unwrap_or(0));
+                        if let Some(pid) = v["pid"].as_u64() {
+                            match last {
+                                Some(s) => s.handed_to(pid as u32),
+                                None => *last = Some(Successor::new(pid as u32, m.root())),
+                            }
+                        }
+                        generation += 1;
+                        if let Ok(r) = m.report() {
+                            out.pauses_us.extend(counter(&r, "server.last_pause_us"));
+                        }
+                    }
+                    Err(e) => {
+                        out.upgrade_error = Some(format!(
+                            "crash {}: {e} (server log: {})",
+                            windows.len() + 1,
+                            log_tail(&m.log(), 4)
+                        ));
+                        break;
+                    }
+                }
+                std::thread::sleep(p.interval);
+                continue;
+            }
             let answer = uvfs_fuse::request_upgrade(m.root(), None);
             let t1 = Instant::now();
             let why = match answer {
@@ -456,7 +531,14 @@ fn run_config(c: Config, p: &Plan, base: &Path) -> io::Result<Result<Measured, S
         let rewalk = tree
             .filter(|_| c.passthrough())
             .map(|_| m.root().join("tree"));
-        Ok(measure(&m, &target, rewalk.as_deref(), p, &mut last))
+        Ok(measure(
+            &m,
+            &target,
+            rewalk.as_deref(),
+            p,
+            c.crash(),
+            &mut last,
+        ))
     })();
     // The server in place now unmounts on SIGTERM; then the first one,
     // long gone if it handed over, is reaped.
@@ -559,6 +641,8 @@ mod tests {
         assert!(!q.full_size(Config::PassthroughNodes));
         assert!(!q.full_size(Config::MemfsData));
         assert!(q.full_size(Config::MemfsIdle), "idle is idle at any size");
+        assert!(Config::CrashNodes.passthrough() && Config::CrashNodes.crash());
+        assert!(!Config::PassthroughNodes.crash());
         assert_eq!(choose(&o).unwrap(), Config::ALL.to_vec());
         o.configs = Some(vec!["passthrough-idle".into(), "memfs-idle".into()]);
         assert_eq!(

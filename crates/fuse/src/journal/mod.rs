@@ -105,9 +105,18 @@ pub struct JournalCounters {
     pub failed: AtomicU64,
 }
 
+/// Nodes the kernel forgot whose records are kept, the oldest dropped
+/// first: a file handle of the mount (`name_to_handle_at`) names a node
+/// the kernel may have forgotten long ago, and a server started after a
+/// crash finds it only by its record (as the passthrough's table of
+/// recycled nodes' handles does while a server lives).
+const FORGOTTEN_KEPT: usize = 1 << 18;
+
 /// The journal of one server.
 pub struct Journal {
     table: Mutex<Option<Table>>,
+    /// Nodes whose count fell to zero, oldest first (may repeat).
+    forgotten: Mutex<std::collections::VecDeque<Ino>>,
     publish: Publish,
     record: OnceLock<Recorder>,
     /// Counters.
@@ -121,6 +130,7 @@ impl Journal {
         publish(t.fd())?;
         Ok(Journal {
             table: Mutex::new(Some(t)),
+            forgotten: Mutex::new(std::collections::VecDeque::new()),
             publish,
             record: OnceLock::new(),
             counters: JournalCounters::default(),
@@ -174,7 +184,9 @@ impl Journal {
         {
             let mut g = self.table.lock();
             let Some(t) = g.as_mut() else { return };
-            if let Some(v) = t.get(NODE, ino) {
+            // A node the kernel holds keeps its record; one it forgot may
+            // be another file now (its inode number reused): recorded anew.
+            if let Some(v @ 1..) = t.get(NODE, ino) {
                 t.set_value(NODE, ino, v.saturating_add(n));
                 return;
             }
@@ -194,16 +206,24 @@ impl Journal {
         });
     }
 
-    /// The kernel gave `n` references to inode `ino` back.
+    /// The kernel gave `n` references to inode `ino` back. A node it no
+    /// longer holds keeps its record, with count 0, among the last
+    /// [`FORGOTTEN_KEPT`] such.
     pub(crate) fn forgot(&self, ino: Ino, n: u64) {
         let mut g = self.table.lock();
         let Some(t) = g.as_mut() else { return };
-        match t.get(NODE, ino) {
-            Some(v) if v > n => {
-                t.set_value(NODE, ino, v - n);
+        let Some(v) = t.get(NODE, ino) else { return };
+        t.set_value(NODE, ino, v.saturating_sub(n));
+        if v > n || v == 0 {
+            return;
+        }
+        let mut f = self.forgotten.lock();
+        f.push_back(ino);
+        if f.len() > FORGOTTEN_KEPT {
+            let old = f.pop_front().expect("not empty");
+            if t.get(NODE, old) == Some(0) {
+                t.remove(NODE, old);
             }
-            Some(_) => t.remove(NODE, ino),
-            None => {}
         }
     }
 
@@ -290,7 +310,8 @@ pub(crate) fn report(j: Option<&Journal>, out: &mut crate::report::Report) {
 /// A crashed server's journal, read back.
 #[derive(Debug, Default)]
 pub(crate) struct Contents {
-    /// Inode number, count, record.
+    /// Inode number, count (0: forgotten by the kernel, kept for its
+    /// file handles), record.
     pub nodes: Vec<(Ino, u64, JournalRecord)>,
     /// Handle and its open.
     pub opens: Vec<(u64, OpenRec)>,
@@ -365,10 +386,10 @@ mod tests {
         let fd = last.lock().take().unwrap();
         let c = read(fd.as_fd()).unwrap();
         let want: Vec<(u64, u64)> = (2..20_000u64)
-            .filter_map(|i| match i {
-                i if i >= 10_000 => Some((i, 2)),
-                i if i % 3 == 0 => None,
-                i => Some((i, 1)),
+            .map(|i| match i {
+                i if i >= 10_000 => (i, 2),
+                i if i % 3 == 0 => (i, 0),
+                i => (i, 1),
             })
             .collect();
         let got: Vec<(u64, u64)> = c.nodes.iter().map(|n| (n.0, n.1)).collect();
@@ -378,5 +399,30 @@ mod tests {
             assert_eq!(rec[0], want);
         }
         assert_eq!(c.opens, vec![(5, o)]);
+    }
+
+    #[test]
+    fn a_forgotten_node_named_again_is_recorded_anew() {
+        // Its inode number may be another file's now.
+        let (j, last) = journal();
+        let file = Arc::new(std::sync::atomic::AtomicU8::new(1));
+        let f = file.clone();
+        j.set_recorder(Box::new(move |_, _| {
+            let mut r = [0; JOURNAL_RECORD];
+            r[0] = f.load(Ordering::Relaxed);
+            Some(r)
+        }));
+        j.remembered(9, 1, None);
+        file.store(2, Ordering::Relaxed);
+        j.remembered(9, 1, None);
+        let rec = |last: &Arc<Mutex<Option<OwnedFd>>>| {
+            let g = last.lock();
+            read(g.as_ref().unwrap().as_fd()).unwrap().nodes[0]
+        };
+        assert_eq!((rec(&last).1, rec(&last).2[0]), (2, 1), "held: kept");
+        j.forgot(9, 2);
+        assert_eq!((rec(&last).1, rec(&last).2[0]), (0, 1), "forgotten: kept");
+        j.remembered(9, 1, None);
+        assert_eq!((rec(&last).1, rec(&last).2[0]), (1, 2), "named again: anew");
     }
 }

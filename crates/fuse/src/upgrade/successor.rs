@@ -308,6 +308,7 @@ fn from_journal(inner: &Inner, base: &ServerState, c: &crate::journal::Contents)
     s.nodes = c
         .nodes
         .iter()
+        .filter(|(_, count, _)| *count > 0)
         .map(|(ino, count, _)| super::state::NodeState {
             id: inner.nodes.node_id(*ino),
             ino: *ino,
