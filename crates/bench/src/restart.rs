@@ -391,8 +391,16 @@ fn measure(
                             }
                         }
                         generation += 1;
-                        if let Ok(r) = m.report() {
-                            out.pauses_us.extend(counter(&r, "server.last_pause_us"));
+                        // The new server answers before it notes its pause.
+                        for _ in 0..100 {
+                            let pause = m.report().ok().and_then(|r| {
+                                counter(&r, "server.last_pause_us").filter(|&p| p > 0)
+                            });
+                            if let Some(p) = pause {
+                                out.pauses_us.push(p);
+                                break;
+                            }
+                            std::thread::sleep(Duration::from_millis(10));
                         }
                     }
                     Err(e) => {

@@ -116,11 +116,13 @@ impl HandleTable {
         h
     }
 
-    /// Journals every open from now on, the ones open now first (before
-    /// requests are served).
-    pub(crate) fn attach_journal(&self, j: Arc<Journal>) {
-        for (h, f) in self.snapshot().0 {
-            j.opened(h, &f.journal_rec());
+    /// Journals every open from now on, the ones open now first unless
+    /// the journal has them (`fill` false); before requests are served.
+    pub(crate) fn attach_journal(&self, j: Arc<Journal>, fill: bool) {
+        if fill {
+            for (h, f) in self.snapshot().0 {
+                j.opened(h, &f.journal_rec());
+            }
         }
         let _ = self.journal.set(j);
     }

@@ -215,7 +215,8 @@ pub fn serve_successor(
     // fails before leaves the supervisor with the server it had.
     let link = handoff.link.take();
     if link.is_some() || cfg.supervise {
-        supervise(&inner, &mut session, upgradable.as_deref(), link);
+        let resumed = handoff.journal_fd.take();
+        supervise(&inner, &mut session, upgradable.as_deref(), link, resumed);
     }
     signals.on_signal(&mountpoint, Unmounter(km))?;
     // Requests the predecessor read and did not answer (a lock wait)
@@ -224,9 +225,6 @@ pub fn serve_successor(
         log::warn!("requests in flight at the upgrade could not be sent again: {e}");
     }
     let generation = handoff.generation();
-    if handoff.recovering() && inner.uring_on.load(std::sync::atomic::Ordering::Relaxed) {
-        crate::supervise::nudge_queues(mountpoint.clone());
-    }
     let pause = handoff.done();
     inner
         .lineage
@@ -377,7 +375,7 @@ fn mount(
     let mut unmounter = Unmounter(km.clone());
     let upgradable = upgradable(&session, &km, cfg, &mountpoint)?;
     if cfg.supervise {
-        supervise(&inner, &mut session, upgradable.as_deref(), None);
+        supervise(&inner, &mut session, upgradable.as_deref(), None, None);
     }
     match start_around(
         &fs,
@@ -406,15 +404,26 @@ fn supervise(
     session: &mut Session<Server>,
     ctx: Option<&crate::upgrade::Upgradable>,
     existing: Option<OwnedFd>,
+    resumed: Option<OwnedFd>,
 ) {
     let r = (|| {
+        // A ring entry holds its request where no other process can answer
+        // it (the kernel resends only /dev/fuse's): a new server would leave
+        // the callers of those requests waiting forever, worse than a mount
+        // that fails them.
+        if inner.uring_on.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(std::io::Error::other(
+                "served through FUSE over io_uring, whose requests in flight no other process \
+                 can answer; mount with `--transport dev` for crash recovery",
+            ));
+        }
         let ctx = ctx.ok_or_else(|| {
             std::io::Error::other("the server cannot start a successor (no binary to start)")
         })?;
         let (state, fds) = crate::upgrade::predecessor::base_state(inner, ctx)?;
         let exe = &ctx.successor.exe;
         let hello = crate::supervise::hello(std::process::id(), exe, &state.encode()?);
-        let link = crate::supervise::Link::start(inner, exe, hello, fds, existing)?;
+        let link = crate::supervise::Link::start(inner, exe, hello, fds, existing, resumed)?;
         // The request loops' clones, made now so the supervisor holds
         // what they read (a loop's requests in flight survive its death).
         let clones = session.clone_channels()?;

@@ -118,9 +118,13 @@ impl NodeTable {
         }
     }
 
-    /// Journals every count from now on, the ones held now first (before
-    /// requests are served).
-    pub(crate) fn attach_journal(&self, j: Arc<Journal>) {
+    /// Journals every count from now on, the ones held now first unless
+    /// the journal has them (`fill` false); before requests are served.
+    pub(crate) fn attach_journal(&self, j: Arc<Journal>, fill: bool) {
+        if !fill {
+            let _ = self.journal.set(j);
+            return;
+        }
         for (_, vp, count) in self.snapshot() {
             j.set_count(vp.ino(), count, Some(&vp));
         }

@@ -137,6 +137,28 @@ impl Journal {
         })
     }
 
+    /// Goes on writing a crashed predecessor's journal (`fd`, which the
+    /// supervisor holds): it says what this server was handed, so
+    /// nothing is written again. Nodes it holds as forgotten are kept as
+    /// long as newer ones.
+    pub fn resume(publish: Publish, fd: std::os::fd::OwnedFd) -> std::io::Result<Journal> {
+        let mut t = Table::open(fd)?;
+        publish(t.fd())?;
+        let forgotten = t
+            .slots()
+            .into_iter()
+            .filter(|s| s.tag == NODE && s.value == 0)
+            .map(|s| s.key)
+            .collect();
+        Ok(Journal {
+            table: Mutex::new(Some(t)),
+            forgotten: Mutex::new(forgotten),
+            publish,
+            record: OnceLock::new(),
+            counters: JournalCounters::default(),
+        })
+    }
+
     /// Sets how node records are made (once).
     pub fn set_recorder(&self, r: Recorder) {
         let _ = self.record.set(r);

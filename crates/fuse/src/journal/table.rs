@@ -66,8 +66,35 @@ impl Table {
         let fd = rustix::fs::memfd_create("uvfs-journal", rustix::fs::MemfdFlags::CLOEXEC)?;
         let len = HEADER + cap * SLOT;
         rustix::fs::ftruncate(&fd, len as u64)?;
-        // SAFETY: a new shared mapping of our own memfd, at an address the
-        // kernel chooses: it aliases nothing; `Drop` unmaps it.
+        let mut t = Table::map(fd, cap)?;
+        let h = t.bytes_mut(0, HEADER);
+        h[0..8].copy_from_slice(MAGIC);
+        h[8..12].copy_from_slice(&(SLOT as u32).to_le_bytes());
+        h[16..24].copy_from_slice(&(cap as u64).to_le_bytes());
+        Ok(t)
+    }
+
+    /// The table in memfd `fd` (a crashed server's), to go on writing:
+    /// its layout checked (`read_all`), its slots counted.
+    pub fn open(fd: OwnedFd) -> std::io::Result<Table> {
+        read_all(&fd)?;
+        let size = rustix::fs::fstat(&fd)?.st_size as usize;
+        let mut t = Table::map(fd, (size - HEADER) / SLOT)?;
+        for i in 0..t.cap {
+            match t.read(i).0 {
+                0 => {}
+                TOMB => t.tombs += 1,
+                _ => t.live += 1,
+            }
+        }
+        Ok(t)
+    }
+
+    fn map(fd: OwnedFd, cap: usize) -> std::io::Result<Table> {
+        let len = HEADER + cap * SLOT;
+        // SAFETY: a new shared mapping of a memfd of `len` bytes (made so,
+        // or checked by `read_all`), at an address the kernel chooses: it
+        // aliases nothing; `Drop` unmaps it.
         let ptr = unsafe {
             rustix::mm::mmap(
                 std::ptr::null_mut(),
@@ -79,18 +106,13 @@ impl Table {
             )
         }?
         .cast::<u8>();
-        let mut t = Table {
+        Ok(Table {
             fd,
             ptr,
             cap,
             live: 0,
             tombs: 0,
-        };
-        let h = t.bytes_mut(0, HEADER);
-        h[0..8].copy_from_slice(MAGIC);
-        h[8..12].copy_from_slice(&(SLOT as u32).to_le_bytes());
-        h[16..24].copy_from_slice(&(cap as u64).to_le_bytes());
-        Ok(t)
+        })
     }
 
     fn bytes_mut(&mut self, at: usize, len: usize) -> &mut [u8] {

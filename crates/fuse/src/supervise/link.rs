@@ -66,13 +66,16 @@ impl Link {
     /// Starts a supervisor from `exe` for the mount `inner` serves (or
     /// links to `existing`, a predecessor's), tells it the server's base
     /// state (`hello`: what a successor needs besides the journal, with
-    /// the connection's descriptor) and starts journaling.
+    /// the connection's descriptor) and starts journaling: in a new
+    /// journal, or in `resumed`, the journal of a crashed predecessor this
+    /// server was rebuilt from (already what this server holds).
     pub(crate) fn start(
         inner: &Arc<Inner>,
         exe: &std::path::Path,
         hello: Vec<u8>,
         fds: Vec<OwnedFd>,
         existing: Option<OwnedFd>,
+        resumed: Option<OwnedFd>,
     ) -> std::io::Result<Link> {
         let sock = match existing {
             Some(fd) => UnixStream::from(fd),
@@ -81,16 +84,19 @@ impl Link {
         let tx = Arc::new(Tx(Mutex::new(sock)));
         tx.send(&hello, &wire::borrow_all(&fds))?;
         let t = tx.clone();
-        let journal = Arc::new(Journal::new(Box::new(move |fd| {
-            t.send(&[frame::TABLE], &[fd])
-        }))?);
+        let publish: crate::journal::Publish = Box::new(move |fd| t.send(&[frame::TABLE], &[fd]));
+        let fill = resumed.is_none();
+        let journal = Arc::new(match resumed {
+            Some(fd) => Journal::resume(publish, fd)?,
+            None => Journal::new(publish)?,
+        });
         let fs = Arc::downgrade(&inner.fs);
         journal.set_recorder(Box::new(move |ino, vp| {
             fs.upgrade()?.journal_record(ino, vp)
         }));
         // Before requests are served: every count and open so far.
-        inner.nodes.attach_journal(journal.clone());
-        inner.handles.attach_journal(journal.clone());
+        inner.nodes.attach_journal(journal.clone(), fill);
+        inner.handles.attach_journal(journal.clone(), fill);
         // Descriptors holding locks, those held now first; then what a
         // predecessor (or this one's crashed one) kept is done with.
         inner.fs.keep_fds_with(tx.clone());

@@ -64,42 +64,6 @@ pub(crate) mod frame {
     pub const ACK: u8 = b'A';
 }
 
-/// After a crash of a server served through FUSE over io_uring: requests
-/// made while no server had a ring entry armed wait in their CPU's queue,
-/// and the kernel hands a queued request to an entry only when one is
-/// answered on that queue, not when a new one is armed. So once this
-/// server's queues are up, one request is made from each CPU (a forced
-/// `statx` of the mount's root): its answer pulls the queue's waiting
-/// requests in. (Requests a dead server's ring entry held are not
-/// recovered: the kernel resends only those of /dev/fuse.)
-pub(crate) fn nudge_queues(mountpoint: std::path::PathBuf) {
-    let spawned = std::thread::Builder::new()
-        .name("uvfs-nudge".into())
-        .spawn(move || {
-            // SAFETY: sysconf has no memory-safety preconditions.
-            let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) }.max(1) as usize;
-            for round in [100, 1000] {
-                std::thread::sleep(std::time::Duration::from_millis(round));
-                for cpu in 0..cpus {
-                    let mut set = rustix::thread::CpuSet::new();
-                    set.set(cpu);
-                    if rustix::thread::sched_setaffinity(None, &set).is_err() {
-                        continue;
-                    }
-                    let _ = rustix::fs::statx(
-                        rustix::fs::CWD,
-                        &mountpoint,
-                        rustix::fs::AtFlags::STATX_FORCE_SYNC,
-                        rustix::fs::StatxFlags::BASIC_STATS,
-                    );
-                }
-            }
-        });
-    if let Err(e) = spawned {
-        log::warn!("requests queued during the restart may wait: {e}");
-    }
-}
-
 /// The hello frame: what the supervisor needs to start a successor.
 pub(crate) fn hello(pid: u32, exe: &std::path::Path, state: &[u8]) -> Vec<u8> {
     let head = serde_json::json!({ "pid": pid, "exe": exe }).to_string();

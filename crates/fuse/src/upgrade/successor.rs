@@ -21,6 +21,8 @@ pub struct Handoff {
     fs: Option<Saved>,
     /// A crashed server's journal, read (`supervise/`).
     journal: Option<crate::journal::Contents>,
+    /// Its memfd, which this server goes on writing.
+    pub(crate) journal_fd: Option<OwnedFd>,
     /// The mount's supervisor, to link to.
     pub(crate) link: Option<OwnedFd>,
     /// Descriptors the crashed server's file system had kept.
@@ -75,10 +77,13 @@ pub fn receive(fd_arg: &str) -> std::io::Result<Handoff> {
         )));
     }
     let link = if state.link { fds.pop() } else { None };
+    let mut journal_fd = None;
     let journal = match state.journal {
         true => {
             let fd = fds.pop().expect("counted");
-            match crate::journal::read(fd.as_fd()) {
+            let read = crate::journal::read(fd.as_fd());
+            journal_fd = Some(fd);
+            match read {
                 Ok(c) => Some(c),
                 Err(e) => {
                     let _ = reply(&sock, serde_json::json!({ "error": e.to_string() }));
@@ -107,6 +112,7 @@ pub fn receive(fd_arg: &str) -> std::io::Result<Handoff> {
         dev,
         fs: Some(fs),
         journal,
+        journal_fd,
         link,
         kept,
     })
