@@ -14,6 +14,11 @@ use uvfs_vfs::{Errno, Fh, VfsResult, VnodeRef};
 
 const SHARDS: usize = 32;
 
+/// Whether `open(2)` flags ask for write access.
+pub(crate) fn writes(flags: i32) -> bool {
+    flags & libc::O_ACCMODE != libc::O_RDONLY
+}
+
 /// One open file or directory.
 #[derive(Clone)]
 pub struct OpenFile {
@@ -97,7 +102,7 @@ impl HandleTable {
         self.insert_file(OpenFile {
             vp,
             fh,
-            writable: crate::server::writes(flags),
+            writable: writes(flags),
             backing_node: None,
             kernel_writer: false,
             flags,

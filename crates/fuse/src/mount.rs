@@ -429,7 +429,7 @@ fn supervise(
         let clones = session.clone_channels()?;
         link.clones(&clones)?;
         let _ = inner.journal.set(link.journal().clone());
-        let _ = ctx.link.set(link);
+        let _ = ctx.link.set(Box::new(move || link.dup()));
         Ok::<_, std::io::Error>(())
     })();
     match r {

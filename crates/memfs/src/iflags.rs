@@ -23,9 +23,7 @@ use uvfs_vfs::{
     FS_NODUMP_FL,
 };
 
-/// The flags memfs keeps (tmpfs's `SHMEM_FL_USER_MODIFIABLE`, less
-/// casefolding).
-pub(crate) const KEPT: u32 = FS_IMMUTABLE_FL | FS_APPEND_FL | FS_NODUMP_FL | FS_NOATIME_FL;
+pub(crate) use crate::inode::KEPT;
 
 /// The flags a new file takes from its directory (`SHMEM_FL_INHERITED`).
 pub(crate) const INHERITED: u32 = FS_NODUMP_FL | FS_NOATIME_FL;

@@ -23,6 +23,11 @@ use crate::xattr::Xattrs;
 use parking_lot::{Mutex, RwLock};
 use std::sync::Arc;
 use uvfs_vfs::{statx_attributes, Attr, Ino, Timespec, VType};
+use uvfs_vfs::{FS_APPEND_FL, FS_IMMUTABLE_FL, FS_NOATIME_FL, FS_NODUMP_FL};
+
+/// The inode flags memfs keeps (tmpfs's `SHMEM_FL_USER_MODIFIABLE`, less
+/// casefolding; `iflags.rs` sets them).
+pub(crate) const KEPT: u32 = FS_IMMUTABLE_FL | FS_APPEND_FL | FS_NODUMP_FL | FS_NOATIME_FL;
 
 /// The contents of an inode, by type.
 #[derive(Debug)]
@@ -176,7 +181,7 @@ impl Inode {
             _ => m.nlink,
         };
         // As tmpfs: immutable, append-only and no-dump, set or not.
-        let (attributes, attributes_mask) = statx_attributes(m.flags, crate::iflags::KEPT);
+        let (attributes, attributes_mask) = statx_attributes(m.flags, KEPT);
         Attr {
             ino: self.ino,
             kind: self.kind,

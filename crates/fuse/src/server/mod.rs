@@ -115,10 +115,7 @@ fn open_flags(flags: i32, kill_suidgid: bool) -> i32 {
     }
 }
 
-/// Whether `open(2)` flags ask for write access.
-pub(crate) fn writes(flags: i32) -> bool {
-    flags & libc::O_ACCMODE != libc::O_RDONLY
-}
+pub(crate) use crate::handles::writes;
 
 fn name(n: &OsStr) -> &[u8] {
     n.as_bytes()

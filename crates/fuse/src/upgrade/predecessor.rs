@@ -37,6 +37,9 @@ pub struct Successor {
     pub app: Vec<u8>,
 }
 
+/// Duplicates a server's link to its supervisor (and keeps the link).
+pub(crate) type LinkDup = Box<dyn Fn() -> std::io::Result<OwnedFd> + Send + Sync>;
+
 /// What a server needs to hand its mount over, set once it serves.
 pub struct Upgradable {
     pub(crate) pauser: fuser::Pauser,
@@ -47,9 +50,9 @@ pub struct Upgradable {
     pub(crate) successor: Successor,
     /// Held while an upgrade is under way: one at a time.
     pub(crate) busy: Mutex<()>,
-    /// This server's supervisor, if it has one: the successor is
-    /// supervised by it too.
-    pub(crate) link: std::sync::OnceLock<crate::supervise::Link>,
+    /// This server's supervisor link, if it has one (`supervise/`), as a
+    /// way to duplicate it: the successor is supervised by it too.
+    pub(crate) link: std::sync::OnceLock<LinkDup>,
 }
 
 /// What an upgrade did.
@@ -450,9 +453,9 @@ fn save(
         link: false,
         kept: Vec::new(),
     };
-    if let Some(link) = ctx.link.get() {
+    if let Some(dup) = ctx.link.get() {
         state.link = true;
-        fds.push(link.dup()?);
+        fds.push(dup()?);
     }
     Ok((state, fds, counts))
 }
