@@ -160,11 +160,19 @@ pub(crate) fn statx_fd(fd: BorrowedFd<'_>) -> VfsResult<Statx> {
 }
 
 /// `statx` of `name` in `dirfd`, not following a trailing symlink.
+///
+/// `AT_STATX_DONT_SYNC`: a name in the source may be this very mount's
+/// mountpoint (a source holding it), and asking its FUSE root for a birth
+/// time the kernel has not cached would be a request to this server from
+/// one of its own threads: served through FUSE over io_uring, by the
+/// queue that thread itself serves, which waits forever. Local file
+/// systems always answer current attributes; a remote source's may then
+/// come from its cache.
 pub(crate) fn statx_at(fd: BorrowedFd<'_>, name: &CStr, flags: AtFlags) -> VfsResult<Statx> {
     Ok(rustix::fs::statx(
         fd,
         name,
-        flags | AtFlags::SYMLINK_NOFOLLOW | AtFlags::STATX_SYNC_AS_STAT,
+        flags | AtFlags::SYMLINK_NOFOLLOW | AtFlags::STATX_DONT_SYNC,
         StatxFlags::BASIC_STATS | StatxFlags::BTIME,
     )?)
 }
