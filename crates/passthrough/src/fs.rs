@@ -243,6 +243,7 @@ impl PassthroughFs {
             sys::openat(rustix::fs::CWD, &path, libc::O_RDONLY | libc::O_DIRECTORY).map_err(io)?;
         let root_fd =
             sys::openat(rustix::fs::CWD, &path, libc::O_PATH | libc::O_DIRECTORY).map_err(io)?;
+        sys::note_source(dir.as_fd());
         let st = sys::statx_fd(root_fd.as_fd()).map_err(io)?;
         let mount_fd_slot = pool.reserve().map_err(io)?;
         let handles = if cfg.no_handles {

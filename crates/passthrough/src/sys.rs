@@ -159,20 +159,46 @@ pub(crate) fn statx_fd(fd: BorrowedFd<'_>) -> VfsResult<Statx> {
     statx_at(fd, EMPTY, AtFlags::EMPTY_PATH)
 }
 
+/// A source whose attributes live elsewhere (a FUSE file system, a
+/// network one) was opened in this process: statx asks it as stat(2)
+/// would, so what it answers (an error included) reaches the caller.
+static REMOTE_SOURCE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Notes the file system of the source `fd` (`statx_at`'s sync mode).
+pub(crate) fn note_source(fd: BorrowedFd<'_>) {
+    const LOCAL: [i128; 6] = [
+        0xEF53,      // ext2/3/4
+        0x5846_5342, // xfs
+        0x9123_683E, // btrfs
+        0x0102_1994, // tmpfs
+        0x2FC1_2FC1, // zfs
+        0xF2F5_2010, // f2fs
+    ];
+    let local = rustix::fs::fstatfs(fd).is_ok_and(|s| LOCAL.contains(&(s.f_type as i128)));
+    if !local {
+        REMOTE_SOURCE.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// `statx` of `name` in `dirfd`, not following a trailing symlink.
 ///
-/// `AT_STATX_DONT_SYNC`: a name in the source may be this very mount's
-/// mountpoint (a source holding it), and asking its FUSE root for a birth
-/// time the kernel has not cached would be a request to this server from
-/// one of its own threads: served through FUSE over io_uring, by the
-/// queue that thread itself serves, which waits forever. Local file
-/// systems always answer current attributes; a remote source's may then
-/// come from its cache.
+/// `AT_STATX_DONT_SYNC` while every source is a local file system (which
+/// answers current attributes whatever the flag): a name in the source
+/// may be this very mount's mountpoint (a source holding it), and asking
+/// its FUSE root for a birth time the kernel has not cached would be a
+/// request to this server from one of its own threads, which served
+/// through FUSE over io_uring waits forever on the queue that thread
+/// itself serves.
 pub(crate) fn statx_at(fd: BorrowedFd<'_>, name: &CStr, flags: AtFlags) -> VfsResult<Statx> {
+    let sync = if REMOTE_SOURCE.load(std::sync::atomic::Ordering::Relaxed) {
+        AtFlags::STATX_SYNC_AS_STAT
+    } else {
+        AtFlags::STATX_DONT_SYNC
+    };
     Ok(rustix::fs::statx(
         fd,
         name,
-        flags | AtFlags::SYMLINK_NOFOLLOW | AtFlags::STATX_DONT_SYNC,
+        flags | AtFlags::SYMLINK_NOFOLLOW | sync,
         StatxFlags::BASIC_STATS | StatxFlags::BTIME,
     )?)
 }
