@@ -44,16 +44,12 @@ pub(crate) struct Slot {
 /// A table being written, mapped.
 pub(crate) struct Table {
     fd: OwnedFd,
-    ptr: *mut u8,
+    /// The mapping of `fd`, whole.
+    mem: &'static mut [u8],
     cap: usize,
     live: usize,
     tombs: usize,
 }
-
-// SAFETY: the mapping is owned by the table and only touched through
-// `&mut self` (callers hold the journal's lock), so moving the table to
-// another thread moves sole access with it.
-unsafe impl Send for Table {}
 
 fn hash(tag: u8, key: u64) -> u64 {
     (key ^ (u64::from(tag) << 56)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
@@ -94,21 +90,22 @@ impl Table {
         let len = HEADER + cap * SLOT;
         // SAFETY: a new shared mapping of a memfd of `len` bytes (made so,
         // or checked by `read_all`), at an address the kernel chooses: it
-        // aliases nothing; `Drop` unmaps it.
-        let ptr = unsafe {
-            rustix::mm::mmap(
+        // aliases nothing, so the slice over it is the only way to it;
+        // `Drop` unmaps it, after the slice's last use.
+        let mem = unsafe {
+            let ptr = rustix::mm::mmap(
                 std::ptr::null_mut(),
                 len,
                 rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
                 rustix::mm::MapFlags::SHARED,
                 &fd,
                 0,
-            )
-        }?
-        .cast::<u8>();
+            )?;
+            std::slice::from_raw_parts_mut(ptr.cast::<u8>(), len)
+        };
         Ok(Table {
             fd,
-            ptr,
+            mem,
             cap,
             live: 0,
             tombs: 0,
@@ -116,10 +113,7 @@ impl Table {
     }
 
     fn bytes_mut(&mut self, at: usize, len: usize) -> &mut [u8] {
-        assert!(at + len <= HEADER + self.cap * SLOT);
-        // SAFETY: in bounds of the mapping (checked above), which lives as
-        // long as `self`; `&mut self` makes this the only access.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(at), len) }
+        &mut self.mem[at..at + len]
     }
 
     fn slot_mut(&mut self, i: usize) -> &mut [u8] {
@@ -246,9 +240,11 @@ impl Table {
 
 impl Drop for Table {
     fn drop(&mut self) {
-        // SAFETY: the mapping `new` made, of this length; nothing refers
-        // to it past `self`.
-        let _ = unsafe { rustix::mm::munmap(self.ptr.cast(), self.bytes()) };
+        let len = self.mem.len();
+        let ptr = self.mem.as_mut_ptr();
+        // SAFETY: the mapping `map` made, of this length; `mem`, the only
+        // reference to it, is not used after this.
+        let _ = unsafe { rustix::mm::munmap(ptr.cast(), len) };
     }
 }
 

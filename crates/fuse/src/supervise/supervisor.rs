@@ -7,7 +7,7 @@ use crate::upgrade::predecessor::{parse_reply, Started};
 use crate::upgrade::state::{monotonic_ns, ServerState, VERSION};
 use crate::upgrade::wire;
 use std::collections::HashMap;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::Child;
@@ -49,24 +49,10 @@ fn invalid(why: impl Into<String>) -> std::io::Error {
 /// program's own state (the CLI's options, to log where the server logs)
 /// once the server said hello.
 pub fn run(fd_arg: &str, setup: impl FnOnce(&[u8])) -> std::io::Result<()> {
-    let fd: i32 = fd_arg
-        .parse()
-        .map_err(|_| invalid(format!("{fd_arg}: not a descriptor number")))?;
-    // SAFETY: the server passed this descriptor open, to this process
-    // only, as the argument says; nothing else here owns it (checked to
-    // be a socket before use).
-    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    let st = rustix::fs::fstat(&owned)?;
-    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Socket {
-        return Err(invalid(format!(
-            "descriptor {fd} is not the server's socket"
-        )));
-    }
-    rustix::io::fcntl_setfd(&owned, rustix::io::FdFlags::CLOEXEC)?;
+    let sock = wire::inherited_socket(fd_arg, "server")?;
     // Out of the server's process group: a ^C meant for a foreground
     // server must not take its supervisor too, nor a crash of the group.
     let _ = rustix::process::setsid();
-    let sock = UnixStream::from(owned);
     let (bytes, fds) = wire::recv(&sock)?;
     let mut w = hello(sock, &bytes, fds, None)?;
     setup(&w.base.app);

@@ -7,7 +7,7 @@ use super::state::{monotonic_ns, ServerState, VERSION};
 use super::wire;
 use crate::handles::OpenFile;
 use crate::server::Inner;
-use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -37,21 +37,7 @@ fn invalid(why: impl Into<String>) -> std::io::Error {
 /// receives the predecessor's state, and returns it (the predecessor
 /// waits meanwhile, its requests parked).
 pub fn receive(fd_arg: &str) -> std::io::Result<Handoff> {
-    let fd: i32 = fd_arg
-        .parse()
-        .map_err(|_| invalid(format!("{fd_arg}: not a descriptor number")))?;
-    // SAFETY: the predecessor passed this descriptor open, to this process
-    // only, as the argument says; nothing else here owns it (it is
-    // checked to be a socket before use).
-    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    let st = rustix::fs::fstat(&owned)?;
-    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Socket {
-        return Err(invalid(format!(
-            "descriptor {fd} is not the predecessor's socket"
-        )));
-    }
-    rustix::io::fcntl_setfd(&owned, rustix::io::FdFlags::CLOEXEC)?;
-    let sock = UnixStream::from(owned);
+    let sock = wire::inherited_socket(fd_arg, "predecessor")?;
     let hello = serde_json::json!({
         "state_version": VERSION,
         "pid": std::process::id(),

@@ -102,6 +102,26 @@ pub(crate) fn borrow_all(v: &[OwnedFd]) -> Vec<BorrowedFd<'_>> {
     v.iter().map(|f| f.as_fd()).collect()
 }
 
+/// The socket a parent passed this process as the descriptor number
+/// `fd_arg` (`BINARY __takeover FD`, `BINARY __supervise FD`); `peer`
+/// names the parent in errors. Made close-on-exec: it is for this process
+/// only.
+pub(crate) fn inherited_socket(fd_arg: &str, peer: &str) -> std::io::Result<UnixStream> {
+    let fd: i32 = fd_arg
+        .parse()
+        .map_err(|_| bad(&format!("{fd_arg}: not a descriptor number")))?;
+    // SAFETY: the parent passed this descriptor open, to this process
+    // only, as the argument says; nothing else here owns it (checked to be
+    // a socket before use).
+    let owned = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let st = rustix::fs::fstat(&owned)?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Socket {
+        return Err(bad(&format!("descriptor {fd} is not the {peer}'s socket")));
+    }
+    rustix::io::fcntl_setfd(&owned, rustix::io::FdFlags::CLOEXEC)?;
+    Ok(UnixStream::from(owned))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
