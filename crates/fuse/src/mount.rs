@@ -434,7 +434,7 @@ fn supervise(
     })();
     match r {
         Ok(()) => log::debug!("supervised: a crash of this server starts another"),
-        Err(e) => log::warn!("no supervisor ({e}): a crash of this server ends the mount"),
+        Err(e) => log::info!("no supervisor ({e}): a crash of this server ends the mount"),
     }
 }
 
