@@ -56,27 +56,73 @@ upgrades() {
     echo "last: $out"
 }
 
+# kills N: N SIGKILLs of $MNT's server, each once its successor answers.
+kills() {
+    local i pid new
+    for i in $(seq 1 "$1"); do
+        sleep 0.3
+        pid=$("$UVFS" stat --json "$MNT" | python3 -c 'import json,sys; print(json.load(sys.stdin)["pid"])') || return 1
+        kill -KILL "$pid"
+        for _ in $(seq 1 300); do
+            new=$("$UVFS" stat --json "$MNT" 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["pid"])' 2>/dev/null)
+            [ -n "$new" ] && [ "$new" != "$pid" ] && break
+            sleep 0.05
+        done
+        [ -n "$new" ] && [ "$new" != "$pid" ] || { echo "kill $i: no new server"; return 1; }
+    done
+    echo "last server pid $new"
+}
+
+# fsx_across LABEL RESTARTS N SEED: fsx, both op mixes (seeds SEED..SEED+2),
+# while `RESTARTS N` (upgrades or kills) replaces $MNT's server N times.
+# Passes when every restart worked, fsx found nothing and the server's
+# generation moved by exactly N (no restart was missed or doubled).
+fsx_across() {
+    local label=$1 restarts=$2 n=$3 seed=$4 gen0 gen f1 f2 r1 r2 ok=1
+    gen0=$(counter "$MNT" server.generation)
+    FSX_SEEDS="$seed $((seed + 1))" FSX_NUMOPS="$FSX_OPS" "$ROOT/scripts/fsx.sh" "$MNT" > "$WORK/fsx1.log" 2>&1 &
+    f1=$!
+    FSX_PROFILE=full FSX_SEEDS="$((seed + 2))" FSX_NUMOPS=$((FSX_OPS / 3)) "$ROOT/scripts/fsx.sh" "$MNT" > "$WORK/fsx2.log" 2>&1 &
+    f2=$!
+    "$restarts" "$n" > "$WORK/$restarts.log" 2>&1 || ok=0
+    wait "$f1"; r1=$?
+    wait "$f2"; r2=$?
+    gen=$(counter "$MNT" server.generation)
+    if [ "$ok" = 1 ] && [ "$r1" = 0 ] && [ "$r2" = 0 ] && [ "$gen" = $((gen0 + n)) ]; then
+        pass "$label: fsx (both op mixes) across $n $restarts, $(tail -1 "$WORK/$restarts.log")"
+    else
+        tail -5 "$WORK/fsx1.log" "$WORK/fsx2.log" "$WORK/$restarts.log"
+        [ -f "$WORK/crash.log" ] && grep -E "ERROR|WARN" "$WORK/crash.log" | tail -10
+        fail "$label: fsx across $restarts ($restarts ok=$ok, fsx $r1/$r2, generation $gen)"
+    fi
+}
+
+# handles_across WHAT COMMAND...: $HANDLES file handles of the passthrough
+# saved, the kernel's caches dropped around COMMAND (which replaces the
+# server), then every handle must open its own file and a removed file's
+# must answer ESTALE.
+handles_across() {
+    local what=$1
+    shift
+    if python3 "$ROOT/scripts/handles-check.py" save "$MNT" "$HANDLES" "$WORK/handles.json" &&
+        sync && echo 3 > /proc/sys/vm/drop_caches &&
+        "$@" > /dev/null &&
+        echo 3 > /proc/sys/vm/drop_caches &&
+        python3 "$ROOT/scripts/handles-check.py" check "$MNT" "$WORK/handles.json" &&
+        rm "$SRC/h/f7" &&
+        python3 "$ROOT/scripts/handles-check.py" gone "$MNT" "$WORK/handles.json" 7; then
+        pass "passthrough: $HANDLES file handles open the right files after drop_caches and $what; a removed file's answers ESTALE"
+    else
+        fail "passthrough: file handles across $what"
+    fi
+}
+
 for fs in memfs passthrough; do
     args=(--transport dev)
     [ "$fs" = passthrough ] && args+=(--source "$SRC")
     "$UVFS" mount "${args[@]}" "$MNT" || { fail "$fs: mount"; continue; }
-    gen0=$(counter "$MNT" server.generation)
     # 1. fsx under upgrades.
-    FSX_SEEDS="21 22" FSX_NUMOPS="$FSX_OPS" "$ROOT/scripts/fsx.sh" "$MNT" > "$WORK/fsx1.log" 2>&1 &
-    f1=$!
-    FSX_PROFILE=full FSX_SEEDS="23" FSX_NUMOPS=$((FSX_OPS / 3)) "$ROOT/scripts/fsx.sh" "$MNT" > "$WORK/fsx2.log" 2>&1 &
-    f2=$!
-    up_ok=1
-    upgrades "$UPGRADES" > "$WORK/up.log" 2>&1 || up_ok=0
-    wait "$f1"; r1=$?
-    wait "$f2"; r2=$?
-    gen=$(counter "$MNT" server.generation)
-    if [ "$up_ok" = 1 ] && [ "$r1" = 0 ] && [ "$r2" = 0 ] && [ "$gen" = $((gen0 + UPGRADES)) ]; then
-        pass "$fs: fsx (both op mixes) across $UPGRADES upgrades, $(tail -1 "$WORK/up.log")"
-    else
-        tail -5 "$WORK/fsx1.log" "$WORK/fsx2.log" "$WORK/up.log"
-        fail "$fs: fsx across upgrades (upgrades ok=$up_ok, fsx $r1/$r2, generation $gen)"
-    fi
+    fsx_across "$fs" upgrades "$UPGRADES" 21
     # 2. pjdfstest while upgraded over and over (it runs for seconds).
     mkdir -p "$MNT/pjd"
     (cd "$MNT/pjd" && pjdfstest -c "$ROOT/scripts/pjdfstest.toml" -p "$MNT/pjd" -s "$WORK/secondary") > "$WORK/pjd.log" 2>&1 &
@@ -98,70 +144,16 @@ for fs in memfs passthrough; do
     fi
     rm -rf "$MNT/pjd"
     # 3. handles (passthrough).
-    if [ "$fs" = passthrough ]; then
-        if python3 "$ROOT/scripts/handles-check.py" save "$MNT" "$HANDLES" "$WORK/handles.json" &&
-            sync && echo 3 > /proc/sys/vm/drop_caches &&
-            "$UVFS" upgrade "$MNT" > /dev/null &&
-            echo 3 > /proc/sys/vm/drop_caches &&
-            python3 "$ROOT/scripts/handles-check.py" check "$MNT" "$WORK/handles.json" &&
-            rm "$SRC/h/f7" &&
-            python3 "$ROOT/scripts/handles-check.py" gone "$MNT" "$WORK/handles.json" 7; then
-            pass "passthrough: $HANDLES file handles open the right files after drop_caches and an upgrade; a removed file's answers ESTALE"
-        else
-            fail "passthrough: file handles across an upgrade"
-        fi
-    fi
+    [ "$fs" = passthrough ] && handles_across "an upgrade" "$UVFS" upgrade "$MNT"
     umount "$MNT" || { fail "$fs: umount"; umount -l "$MNT"; }
 done
 
-# kills N: N SIGKILLs of $MNT's server, each once its successor answers.
-kills() {
-    local i pid new
-    for i in $(seq 1 "$1"); do
-        sleep 0.3
-        pid=$("$UVFS" stat --json "$MNT" | python3 -c 'import json,sys; print(json.load(sys.stdin)["pid"])') || return 1
-        kill -KILL "$pid"
-        for _ in $(seq 1 300); do
-            new=$("$UVFS" stat --json "$MNT" 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["pid"])' 2>/dev/null)
-            [ -n "$new" ] && [ "$new" != "$pid" ] && break
-            sleep 0.05
-        done
-        [ -n "$new" ] && [ "$new" != "$pid" ] || { echo "kill $i: no new server"; return 1; }
-    done
-    echo "last server pid $new"
-}
-
+# 4, 5. The same through SIGKILLs of a supervised passthrough's server.
 "$UVFS" mount --transport dev --source "$SRC" -o log_file="$WORK/crash.log" "$MNT" || fail "crash: mount"
 if grep -q " $MNT " /proc/mounts; then
-    gen0=$(counter "$MNT" server.generation)
-    FSX_SEEDS="31 32" FSX_NUMOPS="$FSX_OPS" "$ROOT/scripts/fsx.sh" "$MNT" > "$WORK/fsx1.log" 2>&1 &
-    f1=$!
-    FSX_PROFILE=full FSX_SEEDS="33" FSX_NUMOPS=$((FSX_OPS / 3)) "$ROOT/scripts/fsx.sh" "$MNT" > "$WORK/fsx2.log" 2>&1 &
-    f2=$!
-    k_ok=1
-    kills "$KILLS" > "$WORK/kills.log" 2>&1 || k_ok=0
-    wait "$f1"; r1=$?
-    wait "$f2"; r2=$?
-    gen=$(counter "$MNT" server.generation)
-    if [ "$k_ok" = 1 ] && [ "$r1" = 0 ] && [ "$r2" = 0 ] && [ "$gen" = $((gen0 + KILLS)) ]; then
-        pass "passthrough: fsx (both op mixes) across $KILLS SIGKILLs of the server, $(tail -1 "$WORK/kills.log")"
-    else
-        tail -5 "$WORK/fsx1.log" "$WORK/fsx2.log" "$WORK/kills.log"
-        grep -E "ERROR|WARN" "$WORK/crash.log" | tail -10
-        fail "passthrough: fsx across SIGKILLs (kills ok=$k_ok, fsx $r1/$r2, generation $gen)"
-    fi
+    fsx_across passthrough kills "$KILLS" 31
     rm -rf "$SRC/h"
-    if python3 "$ROOT/scripts/handles-check.py" save "$MNT" "$HANDLES" "$WORK/handles.json" &&
-        sync && echo 3 > /proc/sys/vm/drop_caches &&
-        kills 1 > /dev/null &&
-        echo 3 > /proc/sys/vm/drop_caches &&
-        python3 "$ROOT/scripts/handles-check.py" check "$MNT" "$WORK/handles.json" &&
-        rm "$SRC/h/f7" &&
-        python3 "$ROOT/scripts/handles-check.py" gone "$MNT" "$WORK/handles.json" 7; then
-        pass "passthrough: $HANDLES file handles open the right files after drop_caches and a SIGKILL of the server; a removed file's answers ESTALE"
-    else
-        fail "passthrough: file handles across a SIGKILL"
-    fi
+    handles_across "a SIGKILL of the server" kills 1
     umount "$MNT" || { fail "crash: umount"; umount -l "$MNT"; }
 fi
 
