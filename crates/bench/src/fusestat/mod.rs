@@ -81,16 +81,20 @@ const PASSTHROUGH_DEFAULT: &str = "uvfs-passthrough-default";
 /// Default options but `--no-watch` (no host-change watcher).
 const PASSTHROUGH_NOWATCH: &str = "uvfs-passthrough-nowatch";
 const PASSTHROUGH_DEV: &str = "uvfs-passthrough-dev";
+/// `--transport dev` without its crash supervisor (`--no-supervisor`):
+/// beside `uvfs-passthrough-dev`, what keeping the crash journal costs.
+const PASSTHROUGH_DEV_NOSUP: &str = "uvfs-passthrough-dev-unsupervised";
 /// The passthrough without directory readahead (`--no-dir-readahead`).
 const PASSTHROUGH_NORA: &str = "uvfs-passthrough-noreadahead";
 /// The passthrough without directory attribute refresh.
 const PASSTHROUGH_NOREF: &str = "uvfs-passthrough-norefresh";
 /// The passthrough servers, as `--fs` names them.
-const PASSTHROUGHS: [&str; 6] = [
+const PASSTHROUGHS: [&str; 7] = [
     PASSTHROUGH_DEFAULT,
     PASSTHROUGH_NOWATCH,
     PASSTHROUGH,
     PASSTHROUGH_DEV,
+    PASSTHROUGH_DEV_NOSUP,
     PASSTHROUGH_NORA,
     PASSTHROUGH_NOREF,
 ];

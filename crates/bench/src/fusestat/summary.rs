@@ -5,7 +5,8 @@
 
 use super::{
     options_of, MEMFS, MEMFS_DEV, MEMFS_NOREF, NATIVE, PASSTHROUGH, PASSTHROUGH_DEFAULT,
-    PASSTHROUGH_DEV, PASSTHROUGH_NORA, PASSTHROUGH_NOREF, PASSTHROUGH_NOWATCH, PEERS, TMPFS,
+    PASSTHROUGH_DEV, PASSTHROUGH_DEV_NOSUP, PASSTHROUGH_NORA, PASSTHROUGH_NOREF,
+    PASSTHROUGH_NOWATCH, PEERS, TMPFS,
 };
 use crate::report::{push_bar, BarGroup, Report, Row};
 use serde_json::Value;
@@ -88,12 +89,14 @@ pub fn summary(r: &Report) -> Vec<String> {
             ));
         }
     }
-    // The same server, requests through io_uring against /dev/fuse, and
-    // the passthrough with directory readahead against without.
+    // The same server, requests through io_uring against /dev/fuse, the
+    // passthrough with directory readahead against without, and without
+    // its crash supervisor (no journal to keep) against with.
     for (a, b) in [
         (MEMFS, MEMFS_DEV),
         (MEMFS, MEMFS_NOREF),
         (PASSTHROUGH, PASSTHROUGH_DEV),
+        (PASSTHROUGH_DEV_NOSUP, PASSTHROUGH_DEV),
         (PASSTHROUGH, PASSTHROUGH_NORA),
         (PASSTHROUGH, PASSTHROUGH_NOREF),
     ] {

@@ -5,8 +5,8 @@
 
 use super::{
     FuseStatOpts, FBR, FBR_FH, GOFUSE, LIBFUSE, MEMFS, MEMFS_DEV, MEMFS_NOREF, NATIVE, PASSTHROUGH,
-    PASSTHROUGHS, PASSTHROUGH_DEFAULT, PASSTHROUGH_DEV, PASSTHROUGH_NORA, PASSTHROUGH_NOREF,
-    PASSTHROUGH_NOWATCH, PEERS, TMPFS,
+    PASSTHROUGHS, PASSTHROUGH_DEFAULT, PASSTHROUGH_DEV, PASSTHROUGH_DEV_NOSUP, PASSTHROUGH_NORA,
+    PASSTHROUGH_NOREF, PASSTHROUGH_NOWATCH, PEERS, TMPFS,
 };
 use crate::fuse_mount::{ScratchDir, ServerMount, Tmpfs};
 use crate::peers::{PeerKind, PeerMount, PeerOptions};
@@ -96,8 +96,11 @@ pub(super) fn server_args(
     if let Some(s) = source {
         a.extend(["--source".into(), s.display().to_string()]);
     }
-    if name == MEMFS_DEV || name == PASSTHROUGH_DEV {
+    if name == MEMFS_DEV || name == PASSTHROUGH_DEV || name == PASSTHROUGH_DEV_NOSUP {
         a.extend(["--transport".into(), "dev".into()]);
+    }
+    if name == PASSTHROUGH_DEV_NOSUP {
+        a.push("--no-supervisor".into());
     }
     if name == PASSTHROUGH_NORA {
         a.push("--no-dir-readahead".into());
@@ -138,6 +141,7 @@ pub(super) fn choose_fs(
         PASSTHROUGH_NOWATCH,
         PASSTHROUGH,
         PASSTHROUGH_DEV,
+        PASSTHROUGH_DEV_NOSUP,
         PASSTHROUGH_NORA,
         PASSTHROUGH_NOREF,
         LIBFUSE,
@@ -152,6 +156,7 @@ pub(super) fn choose_fs(
             .filter(|&&a| {
                 ![
                     PASSTHROUGH_DEV,
+                    PASSTHROUGH_DEV_NOSUP,
                     PASSTHROUGH_NORA,
                     PASSTHROUGH_NOREF,
                     MEMFS_NOREF,
@@ -231,8 +236,13 @@ pub(super) fn build_target(
             t.root = d.path.clone();
             t._dir = Some(d);
         }
-        PASSTHROUGH_DEFAULT | PASSTHROUGH_NOWATCH | PASSTHROUGH | PASSTHROUGH_DEV
-        | PASSTHROUGH_NORA | PASSTHROUGH_NOREF => {
+        PASSTHROUGH_DEFAULT
+        | PASSTHROUGH_NOWATCH
+        | PASSTHROUGH
+        | PASSTHROUGH_DEV
+        | PASSTHROUGH_DEV_NOSUP
+        | PASSTHROUGH_NORA
+        | PASSTHROUGH_NOREF => {
             let src = native_root.ok_or_else(|| bad("passthrough without a native tree".into()))?;
             let tag = name.trim_start_matches("uvfs-");
             let m = ServerMount::start(tag, &server_args(o, shape, Some(src), name))?;
