@@ -281,6 +281,127 @@ fn programs_notice_nothing_across_crashes_of_a_passthrough() {
     programs_notice_nothing(&m, Replace::Kill);
 }
 
+/// A crash right after a live upgrade of a mount whose kernel holds many
+/// nodes: the upgraded server goes on writing its predecessor's crash
+/// journal (it is not journaled anew), and the server started after the
+/// crash finds every node in it.
+#[test]
+fn a_crash_after_an_upgrade_with_many_nodes_recovers() {
+    if let Err(why) = common::can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let m = Mounted::new(
+        "crash-big",
+        &[
+            "--transport",
+            "dev",
+            "--source",
+            "src",
+            "--entry-timeout",
+            "3600",
+            "--attr-timeout",
+            "3600",
+        ],
+    );
+    const FILES: usize = 20_000;
+    for d in 0..20 {
+        let dir = m.src().join(format!("d{d}"));
+        fs::create_dir(&dir).unwrap();
+        for f in 0..FILES / 20 {
+            File::create(dir.join(format!("f{f}"))).unwrap();
+        }
+    }
+    // The kernel looks every file up and keeps it.
+    for d in 0..20 {
+        for f in 0..FILES / 20 {
+            fs::metadata(m.mnt.join(format!("d{d}/f{f}"))).unwrap();
+        }
+    }
+    replace(&m, Replace::Upgrade, 1);
+    let pid = server_pid(&m);
+    // SAFETY: a plain signal to a process of ours.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    // A new file goes to the server whatever the kernel caches; done on
+    // another thread, so a recovery that never ends fails the test rather
+    // than hanging it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let probe = m.mnt.join("after-crash");
+    std::thread::spawn(move || {
+        let _ = tx.send(fs::write(&probe, b"back").map_err(|e| e.to_string()));
+    });
+    let answer = rx
+        .recv_timeout(Duration::from_secs(90))
+        .expect("the mount answers after the crash");
+    answer.expect("a write after the crash");
+    assert_eq!(m.counter("server.generation"), 2);
+    assert!(m.counter("fuse.nodes") > FILES as u64, "nodes kept");
+    assert_eq!(fs::read(m.mnt.join("d7/f9")).unwrap(), b"");
+}
+
+/// A server started after a crash links to its supervisor before it says
+/// it took the mount over, with a frame and a descriptor for each open
+/// file description that holds a lock; with many of them those frames
+/// outgrow the link's socket buffer, so the supervisor must read them
+/// while it waits, or the two wait for each other (and every request of
+/// the mount with them).
+#[test]
+fn a_crash_with_many_locks_held_recovers_and_keeps_them() {
+    if let Err(why) = common::can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    const N: usize = 1500;
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a valid out-pointer, then the same struct back.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        lim.rlim_cur = lim.rlim_max.min(4 * N as u64).max(lim.rlim_cur);
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+    }
+    if lim.rlim_cur < (2 * N) as u64 {
+        eprintln!("skipped: {} descriptors allowed", lim.rlim_cur);
+        return;
+    }
+    let m = Mounted::new("crash-locks", &["--transport", "dev", "--source", "src"]);
+    let files: Vec<File> = (0..N)
+        .map(|i| File::create(m.mnt.join(format!("l{i}"))).unwrap())
+        .collect();
+    for f in &files {
+        flock(f, libc::LOCK_EX);
+    }
+    let pid = server_pid(&m);
+    // SAFETY: a plain signal to a process of ours.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    // A request the new server must answer, on another thread, so that a
+    // recovery that never ends fails the test rather than hanging it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let probe = m.mnt.join("after-crash");
+    std::thread::spawn(move || {
+        let _ = tx.send(fs::write(&probe, b"back").map_err(|e| e.to_string()));
+    });
+    rx.recv_timeout(Duration::from_secs(90))
+        .expect("the mount answers after the crash")
+        .expect("a write after the crash");
+    assert_eq!(m.counter("server.generation"), 1);
+    // Every lock is still held: another description of the file (flock
+    // locks belong to descriptions) cannot take it.
+    let other = |i: usize| File::open(m.mnt.join(format!("l{i}"))).unwrap();
+    for i in [0, N / 2, N - 1] {
+        let g = other(i);
+        // SAFETY: a valid fd.
+        let r = unsafe { libc::flock(g.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        assert_eq!(r, -1, "file {i} unlocked by the crash");
+    }
+    drop(files);
+    for i in [0, N - 1] {
+        flock(&other(i), libc::LOCK_EX | libc::LOCK_NB);
+    }
+}
+
 /// A supervisor that cannot start a server (its binary removed) tries a
 /// few times, says why in the log, and lets the mount go: requests then
 /// fail (ENOTCONN), none waits forever.

@@ -215,7 +215,7 @@ pub fn serve_successor(
     // fails before leaves the supervisor with the server it had.
     let link = handoff.link.take();
     if link.is_some() || cfg.supervise {
-        let resumed = handoff.journal_fd.take();
+        let resumed = handoff.resumable.take();
         supervise(&inner, &mut session, upgradable.as_deref(), link, resumed);
     }
     signals.on_signal(&mountpoint, Unmounter(km))?;
@@ -404,7 +404,7 @@ fn supervise(
     session: &mut Session<Server>,
     ctx: Option<&crate::upgrade::Upgradable>,
     existing: Option<OwnedFd>,
-    resumed: Option<OwnedFd>,
+    resumed: Option<crate::journal::Resumable>,
 ) {
     let r = (|| {
         // A ring entry holds its request where no other process can answer

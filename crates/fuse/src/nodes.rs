@@ -317,14 +317,30 @@ impl NodeTable {
     /// server this one replaces, to be found by `resolver` when the
     /// kernel names it (see "Adopted nodes").
     pub fn adopt_lazily(&self, id: u64, count: u64) {
-        if count == 0 || id == ROOT_ID {
-            return;
+        self.adopt_all_lazily(std::iter::once((id, count)));
+    }
+
+    /// [`adopt_lazily`](Self::adopt_lazily) for each (id, count), under
+    /// one lock and with the map grown once: a server taking a million
+    /// nodes over does this while every request waits.
+    pub fn adopt_all_lazily(&self, nodes: impl ExactSizeIterator<Item = (u64, u64)>) {
+        let mut map = self.adopted.lock();
+        map.reserve(nodes.len());
+        let (mut added, mut lookups) = (0usize, 0u64);
+        for (id, count) in nodes {
+            if count == 0 || id == ROOT_ID {
+                continue;
+            }
+            if map.insert(id, count).is_none() {
+                added += 1;
+            }
+            lookups += count;
         }
-        if self.adopted.lock().insert(id, count).is_none() {
-            self.nodes.fetch_add(1, Ordering::Relaxed);
+        self.nodes.fetch_add(added, Ordering::Relaxed);
+        self.lookups.fetch_add(lookups, Ordering::Relaxed);
+        if !map.is_empty() {
+            self.any_adopted.store(true, Ordering::Release);
         }
-        self.lookups.fetch_add(count, Ordering::Relaxed);
-        self.any_adopted.store(true, Ordering::Release);
     }
 
     /// Sets how adopted nodes are found (once).

@@ -25,7 +25,8 @@
 pub(crate) mod table;
 
 use parking_lot::Mutex;
-use std::os::fd::BorrowedFd;
+use std::collections::VecDeque;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use table::{Slot, Table};
@@ -116,7 +117,7 @@ const FORGOTTEN_KEPT: usize = 1 << 18;
 pub struct Journal {
     table: Mutex<Option<Table>>,
     /// Nodes whose count fell to zero, oldest first (may repeat).
-    forgotten: Mutex<std::collections::VecDeque<Ino>>,
+    forgotten: Mutex<VecDeque<Ino>>,
     publish: Publish,
     record: OnceLock<Recorder>,
     /// Counters.
@@ -130,33 +131,34 @@ impl Journal {
         publish(t.fd())?;
         Ok(Journal {
             table: Mutex::new(Some(t)),
-            forgotten: Mutex::new(std::collections::VecDeque::new()),
+            forgotten: Mutex::new(VecDeque::new()),
             publish,
             record: OnceLock::new(),
             counters: JournalCounters::default(),
         })
     }
 
-    /// Goes on writing a crashed predecessor's journal (`fd`, which the
-    /// supervisor holds): it says what this server was handed, so
+    /// Goes on writing a crashed predecessor's journal (`r`, whose table
+    /// the supervisor holds): it says what this server was handed, so
     /// nothing is written again. Nodes it holds as forgotten are kept as
     /// long as newer ones.
-    pub fn resume(publish: Publish, fd: std::os::fd::OwnedFd) -> std::io::Result<Journal> {
-        let mut t = Table::open(fd)?;
-        publish(t.fd())?;
-        let forgotten = t
-            .slots()
-            .into_iter()
-            .filter(|s| s.tag == NODE && s.value == 0)
-            .map(|s| s.key)
-            .collect();
+    pub(crate) fn resume(publish: Publish, r: Resumable) -> std::io::Result<Journal> {
+        publish(r.table.fd())?;
         Ok(Journal {
-            table: Mutex::new(Some(t)),
-            forgotten: Mutex::new(forgotten),
+            table: Mutex::new(Some(r.table)),
+            forgotten: Mutex::new(r.forgotten),
             publish,
             record: OnceLock::new(),
             counters: JournalCounters::default(),
         })
+    }
+
+    /// A duplicate of the table's memfd, for a live upgrade's successor
+    /// (which goes on writing it once this server has stopped); None if
+    /// journaling stopped.
+    pub(crate) fn dup_table(&self) -> std::io::Result<Option<OwnedFd>> {
+        let g = self.table.lock();
+        g.as_ref().map(|t| t.fd().try_clone_to_owned()).transpose()
     }
 
     /// Sets how node records are made (once).
@@ -339,24 +341,54 @@ pub(crate) struct Contents {
     pub opens: Vec<(u64, OpenRec)>,
 }
 
-/// Reads the journal in memfd `fd`.
-pub(crate) fn read(fd: BorrowedFd<'_>) -> std::io::Result<Contents> {
-    let mut c = Contents::default();
-    for s in table::read_all(fd)? {
-        match s.tag {
-            NODE => c.nodes.push((s.key, s.value, s.rec)),
-            HANDLE => c.opens.push((s.key, OpenRec::decode(s.value, &s.rec))),
-            _ => {}
+/// A crashed server's journal table, mapped, with the nodes it holds as
+/// forgotten: what [`Journal::resume`] goes on writing.
+pub(crate) struct Resumable {
+    table: Table,
+    forgotten: VecDeque<Ino>,
+}
+
+/// Reads the journal in memfd `fd` (a crashed server's, which the
+/// supervisor passed on), keeping it mapped to be resumed.
+pub(crate) fn read(fd: OwnedFd) -> std::io::Result<(Contents, Resumable)> {
+    // Room for every slot the table can hold: growing a vector of a
+    // million entries copies it about twice over.
+    let most = Table::max_live(table::check(&fd)?);
+    let mut c = Contents {
+        nodes: Vec::with_capacity(most),
+        opens: Vec::new(),
+    };
+    let mut forgotten = VecDeque::new();
+    let table = Table::open(fd, |s| match s.tag {
+        NODE => {
+            if s.value == 0 {
+                forgotten.push_back(s.key);
+            }
+            c.nodes.push((s.key, s.value, s.rec));
         }
-    }
+        HANDLE => c.opens.push((s.key, OpenRec::decode(s.value, &s.rec))),
+        _ => {}
+    })?;
     c.nodes.sort_unstable_by_key(|n| n.0);
-    Ok(c)
+    Ok((c, Resumable { table, forgotten }))
+}
+
+/// The journal in memfd `fd` of a server handing its mount over alive
+/// (stopped: it writes no more), to be resumed by its successor.
+pub(crate) fn resumable(fd: OwnedFd) -> std::io::Result<Resumable> {
+    let mut forgotten = VecDeque::new();
+    let table = Table::open(fd, |s| {
+        if s.tag == NODE && s.value == 0 {
+            forgotten.push_back(s.key);
+        }
+    })?;
+    Ok(Resumable { table, forgotten })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::fd::{AsFd, OwnedFd};
+    use std::os::fd::OwnedFd;
     use std::sync::Arc;
 
     fn journal() -> (Journal, Arc<Mutex<Option<OwnedFd>>>) {
@@ -406,7 +438,7 @@ mod tests {
         assert!(j.counters.grown.load(Ordering::Relaxed) > 0);
         // What the supervisor holds (the last table it was given).
         let fd = last.lock().take().unwrap();
-        let c = read(fd.as_fd()).unwrap();
+        let c = read(fd).unwrap().0;
         let want: Vec<(u64, u64)> = (2..20_000u64)
             .map(|i| match i {
                 i if i >= 10_000 => (i, 2),
@@ -439,7 +471,10 @@ mod tests {
         j.remembered(9, 1, None);
         let rec = |last: &Arc<Mutex<Option<OwnedFd>>>| {
             let g = last.lock();
-            read(g.as_ref().unwrap().as_fd()).unwrap().nodes[0]
+            read(g.as_ref().unwrap().try_clone().unwrap())
+                .unwrap()
+                .0
+                .nodes[0]
         };
         assert_eq!((rec(&last).1, rec(&last).2[0]), (2, 1), "held: kept");
         j.forgot(9, 2);

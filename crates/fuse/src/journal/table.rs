@@ -71,25 +71,33 @@ impl Table {
     }
 
     /// The table in memfd `fd` (a crashed server's), to go on writing:
-    /// its layout checked (`read_all`), its slots counted.
-    pub fn open(fd: OwnedFd) -> std::io::Result<Table> {
-        read_all(&fd)?;
-        let size = rustix::fs::fstat(&fd)?.st_size as usize;
-        let mut t = Table::map(fd, (size - HEADER) / SLOT)?;
-        for i in 0..t.cap {
-            match t.read(i).0 {
+    /// its layout checked, its slots counted, and each live one given to
+    /// `each` on the way (one pass over the mapping, which a server
+    /// recovering a million nodes pays while requests wait).
+    pub fn open(fd: OwnedFd, mut each: impl FnMut(Slot)) -> std::io::Result<Table> {
+        let cap = check(&fd)?;
+        let mut t = Table::map(fd, cap)?;
+        let (mut live, mut tombs) = (0, 0);
+        for b in t.mem[HEADER..].chunks_exact(SLOT) {
+            match b[15] {
                 0 => {}
-                TOMB => t.tombs += 1,
-                _ => t.live += 1,
+                TOMB => tombs += 1,
+                _ => {
+                    live += 1;
+                    if let Some(s) = parse(b) {
+                        each(s);
+                    }
+                }
             }
         }
+        (t.live, t.tombs) = (live, tombs);
         Ok(t)
     }
 
     fn map(fd: OwnedFd, cap: usize) -> std::io::Result<Table> {
         let len = HEADER + cap * SLOT;
         // SAFETY: a new shared mapping of a memfd of `len` bytes (made so,
-        // or checked by `read_all`), at an address the kernel chooses: it
+        // or checked by `check`), at an address the kernel chooses: it
         // aliases nothing, so the slice over it is the only way to it;
         // `Drop` unmaps it, after the slice's last use.
         let mem = unsafe {
@@ -185,6 +193,11 @@ impl Table {
         (self.live + self.tombs + 1) * 5 <= self.cap * 4
     }
 
+    /// The most live slots a table of `cap` slots holds (`has_room`).
+    pub fn max_live(cap: usize) -> usize {
+        cap * 4 / 5
+    }
+
     /// Adds or replaces (`tag`, `key`); the table must have room.
     pub fn put(&mut self, s: &Slot) {
         let i = match self.find(s.tag, s.key) {
@@ -262,33 +275,46 @@ fn parse(b: &[u8]) -> Option<Slot> {
     })
 }
 
-/// Every live slot of the table in memfd `fd`, as a crashed server left it.
-pub(crate) fn read_all(fd: impl AsFd) -> std::io::Result<Vec<Slot>> {
+/// The capacity of the journal table in memfd `fd`, whose header says it
+/// is one of this build's layout and whose size matches (a crashed
+/// server's: it may be anything).
+pub(crate) fn check(fd: &impl AsFd) -> std::io::Result<usize> {
     let bad = |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string());
-    let size = rustix::fs::fstat(&fd)?.st_size as usize;
-    let mut buf = vec![0u8; size];
+    let size = rustix::fs::fstat(fd)?.st_size as usize;
+    if size < HEADER {
+        return Err(bad("not a uvfs journal"));
+    }
+    let mut h = [0u8; HEADER];
     let mut at = 0;
-    while at < size {
-        let n = rustix::io::pread(&fd, &mut buf[at..], at as u64)?;
+    while at < HEADER {
+        let n = rustix::io::pread(fd, &mut h[at..], at as u64)?;
         if n == 0 {
             return Err(bad("the journal is shorter than its size"));
         }
         at += n;
     }
-    if size < HEADER || &buf[0..8] != MAGIC {
+    if &h[0..8] != MAGIC {
         return Err(bad("not a uvfs journal"));
     }
-    let slot = u32::from_le_bytes(buf[8..12].try_into().expect("4 bytes")) as usize;
-    let cap = u64::from_le_bytes(buf[16..24].try_into().expect("8 bytes")) as usize;
+    let slot = u32::from_le_bytes(h[8..12].try_into().expect("4 bytes")) as usize;
+    let cap = u64::from_le_bytes(h[16..24].try_into().expect("8 bytes")) as usize;
     if slot != SLOT || cap.checked_mul(SLOT).and_then(|n| n.checked_add(HEADER)) != Some(size) {
         return Err(bad("the journal's layout is not this build's"));
     }
-    Ok(buf[HEADER..].chunks_exact(SLOT).filter_map(parse).collect())
+    Ok(cap)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every live slot of the table in `fd`, as a server started after a
+    /// crash reads it.
+    fn read_all(fd: impl AsFd) -> std::io::Result<Vec<Slot>> {
+        let mut v = Vec::new();
+        Table::open(fd.as_fd().try_clone_to_owned()?, |s| v.push(s))?;
+        Ok(v)
+    }
 
     fn slot(tag: u8, key: u64, value: u64) -> Slot {
         let mut rec = [0; JOURNAL_RECORD];

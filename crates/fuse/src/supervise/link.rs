@@ -75,19 +75,24 @@ impl Link {
         hello: Vec<u8>,
         fds: Vec<OwnedFd>,
         existing: Option<OwnedFd>,
-        resumed: Option<OwnedFd>,
+        resumed: Option<crate::journal::Resumable>,
     ) -> std::io::Result<Link> {
         let sock = match existing {
             Some(fd) => UnixStream::from(fd),
             None => spawn(exe)?,
         };
         let tx = Arc::new(Tx(Mutex::new(sock)));
+        log::debug!(
+            "hello to the supervisor: {} bytes, {} descriptors",
+            hello.len(),
+            fds.len()
+        );
         tx.send(&hello, &wire::borrow_all(&fds))?;
         let t = tx.clone();
         let publish: crate::journal::Publish = Box::new(move |fd| t.send(&[frame::TABLE], &[fd]));
         let fill = resumed.is_none();
         let journal = Arc::new(match resumed {
-            Some(fd) => Journal::resume(publish, fd)?,
+            Some(r) => Journal::resume(publish, r)?,
             None => Journal::new(publish)?,
         });
         let fs = Arc::downgrade(&inner.fs);

@@ -6,7 +6,7 @@ use super::frame;
 use crate::upgrade::predecessor::{parse_reply, Started};
 use crate::upgrade::state::{monotonic_ns, ServerState, VERSION};
 use crate::upgrade::wire;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -39,7 +39,14 @@ struct Watched {
     /// The server, if this process started it (then its exit status is
     /// known).
     child: Option<Child>,
+    /// Frames the server sent on its link before it was watched (while
+    /// this process waited for it to take the mount over), to be handled
+    /// first.
+    pending: VecDeque<Frame>,
 }
+
+/// A frame of the link: bytes and descriptors.
+type Frame = (Vec<u8>, Vec<OwnedFd>);
 
 fn invalid(why: impl Into<String>) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, why.into())
@@ -62,18 +69,24 @@ pub fn run(fd_arg: &str, setup: impl FnOnce(&[u8])) -> std::io::Result<()> {
         w.base.mount.mountpoint.display()
     );
     loop {
-        match wire::recv(&w.sock) {
+        let next = match w.pending.pop_front() {
+            Some(f) => Ok(f),
+            None => wire::recv(&w.sock),
+        };
+        match next {
             Ok((b, fds)) => match b.first() {
                 Some(&frame::HELLO) => {
-                    // A successor of a live upgrade linked: it is the
-                    // server now (its predecessor leaves).
+                    // A successor of a live upgrade linked (or a server
+                    // started after a crash): it is the server now.
                     let sock = w.sock.try_clone()?;
                     let dev = w.dev.try_clone()?;
                     let child = w.child.take();
+                    let pending = std::mem::take(&mut w.pending);
                     let mut old = std::mem::take(&mut w.kept);
                     old.extend(std::mem::take(&mut w.old_kept));
                     w = hello(sock, &b, fds, Some(dev))?;
                     w.old_kept = old;
+                    w.pending = pending;
                     // A server this process started: its status is ours to
                     // read when it dies.
                     w.child = child.filter(|c| c.id() == w.pid);
@@ -151,6 +164,7 @@ fn hello(
         kept: HashMap::new(),
         old_kept: HashMap::new(),
         child: None,
+        pending: VecDeque::new(),
     })
 }
 
@@ -197,7 +211,7 @@ fn recover(mut w: Watched) -> std::io::Result<Watched> {
     let mut wait = BACKOFF;
     for attempt in 1..=TRIES {
         match start(&w, &journal, died_ns) {
-            Ok((started, sock, pause_us)) => {
+            Ok((started, sock, pause_us, early)) => {
                 log::info!(
                     "recovered {}: new server pid {} (generation {}), requests waited {} us",
                     mnt.display(),
@@ -221,6 +235,7 @@ fn recover(mut w: Watched) -> std::io::Result<Watched> {
                     kept: HashMap::new(),
                     old_kept: w.kept,
                     child,
+                    pending: early.into(),
                 };
                 next.base.generation += 1;
                 next.base.restarts += 1;
@@ -246,12 +261,13 @@ fn recover(mut w: Watched) -> std::io::Result<Watched> {
     Err(std::io::Error::other("no server could take the mount over"))
 }
 
-/// One try: a successor started, given the state, taken over.
+/// One try: a successor started, given the state, taken over; the
+/// frames it sent on its link meanwhile.
 fn start(
     w: &Watched,
     journal: &OwnedFd,
     died_ns: u64,
-) -> std::io::Result<(Started, UnixStream, u64)> {
+) -> std::io::Result<(Started, UnixStream, u64, Vec<Frame>)> {
     let mut child = Started::spawn(&w.exe)?;
     let hello = parse_reply(&child.recv(START_LIMIT, "at start")?)?;
     let theirs = hello.get("state_version").and_then(|v| v.as_u64());
@@ -286,7 +302,57 @@ fn start(
     if taking.get("taking").is_none() {
         return Err(invalid("the new server's reply is not this build's"));
     }
-    let done = parse_reply(&child.recv(TAKE_LIMIT, "after taking the connection")?)?;
+    let (done, early) = until_done(&mut child, &mine)?;
     let pause = done.get("pause_us").and_then(|p| p.as_u64()).unwrap_or(0);
-    Ok((child, mine, pause))
+    Ok((child, mine, pause, early))
+}
+
+/// Waits for a new server that took the connection to say it is done,
+/// reading what it sends on its new link meanwhile: it links (its hello,
+/// journal, kept descriptors) before it says so, and a hello larger than
+/// the link's buffer would otherwise wait forever for this process, which
+/// would wait for "done".
+fn until_done(
+    child: &mut Started,
+    link: &UnixStream,
+) -> std::io::Result<(serde_json::Value, Vec<Frame>)> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let deadline = std::time::Instant::now() + TAKE_LIMIT;
+    let mut early = Vec::new();
+    let mut link_open = true;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let ready = |f: PollFlags| f.intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR);
+        let (reply, more) = if link_open {
+            let mut p = [
+                PollFd::new(child.sock(), PollFlags::IN),
+                PollFd::new(link, PollFlags::IN),
+            ];
+            let t = Timespec {
+                tv_sec: left.as_secs() as i64,
+                tv_nsec: i64::from(left.subsec_nanos()),
+            };
+            match poll(&mut p, Some(&t)) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+            (ready(p[0].revents()), ready(p[1].revents()))
+        } else {
+            (true, false)
+        };
+        if more {
+            match wire::recv(link) {
+                Ok(f) => early.push(f),
+                // Closed: the server is dying; its reply says how.
+                Err(_) => link_open = false,
+            }
+        }
+        if reply || left.is_zero() {
+            let b = child.recv(
+                left.max(Duration::from_millis(1)),
+                "after taking the connection",
+            )?;
+            return Ok((parse_reply(&b)?, early));
+        }
+    }
 }

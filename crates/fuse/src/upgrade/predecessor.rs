@@ -450,9 +450,16 @@ fn save(
         fs_fds,
         app: ctx.successor.app.clone(),
         journal: false,
+        journal_live: false,
         link: false,
         kept: Vec::new(),
     };
+    if let Some(j) = inner.journal.get().filter(|_| all) {
+        if let Some(fd) = j.dup_table()? {
+            state.journal_live = true;
+            fds.push(fd);
+        }
+    }
     if let Some(dup) = ctx.link.get() {
         state.link = true;
         fds.push(dup()?);

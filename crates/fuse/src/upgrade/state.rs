@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 /// What every state starts with.
 const MAGIC: &[u8; 14] = b"uvfs-handover\0";
 /// The layout of [`ServerState`] this build writes and reads.
-pub(crate) const VERSION: u32 = 2;
+pub(crate) const VERSION: u32 = 3;
 
 /// One node the kernel holds.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -101,6 +101,12 @@ pub(crate) struct ServerState {
     /// system's descriptors, the file system's state being what it saved
     /// at mount (`journal/`).
     pub journal: bool,
+    /// A live upgrade of a supervised server: its crash journal's table
+    /// follows the file system's descriptors, for the successor to go on
+    /// writing (it holds what the kernel knows, which the hand-over does
+    /// not change) instead of journaling every node anew while requests
+    /// wait.
+    pub journal_live: bool,
     /// The mount's supervisor link follows (last): the successor is
     /// supervised by the same process.
     pub link: bool,
@@ -187,6 +193,7 @@ mod tests {
             fs_fds: 0,
             app: b"{}".to_vec(),
             journal: false,
+            journal_live: false,
             link: false,
             kept: vec![],
         }

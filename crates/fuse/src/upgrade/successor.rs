@@ -7,7 +7,7 @@ use super::state::{monotonic_ns, ServerState, VERSION};
 use super::wire;
 use crate::handles::OpenFile;
 use crate::server::Inner;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -21,8 +21,8 @@ pub struct Handoff {
     fs: Option<Saved>,
     /// A crashed server's journal, read (`supervise/`).
     journal: Option<crate::journal::Contents>,
-    /// Its memfd, which this server goes on writing.
-    pub(crate) journal_fd: Option<OwnedFd>,
+    /// Its table, which this server goes on writing.
+    pub(crate) resumable: Option<crate::journal::Resumable>,
     /// The mount's supervisor, to link to.
     pub(crate) link: Option<OwnedFd>,
     /// Descriptors the crashed server's file system had kept.
@@ -54,7 +54,7 @@ pub fn receive(fd_arg: &str) -> std::io::Result<Handoff> {
     let want = 1
         + state.fs_fds as usize
         + state.kept.len()
-        + usize::from(state.journal)
+        + usize::from(state.journal || state.journal_live)
         + usize::from(state.link);
     if fds.len() != want {
         return Err(invalid(format!(
@@ -63,21 +63,21 @@ pub fn receive(fd_arg: &str) -> std::io::Result<Handoff> {
         )));
     }
     let link = if state.link { fds.pop() } else { None };
-    let mut journal_fd = None;
-    let journal = match state.journal {
-        true => {
-            let fd = fds.pop().expect("counted");
-            let read = crate::journal::read(fd.as_fd());
-            journal_fd = Some(fd);
-            match read {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    let _ = reply(&sock, serde_json::json!({ "error": e.to_string() }));
-                    return Err(e);
-                }
-            }
+    let read = match (state.journal, state.journal_live) {
+        (true, _) => {
+            crate::journal::read(fds.pop().expect("counted")).map(|(c, r)| (Some(c), Some(r)))
         }
-        false => None,
+        (false, true) => {
+            crate::journal::resumable(fds.pop().expect("counted")).map(|r| (None, Some(r)))
+        }
+        (false, false) => Ok((None, None)),
+    };
+    let (journal, resumable) = match read {
+        Ok(x) => x,
+        Err(e) => {
+            let _ = reply(&sock, serde_json::json!({ "error": e.to_string() }));
+            return Err(e);
+        }
     };
     let kept_fds = fds.split_off(1 + state.fs_fds as usize);
     let kept = std::mem::take(&mut state.kept)
@@ -98,7 +98,7 @@ pub fn receive(fd_arg: &str) -> std::io::Result<Handoff> {
         dev,
         fs: Some(fs),
         journal,
-        journal_fd,
+        resumable,
         link,
         kept,
     })
@@ -236,13 +236,14 @@ pub(crate) fn import(inner: &Inner, handoff: &Handoff) -> VfsResult<()> {
             );
             return Err(Errno::EPROTO);
         }
-        log::debug!("adopting node {} count {}", n.id, n.count);
         if n.id == crate::nodes::ROOT_ID {
             inner.nodes.adopt(&inner.fs.root()?, n.count);
-        } else {
-            inner.nodes.adopt_lazily(n.id, n.count);
         }
     }
+    log::debug!("adopting {} nodes", state.nodes.len());
+    inner
+        .nodes
+        .adopt_all_lazily(state.nodes.iter().map(|n| (n.id, n.count)));
     let fs = Arc::downgrade(&inner.fs);
     inner.nodes.set_resolver(Box::new(move |ino| {
         fs.upgrade().ok_or(Errno::ESTALE)?.vget(ino)
