@@ -20,6 +20,10 @@
 //!
 //! Everything is sent from the watcher's thread, after each batch: a
 //! directory or inode named many times in a batch is notified once.
+//! Inodes go first: a name's invalidation waits for the kernel's lock of
+//! its directory, which a LOOKUP or READDIR in that directory holds
+//! until the server answers it, and nothing else should wait behind
+//! that (an attribute change of a file elsewhere, say).
 
 use crate::prune::Pruner;
 use crate::server::{ChangeCounters, Inner};
@@ -124,6 +128,8 @@ impl KernelCache {
 }
 
 fn repeater(rx: mpsc::Receiver<(Instant, Names)>, cache: Weak<KernelCache>) {
+    // As preferred as the watcher that sends the first time.
+    crate::threads::prefer_current_thread();
     while let Ok((at, names)) = rx.recv() {
         for d in REPEATS {
             if let Some(wait) = (at + d).checked_duration_since(Instant::now()) {
@@ -183,8 +189,6 @@ impl ChangeSink for Sink {
         for (dir, _) in &b.names {
             inodes.insert(*dir, true);
         }
-        let names: Vec<_> = b.names.into_iter().collect();
-        c.send_names(&names);
         for (id, data) in &inodes {
             let off = if *data { 0 } else { -1 };
             c.sent(c.notifier.inval_inode(INodeNo(*id), off, 0));
@@ -192,6 +196,8 @@ impl ChangeSink for Sink {
         i.changes
             .inodes
             .fetch_add(inodes.len() as u64, Ordering::Relaxed);
+        let names: Vec<_> = b.names.into_iter().collect();
+        c.send_names(&names);
         // A reply under way or just sent may carry a name this batch just
         // invalidated, and reach the dcache after the invalidation.
         if !names.is_empty() && i.entry_race.may_have_raced() {

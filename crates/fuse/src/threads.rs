@@ -30,3 +30,16 @@ pub(crate) fn detach_from_creator() {
     unpin_current_thread();
     normal_policy();
 }
+
+/// How much a thread that makes the kernel forget host changes is
+/// preferred over the time-sharing threads it shares the cores with (a
+/// nice value; the passthrough's watcher runs at the same): on busy
+/// cores a thread of the default nice that wakes behind request threads
+/// waits for one of them to use up its slice.
+const PREFERRED_NICE: i32 = -10;
+
+/// Prefers the calling thread ([`PREFERRED_NICE`]); nothing where the
+/// process may not (a server that is not root).
+pub(crate) fn prefer_current_thread() {
+    let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), PREFERRED_NICE);
+}

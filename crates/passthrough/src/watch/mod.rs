@@ -37,7 +37,7 @@ use rustix::event::{PollFd, PollFlags, Timespec};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use uvfs_vfs::{ChangeSink, Ino, Mount, VnodeLayer, WatchStatus};
 
 /// How long a stopped watcher's or an unwatched file's attributes and
@@ -50,9 +50,23 @@ const READ_BUF: usize = 64 << 10;
 /// How often a waiting watcher looks whether it should stop.
 const POLL_MS: i64 = 200;
 
-/// How long events gather after a wake-up before the next read (bounds
-/// the latency the watcher adds to a change that follows another).
+/// How long events gather after a wake-up before the next read, while
+/// they come as a stream ([`Pace`]); bounds the latency the watcher adds
+/// to a change that follows others in a stream.
 const GATHER: Duration = Duration::from_millis(1);
+
+/// Events within [`STREAM_WINDOW`] that make a stream (20,000 a second):
+/// an unpack or a copy on the host, where a wake-up per event would cost
+/// more than the events. Below it each wake-up reads what is there and
+/// the watcher waits for the next event at once.
+const STREAM_EVENTS: usize = 200;
+const STREAM_WINDOW: Duration = Duration::from_millis(10);
+
+/// How much the watcher's thread is preferred over the time-sharing
+/// threads it shares the cores with (a nice value): on busy cores a
+/// thread of the default nice that wakes behind request threads waits
+/// for one to use up its slice.
+const WATCH_NICE: i32 = -10;
 
 /// Entries of the source sampled to learn its handles' layout.
 const SAMPLES: usize = 64;
@@ -238,8 +252,51 @@ fn learn_layout(root_fd: BorrowedFd<'_>, root_ino: u64) -> Option<Layout> {
     Layout::learn(samples.iter().map(|(t, b, i)| (*t, &b[..], *i)))
 }
 
+/// Whether events come as a stream: counted over windows of
+/// [`STREAM_WINDOW`]; a stream once a window holds [`STREAM_EVENTS`],
+/// until a whole window holds fewer.
+#[derive(Debug)]
+struct Pace {
+    since: Instant,
+    events: usize,
+    stream: bool,
+}
+
+impl Pace {
+    fn new(now: Instant) -> Pace {
+        Pace {
+            since: now,
+            events: 0,
+            stream: false,
+        }
+    }
+
+    /// Counts `n` events read at `now`; whether they are part of a
+    /// stream.
+    fn note(&mut self, n: usize, now: Instant) -> bool {
+        self.events += n;
+        if now.saturating_duration_since(self.since) >= STREAM_WINDOW {
+            self.stream = self.events >= STREAM_EVENTS;
+            self.since = now;
+            self.events = 0;
+        } else if self.events >= STREAM_EVENTS {
+            self.stream = true;
+        }
+        self.stream
+    }
+}
+
+/// Prefers the calling thread over time-sharing threads ([`WATCH_NICE`]);
+/// nothing where the process may not (the watcher runs as root, which
+/// may).
+fn prefer_this_thread() {
+    let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), WATCH_NICE);
+}
+
 fn run(sh: &Shared, sink: &dyn ChangeSink) {
+    prefer_this_thread();
     let mut buf = vec![0u8; READ_BUF];
+    let mut pace = Pace::new(Instant::now());
     while !sh.stop.load(Ordering::SeqCst) {
         let group = sh.group.fd();
         let mut pfd = [PollFd::new(&group, PollFlags::IN)];
@@ -254,13 +311,12 @@ fn run(sh: &Shared, sink: &dyn ChangeSink) {
         }
         // Each read's events are reported as they come: on a busy file
         // system the queue may never run dry.
-        let mut bytes = 0;
+        let mut events = 0;
         loop {
             match sh.group.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => {
-                    bytes += n;
-                    sh.batch(&buf[..n], sink);
+                    events += sh.batch(&buf[..n], sink);
                     sink.batch_done();
                 }
                 Err(uvfs_vfs::Errno::EINTR) => continue,
@@ -271,12 +327,15 @@ fn run(sh: &Shared, sink: &dyn ChangeSink) {
                 }
             }
         }
-        // After a change the next ones are likely near (an unpack on the
-        // host): let them gather for a moment, so that a stream of events
-        // is read in large reads instead of a wake-up per event, which
-        // costs far more than the event itself. The change that woke us
-        // was reported at once; only those after it wait, at most GATHER.
-        if bytes > 0 {
+        // In a stream of events (an unpack on the host) let them gather
+        // for a moment, so that they are read in large reads instead of a
+        // wake-up per event, which costs far more than the event itself.
+        // The events read were reported at once; only those after them
+        // wait, at most GATHER. Outside a stream nothing waits: a change
+        // that follows another by less than GATHER (two programs, or a
+        // build's writes beside a user's change) is reported as soon as
+        // it is made.
+        if events > 0 && pace.note(events, Instant::now()) {
             std::thread::sleep(GATHER);
         }
     }
@@ -284,17 +343,20 @@ fn run(sh: &Shared, sink: &dyn ChangeSink) {
 }
 
 impl Shared {
-    /// The events of one read.
-    fn batch(&self, buf: &[u8], sink: &dyn ChangeSink) {
+    /// The events of one read; how many there were.
+    fn batch(&self, buf: &[u8], sink: &dyn ChangeSink) -> usize {
         let mut events = Events::new(buf);
         let mut lost = false;
+        let mut n = 0;
         for ev in events.by_ref() {
+            n += 1;
             lost |= !self.event(&ev, sink);
         }
         if lost || events.malformed {
             self.counters.overflows.fetch_add(1, Ordering::Relaxed);
             sink.everything_changed();
         }
+        n
     }
 
     /// Reports one event; false if it could not be read (the caller then
@@ -345,5 +407,34 @@ impl Shared {
             self.counters.ignored.fetch_add(1, Ordering::Relaxed);
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_stream_of_events_gathers() {
+        let t0 = Instant::now();
+        let mut p = Pace::new(t0);
+        // Changes now and then (two programs, a user beside a build):
+        // each is read as it comes.
+        for i in 0..50u32 {
+            assert!(!p.note(3, t0 + Duration::from_micros(300) * i));
+        }
+        // A stream: once a window holds STREAM_EVENTS, reads gather.
+        let t1 = t0 + STREAM_WINDOW * 3;
+        assert!(!p.note(1, t1));
+        assert!(!p.note(STREAM_EVENTS - 1, t1 + Duration::from_millis(1)));
+        assert!(p.note(1, t1 + Duration::from_millis(2)));
+        // It lasts while whole windows hold a stream's worth...
+        let t2 = t1 + STREAM_WINDOW;
+        assert!(p.note(1, t2));
+        assert!(p.note(STREAM_EVENTS, t2 + Duration::from_millis(5)));
+        // ...and ends after a window with fewer.
+        let t3 = t2 + STREAM_WINDOW;
+        assert!(p.note(1, t3));
+        assert!(!p.note(1, t3 + STREAM_WINDOW));
     }
 }
