@@ -1047,3 +1047,107 @@ fn file_handles_outlive_the_kernel_and_the_server_forgetting_the_node() {
     let e = common::open_handle(&t.m(""), &hg).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::ESTALE), "{e}");
 }
+
+/// A file a CREATE made is empty: its attributes go to the kernel for the
+/// full timeout although it is open for writing on its backing file, so
+/// the permission check of the `open` itself asks no GETATTR (one round
+/// trip per file `tar` unpacks). Its name too: the path looked up again
+/// after the file is closed asks no LOOKUP.
+#[test]
+fn opening_the_file_a_create_made_asks_no_getattr() {
+    let Some(t) = Pt::with_timeouts("create-attrs", Duration::from_secs(60)) else {
+        return;
+    };
+    if counter(&t, "fuse.kernel_io") == 0 {
+        eprintln!("SKIP: no kernel I/O on backing files here (FUSE passthrough: Linux 6.9+, root)");
+        return;
+    }
+    std::fs::create_dir(t.m("d")).unwrap();
+    // The root's attributes, stale after the MKDIR, fetched again here.
+    std::fs::metadata(t.m("d")).unwrap();
+    let (getattrs, lookups) = (
+        counter(&t, "fuse.requests.op.getattr"),
+        counter(&t, "fuse.requests.op.lookup"),
+    );
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(t.m("d/f"))
+        .unwrap();
+    assert_eq!(
+        counter(&t, "fuse.requests.op.getattr"),
+        getattrs,
+        "a GETATTR for the file just created"
+    );
+    drop(f);
+    std::fs::metadata(t.m("d/f")).unwrap();
+    assert_eq!(
+        counter(&t, "fuse.requests.op.lookup"),
+        lookups + 1,
+        "one LOOKUP (of the new name, before CREATE), not another of the created file"
+    );
+}
+
+/// A child process that creates `path` open for reading and writing,
+/// gives it a page by `how` (`truncate` or `write`), stats it, writes the
+/// page through a shared mapping and stats it again, printing both
+/// mtimes in nanoseconds. In another process because this one serves the
+/// mount (see `map_and_write` in mount.rs).
+fn create_then_map_write(path: &Path, how: &str) -> (i128, i128) {
+    let script = r#"
+import mmap, os, sys, time
+path, how = sys.argv[1], sys.argv[2]
+fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+if how == "truncate":
+    os.ftruncate(fd, 4096)
+else:
+    os.write(fd, b"\0" * 4096)
+before = os.stat(path).st_mtime_ns
+time.sleep(0.05)
+m = mmap.mmap(fd, 4096, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+m[0:1] = b"x"
+after = os.stat(path).st_mtime_ns
+m.close()
+os.close(fd)
+print(before, after)
+"#;
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .arg(path)
+        .arg(how)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let s = String::from_utf8(out.stdout).unwrap();
+    let v: Vec<i128> = s.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    (v[0], v[1])
+}
+
+/// What lets a CREATE's empty file keep its attributes cached does not
+/// let a mapped write go unseen: once the file has a page (by truncate or
+/// by write), `stat` through the mount shows the mtime a write through a
+/// shared mapping gave the source file, even with day-long timeouts.
+#[test]
+fn a_mapped_write_to_a_file_created_empty_shows_at_once() {
+    let Some(t) = Pt::with_timeouts("create-mapped", Duration::from_secs(86400)) else {
+        return;
+    };
+    if counter(&t, "fuse.kernel_io") == 0 {
+        eprintln!("SKIP: no kernel I/O on backing files here (FUSE passthrough: Linux 6.9+, root)");
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    for how in ["truncate", "write"] {
+        let (before, after) = create_then_map_write(&t.m(how), how);
+        let native = std::fs::metadata(t.src(how)).unwrap();
+        let native = i128::from(native.mtime()) * 1_000_000_000 + i128::from(native.mtime_nsec());
+        assert!(
+            native > before,
+            "{how}: the source's mtime did not move: nothing to compare"
+        );
+        assert_eq!(
+            after, native,
+            "{how}: a mapped write's mtime is stale through the mount"
+        );
+    }
+}

@@ -517,9 +517,26 @@ impl ReplyCreate {
         fh: ll::FileHandle,
         flags: FopenFlags,
     ) {
+        self.created_with_ttls(ttl, ttl, attr, generation, fh, flags);
+    }
+
+    /// As [`ReplyCreate::created`], with an attribute TTL different from
+    /// the entry TTL (see [`ReplyEntry::entry_with_ttls`]).
+    /// # Panics
+    /// When attempting to use kernel passthrough.
+    pub fn created_with_ttls(
+        self,
+        attr_ttl: &Duration,
+        entry_ttl: &Duration,
+        attr: &FileAttr,
+        generation: Generation,
+        fh: ll::FileHandle,
+        flags: FopenFlags,
+    ) {
         assert!(!flags.contains(FopenFlags::FOPEN_PASSTHROUGH));
         self.reply.send_ll(&ll::ResponseStruct::new_create(
-            ttl,
+            attr_ttl,
+            entry_ttl,
             &attr.into(),
             generation,
             fh,
@@ -555,8 +572,25 @@ impl ReplyCreate {
         flags: FopenFlags,
         backing_id: &BackingId,
     ) {
+        self.created_passthrough_with_ttls(ttl, ttl, attr, generation, fh, flags, backing_id);
+    }
+
+    /// As [`ReplyCreate::created_passthrough`], with an attribute TTL
+    /// different from the entry TTL.
+    #[allow(clippy::too_many_arguments)]
+    pub fn created_passthrough_with_ttls(
+        self,
+        attr_ttl: &Duration,
+        entry_ttl: &Duration,
+        attr: &FileAttr,
+        generation: Generation,
+        fh: ll::FileHandle,
+        flags: FopenFlags,
+        backing_id: &BackingId,
+    ) {
         self.reply.send_ll(&ll::ResponseStruct::new_create(
-            ttl,
+            attr_ttl,
+            entry_ttl,
             &attr.into(),
             generation,
             fh,

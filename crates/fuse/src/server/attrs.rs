@@ -23,7 +23,9 @@ impl Server {
     ) {
         let r = self.guard(Op::Getattr, ino.0, |i| {
             let vp = i.nodes.get(ino.0)?;
-            Ok((i.fs.getattr(&vp)?, i.attr_ttl(&vp)))
+            let a = i.fs.getattr(&vp)?;
+            let ttl = i.attr_ttl(&vp, &a);
+            Ok((a, ttl))
         });
         match r {
             Ok((a, ttl)) => reply.attr(&ttl, &file_attr(&a, ino.0)),
@@ -47,7 +49,9 @@ impl Server {
     ) {
         let r = self.guard(Op::Statx, ino.0, |i| {
             let vp = i.nodes.get(ino.0)?;
-            Ok((i.fs.getattr(&vp)?, i.attr_ttl(&vp)))
+            let a = i.fs.getattr(&vp)?;
+            let ttl = i.attr_ttl(&vp, &a);
+            Ok((a, ttl))
         });
         match r {
             Ok((a, ttl)) => reply.statx(&ttl, &statx_attr(&a, ino.0)),
@@ -105,7 +109,9 @@ impl Server {
         self.offload_if(slow, move |s| {
             let r = s.changing(Op::Setattr, ino.0, |i| {
                 let vp = i.nodes.get(ino.0)?;
-                Ok((i.fs.setattr(&c, &vp, &set)?, i.attr_ttl(&vp)))
+                let a = i.fs.setattr(&c, &vp, &set)?;
+                let ttl = i.attr_ttl(&vp, &a);
+                Ok((a, ttl))
             });
             match r {
                 Ok((a, ttl)) => reply.attr(&ttl, &file_attr(&a, ino.0)),

@@ -312,7 +312,7 @@ impl Server {
                 return Err(Errno::EROFS);
             }
             let fh = i.fs.open(c, &vp, open_flags(flags.0, kill_suidgid))?;
-            Ok(i.open_file(ino.0, vp, fh, flags.0, |fd| reply.open_backing(fd)))
+            Ok(i.open_file(ino.0, vp, fh, flags.0, true, |fd| reply.open_backing(fd)))
         });
         match r {
             Ok((h, Some(id))) => {

@@ -29,8 +29,9 @@ impl Server {
                 if dir {
                     i.dir_handed_out(id, parent, name);
                 }
-                reply.entry(
-                    &i.entry_ttl(&vp),
+                reply.entry_with_ttls(
+                    &i.attr_ttl(&vp, &attr),
+                    &i.name_ttl(&vp),
                     &file_attr(&attr, id),
                     Generation(i.fs.generation(&vp)),
                 );
@@ -58,18 +59,31 @@ impl Server {
                 }
                 let generation = Generation(i.fs.generation(&vp));
                 let cached = vp.clone();
-                let (h, backing) = i.open_file(id, vp, fh, flags, |fd| reply.open_backing(fd));
+                // A node new to the kernel has no attributes there to drop.
+                let (h, backing) =
+                    i.open_file(id, vp, fh, flags, !new, |fd| reply.open_backing(fd));
                 // After the open: a file created open for writing on its
-                // backing file has its attributes cached for no time.
-                let ttl = &i.entry_ttl(&cached);
+                // backing file has its attributes cached for no time
+                // (unless empty, see `attr_ttl`); its name for the usual.
+                let attr_ttl = &i.attr_ttl(&cached, &attr);
+                let name_ttl = &i.name_ttl(&cached);
                 let attr = &file_attr(&attr, id);
                 let fh = FileHandle(h);
                 match backing {
                     Some(b) => {
                         let f = i.kernel_io_flags();
-                        reply.created_passthrough(ttl, attr, generation, fh, f, &b)
+                        reply.created_passthrough_with_ttls(
+                            attr_ttl, name_ttl, attr, generation, fh, f, &b,
+                        )
                     }
-                    None => reply.created(ttl, attr, generation, fh, i.fopen_flags()),
+                    None => reply.created_with_ttls(
+                        attr_ttl,
+                        name_ttl,
+                        attr,
+                        generation,
+                        fh,
+                        i.fopen_flags(),
+                    ),
                 }
             }
             Err(e) => reply.error(errno(e)),

@@ -113,12 +113,15 @@ impl Inner {
     /// Registers an open file of node `node` and decides how its I/O is
     /// served (`backing.rs`): Some(backing id) if by the kernel on the
     /// backing file, which `register` registers on a node's first open.
+    /// `kernel_holds`: whether the kernel may hold attributes of the node
+    /// (false for a CREATE's new node: nothing there to invalidate).
     pub(super) fn open_file(
         &self,
         node: u64,
         vp: VnodeRef,
         fh: Fh,
         flags: i32,
+        kernel_holds: bool,
         register: impl FnOnce(std::os::fd::BorrowedFd<'_>) -> std::io::Result<fuser::BackingId>,
     ) -> (u64, Option<Arc<fuser::BackingId>>) {
         let mut f = OpenFile {
@@ -142,7 +145,7 @@ impl Inner {
                 backing = Some(id);
                 if f.writable {
                     f.kernel_writer = true;
-                    if self.backings.writers.opened(node) {
+                    if self.backings.writers.opened(node) && kernel_holds {
                         self.forget_attrs(node);
                     }
                 }
@@ -229,14 +232,37 @@ impl Inner {
     }
 
     /// How long the kernel may cache `vp`'s name (as an entry of its
-    /// directory; for a negative entry, `vp` is the directory).
+    /// directory; for a negative entry, `vp` is the directory) where one
+    /// timeout goes for the name and the attributes (READDIRPLUS): capped
+    /// as the attributes are.
     pub(crate) fn entry_ttl(&self, vp: &VnodeRef) -> Duration {
         self.capped(vp, self.timeouts.entry)
     }
 
-    /// How long the kernel may cache `vp`'s attributes.
-    pub(crate) fn attr_ttl(&self, vp: &VnodeRef) -> Duration {
-        self.capped(vp, self.timeouts.attr)
+    /// How long the kernel may cache `vp`'s name where the attributes
+    /// have their own timeout ([`Inner::attr_ttl`]): a write to the
+    /// backing file moves attributes, never names, so only what the file
+    /// system cannot report caps it.
+    pub(crate) fn name_ttl(&self, vp: &VnodeRef) -> Duration {
+        self.outside_cap(vp, self.timeouts.entry)
+    }
+
+    /// How long the kernel may cache `attr`, `vp`'s attributes as now
+    /// answered. A node open for writing on its backing file gets no time
+    /// (`backing::Writers`), unless `attr` says it is empty: a mapped
+    /// write cannot reach an empty file (there is no page to dirty), and
+    /// whatever makes it longer goes through the kernel, which then drops
+    /// or replaces these attributes (a WRITE, FALLOCATE or
+    /// COPY_FILE_RANGE marks size and times stale, a SETATTR's reply
+    /// replaces them) or is a change on the host the watcher reports. So
+    /// the permission check of `open` right after a CREATE needs no
+    /// GETATTR of the file it made.
+    pub(crate) fn attr_ttl(&self, vp: &VnodeRef, attr: &uvfs_vfs::Attr) -> Duration {
+        if attr.size == 0 {
+            self.outside_cap(vp, self.timeouts.attr)
+        } else {
+            self.capped(vp, self.timeouts.attr)
+        }
     }
 
     /// `ttl`, capped where the file system cannot report changes of `vp`
@@ -247,6 +273,12 @@ impl Inner {
         if self.backings.writers.writing(self.nodes.node_id(vp.ino())) {
             return Duration::ZERO;
         }
+        self.outside_cap(vp, ttl)
+    }
+
+    /// `ttl`, capped where the file system cannot report changes of `vp`
+    /// or changes were lost.
+    fn outside_cap(&self, vp: &VnodeRef, ttl: Duration) -> Duration {
         let cap = if self.trust_lost.load(Ordering::Relaxed) {
             Some(LOST_TRUST_TTL)
         } else {
