@@ -373,7 +373,7 @@ fn mount_with(o: &MountOpts, mut handoff: Option<uvfs_fuse::upgrade::Handoff>) -
     // system applies the mount's atime flags itself.
     let atime = AtimeRule::from_mount_flags(o.mount_flags);
     let successor = Some(uvfs_fuse::upgrade::Successor {
-        exe: std::env::current_exe()?,
+        exe: installed_exe()?,
         app: successor_app,
     });
     let saved = handoff.as_mut().and_then(|h| h.take_fs());
@@ -561,6 +561,18 @@ pub fn umount(o: &UmountOpts) -> io::Result<()> {
 /// and resolves every name beneath that fd, under the mount.
 fn mountpoint_inside_source(source: &Path, mountpoint: &Path) -> bool {
     mountpoint != source && mountpoint.starts_with(source)
+}
+
+/// The path this server's binary was started from, where an upgrade (and
+/// a crash's new server) looks for the binary: still that path when the
+/// file there was replaced since (a package upgrade), which the kernel
+/// shows as "PATH (deleted)".
+fn installed_exe() -> std::io::Result<std::path::PathBuf> {
+    let exe = std::env::current_exe()?;
+    match exe.to_str().and_then(|s| s.strip_suffix(" (deleted)")) {
+        Some(p) => Ok(p.into()),
+        None => Ok(exe),
+    }
 }
 
 #[cfg(test)]

@@ -6,9 +6,11 @@
 //! `flock` waiter is granted later), on memfs (upgrade) and on a
 //! passthrough (both); a successor that is missing, dies, speaks another
 //! state version or dies half-way leaves the old server serving; a
-//! supervisor that cannot start a server says so in the log and lets the
-//! mount go; a mount served through io_uring refuses to upgrade with the
-//! reason. Skipped (with a message) where mounting is not possible.
+//! supervisor whose binary is gone starts the one it runs; one that cannot
+//! start a server says so in the log and lets the mount go; a crash with
+//! many locks held, or after an upgrade of many nodes, recovers; a mount
+//! served through io_uring refuses to upgrade with the reason. Skipped
+//! (with a message) where mounting is not possible.
 
 mod common;
 
@@ -402,25 +404,15 @@ fn a_crash_with_many_locks_held_recovers_and_keeps_them() {
     }
 }
 
-/// A supervisor that cannot start a server (its binary removed) tries a
-/// few times, says why in the log, and lets the mount go: requests then
-/// fail (ENOTCONN), none waits forever.
-#[test]
-fn a_supervisor_without_a_binary_gives_the_mount_up_and_says_so() {
-    if let Err(why) = common::can_mount() {
-        eprintln!("skipped: {why}");
-        return;
-    }
-    let dir = std::env::temp_dir().join(format!("uvfs-crash-bin-{}", std::process::id()));
-    fs::create_dir_all(&dir).unwrap();
-    let bin = dir.join("uvfs-copy");
-    fs::copy(env!("CARGO_BIN_EXE_uvfs"), &bin).unwrap();
-    let log = dir.join("log");
+/// A passthrough mount of a copy of the uvfs binary at `bin`, logging to
+/// `log`, in `dir`.
+fn mount_copy(dir: &Path, bin: &Path, log: &Path) -> Mounted {
+    fs::copy(env!("CARGO_BIN_EXE_uvfs"), bin).unwrap();
     let scratch = dir.join("m");
     let mnt = scratch.join("mnt");
     fs::create_dir_all(&mnt).unwrap();
     fs::create_dir_all(scratch.join("src")).unwrap();
-    let out = Command::new(&bin)
+    let out = Command::new(bin)
         .args(["mount", "--transport", "dev", "--source"])
         .arg(scratch.join("src"))
         .arg("-o")
@@ -429,22 +421,67 @@ fn a_supervisor_without_a_binary_gives_the_mount_up_and_says_so() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
-    let m = Mounted {
-        mnt: mnt.clone(),
-        scratch: scratch.clone(),
-    };
-    fs::write(mnt.join("x"), b"x").unwrap();
-    let pid = server_pid(&m);
+    Mounted { mnt, scratch }
+}
+
+/// The binary a mount was started from removed (uninstalled, or replaced
+/// by one of another state version) and then its server killed: the
+/// supervisor starts the binary it runs itself, which speaks the mount's
+/// state, and says so.
+#[test]
+fn a_supervisor_whose_binary_is_gone_starts_its_own() {
+    if let Err(why) = common::can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("uvfs-crash-own-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let (bin, log) = (dir.join("uvfs-copy"), dir.join("log"));
+    let m = mount_copy(&dir, &bin, &log);
+    fs::write(m.mnt.join("x"), b"x").unwrap();
     fs::remove_file(&bin).unwrap();
+    common::kill_server(&m);
+    still_serves(&m, "after");
+    assert_eq!(fs::read(m.mnt.join("x")).unwrap(), b"x");
+    assert_eq!(m.counter("server.generation"), 1);
+    let l = fs::read_to_string(&log).unwrap();
+    assert!(l.contains("no such file"), "{l}");
+    assert!(
+        l.contains("starting the binary the mount's supervisor runs"),
+        "{l}"
+    );
+    drop(m);
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// A supervisor that cannot start a server (the binary at its path exits
+/// at once) tries a few times, says why in the log, and lets the mount
+/// go: requests then fail (ENOTCONN), none waits forever.
+#[test]
+fn a_supervisor_that_cannot_start_a_server_gives_the_mount_up_and_says_so() {
+    if let Err(why) = common::can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("uvfs-crash-bin-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let (bin, log) = (dir.join("uvfs-copy"), dir.join("log"));
+    let m = mount_copy(&dir, &bin, &log);
+    fs::write(m.mnt.join("x"), b"x").unwrap();
+    let pid = server_pid(&m);
+    // A new file at the path (the running one cannot be written).
+    fs::remove_file(&bin).unwrap();
+    fs::write(&bin, "#!/bin/sh\nexit 3\n").unwrap();
+    fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
     // SAFETY: a plain signal to a process of ours.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
     wait_for("the supervisor to give up", || {
         fs::read_to_string(&log).is_ok_and(|l| l.contains("giving"))
     });
     let l = fs::read_to_string(&log).unwrap();
-    assert!(l.contains("no such file"), "{l}");
+    assert!(l.contains("exit status: 3"), "{l}");
     assert!(l.contains("try 5 of 5"), "{l}");
-    let e = fs::read(mnt.join("x")).unwrap_err();
+    let e = fs::read(m.mnt.join("x")).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::ENOTCONN), "{e}");
     drop(m);
     let _ = fs::remove_dir_all(&dir);

@@ -21,6 +21,17 @@ const BACKOFF: Duration = Duration::from_millis(200);
 const START_LIMIT: Duration = Duration::from_secs(30);
 const TAKE_LIMIT: Duration = Duration::from_secs(120);
 
+/// The binary this supervisor runs, held open (`run`).
+static OWN_EXE: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
+
+/// A path that starts the binary this supervisor runs, even if the file
+/// it was started from was replaced or removed since.
+fn own_exe() -> Option<PathBuf> {
+    use std::os::fd::AsRawFd;
+    let f = OWN_EXE.get()?.as_ref()?;
+    Some(PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd())))
+}
+
 /// What the supervisor holds for the server it watches.
 struct Watched {
     sock: UnixStream,
@@ -57,6 +68,9 @@ fn invalid(why: impl Into<String>) -> std::io::Error {
 /// once the server said hello.
 pub fn run(fd_arg: &str, setup: impl FnOnce(&[u8])) -> std::io::Result<()> {
     let sock = wire::inherited_socket(fd_arg, "server")?;
+    // This very binary, held open: it reads the mount's state version
+    // whatever is installed at the server's path by the time it dies.
+    let _ = OWN_EXE.set(std::fs::File::open("/proc/self/exe").ok());
     // Out of the server's process group: a ^C meant for a foreground
     // server must not take its supervisor too, nor a crash of the group.
     let _ = rustix::process::setsid();
@@ -209,8 +223,9 @@ fn recover(mut w: Watched) -> std::io::Result<Watched> {
         w.kept.entry(k).or_insert(v);
     }
     let mut wait = BACKOFF;
+    let mut exe = w.exe.clone();
     for attempt in 1..=TRIES {
-        match start(&w, &journal, died_ns) {
+        match start(&w, &exe, &journal, died_ns) {
             Ok((started, sock, pause_us, early)) => {
                 log::info!(
                     "recovered {}: new server pid {} (generation {}), requests waited {} us",
@@ -246,6 +261,22 @@ fn recover(mut w: Watched) -> std::io::Result<Watched> {
                     "recovering {} (try {attempt} of {TRIES}): {e}",
                     mnt.display()
                 );
+                // The binary at the server's path is gone or speaks
+                // another state version (another uvfs was installed since
+                // the mount): the one this process runs speaks the mount's
+                // (it read its state), so it serves until an upgrade.
+                let replaced = matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::Unsupported
+                );
+                if let (true, true, Some(own)) = (replaced, exe == w.exe, own_exe()) {
+                    log::warn!(
+                        "starting the binary the mount's supervisor runs instead of {}",
+                        w.exe.display()
+                    );
+                    exe = own;
+                    continue;
+                }
                 if attempt < TRIES {
                     std::thread::sleep(wait);
                     wait *= 2;
@@ -265,17 +296,21 @@ fn recover(mut w: Watched) -> std::io::Result<Watched> {
 /// frames it sent on its link meanwhile.
 fn start(
     w: &Watched,
+    exe: &std::path::Path,
     journal: &OwnedFd,
     died_ns: u64,
 ) -> std::io::Result<(Started, UnixStream, u64, Vec<Frame>)> {
-    let mut child = Started::spawn(&w.exe)?;
+    let mut child = Started::spawn(exe)?;
     let hello = parse_reply(&child.recv(START_LIMIT, "at start")?)?;
     let theirs = hello.get("state_version").and_then(|v| v.as_u64());
     if theirs != Some(u64::from(VERSION)) {
-        return Err(invalid(format!(
-            "{} reads server state version {theirs:?}, this mount's is {VERSION}",
-            w.exe.display()
-        )));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            format!(
+                "{} reads server state version {theirs:?}, this mount's is {VERSION}",
+                exe.display()
+            ),
+        ));
     }
     let mut state = w.base.clone();
     state.journal = true;
