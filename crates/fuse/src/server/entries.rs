@@ -6,6 +6,7 @@
 #![allow(clippy::too_many_arguments)] // handlers take a request's fields as `fuser::Filesystem` declares them
 
 use super::counters::Op;
+use super::resent::{self, Want};
 use super::{ctx, ctx_making, name, open_flags, Server};
 use crate::convert::dot_attr;
 use fuser::{
@@ -15,7 +16,7 @@ use fuser::{
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use uvfs_vfs::{Errno, Freeing, RenameFlags};
+use uvfs_vfs::{Errno, Freeing, RenameFlags, VType};
 
 impl Server {
     pub(super) fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
@@ -99,11 +100,14 @@ impl Server {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let (c, n) = (ctx_making(req, umask), n.to_owned());
+        let (c, n, again) = (ctx_making(req, umask), n.to_owned(), resent::resent(req));
         self.making(move |s| {
             let r = s.changing(Op::Mkdir, parent.0, |i| {
                 let dir = i.nodes.get(parent.0)?;
-                i.with_attr(i.fs.mkdir(&c, &dir, name(&n), mode)?)
+                let made = i.fs.mkdir(&c, &dir, name(&n), mode);
+                i.with_attr(resent::made(again, made, Want::Kind(VType::Dir), || {
+                    i.fs.lookup(&c, &dir, name(&n))
+                })?)
             });
             s.reply_entry_at(reply, r, parent.0, name(&n));
         });
@@ -117,10 +121,10 @@ impl Server {
                 name: name(n),
             }))
         });
-        let (c, n) = (ctx(req), n.to_owned());
+        let (c, n, again) = (ctx(req), n.to_owned(), resent::resent(req));
         self.offload_if(slow, move |s| {
             let r = s.changing(Op::Unlink, parent.0, |i| {
-                i.fs.unlink(&c, &i.nodes.get(parent.0)?, name(&n))
+                resent::removed(again, i.fs.unlink(&c, &i.nodes.get(parent.0)?, name(&n)))
             });
             Self::reply_empty(reply, r);
         });
@@ -128,7 +132,8 @@ impl Server {
 
     pub(super) fn rmdir(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
         let r = self.changing(Op::Rmdir, parent.0, |i| {
-            i.fs.rmdir(&ctx(req), &i.nodes.get(parent.0)?, name(n))
+            let done = i.fs.rmdir(&ctx(req), &i.nodes.get(parent.0)?, name(n));
+            resent::removed(resent::resent(req), done)
         });
         Self::reply_empty(reply, r);
     }
@@ -142,10 +147,15 @@ impl Server {
         reply: ReplyEntry,
     ) {
         let (c, n, target) = (ctx(req), link_name.to_owned(), target.to_owned());
+        let again = resent::resent(req);
         self.making(move |s| {
             let r = s.changing(Op::Symlink, parent.0, |i| {
                 let dir = i.nodes.get(parent.0)?;
-                i.with_attr(i.fs.symlink(&c, &dir, name(&n), target.as_os_str().as_bytes())?)
+                let made =
+                    i.fs.symlink(&c, &dir, name(&n), target.as_os_str().as_bytes());
+                i.with_attr(resent::made(again, made, Want::Kind(VType::Lnk), || {
+                    i.fs.lookup(&c, &dir, name(&n))
+                })?)
             });
             s.reply_entry_at(reply, r, parent.0, name(&n));
         });
@@ -171,11 +181,24 @@ impl Server {
             }))
         });
         let (c, n, newname) = (ctx(req), n.to_owned(), newname.to_owned());
+        let again = resent::resent(req);
         self.offload_if(self.short_of_space_here() || slow, move |s| {
             let r = s.changing(Op::Rename, parent.0, |i| {
                 let (d, nd) = (i.nodes.get(parent.0)?, i.nodes.get(newparent.0)?);
                 let flags = RenameFlags(flags.bits());
-                i.fs.rename(&c, &d, name(&n), &nd, name(&newname), flags)?;
+                match i.fs.rename(&c, &d, name(&n), &nd, name(&newname), flags) {
+                    // Resent, its source gone and its target there: the
+                    // dead server renamed it.
+                    Err(e) if again && e == Errno::ENOENT => {
+                        i.fs.lookup(&c, &nd, name(&newname)).map_err(|_| e)?;
+                        log::info!(
+                            "a resent rename found its source gone and its target there: \
+                             taken as done by the server that died"
+                        );
+                        return Ok(());
+                    }
+                    r => r?,
+                }
                 i.renamed(
                     &c,
                     (parent.0, &d, name(&n)),
@@ -196,11 +219,16 @@ impl Server {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let (c, newname) = (ctx(req), newname.to_owned());
+        let (c, newname, again) = (ctx(req), newname.to_owned(), resent::resent(req));
         self.making(move |s| {
             let r = s.changing(Op::Link, ino.0, |i| {
                 let (vp, dir) = (i.nodes.get(ino.0)?, i.nodes.get(newparent.0)?);
-                i.fs.link(&c, &vp, &dir, name(&newname))?;
+                let linked =
+                    i.fs.link(&c, &vp, &dir, name(&newname))
+                        .map(|()| vp.clone());
+                resent::made(again, linked, Want::File(&vp), || {
+                    i.fs.lookup(&c, &dir, name(&newname))
+                })?;
                 i.with_attr(vp)
             });
             s.reply_entry_at(reply, r, newparent.0, name(&newname));
@@ -218,12 +246,25 @@ impl Server {
         kill_suidgid: bool,
         reply: ReplyCreate,
     ) {
-        let (c, n) = (ctx_making(req, umask), n.to_owned());
+        let (c, n, again) = (ctx_making(req, umask), n.to_owned(), resent::resent(req));
         self.making(move |s| {
             let r = s.changing(Op::Create, parent.0, |i| {
                 let dir = i.nodes.get(parent.0)?;
-                let (vp, fh) =
-                    i.fs.create(&c, &dir, name(&n), mode, open_flags(flags, kill_suidgid))?;
+                let create = |flags| {
+                    i.fs.create(&c, &dir, name(&n), mode, open_flags(flags, kill_suidgid))
+                };
+                let (vp, fh) = match create(flags) {
+                    // Resent, exclusive, and the file there: the dead
+                    // server made it; open it.
+                    Err(e) if again && e == Errno::EEXIST && flags & libc::O_EXCL != 0 => {
+                        log::info!(
+                            "a resent exclusive create found its file: taken as made by the \
+                             server that died"
+                        );
+                        create(flags & !libc::O_EXCL)?
+                    }
+                    r => r?,
+                };
                 let attr = i.fs.getattr(&vp)?;
                 Ok((vp, fh, attr))
             });

@@ -27,6 +27,8 @@
 //!   write, sync, release), `dirs.rs` (listings), `xattrs.rs`,
 //!   `locks.rs` (record and flock locks), `ioctl.rs` (the ioctls served,
 //!   `fileattr.rs` for inode flags).
+//! - `resent.rs`: changes the kernel sends again after a crash, which
+//!   the dead server may have done.
 
 use crate::handles::HandleTable;
 use crate::nodes::NodeTable;
@@ -49,6 +51,7 @@ mod io;
 mod ioctl;
 mod locks;
 mod reply;
+mod resent;
 mod state;
 mod xattrs;
 

@@ -328,6 +328,24 @@ impl Kernel {
     pub(crate) fn call(&mut self, op: u32, nodeid: u64, body: &[u8]) -> Reply {
         let unique = self.send(op, nodeid, body);
         let desc = Self::describe(op, nodeid, body);
+        self.answered(unique, op, nodeid, body, desc)
+    }
+
+    /// `call`, marked as the kernel marks a request it sends again to the
+    /// server started after the one that read it died
+    /// (`FUSE_UNIQUE_RESEND`, bit 63 of the unique id).
+    pub(crate) fn call_resent(&mut self, op: u32, nodeid: u64, body: &[u8]) -> Reply {
+        let unique = self.next_unique() | 1 << 63;
+        let len = (HEADER + body.len()) as u32;
+        let msg = self.message(op, unique, nodeid, len, body);
+        let desc = format!("resent {}", Self::describe(op, nodeid, body));
+        self.note(desc.clone());
+        self.send_raw(&msg);
+        self.answered(unique, op, nodeid, body, desc)
+    }
+
+    /// The reply to request `unique`, checked and accounted.
+    fn answered(&mut self, unique: u64, op: u32, nodeid: u64, body: &[u8], desc: String) -> Reply {
         let r = self.recv_for(unique, &desc);
         if r.ok() {
             if let Err(why) = check_shape(op, nodeid, body, &r.body) {

@@ -30,6 +30,7 @@ mod locks;
 mod nodes;
 mod odd;
 mod random;
+mod resent;
 mod shape;
 mod socket;
 mod wire;
