@@ -283,6 +283,24 @@ fn programs_notice_nothing_across_crashes_of_a_passthrough() {
     programs_notice_nothing(&m, Replace::Kill);
 }
 
+/// Kills the server of `m` with SIGKILL, then writes a new file through
+/// the mount (a request the new server must answer whatever the kernel
+/// caches) on another thread, so that a recovery that never ends fails
+/// the test rather than hanging it.
+fn kill_and_probe(m: &Mounted) {
+    let pid = server_pid(m);
+    // SAFETY: a plain signal to a process of ours.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let probe = m.mnt.join("after-crash");
+    std::thread::spawn(move || {
+        let _ = tx.send(fs::write(&probe, b"back").map_err(|e| e.to_string()));
+    });
+    rx.recv_timeout(Duration::from_secs(90))
+        .expect("the mount answers after the crash")
+        .expect("a write after the crash");
+}
+
 /// A crash right after a live upgrade of a mount whose kernel holds many
 /// nodes: the upgraded server goes on writing its predecessor's crash
 /// journal (it is not journaled anew), and the server started after the
@@ -321,21 +339,7 @@ fn a_crash_after_an_upgrade_with_many_nodes_recovers() {
         }
     }
     replace(&m, Replace::Upgrade, 1);
-    let pid = server_pid(&m);
-    // SAFETY: a plain signal to a process of ours.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-    // A new file goes to the server whatever the kernel caches; done on
-    // another thread, so a recovery that never ends fails the test rather
-    // than hanging it.
-    let (tx, rx) = std::sync::mpsc::channel();
-    let probe = m.mnt.join("after-crash");
-    std::thread::spawn(move || {
-        let _ = tx.send(fs::write(&probe, b"back").map_err(|e| e.to_string()));
-    });
-    let answer = rx
-        .recv_timeout(Duration::from_secs(90))
-        .expect("the mount answers after the crash");
-    answer.expect("a write after the crash");
+    kill_and_probe(&m);
     assert_eq!(m.counter("server.generation"), 2);
     assert!(m.counter("fuse.nodes") > FILES as u64, "nodes kept");
     assert_eq!(fs::read(m.mnt.join("d7/f9")).unwrap(), b"");
@@ -375,19 +379,7 @@ fn a_crash_with_many_locks_held_recovers_and_keeps_them() {
     for f in &files {
         flock(f, libc::LOCK_EX);
     }
-    let pid = server_pid(&m);
-    // SAFETY: a plain signal to a process of ours.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-    // A request the new server must answer, on another thread, so that a
-    // recovery that never ends fails the test rather than hanging it.
-    let (tx, rx) = std::sync::mpsc::channel();
-    let probe = m.mnt.join("after-crash");
-    std::thread::spawn(move || {
-        let _ = tx.send(fs::write(&probe, b"back").map_err(|e| e.to_string()));
-    });
-    rx.recv_timeout(Duration::from_secs(90))
-        .expect("the mount answers after the crash")
-        .expect("a write after the crash");
+    kill_and_probe(&m);
     assert_eq!(m.counter("server.generation"), 1);
     // Every lock is still held: another description of the file (flock
     // locks belong to descriptions) cannot take it.
@@ -404,15 +396,28 @@ fn a_crash_with_many_locks_held_recovers_and_keeps_them() {
     }
 }
 
-/// A passthrough mount of a copy of the uvfs binary at `bin`, logging to
-/// `log`, in `dir`.
-fn mount_copy(dir: &Path, bin: &Path, log: &Path) -> Mounted {
-    fs::copy(env!("CARGO_BIN_EXE_uvfs"), bin).unwrap();
-    let scratch = dir.join("m");
+/// A scratch directory with a copy of the uvfs binary (`bin`), a
+/// passthrough of it mounted `--transport dev` logging to `log`, and a
+/// file `x` in it; None (said) where mounting is not possible.
+struct CopyMount {
+    dir: std::path::PathBuf,
+    bin: std::path::PathBuf,
+    log: std::path::PathBuf,
+    m: Mounted,
+}
+
+fn mount_copy(tag: &str) -> Option<CopyMount> {
+    if let Err(why) = common::can_mount() {
+        eprintln!("skipped: {why}");
+        return None;
+    }
+    let dir = std::env::temp_dir().join(format!("uvfs-crash-{tag}-{}", std::process::id()));
+    let (bin, log, scratch) = (dir.join("uvfs-copy"), dir.join("log"), dir.join("m"));
     let mnt = scratch.join("mnt");
     fs::create_dir_all(&mnt).unwrap();
     fs::create_dir_all(scratch.join("src")).unwrap();
-    let out = Command::new(bin)
+    fs::copy(env!("CARGO_BIN_EXE_uvfs"), &bin).unwrap();
+    let out = Command::new(&bin)
         .args(["mount", "--transport", "dev", "--source"])
         .arg(scratch.join("src"))
         .arg("-o")
@@ -421,7 +426,9 @@ fn mount_copy(dir: &Path, bin: &Path, log: &Path) -> Mounted {
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
-    Mounted { mnt, scratch }
+    let m = Mounted { mnt, scratch };
+    fs::write(m.mnt.join("x"), b"x").unwrap();
+    Some(CopyMount { dir, bin, log, m })
 }
 
 /// The binary a mount was started from removed (uninstalled, or replaced
@@ -430,15 +437,9 @@ fn mount_copy(dir: &Path, bin: &Path, log: &Path) -> Mounted {
 /// state, and says so.
 #[test]
 fn a_supervisor_whose_binary_is_gone_starts_its_own() {
-    if let Err(why) = common::can_mount() {
-        eprintln!("skipped: {why}");
+    let Some(CopyMount { dir, bin, log, m }) = mount_copy("own") else {
         return;
-    }
-    let dir = std::env::temp_dir().join(format!("uvfs-crash-own-{}", std::process::id()));
-    fs::create_dir_all(&dir).unwrap();
-    let (bin, log) = (dir.join("uvfs-copy"), dir.join("log"));
-    let m = mount_copy(&dir, &bin, &log);
-    fs::write(m.mnt.join("x"), b"x").unwrap();
+    };
     fs::remove_file(&bin).unwrap();
     common::kill_server(&m);
     still_serves(&m, "after");
@@ -459,15 +460,9 @@ fn a_supervisor_whose_binary_is_gone_starts_its_own() {
 /// go: requests then fail (ENOTCONN), none waits forever.
 #[test]
 fn a_supervisor_that_cannot_start_a_server_gives_the_mount_up_and_says_so() {
-    if let Err(why) = common::can_mount() {
-        eprintln!("skipped: {why}");
+    let Some(CopyMount { dir, bin, log, m }) = mount_copy("bin") else {
         return;
-    }
-    let dir = std::env::temp_dir().join(format!("uvfs-crash-bin-{}", std::process::id()));
-    fs::create_dir_all(&dir).unwrap();
-    let (bin, log) = (dir.join("uvfs-copy"), dir.join("log"));
-    let m = mount_copy(&dir, &bin, &log);
-    fs::write(m.mnt.join("x"), b"x").unwrap();
+    };
     let pid = server_pid(&m);
     // A new file at the path (the running one cannot be written).
     fs::remove_file(&bin).unwrap();
