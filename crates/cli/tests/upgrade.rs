@@ -528,11 +528,21 @@ fn a_successor_that_fails_leaves_the_server_serving() {
     let e = upgrade(&m.mnt, Some(&other)).unwrap_err();
     assert!(e.contains("version"), "{e}");
     still_serves(&m, "other");
+    // The state version this build writes, as that refusal says.
+    let version: u32 = e
+        .split("writes version ")
+        .nth(1)
+        .and_then(|v| v.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no version in {e:?}"));
 
     // Takes the state, then dies before taking the connection: the
     // server was parked meanwhile and serves on.
     let half = bins.join("half-way");
-    script(&half, "send({'state_version': 2})\nrecv()\nos._exit(9)");
+    script(
+        &half,
+        &format!("send({{'state_version': {version}}})\nrecv()\nos._exit(9)"),
+    );
     let e = upgrade(&m.mnt, Some(&half)).unwrap_err();
     assert!(e.contains("successor"), "{e}");
     still_serves(&m, "half");
@@ -541,7 +551,7 @@ fn a_successor_that_fails_leaves_the_server_serving() {
     let refuses = bins.join("refuses");
     script(
         &refuses,
-        "send({'state_version': 2})\nrecv()\nsend({'error': 'no thanks'})",
+        &format!("send({{'state_version': {version}}})\nrecv()\nsend({{'error': 'no thanks'}})"),
     );
     let e = upgrade(&m.mnt, Some(&refuses)).unwrap_err();
     assert!(e.contains("no thanks"), "{e}");
