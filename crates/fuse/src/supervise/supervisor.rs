@@ -344,9 +344,11 @@ fn start(
 
 /// Waits for a new server that took the connection to say it is done,
 /// reading what it sends on its new link meanwhile: it links (its hello,
-/// journal, kept descriptors) before it says so, and a hello larger than
-/// the link's buffer would otherwise wait forever for this process, which
-/// would wait for "done".
+/// journal, a frame per kept description) before it says so, and frames
+/// beyond the link's buffer would otherwise wait forever for this
+/// process, which would wait for "done". (No frame of that phase wants
+/// an answer: a kept description is taken back only while requests are
+/// served, after "done".)
 fn until_done(
     child: &mut Started,
     link: &UnixStream,
