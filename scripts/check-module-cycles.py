@@ -73,10 +73,14 @@ def strip_code(text):
     return "".join(out)
 
 
+# `#[cfg(test)]` and `#[cfg(all(test, ...))]`: code built for tests only.
+TEST_CFG = r"#\[cfg\((?:all\(\s*)?test\b[^\]]*\]"
+
+
 def strip_test_modules(code):
     """`code` without the bodies of `#[cfg(test)] mod NAME { ... }`."""
     out, i = [], 0
-    pat = re.compile(r"#\[cfg\(test\)\]\s*(pub(\([^)]*\))?\s+)?mod\s+\w+\s*\{")
+    pat = re.compile(TEST_CFG + r"\s*(pub(\([^)]*\))?\s+)?mod\s+\w+\s*\{")
     while True:
         m = pat.search(code, i)
         if not m:
@@ -169,11 +173,27 @@ def resolve(here, path, modules):
     return target
 
 
+def test_file_modules(modules):
+    """Modules declared `#[cfg(test)] mod NAME;` (tests in a file of
+    their own), with everything under them: test code, as a
+    `#[cfg(test)] mod NAME { ... }` body is."""
+    tests = set()
+    pat = re.compile(TEST_CFG + r"\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;")
+    for here, f in modules.items():
+        with open(f, encoding="utf-8") as fh:
+            code = strip_code(fh.read())
+        tests.update(here + (m.group(1),) for m in pat.finditer(code))
+    return {p for p in modules if any(p[:len(t)] == t for t in tests)}
+
+
 def edges_of(crate_dir):
     src = os.path.join(crate_dir, "src")
     modules = module_files(src)
+    tests = test_file_modules(modules)
     edges = defaultdict(set)  # (parent, child_a) -> {child_b}; keyed per level
     for here, f in modules.items():
+        if here in tests:
+            continue
         with open(f, encoding="utf-8") as fh:
             code = strip_test_modules(strip_code(fh.read()))
         refs = use_paths(code)
@@ -273,12 +293,17 @@ def self_test():
         ({"lib.rs": lib, "a.rs": "use crate::b::X;", "b.rs": "use crate::c::Y;", "c.rs": ""}, {}),
         # Comments, strings and test modules do not count.
         ({"lib.rs": lib, "a.rs": "use crate::b::X;",
-          "b.rs": '// crate::a::x\nconst S: &str = "crate::a::y";\n#[cfg(test)]\nmod tests { use crate::a::Z; }',
+          "b.rs": '// crate::a::x\nconst S: &str = "crate::a::y";\n#[cfg(test)]\nmod tests { use crate::a::Z; }\n'
+                 '#[cfg(all(test, not(loom)))]\nmod more { use crate::a::W; }',
           "c.rs": ""}, {}),
         # A child naming its parent is no edge; siblings through super:: are.
         ({"lib.rs": "mod s;", "s/mod.rs": "mod x;\nmod y;\nuse x::A;", "s/x.rs": "use super::y::B;\nuse super::C;",
           "s/y.rs": "use super::x::A;"},
          {("s",): [["x", "y"]]}),
+        # A test module in a file of its own is test code too.
+        ({"lib.rs": "mod a;\nmod b;\n", "a.rs": "use crate::b::X;\n#[cfg(test)]\nmod tests;",
+          "a/tests.rs": "use crate::a::Y;", "b.rs": "#[cfg(test)]\nmod tests;", "b/tests.rs": "use crate::a::Z;"},
+         {}),
     ]
     bad = 0
     for n, (files, want) in enumerate(cases):

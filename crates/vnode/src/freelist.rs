@@ -53,18 +53,27 @@
 //! same handshake covers it, with the doom in place of the reference: D
 //! CASes, fences, reads `slot` and takes the vnode off if listed; R's
 //! Dekker load counts DOOMED as well as references. A torn-down vnode never
-//! stays listed (loom model `free_push_versus_recycle_when_free`; before,
-//! `uvfs stat --check` found one after a namespace stress).
+//! stays listed (loom model `free_push_versus_recycle_when_free`).
 //!
 //! The list is an index-linked arena (no unsafe). `Vnode::slot` holds the
 //! shard and node index in one word (so a reader never pairs one shard's
 //! number with another's index), written only under that shard's lock.
 
 use crate::aged::{Aged, AgedCell, EMPTY};
-use crate::refs::{COUNTS, DOOMED};
-use crate::sync::{fence, Arc, Ordering};
-use crate::vnode::Vnode;
+use crate::refs::{Refs, COUNTS, DOOMED};
+use crate::sync::{fence, Arc, AtomicU32, Ordering};
 use crossbeam_utils::CachePadded;
+
+/// What a free list needs of what it lists: the reference word it
+/// checks free transitions against, and the word naming the entry's place
+/// (written only under the lock of the shard it names). A trait, so the
+/// lists know nothing else of vnodes.
+pub(crate) trait Listed {
+    /// The reference word (`refs.rs`).
+    fn refs(&self) -> &Refs;
+    /// [`NO_SLOT`], or the shard and index the entry is listed at.
+    fn slot(&self) -> &AtomicU32;
+}
 
 /// `Vnode::slot` value of a vnode on no list.
 pub(crate) const NO_SLOT: u32 = u32::MAX;
@@ -83,31 +92,42 @@ fn decode(w: u32) -> (usize, u32) {
     ((w >> SHARD_SHIFT) as usize, w & INDEX_MASK)
 }
 
-struct Node {
+struct Node<T> {
     prev: u32,
     next: u32,
     /// When the vnode became free ([`crate::clock::stamp`]).
     stamp: u64,
-    vp: Option<Arc<Vnode>>,
+    vp: Option<Arc<T>>,
 }
 
-#[derive(Default)]
-struct Shard {
-    nodes: Vec<Node>,
+struct Shard<T> {
+    nodes: Vec<Node<T>>,
     spare: Vec<u32>,
     head: Option<u32>,
     tail: Option<u32>,
     len: usize,
 }
 
-impl Aged for Shard {
+impl<T> Default for Shard<T> {
+    fn default() -> Self {
+        Shard {
+            nodes: Vec::new(),
+            spare: Vec::new(),
+            head: None,
+            tail: None,
+            len: 0,
+        }
+    }
+}
+
+impl<T> Aged for Shard<T> {
     fn head_stamp(&self) -> u64 {
         self.head.map_or(EMPTY, |h| self.nodes[h as usize].stamp)
     }
 }
 
-impl Shard {
-    fn push_tail(&mut self, vp: Arc<Vnode>) -> u32 {
+impl<T> Shard<T> {
+    fn push_tail(&mut self, vp: Arc<T>) -> u32 {
         let node = Node {
             prev: self.tail.unwrap_or(NO_SLOT),
             next: NO_SLOT,
@@ -133,7 +153,7 @@ impl Shard {
         idx
     }
 
-    fn unlink(&mut self, idx: u32) -> Arc<Vnode> {
+    fn unlink(&mut self, idx: u32) -> Arc<T> {
         let (prev, next) = {
             let n = &self.nodes[idx as usize];
             (n.prev, n.next)
@@ -174,11 +194,11 @@ pub(crate) struct ClaimReport {
 }
 
 /// The free vnodes of one mount.
-pub(crate) struct FreeList {
-    shards: Box<[CachePadded<AgedCell<Shard>>]>,
+pub(crate) struct FreeList<T> {
+    shards: Box<[CachePadded<AgedCell<Shard<T>>>]>,
 }
 
-impl FreeList {
+impl<T: Listed> FreeList<T> {
     pub(crate) fn new(shards: usize) -> Self {
         let n = shards.clamp(1, MAX_SHARDS).next_power_of_two();
         FreeList {
@@ -197,11 +217,11 @@ impl FreeList {
     /// After a free transition: put `vp` at the tail of this thread's home
     /// shard if it is (still) free and on no list. Returns the change in
     /// the number of listed vnodes this call caused (+1, or 0).
-    pub(crate) fn on_free(&self, vp: &Arc<Vnode>) -> isize {
+    pub(crate) fn on_free(&self, vp: &Arc<T>) -> isize {
         let home = self.home();
         let pushed = {
             let mut s = self.shards[home].lock();
-            if vp.refs.load() == 0 && vp.slot.load(Ordering::SeqCst) == NO_SLOT {
+            if vp.refs().load() == 0 && vp.slot().load(Ordering::SeqCst) == NO_SLOT {
                 let idx = s.push_tail(vp.clone());
                 if idx > INDEX_MASK {
                     // An arena of 2^27 free vnodes in one shard: leave this
@@ -212,7 +232,7 @@ impl FreeList {
                     false
                 } else {
                     // SeqCst: the Dekker store (module docs).
-                    vp.slot.store(encode(home, idx), Ordering::SeqCst);
+                    vp.slot().store(encode(home, idx), Ordering::SeqCst);
                     true
                 }
             } else {
@@ -228,7 +248,7 @@ impl FreeList {
         // then it is ours to undo. The fence orders our `slot` store before
         // this load (pairs with the fence in `on_unfree`).
         fence(Ordering::SeqCst);
-        if vp.refs.load() & (COUNTS | DOOMED) != 0 && self.on_unfree(vp) {
+        if vp.refs().load() & (COUNTS | DOOMED) != 0 && self.on_unfree(vp) {
             return 0;
         }
         1
@@ -238,13 +258,13 @@ impl FreeList {
     /// off its list if it is (still) busy, or doomed. Returns whether this
     /// call removed it. The removed `Arc` is dropped after the lock is
     /// released.
-    pub(crate) fn on_unfree(&self, vp: &Vnode) -> bool {
+    pub(crate) fn on_unfree(&self, vp: &T) -> bool {
         // Orders our increment of `refs` before the `slot` load (pairs with
         // the fence in `on_free`).
         fence(Ordering::SeqCst);
         loop {
             // SeqCst: the Dekker load after our increment of `refs`.
-            let w = vp.slot.load(Ordering::SeqCst);
+            let w = vp.slot().load(Ordering::SeqCst);
             if w == NO_SLOT {
                 return false;
             }
@@ -253,15 +273,15 @@ impl FreeList {
                 let mut s = self.shards[shard].lock();
                 // Under this shard's lock `slot` is exact for this shard: it
                 // is ours to unlink only if it still names this shard.
-                let w2 = vp.slot.load(Ordering::SeqCst);
+                let w2 = vp.slot().load(Ordering::SeqCst);
                 if w2 == NO_SLOT {
                     return false;
                 }
                 let (shard2, idx) = decode(w2);
                 if shard2 != shard {
                     None // moved meanwhile: look again
-                } else if vp.refs.load() & (COUNTS | DOOMED) != 0 {
-                    vp.slot.store(NO_SLOT, Ordering::SeqCst);
+                } else if vp.refs().load() & (COUNTS | DOOMED) != 0 {
+                    vp.slot().store(NO_SLOT, Ordering::SeqCst);
                     Some(Some(s.unlink(idx)))
                 } else {
                     Some(None) // free again: it belongs on the list
@@ -280,7 +300,7 @@ impl FreeList {
     /// shards when that is empty. Exact global LRU on this path would send
     /// every allocating thread to the same oldest shard and pull another
     /// core's vnodes into this one.
-    pub(crate) fn claim_near(&self, max: usize, out: &mut Vec<Arc<Vnode>>, rep: &mut ClaimReport) {
+    pub(crate) fn claim_near(&self, max: usize, out: &mut Vec<Arc<T>>, rep: &mut ClaimReport) {
         let got = self.claim_from(self.home(), max, u64::MAX, out, rep);
         if got < max {
             self.claim(max - got, out, rep);
@@ -291,7 +311,7 @@ impl FreeList {
     /// shard is LRU; we merge their heads by age), dooming each. Claimed
     /// vnodes are unreachable for new references and ready to be torn down
     /// outside any lock.
-    pub(crate) fn claim(&self, max: usize, out: &mut Vec<Arc<Vnode>>, rep: &mut ClaimReport) {
+    pub(crate) fn claim(&self, max: usize, out: &mut Vec<Arc<T>>, rep: &mut ClaimReport) {
         let mut want = max;
         while want > 0 {
             // The oldest head, and the next oldest to merge against.
@@ -320,7 +340,7 @@ impl FreeList {
         i: usize,
         max: usize,
         until: u64,
-        out: &mut Vec<Arc<Vnode>>,
+        out: &mut Vec<Arc<T>>,
         rep: &mut ClaimReport,
     ) -> usize {
         let mut s = self.shards[i].lock();
@@ -331,10 +351,10 @@ impl FreeList {
                 break;
             }
             let vp = s.unlink(head);
-            vp.slot.store(NO_SLOT, Ordering::SeqCst);
+            vp.slot().store(NO_SLOT, Ordering::SeqCst);
             popped += 1;
             rep.attempts += 1;
-            if vp.refs.try_doom_free() {
+            if vp.refs().try_doom_free() {
                 out.push(vp);
                 got += 1;
             } else {

@@ -37,10 +37,10 @@
 use crate::config::Config;
 use crate::error::Error;
 use crate::freelist::ClaimReport;
+use crate::handle::VnodeRef;
 use crate::ids::{Ino, MountId, VType};
-use crate::mount::{FsHooks, Mount};
 use crate::namecache::NameCache;
-use crate::reclaimer::Reclaimer;
+use crate::reclaimer::{Reclaim, Reclaimer};
 use crate::refs::{Acquired, USE_ONE};
 use crate::shared::Shared;
 use crate::stats::Stats;
@@ -48,7 +48,7 @@ use crate::stats::Stats;
 use crate::sync::spin_yield;
 use crate::sync::{Arc, Mutex, Ordering};
 use crate::table::Table;
-use crate::vnode::{Vnode, VnodeData, VnodeRef, CONSTRUCTING, FAILED, LIVE};
+use crate::vnode::{FsHooks, Mount, Teardown, Vnode, VnodeData, CONSTRUCTING, FAILED, LIVE};
 
 /// Most vnodes one allocation recycles on its own path.
 const DIRECT_BATCH: usize = 8;
@@ -101,10 +101,6 @@ impl VnodeLayer {
         layer
     }
 
-    pub(crate) fn shared(&self) -> &Arc<Shared> {
-        &self.shared
-    }
-
     /// The configuration the layer was built with.
     pub fn config(&self) -> &Config {
         &self.shared.cfg
@@ -120,12 +116,13 @@ impl VnodeLayer {
     /// and `unmount` take.
     pub fn mount(&self, fs_type: &str, hooks: Arc<dyn FsHooks>) -> Arc<Mount> {
         let id = MountId(self.next_mount.fetch_add(1, Ordering::Relaxed));
+        let teardown: std::sync::Weak<dyn Teardown> = self.me.clone();
         let m = Arc::new(Mount::new(
             id,
             fs_type,
             hooks,
             self.shared.clone(),
-            self.me.clone(),
+            teardown,
         ));
         self.mounts.lock().push(m.clone());
         m
@@ -575,6 +572,22 @@ struct ConstructGuard<'a> {
     layer: &'a VnodeLayer,
     vp: &'a Arc<Vnode>,
     armed: bool,
+}
+
+impl Reclaim for VnodeLayer {
+    fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    fn reclaim_global(&self, n: usize) -> usize {
+        VnodeLayer::reclaim_global(self, n)
+    }
+}
+
+impl Teardown for VnodeLayer {
+    fn teardown(&self, vp: Arc<Vnode>) {
+        VnodeLayer::teardown(self, vp)
+    }
 }
 
 impl Drop for ConstructGuard<'_> {

@@ -91,12 +91,19 @@
 //!
 //! # Module map
 //!
-//! `refs` (the reference word) · `vnode` (vnode, `VnodeRef`, `HoldRef`) ·
-//! `freelist` (per-mount LRU lists) · `aged` (shards that publish their
-//! oldest entry's age) · `table` ((mount, ino) map) · `layer`
-//! (get, limit, recycle, prune, unmount) · `reclaimer` (background thread) ·
-//! `namecache` · `counter` · `stats` · `config` · `mount` · `sync` (std or
-//! loom primitives).
+//! Each module uses only those listed before it (`scripts/check-module-cycles.py`
+//! keeps it so):
+//!
+//! `sync` (std or loom primitives) · `ids` · `error` · `clock` · `hash`
+//! (the integer hasher of every map) · `counter` (distributed counters) ·
+//! `config` · `aged` (shards that publish their oldest entry's age) ·
+//! `refs` (the reference word) · `shared` (counters, limit and doorbell
+//! every vnode reaches) · `nclinks` (the name cache's links kept on a
+//! vnode) · `freelist` (per-mount LRU lists of anything `Listed`) ·
+//! `vnode` (the vnode and its mount, [`FsHooks`]) · `handle` ([`VnodeRef`],
+//! [`HoldRef`]) · `table` ((mount, ino) map) · `namecache` · `stats` ·
+//! `reclaimer` (background thread, over anything it can `Reclaim`) ·
+//! `layer` (get, limit, recycle, prune, unmount).
 
 #![warn(missing_docs)]
 
@@ -106,10 +113,12 @@ mod config;
 mod counter;
 mod error;
 mod freelist;
+mod handle;
+mod hash;
 mod ids;
 mod layer;
-mod mount;
 mod namecache;
+mod nclinks;
 mod reclaimer;
 mod refs;
 mod shared;
@@ -121,10 +130,10 @@ mod vnode;
 pub use config::Config;
 pub use counter::{DistCounter, StatCounter};
 pub use error::Error;
+pub use handle::{HoldRef, VnodeRef};
 pub use ids::{Ino, MountId, VType};
 pub use layer::{PruneResult, VnodeLayer};
-pub use mount::{FsHooks, Mount};
 pub use namecache::{NameCache, NcLookup, NC_NAME_MAX};
 pub use stats::Stats;
 pub use uvfs_rangelock as rangelock;
-pub use vnode::{HoldRef, Vnode, VnodeData, VnodeRef};
+pub use vnode::{FsHooks, Mount, Vnode, VnodeData};

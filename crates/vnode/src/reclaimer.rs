@@ -7,7 +7,7 @@
 //! one for one on their own path, which costs less than recycling here
 //! (see "Who recycles" in the layer's docs).
 
-use crate::layer::VnodeLayer;
+use crate::shared::{Doorbell, Shared};
 use crate::sync::{Arc, AtomicBool, Ordering};
 use std::sync::Weak;
 use std::thread::JoinHandle;
@@ -16,13 +16,22 @@ use std::thread::JoinHandle;
 /// large enough to amortise a wakeup.
 const BATCH: usize = 256;
 
+/// What the reclaimer works on: the layer, seen only through the state it
+/// shares with its vnodes and the one operation it runs.
+pub(crate) trait Reclaim: Send + Sync + 'static {
+    /// Counters, limits and the doorbell.
+    fn shared(&self) -> &Arc<Shared>;
+    /// Recycles up to `n` free vnodes across mounts; returns how many.
+    fn reclaim_global(&self, n: usize) -> usize;
+}
+
 pub(crate) struct Reclaimer {
     stop: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
 }
 
 impl Reclaimer {
-    pub(crate) fn spawn(layer: Weak<VnodeLayer>) -> std::io::Result<Reclaimer> {
+    pub(crate) fn spawn<L: Reclaim>(layer: Weak<L>) -> std::io::Result<Reclaimer> {
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
         let handle = std::thread::Builder::new()
@@ -36,7 +45,7 @@ impl Reclaimer {
 
     /// Stops the thread and joins it (unless we are that thread: the last
     /// `Arc` of the layer can be dropped by the reclaimer itself).
-    pub(crate) fn stop(&mut self, bell: &crate::shared::Doorbell) {
+    pub(crate) fn stop(&mut self, bell: &Doorbell) {
         self.stop.store(true, Ordering::Release);
         bell.shutdown();
         if let Some(h) = self.handle.take() {
@@ -47,7 +56,7 @@ impl Reclaimer {
     }
 }
 
-fn run(layer: Weak<VnodeLayer>, stop: Arc<AtomicBool>) {
+fn run<L: Reclaim>(layer: Weak<L>, stop: Arc<AtomicBool>) {
     let stopped = || stop.load(Ordering::Acquire);
     let Some(shared) = layer.upgrade().map(|l| l.shared().clone()) else {
         return;

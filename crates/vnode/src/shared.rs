@@ -4,7 +4,6 @@
 use crate::config::Config;
 use crate::counter::{DistCounter, StatCounter};
 use crate::sync::{AtomicBool, Ordering};
-use crate::vnode::Vnode;
 
 /// Event counters, named after FreeBSD's sysctls where one exists.
 #[derive(Default)]
@@ -102,7 +101,7 @@ impl Shared {
     /// nothing to recycle and left the count over the limit, that vnode is
     /// what the reclaimer has been waiting for.
     #[inline]
-    pub(crate) fn note_free(&self, _vp: &Vnode) {
+    pub(crate) fn note_free(&self) {
         if self.backlog.load(Ordering::Relaxed)
             && self.numvnodes.approx() > self.cfg.recycle_at() as isize
             && self.cfg.reclaimer

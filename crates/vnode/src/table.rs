@@ -1,49 +1,13 @@
 //! The (mount, inode) -> vnode table: many small locked shards, so lookups
 //! of different files never share a lock (FreeBSD's `vfs_hash` uses one).
 
+use crate::hash::{mix, MixBuild};
 use crate::ids::{Ino, MountId};
 use crate::sync::{Arc, Mutex, MutexGuard};
 use crate::vnode::Vnode;
 use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
-use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
-
-/// A 64-bit mixer (the finalizer of SplitMix64): spreads sequential inode
-/// numbers over shards and buckets.
-#[inline]
-pub(crate) fn mix(mut x: u64) -> u64 {
-    x ^= x >> 30;
-    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x ^= x >> 27;
-    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
-
-/// A hasher for keys that are already integers: fold with a mixer.
-#[derive(Default)]
-pub(crate) struct MixHasher(u64);
-
-impl Hasher for MixHasher {
-    fn finish(&self) -> u64 {
-        mix(self.0)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut b = [0u8; 8];
-            b[..chunk.len()].copy_from_slice(chunk);
-            self.0 = mix(self.0 ^ u64::from_le_bytes(b)).wrapping_add(chunk.len() as u64);
-        }
-    }
-    fn write_u64(&mut self, i: u64) {
-        self.0 = mix(self.0 ^ i);
-    }
-    fn write_u32(&mut self, i: u32) {
-        self.write_u64(i as u64 | 1 << 40);
-    }
-    fn write_usize(&mut self, i: usize) {
-        self.write_u64(i as u64);
-    }
-}
+use std::hash::BuildHasher;
 
 /// Inode numbers per shard run: file systems hand out inode numbers in
 /// creation order, so the files of one directory tend to be neighbours. A
@@ -58,7 +22,6 @@ pub(crate) fn shard_index(mnt: MountId, ino: Ino, n: usize) -> usize {
     mix((ino >> INO_RUN_SHIFT) ^ (mnt.0 as u64).rotate_left(48)) as usize & (n - 1)
 }
 
-pub(crate) type MixBuild = BuildHasherDefault<MixHasher>;
 pub(crate) type Key = (MountId, Ino);
 
 /// One shard's vnodes by (mount, inode). The key is not stored: every

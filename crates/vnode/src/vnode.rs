@@ -1,4 +1,10 @@
-//! The vnode and its two kinds of reference.
+//! The vnode and the mount it belongs to.
+//!
+//! One module for both because they are one ownership graph: a vnode
+//! keeps its mount alive (its hooks, free lists and counters are what its
+//! last release needs), and a mount's free lists keep its free vnodes.
+//! Everything either needs from the layer above (tearing a vnode down) it
+//! reaches through [`Teardown`], so neither depends on the layer.
 //!
 //! # Lock reference
 //!
@@ -13,14 +19,15 @@
 //! | `nc`        | its own mutex; taken after a name-cache shard lock, never before |
 //! | `ext`       | atomic; its 0 <-> nonzero edges take and drop one hold (see `ext_acquire`) |
 
+use crate::counter::DistCounter;
+use crate::freelist::{FreeList, Listed, NO_SLOT};
 use crate::ids::{Ino, MountId, VType};
-use crate::mount::Mount;
-use crate::namecache::NcLinks;
-use crate::refs::{self, Acquired, Refs, COUNTS, DOOMED, HOLD_ONE, USE_ONE};
-use crate::sync::{Arc, AtomicI16, AtomicU32, AtomicU64, AtomicU8, Mutex, Ordering};
+use crate::nclinks::NcLinks;
+use crate::refs::{self, Acquired, Refs, COUNTS, DOOMED, USE_ONE};
+use crate::shared::Shared;
+use crate::sync::{Arc, AtomicBool, AtomicI16, AtomicU32, AtomicU64, AtomicU8, Mutex, Ordering};
 use std::any::Any;
 use std::fmt;
-use std::ops::Deref;
 use std::sync::OnceLock;
 use uvfs_rangelock::RangeLock;
 
@@ -68,7 +75,7 @@ impl Vnode {
             refs: Refs::new_used(),
             ino,
             mount,
-            slot: AtomicU32::new(crate::freelist::NO_SLOT),
+            slot: AtomicU32::new(NO_SLOT),
             state: AtomicU8::new(CONSTRUCTING),
             vtype: AtomicU8::new(VType::Non as u8),
             init_err: AtomicI16::new(0),
@@ -131,12 +138,12 @@ impl Vnode {
         self.refs.load() & DOOMED != 0
     }
 
-    /// Active users ([`VnodeRef`]s) now; a vnode with users is never free.
+    /// Active users ([`VnodeRef`](crate::VnodeRef)s) now; a vnode with users is never free.
     pub fn use_count(&self) -> u32 {
         refs::uses(self.refs.load())
     }
 
-    /// Holds now: [`HoldRef`]s, the name cache's one on a directory with
+    /// Holds now: [`HoldRef`](crate::HoldRef)s, the name cache's one on a directory with
     /// entries, one for all external references. A held vnode is never
     /// recycled.
     pub fn hold_count(&self) -> u32 {
@@ -205,7 +212,7 @@ impl Vnode {
     #[cold]
     fn release_to_free(self: &Arc<Self>) {
         if self.state.load(Ordering::Acquire) & RECYCLE != 0 {
-            if let Some(layer) = self.mount.layer.upgrade() {
+            if let Some(layer) = self.mount.teardown.upgrade() {
                 // Claim it as the recycler would; if a new reference beat
                 // us, its owner's last release comes back here.
                 if self.refs.try_doom_free() {
@@ -226,7 +233,7 @@ impl Vnode {
         if self.mount.free.on_free(self) > 0 {
             let shared = &self.mount.shared;
             shared.freevnodes.add(1);
-            shared.note_free(self);
+            shared.note_free();
         }
     }
 }
@@ -245,158 +252,118 @@ impl fmt::Debug for Vnode {
     }
 }
 
-/// A use reference (FreeBSD's `vget`/`vref` ... `vrele`): the holder is an
-/// active user. Clone takes another; drop releases it.
-pub struct VnodeRef {
-    vp: Arc<Vnode>,
+/// Tears a claimed vnode down: out of every index of the layer, then the
+/// file system's reclaim hook. The layer implements it; a vnode marked
+/// `recycle_when_free` calls it from its last release.
+pub(crate) trait Teardown: Send + Sync {
+    /// `vp` is doomed, on no free list and unreferenced but for `vp`.
+    fn teardown(&self, vp: Arc<Vnode>);
 }
 
-impl VnodeRef {
-    /// Wraps an `Arc` whose use was already counted in `refs`.
-    pub(crate) fn from_counted(vp: Arc<Vnode>) -> Self {
-        VnodeRef { vp }
+impl Listed for Vnode {
+    #[inline]
+    fn refs(&self) -> &Refs {
+        &self.refs
     }
+    #[inline]
+    fn slot(&self) -> &AtomicU32 {
+        &self.slot
+    }
+}
 
-    /// Takes a hold (FreeBSD's `vhold`): pins the vnode without keeping it
-    /// active. Never fails: a used vnode is not free, so no list work.
-    pub fn hold(&self) -> HoldRef {
-        self.vp.refs.inc(HOLD_ONE);
-        HoldRef {
-            vp: self.vp.clone(),
+/// What the vnode layer calls into a file system for. Both hooks default
+/// to doing nothing.
+pub trait FsHooks: Send + Sync + 'static {
+    /// The use count fell to zero: the last open file or operation is gone
+    /// (FreeBSD's `VOP_INACTIVE`). Holds may remain. Runs outside every lock
+    /// of the layer and may race with a new user taking a reference.
+    fn inactive(&self, _vp: &Vnode) {}
+
+    /// The vnode is being recycled: no references remain and no lookup can
+    /// reach it any more (FreeBSD's `VOP_RECLAIM`). Release whatever the
+    /// vnode caches (fds, attributes). Runs outside every lock of the layer.
+    /// A fresh vnode for the same inode may be constructed concurrently.
+    fn reclaim(&self, _vp: &Vnode) {}
+}
+
+/// No hooks: for a file system whose vnodes cache nothing to release.
+impl FsHooks for () {}
+
+/// A mounted file system as the vnode layer sees it. Obtained from
+/// [`crate::VnodeLayer::mount`]; pass it to `get`, `prune`, `unmount`.
+pub struct Mount {
+    id: MountId,
+    fs_type: String,
+    pub(crate) hooks: Arc<dyn FsHooks>,
+    pub(crate) free: FreeList<Vnode>,
+    /// Vnodes of this mount that exist (constructing, live, or doomed but
+    /// not yet torn down). Distributed: every allocation and recycle
+    /// updates it, so one shared word would bounce between cores.
+    pub(crate) live: DistCounter,
+    /// Set by unmount: no new vnodes may be created.
+    pub(crate) gone: AtomicBool,
+    pub(crate) shared: Arc<Shared>,
+    /// Who tears down a vnode recycled on its last release: the layer
+    /// (weak: the layer owns its mounts).
+    pub(crate) teardown: std::sync::Weak<dyn Teardown>,
+}
+
+impl Mount {
+    pub(crate) fn new(
+        id: MountId,
+        fs_type: &str,
+        hooks: Arc<dyn FsHooks>,
+        shared: Arc<Shared>,
+        teardown: std::sync::Weak<dyn Teardown>,
+    ) -> Self {
+        Mount {
+            id,
+            fs_type: fs_type.to_string(),
+            hooks,
+            free: FreeList::new(shared.cfg.freelist_shards),
+            // Only ever read exactly (summed), so cells need never fold.
+            live: DistCounter::new(1 << 40),
+            gone: AtomicBool::new(false),
+            shared,
+            teardown,
         }
     }
 
-    /// The shared vnode (e.g. to key maps by identity).
-    pub fn arc(&self) -> &Arc<Vnode> {
-        &self.vp
+    /// The mount's number: unique in its layer for the layer's life, so it
+    /// can name the mount where a reference would keep it alive.
+    pub fn id(&self) -> MountId {
+        self.id
     }
 
-    /// Whether two references name the same vnode object.
-    pub fn ptr_eq(a: &VnodeRef, b: &VnodeRef) -> bool {
-        Arc::ptr_eq(&a.vp, &b.vp)
+    /// The file system type given to [`VnodeLayer::mount`](crate::VnodeLayer::mount), for statistics and logs.
+    pub fn fs_type(&self) -> &str {
+        &self.fs_type
     }
 
-    /// Counts `n` more external references (see [`Vnode::ext_count`]);
-    /// returns whether there were none before. The 0 -> nonzero edge
-    /// takes a hold, so the vnode is not recycled while any is counted.
-    ///
-    /// Racing with `ext_release` taking the count to 0: each edge moves
-    /// the hold count by exactly one, in whatever order the two land, and
-    /// our use reference keeps the vnode off the free list meanwhile, so
-    /// the hold count is one exactly while the count is nonzero once both
-    /// are done.
-    pub fn ext_acquire(&self, n: u64) -> bool {
-        let before = self.vp.ext.fetch_add(n, Ordering::AcqRel);
-        if before == 0 && n > 0 {
-            self.vp.refs.inc(HOLD_ONE);
-        }
-        before == 0
+    /// How many vnodes of this mount exist right now.
+    pub fn vnode_count(&self) -> usize {
+        self.live.exact().max(0) as usize
     }
 
-    /// Gives back up to `n` external references; on reaching 0 the hold
-    /// taken by `ext_acquire` goes. Returns how many were counted before,
-    /// so that a caller can tell an excess release (more than counted,
-    /// clamped to what was) from a normal one.
-    pub fn ext_release(&self, n: u64) -> u64 {
-        let mut cur = self.vp.ext.load(Ordering::Acquire);
-        loop {
-            if cur == 0 {
-                return 0;
-            }
-            let new = cur.saturating_sub(n);
-            match self
-                .vp
-                .ext
-                .compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => {
-                    if new == 0 {
-                        self.vp.release(HOLD_ONE);
-                    }
-                    return cur;
-                }
-                Err(now) => cur = now,
-            }
-        }
+    /// How many vnodes of this mount are free (recyclable) right now.
+    pub fn free_count(&self) -> usize {
+        self.free.len()
+    }
+
+    /// Whether unmount has begun: from then on `get` on this mount fails
+    /// with [`Error::MountGone`](crate::Error::MountGone).
+    pub fn is_unmounted(&self) -> bool {
+        self.gone.load(Ordering::Acquire)
     }
 }
 
-impl Clone for VnodeRef {
-    fn clone(&self) -> Self {
-        // We already hold a use, so the vnode is not free: no list work.
-        // Counted even if a forced unmount doomed it meanwhile, so the
-        // clone's drop balances (the original is just as stale).
-        self.vp.refs.inc(USE_ONE);
-        VnodeRef {
-            vp: self.vp.clone(),
-        }
-    }
-}
-
-impl Drop for VnodeRef {
-    fn drop(&mut self) {
-        self.vp.release(USE_ONE);
-    }
-}
-
-impl Deref for VnodeRef {
-    type Target = Vnode;
-    fn deref(&self) -> &Vnode {
-        &self.vp
-    }
-}
-
-impl fmt::Debug for VnodeRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.vp.fmt(f)
-    }
-}
-
-/// A hold reference (FreeBSD's `vhold` ... `vdrop`): keeps the vnode from
-/// being recycled without counting as a user. The FUSE server keeps one per
-/// node the kernel remembers; the name cache keeps one per directory with
-/// entries.
-pub struct HoldRef {
-    vp: Arc<Vnode>,
-}
-
-impl HoldRef {
-    /// Becomes a user (FreeBSD's `vget` from a held vnode). `None` only if
-    /// the vnode was doomed by a forced unmount.
-    pub fn get(&self) -> Option<VnodeRef> {
-        match self.vp.acquire(USE_ONE) {
-            Acquired::Doomed => None,
-            _ => Some(VnodeRef {
-                vp: self.vp.clone(),
-            }),
-        }
-    }
-
-    /// The held vnode, for reading its identity and counts; use
-    /// [`HoldRef::get`] to act on it as a user.
-    pub fn vnode(&self) -> &Vnode {
-        &self.vp
-    }
-}
-
-impl Clone for HoldRef {
-    fn clone(&self) -> Self {
-        self.vp.refs.inc(HOLD_ONE);
-        HoldRef {
-            vp: self.vp.clone(),
-        }
-    }
-}
-
-impl Drop for HoldRef {
-    fn drop(&mut self) {
-        self.vp.release(HOLD_ONE);
-    }
-}
-
-impl fmt::Debug for HoldRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.vp.fmt(f)
+impl std::fmt::Debug for Mount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mount")
+            .field("id", &self.id)
+            .field("fs_type", &self.fs_type)
+            .field("vnodes", &self.vnode_count())
+            .finish()
     }
 }
 

@@ -30,29 +30,27 @@
 //! # Links
 //!
 //! Each vnode keeps the [`Handle`]s of the entries under it (`src`) and
-//! naming it (`dst`) in `Vnode::nc` (`links.rs`), so purges cost the
+//! naming it (`dst`) in `Vnode::nc` (`crate::nclinks`), so purges cost the
 //! number of entries involved, never a scan. A handle is checked against
 //! the slot it names, under that shard's lock, before it is acted on.
 //! Lock order: a shard lock, then a vnode's `nc` lock. Holds are dropped
 //! and `Arc`s released only after every lock is let go, because dropping a
 //! hold can put a directory on its free list (another lock).
 
-mod links;
 mod name;
 mod shard;
 
-pub(crate) use links::NcLinks;
-
 use crate::aged::{Aged, AgedCell, AgedGuard};
 use crate::counter::{DistCounter, Rotor};
+use crate::handle::VnodeRef;
+use crate::hash::MixBuild;
 use crate::ids::MountId;
+use crate::nclinks::Handle;
 use crate::refs::{Acquired, HOLD_ONE, USE_ONE};
 use crate::shared::Shared;
 use crate::sync::Arc;
-use crate::table::MixBuild;
-use crate::vnode::{Vnode, VnodeRef};
+use crate::vnode::Vnode;
 use crossbeam_utils::CachePadded;
-use links::Handle;
 use shard::{Shard, Slot};
 use smallvec::SmallVec;
 use std::hash::BuildHasher;
@@ -139,7 +137,7 @@ impl NameCache {
     /// lookups in one busy directory still spread four ways.
     #[inline]
     fn shard_of(&self, d: usize, h: u64) -> usize {
-        let i = crate::table::mix(d as u64 >> 4) ^ (h & 3);
+        let i = crate::hash::mix(d as u64 >> 4) ^ (h & 3);
         i as usize & (self.shards.len() - 1)
     }
 

@@ -10,7 +10,7 @@
 //! of slot numbers; LRU order and the free slots are chains of slot
 //! numbers through the slots themselves (`prev`/`next`), as the free-vnode
 //! lists chain theirs. Everything here is plain data under the shard's
-//! mutex; the vnodes' links to entries ([`super::links`]) are the caller's.
+//! mutex; the vnodes' links to entries ([`crate::nclinks`]) are the caller's.
 //!
 //! # Compaction
 //!

@@ -12,7 +12,7 @@
 //! lock together with the entry, and a shard's compaction rewrites the
 //! handles of the entries it moves while it holds that lock.
 
-use crate::table::MixBuild;
+use crate::hash::MixBuild;
 use std::collections::HashSet;
 
 /// Where an entry lives: shard index in the high half, slot in the low.
