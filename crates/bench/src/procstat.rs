@@ -1,6 +1,7 @@
 //! What a FUSE server process holds, read from `/proc/PID`: open fds,
-//! resident memory, its fd limit; and [`Sampler`], a thread that polls them
-//! while a benchmark pass runs and keeps the peaks.
+//! resident memory, its fd limit; [`Sampler`], a thread that polls them
+//! while a benchmark pass runs and keeps the peaks; and the CPU time the
+//! process has used (`process_cpu_secs`, `process_cpu_secs_fine`).
 //!
 //! # Why poll
 //! The questions are "did the server stay under its fd budget" and "how
@@ -183,6 +184,49 @@ impl Sampler {
     }
 }
 
+/// utime + stime (clock ticks) from the text of `/proc/PID/stat`.
+pub fn parse_proc_stat_ticks(text: &str) -> Option<u64> {
+    // The command name (field 2) is in parentheses and may hold spaces and
+    // parentheses itself; fields are counted after the last ')'.
+    let rest = &text[text.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // f[0] is field 3 (state): utime is field 14, stime field 15.
+    let utime: u64 = f.get(11)?.parse().ok()?;
+    let stime: u64 = f.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// CPU seconds used so far by process `pid` (10 ms resolution).
+pub fn process_cpu_secs(pid: u32) -> io::Result<f64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let ticks = parse_proc_stat_ticks(&text)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bad /proc/PID/stat"))?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
+    Ok(ticks as f64 / hz as f64)
+}
+
+/// CPU time of a process's live threads, in seconds, to the nanosecond
+/// (the scheduler's run time in `/proc/PID/task/*/schedstat`; the clock
+/// ticks of `/proc/PID/stat` are 10 ms, too coarse for a pass of a tenth
+/// of a second). Threads that exited are not counted.
+pub fn process_cpu_secs_fine(pid: u32) -> io::Result<f64> {
+    let mut ns: u64 = 0;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let path = t?.path().join("schedstat");
+        // A thread may exit between the listing and the read.
+        let Ok(text) = std::fs::read_to_string(path) else {
+            continue;
+        };
+        ns += text
+            .split_whitespace()
+            .next()
+            .and_then(|x| x.parse::<u64>().ok())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bad schedstat"))?;
+    }
+    Ok(ns as f64 / 1e9)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,5 +313,20 @@ mod tests {
         // A process that does not exist yields no readings, not an error.
         let gone = Sampler::start(u32::MAX - 1, Duration::from_millis(1));
         assert_eq!(gone.stop().samples, 0);
+    }
+
+    #[test]
+    fn proc_stat_cpu_ticks() {
+        // A command name with a space and a parenthesis, as allowed.
+        let t = "4242 (uvfs (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 \
+                 157 43 0 0 20 0 5 0 12345 1000000 200 18446744073709551615";
+        assert_eq!(parse_proc_stat_ticks(t), Some(200));
+        assert_eq!(parse_proc_stat_ticks("1 (short) S 1 2"), None);
+        assert_eq!(parse_proc_stat_ticks("garbage"), None);
+    }
+
+    #[test]
+    fn own_process_cpu_is_readable() {
+        assert!(process_cpu_secs(std::process::id()).unwrap() >= 0.0);
     }
 }

@@ -54,7 +54,7 @@ pub use rows::{add_ratios, build_row, chart, check, summary, COLUMNS, OPS};
 
 use crate::fuse_mount::{self, ScratchDir, ServerMount, Tmpfs};
 use crate::peers::{PeerKind, PeerMount, PeerOptions};
-use crate::procstat::{Sampler, DEFAULT_PERIOD};
+use crate::procstat::{self, Sampler, DEFAULT_PERIOD};
 use crate::report::{Progress, Report};
 use crate::CommonOpts;
 use passes::{check_room, copy_file, drop_all_caches, mem_available, read_file, write_file, Timed};
@@ -312,11 +312,11 @@ fn watched(t: &Target, op: &str, io: impl FnOnce() -> io::Result<Timed>) -> Pass
     };
     let pid = t.server.as_ref().and_then(Server::pid);
     let before = uvfs.and_then(|m| m.sample().ok());
-    let cpu0 = pid.and_then(|p| fuse_mount::process_cpu_secs(p).ok());
+    let cpu0 = pid.and_then(|p| procstat::process_cpu_secs(p).ok());
     let sampler = pid.map(|p| Sampler::start(p, DEFAULT_PERIOD));
     let r = io();
     let peaks = sampler.map(Sampler::stop).filter(|p| p.samples > 0);
-    let cpu1 = pid.and_then(|p| fuse_mount::process_cpu_secs(p).ok());
+    let cpu1 = pid.and_then(|p| procstat::process_cpu_secs(p).ok());
     let requests = match (uvfs, before) {
         (Some(m), Some(b)) => m.sample().ok().map(|a| {
             let d = b.delta(&a);

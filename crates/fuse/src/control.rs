@@ -166,7 +166,7 @@ const STALE_AGE: Duration = Duration::from_secs(10);
 /// Removes the sockets in `dir` of servers that are gone (killed with
 /// SIGKILL, say, which leaves no time to remove them): nothing listens on
 /// them (ECONNREFUSED) and they are older than `min_age`. Without this
-/// they stayed until a mount at the same path replaced them.
+/// they would stay until a mount at the same path replaced them.
 fn sweep_stale(dir: &Path, min_age: Duration) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;

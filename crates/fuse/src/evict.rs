@@ -45,13 +45,14 @@
 //!
 //! # Keeping up
 //! Asking is not enough when the kernel looks names up faster than it
-//! forgets them: served through io_uring, a `find` over 200,000 files
-//! took the held count to 55,683 for a limit of 50,000 (through /dev/fuse
-//! the round trips had kept it under). So a LOOKUP or READDIRPLUS served
-//! by an io_uring queue thread that finds the held count past 15/16 of the
-//! limit waits first, at most
-//! [`MAX_THROTTLE`], for the evictor to bring it back (woken after each
-//! batch): the walk slows to what eviction sustains. Nodes the kernel
+//! forgets them: served through io_uring, round trips are short enough
+//! that a `find` takes the held count well past the limit (through
+//! /dev/fuse they are slow enough for the FORGETs to keep up; the figures
+//! are in docs/results.md, "FUSE over io_uring"). So a LOOKUP or
+//! READDIRPLUS served by an io_uring queue thread that finds the held
+//! count past 15/16 of the limit waits first, at most [`MAX_THROTTLE`],
+//! for the evictor to bring it back (woken after each batch): the walk
+//! slows to what eviction sustains. Nodes the kernel
 //! keeps (in use) end the wait at its bound, and the request goes on: the
 //! layer overcommits rather than fail. The /dev/fuse loops never wait:
 //! they are the ones that read the FORGETs.

@@ -6,7 +6,7 @@
 //! taken as "still mounted"; fixed upstream after 0.18.0, cberner/fuser
 //! PR 703). So after `umount MNT`, a server slow to exit unmounted
 //! whatever was mounted on MNT by then: `umount MNT; uvfs mount MNT`
-//! lost the new mount about one time in two under load (seen in CI).
+//! could lose the new mount to the old server.
 //!
 //! Here, as root, uvfs mounts with mount(2) and hands fuser only the
 //! device fd (`Session::from_fd`), so fuser never unmounts anything.
@@ -266,8 +266,8 @@ impl KernelMount {
         // now holds a reference on the mount for a moment, and so does a
         // child that another thread of this process forked and has not yet
         // exec'd (it holds copies of every fd open at the fork; O_CLOEXEC
-        // closes them only at the exec). Seen once in CI: a test's unmount
-        // right after its last close while another test spawned programs.
+        // closes them only at the exec): a test's unmount right after its
+        // last close while another test spawns programs, say.
         // A mount kept busy by open files or a working directory still
         // fails, after these retries.
         let mut tries = 0;

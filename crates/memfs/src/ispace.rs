@@ -10,9 +10,8 @@
 //! `xattr_cost` (tmpfs's `simple_xattr_space`). So an unprivileged user
 //! cannot make the server's memory grow without bound through names,
 //! links or attributes any more than through data; without a limit a
-//! loop creating empty files took 1.1 KB of server memory per file until
-//! the machine ran out. What does not fit fails with `ENOSPC` and changes
-//! nothing.
+//! loop creating empty files grows the server's memory until the machine
+//! runs out. What does not fit fails with `ENOSPC` and changes nothing.
 //!
 //! # Who takes and who gives back
 //! - an inode's `INODE_COST`: taken by whoever builds it (`MemFs::new`

@@ -155,7 +155,7 @@ pub(super) fn pass(
         .map(|pid| Sampler::start(pid, procstat::DEFAULT_PERIOD));
     let server_cpu = || {
         t.pid()
-            .and_then(|p| fuse_mount::process_cpu_secs_fine(p).ok())
+            .and_then(|p| procstat::process_cpu_secs_fine(p).ok())
     };
     let (scpu0, wcpu0) = (server_cpu(), crate::cputime::process_cpu());
     let (w, killed) = with_watchdog(t.pid(), PASS_LIMIT, || walk_all(&t.root, shape, threads));

@@ -511,3 +511,13 @@ pub fn open_handle(dir: &Path, h: &(i32, Vec<u8>)) -> std::io::Result<std::fs::F
     // SAFETY: a fresh fd that nothing else owns.
     Ok(unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) })
 }
+
+/// The next line a child process printed (its stdout piped).
+pub fn said(c: &mut std::process::Child) -> String {
+    use std::io::BufRead;
+    let mut line = String::new();
+    std::io::BufReader::new(c.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    line.trim().to_string()
+}
