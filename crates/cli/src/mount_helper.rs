@@ -128,15 +128,26 @@ pub fn helper(a: &HelperArgs) -> io::Result<()> {
 }
 
 /// `-o remount,...`: sets the mount's read-only and other flags with
-/// mount(2), as FUSE allows (its server is not involved: a read-only
-/// passthrough made writable still refuses every change).
+/// mount(2), as FUSE allows (a read-only passthrough made writable still
+/// refuses every change), then tells the server, which the kernel does
+/// not: the server applies the atime flags itself (the kernel moves no
+/// FUSE file's atime). A server that cannot be told (one started by
+/// another user, or gone) is warned about, not failed: the flags are set.
 fn remount_flags(o: &MountOpts) -> io::Result<()> {
     use rustix::mount::{mount_remount, MountFlags};
     let flags = o.mount_flags | if o.read_only { libc::MS_RDONLY } else { 0 };
     mount_remount(&o.mountpoint, MountFlags::from_bits_retain(flags as _), c"").map_err(|e| {
         let e = io::Error::from(e);
         io::Error::new(e.kind(), format!("remount {}: {e}", o.mountpoint.display()))
-    })
+    })?;
+    if let Err(e) = uvfs_fuse::notify_remounted(&o.mountpoint) {
+        eprintln!(
+            "mount.uvfs: remounted {}, but its server was not told ({e}): it keeps \
+             applying the atime flags it had",
+            o.mountpoint.display()
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -9,8 +9,9 @@
 //! mode 0600: the statistics are the server owner's.
 //!
 //! # Protocol
-//! The client sends one line, `stats` or `check` (see `stats.rs`), and
-//! reads one JSON object until end of file.
+//! The client sends one line, `stats` or `check` (see `stats.rs`),
+//! `upgrade` (`upgrade/`) or `remounted` (`notify_remounted`), and reads
+//! one JSON object until end of file.
 
 use crate::server::Inner;
 use crate::stats;
@@ -241,6 +242,20 @@ fn serve_one(
         });
         return written;
     }
+    if line.trim() == "remounted" {
+        // Nothing in the request is trusted: the flags are the kernel's.
+        let v = match crate::mountinfo::flags_of(Path::new(mp)) {
+            Some(flags) => {
+                inner.fs.remounted(flags);
+                serde_json::json!({ "ok": true, "flags": flags })
+            }
+            None => {
+                serde_json::json!({ "error": format!("{mp} is not in this server's mountinfo") })
+            }
+        };
+        let mut w = &conn;
+        return w.write_all(format!("{v}\n").as_bytes());
+    }
     let check = line.trim() == "check";
     let v = stats::report(inner, mp, check);
     let mut w = &conn;
@@ -266,6 +281,24 @@ pub fn request_upgrade(
     let mut buf = String::new();
     s.read_to_string(&mut buf)?;
     serde_json::from_str(&buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+/// Tells the server of `mountpoint` that the mount's flags changed
+/// (`mount -o remount`), which the kernel does not: the server reads them
+/// from the kernel and applies the atime flags (`FileSystem::remounted`).
+/// Returns once it has.
+pub fn notify_remounted(mountpoint: &Path) -> std::io::Result<()> {
+    let mut s = connect(mountpoint)?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    s.write_all(b"remounted\n")?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf)?;
+    let v: serde_json::Value = serde_json::from_str(&buf)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+    match v.get("error").and_then(|e| e.as_str()) {
+        Some(e) => Err(std::io::Error::other(e.to_string())),
+        None => Ok(()),
+    }
 }
 
 /// Asks the server of `mountpoint` for its report (`check` purges the

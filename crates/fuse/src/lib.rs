@@ -191,7 +191,8 @@ mod write_stall;
 
 pub use caps::has_cap_sys_admin;
 pub use control::{
-    answers, fallback_log_path, normalize_mountpoint, query, request_upgrade, socket_paths,
+    answers, fallback_log_path, normalize_mountpoint, notify_remounted, query, request_upgrade,
+    socket_paths,
 };
 pub use daemon::{daemonize, Readiness};
 pub use fusermount::{allow_other_refused, user_allow_other};

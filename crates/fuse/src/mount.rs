@@ -486,6 +486,11 @@ fn start_around(
     if let Some(dev) = dev {
         fs.mounted_as(dev);
     }
+    // The kernel's atime flags of the mount, which the file system
+    // applies itself (a remount tells it again: `control.rs`).
+    if let Some(flags) = mountinfo::flags_of(mountpoint) {
+        fs.remounted(flags);
+    }
     // A read-only superblock keeps its atimes: nothing to refresh; with a
     // short attribute timeout nothing refreshed would last until used.
     let worth = cfg.timeouts.attr >= crate::refresh::MIN_ATTR_TIMEOUT;

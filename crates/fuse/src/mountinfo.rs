@@ -77,6 +77,46 @@ pub(crate) fn owner_of(mountpoint: &Path) -> Option<u32> {
     )
 }
 
+/// The flags of the mount on `mountpoint` in mountinfo `text` (the one on
+/// top) that its server applies itself (`FileSystem::remounted`), from
+/// its per-mount options: `MS_RDONLY`, `MS_NOATIME`, `MS_NODIRATIME`,
+/// `MS_RELATIME`, and `MS_STRICTATIME` where it shows neither `noatime`
+/// nor `relatime` (mountinfo names no `strictatime`; to mount(2), no
+/// atime flag means `relatime`).
+pub(crate) fn flags_in(text: &str, mountpoint: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let want = mountpoint.as_os_str().as_bytes();
+    let opts = text.lines().rev().find_map(|l| {
+        let mut f = l.split(' ');
+        let mp = f.nth(4)?;
+        let opts = f.next()?;
+        (unescape(mp) == want).then_some(opts)
+    })?;
+    let flags = opts.split(',').fold(0, |flags, o| {
+        flags
+            | match o {
+                "ro" => libc::MS_RDONLY,
+                "noatime" => libc::MS_NOATIME,
+                "nodiratime" => libc::MS_NODIRATIME,
+                "relatime" => libc::MS_RELATIME,
+                _ => 0,
+            }
+    });
+    Some(if flags & (libc::MS_NOATIME | libc::MS_RELATIME) == 0 {
+        flags | libc::MS_STRICTATIME
+    } else {
+        flags
+    })
+}
+
+/// The flags (`flags_in`) of the mount on `mountpoint` now, if listed.
+pub(crate) fn flags_of(mountpoint: &Path) -> Option<u64> {
+    flags_in(
+        &std::fs::read_to_string("/proc/self/mountinfo").ok()?,
+        mountpoint,
+    )
+}
+
 /// Whether any mount in mountinfo `text` is of device `dev`.
 pub(crate) fn lists_device(text: &str, dev: u64) -> bool {
     text.lines().any(|l| {
@@ -123,6 +163,24 @@ mod tests {
             device_in("garbage\n1 2 x:y / /tmp/x rw\n", Path::new("/tmp/x")),
             None
         );
+    }
+
+    #[test]
+    fn per_mount_flags_of_the_mount_on_top() {
+        let text = format!(
+            "{TEXT}43 22 0:56 / /m ro,noatime,nodiratime - fuse.uvfs m rw,user_id=0\n\
+             44 22 0:57 / /s rw,nosuid - fuse.uvfs s rw,user_id=0\n"
+        );
+        let f = |m: &str| flags_in(&text, Path::new(m));
+        assert_eq!(f("/"), Some(libc::MS_RELATIME));
+        assert_eq!(
+            f("/m"),
+            Some(libc::MS_RDONLY | libc::MS_NOATIME | libc::MS_NODIRATIME)
+        );
+        // strictatime: neither noatime nor relatime.
+        assert_eq!(f("/s"), Some(libc::MS_STRICTATIME));
+        assert_eq!(f("/tmp/x"), Some(libc::MS_STRICTATIME));
+        assert_eq!(f("/nowhere"), None);
     }
 
     #[test]

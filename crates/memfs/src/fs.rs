@@ -61,7 +61,7 @@ pub struct MemFs {
     /// Inodes in memory and the inode budget (`ispace.rs`).
     pub(crate) ispace: Arc<Ispace>,
     /// When reads move access times (`atime.rs`).
-    pub(crate) atime: crate::atime::AtimeRule,
+    pub(crate) atime: crate::atime::AtimeCell,
     /// Nameless inodes a predecessor handed over (`handover.rs`).
     pub(crate) kept: Mutex<crate::kept::KeptInodes>,
 }
@@ -106,7 +106,7 @@ impl MemFs {
     /// `inode`'s contents were read: its atime moves as the mount's rule
     /// says (`atime.rs`).
     pub(crate) fn accessed(&self, inode: &crate::inode::Inode, now: uvfs_vfs::Timespec) {
-        self.atime.touch(inode, now);
+        self.atime.get().touch(inode, now);
     }
 
     /// A memfs mounted on `layer` with no inode yet, its inode budget
@@ -121,7 +121,7 @@ impl MemFs {
             budget: Arc::new(Budget::new(limit)),
             rename_lock: Mutex::new(()),
             ispace: Arc::new(Ispace::new(cfg.inode_limit)),
-            atime: cfg.atime,
+            atime: crate::atime::AtimeCell::new(cfg.atime),
             kept: Default::default(),
         }
     }

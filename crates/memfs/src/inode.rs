@@ -86,12 +86,16 @@ impl Meta {
     /// cleaners) is answered while a file read over and over costs no
     /// metadata write per read.
     pub fn touch_accessed(&mut self, now: Timespec) {
-        if self.atime <= self.mtime
-            || self.atime <= self.ctime
-            || now.sec.saturating_sub(self.atime.sec) >= RELATIME_SECS
-        {
+        if self.relatime_moves(now) {
             self.atime = now;
         }
+    }
+
+    /// Whether `relatime` moves atime at a read `now`.
+    pub(crate) fn relatime_moves(&self, now: Timespec) -> bool {
+        self.atime <= self.mtime
+            || self.atime <= self.ctime
+            || now.sec.saturating_sub(self.atime.sec) >= RELATIME_SECS
     }
 }
 

@@ -180,6 +180,20 @@ impl FileSystem for MemFs {
         self.do_set_flags(ctx, vp, flags)
     }
 
+    fn remounted(&self, flags: u64) {
+        self.atime.set(crate::atime::AtimeRule::from_mount_flags(
+            flags as libc::c_ulong,
+        ));
+    }
+
+    fn read_moves_atime(&self, vp: &VnodeRef) -> bool {
+        self.inode_of(vp).is_ok_and(|inode| {
+            self.atime
+                .get()
+                .would_touch(inode, uvfs_vfs::Timespec::now())
+        })
+    }
+
     fn posix_acls(&self) -> bool {
         true
     }

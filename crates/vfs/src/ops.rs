@@ -415,6 +415,24 @@ pub trait FileSystem: Send + Sync + 'static {
     /// on a request only it can answer. The default ignores it.
     fn mounted_as(&self, _dev: u64) {}
 
+    /// The mount's flags as the kernel holds them now (mount(2)'s
+    /// `MS_RDONLY`, `MS_NOATIME`, `MS_NODIRATIME`, `MS_RELATIME`,
+    /// `MS_STRICTATIME`): told once mounted and
+    /// after every `mount -o remount`. The kernel moves no atime of a FUSE
+    /// file itself (it leaves them to the server) and tells the server of
+    /// no remount, so a file system that keeps atimes applies these. The
+    /// default ignores them.
+    fn remounted(&self, _flags: u64) {}
+
+    /// Whether a read of `vp`'s contents now would move its atime. A read
+    /// the kernel serves from its page cache never reaches the file
+    /// system: an open of such a file has the kernel drop its cached
+    /// pages (no `FOPEN_KEEP_CACHE`), so the first read reaches the file
+    /// system and moves the atime. The default: never.
+    fn read_moves_atime(&self, _vp: &VnodeRef) -> bool {
+        false
+    }
+
     /// Reserves `n` descriptors of the file system's fd budget for ones the
     /// server opens beside its requests (the directory refresher's clone of
     /// the mount and a path in it, for a moment): a file system that bounds

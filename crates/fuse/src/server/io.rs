@@ -312,13 +312,15 @@ impl Server {
                 return Err(Errno::EROFS);
             }
             let fh = i.fs.open(c, &vp, open_flags(flags.0, kill_suidgid))?;
-            Ok(i.open_file(ino.0, vp, fh, flags.0, true, |fd| reply.open_backing(fd)))
+            let fopen = i.fopen_flags_for(&vp);
+            let (h, id) = i.open_file(ino.0, vp, fh, flags.0, true, |fd| reply.open_backing(fd));
+            Ok((h, id, fopen))
         });
         match r {
-            Ok((h, Some(id))) => {
+            Ok((h, Some(id), _)) => {
                 reply.opened_passthrough(FileHandle(h), self.inner.kernel_io_flags(), &id)
             }
-            Ok((h, None)) => reply.opened(FileHandle(h), self.inner.fopen_flags()),
+            Ok((h, None, fopen)) => reply.opened(FileHandle(h), fopen),
             Err(e) => reply.error(errno(e)),
         }
     }

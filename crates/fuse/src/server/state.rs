@@ -99,6 +99,20 @@ impl Inner {
         f
     }
 
+    /// `fopen_flags` for an OPEN of `vp`: without `FOPEN_KEEP_CACHE` if a
+    /// read now would move its atime (`FileSystem::read_moves_atime`),
+    /// so that the kernel drops the cached pages and the first read
+    /// reaches the file system, which moves the atime; a read served from
+    /// the page cache would leave it where it was.
+    pub(super) fn fopen_flags_for(&self, vp: &VnodeRef) -> FopenFlags {
+        let f = self.fopen_flags();
+        if self.fs.read_moves_atime(vp) {
+            f - FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            f
+        }
+    }
+
     /// Makes the kernel drop node `node`'s cached attributes (not its
     /// pages): `FUSE_NOTIFY_INVAL_INODE` with a negative offset. Sent
     /// before the reply to the open that needs it; the kernel applies no
