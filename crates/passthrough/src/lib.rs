@@ -32,7 +32,7 @@
 //! handles) · `remembered` (handles of recycled nodes) · `by_ino` (ids the
 //! source resolves by itself) · `inodes` (node
 //! ids) · `node` (per-vnode data) · `creds` (creating as the caller) ·
-//! `fs` (construction, lookup, reopen) · `namei`, `io`, `dir`, `attrs`
+//! `fs` (construction; `fs::resolve` lookup and reopen, `fs::stat`, `fs::create`) · `namei`, `io`, `dir`, `attrs`
 //! (the operations) · `plus_load` (how busy READDIRPLUS is) · `prefetch`
 //! (directory readahead) · `open` (open files) · `locks` (file locks kept
 //! on the backing files) and `lock_owners` (each owner's description) ·
