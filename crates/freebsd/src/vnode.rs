@@ -121,7 +121,7 @@ pub(crate) struct Interlocked {
     pub data: Option<VData>,
 }
 
-/// A vnode. Reach it through [`VRef`] or [`HoldRef`].
+/// A vnode. Reach it through [`VRef`](crate::VRef) or [`HoldRef`](crate::HoldRef).
 pub struct Vnode {
     pub(crate) idx: u32,
     pub(crate) gen: AtomicU64,
