@@ -33,10 +33,9 @@ use std::time::Duration;
 
 use crate::kernel::Kernel;
 use crate::list::{Entry, VnodeList};
-use crate::mount::Mount;
 use crate::stats;
 use crate::tunables::VNLRU_COUNT_SLOP;
-use crate::vnode::{Interlocked, VType, Vnode, VHOLD_NO_SMR};
+use crate::vnode::{Interlocked, Mount, VType, Vnode, VHOLD_NO_SMR};
 use crate::Variant;
 
 /// `hz` ticks, i.e. one second: the sleep of `vn_alloc_hard` and

@@ -16,56 +16,16 @@
 //!   `vgone`s and `vput`s its own vnode (the loser frees its vnode).
 //!   Otherwise insert.
 //! * `vfs_hash_remove`: called from `VOP_RECLAIM` (here from `vgonel`).
+//!
+//! The table itself ([`VfsHash`](crate::kernel::VfsHash)) is kernel-wide
+//! state, in `kernel.rs`.
 
-use crossbeam_utils::CachePadded;
-use parking_lot::RwLock;
 use std::sync::Arc;
 
-use crate::kernel::Kernel;
-use crate::mount::Mount;
-use crate::refs::VGetState;
-use crate::vnode::{VRef, Vnode};
+use crate::kernel::{HashEntry, Kernel};
+use crate::refs::{VGetState, VRef};
+use crate::vnode::{Mount, Vnode};
 use crate::ENOENT;
-
-struct HashEntry {
-    mnt: u32,
-    ino: u64,
-    vp: Arc<Vnode>,
-}
-
-pub(crate) struct VfsHash {
-    tbl: CachePadded<RwLock<Vec<Vec<HashEntry>>>>,
-    mask: usize,
-}
-
-/// `hashinit`: the largest power of two not above `elements`.
-fn hashinit_size(elements: usize) -> usize {
-    let mut size = 1usize;
-    while size <= elements {
-        size <<= 1;
-    }
-    (size >> 1).max(1)
-}
-
-/// `mnt_hashseed` stand-in: a fixed scramble of the mount id.
-fn hashseed(mnt: u32) -> usize {
-    (mnt as usize).wrapping_mul(0x9E37_79B9)
-}
-
-impl VfsHash {
-    pub(crate) fn new(desiredvnodes: usize) -> Self {
-        let size = hashinit_size(desiredvnodes);
-        Self {
-            tbl: CachePadded::new(RwLock::new((0..size).map(|_| Vec::new()).collect())),
-            mask: size - 1,
-        }
-    }
-
-    /// `vfs_hash_bucket`: file systems pass the inode number as the hash.
-    fn bucket(&self, mnt: u32, ino: u64) -> usize {
-        (ino as usize).wrapping_add(hashseed(mnt)) & self.mask
-    }
-}
 
 /// Outcome of [`Kernel::vfs_hash_insert`].
 pub(crate) enum HashInsert {

@@ -17,22 +17,35 @@
 //!
 //! # Map
 //!
+//! Each module uses only modules listed below it, so no two import each
+//! other. FreeBSD's shape (one kernel-wide state that every function
+//! reaches) is kept by making the functions `Kernel` methods in modules
+//! above the state, and the records and structures the state holds
+//! modules below it.
+//!
 //! | file | FreeBSD |
 //! |---|---|
-//! | `list.rs` | `vnode_list`, markers |
-//! | `freevnodes.rs` | `freevnodes` + per-CPU slop |
-//! | `tunables.rs` | `desiredvnodes`, `vnlru_recalc` |
-//! | `alloc.rs` | `vn_alloc`, `vn_alloc_hard` ([`Variant`]), `getnewvnode`, `freevnode` |
-//! | `refs.rs` | `vhold`, `vdrop`, `vget`, `vrele`, `vput_final` |
-//! | `vdbatch.rs` | per-CPU requeue batches |
-//! | `vgone.rs` | `vgonel`, `vtryrecycle` |
-//! | `vnlru.rs` | `vnlru_free_impl`, `vnlru_free_vfsops`, `vlrureclaim` |
+//! | *operations* (`impl Kernel`) | |
+//! | `vfs.rs` | the public face, [`FreeBsdVfs`] (`dounmount`, sysctls) |
 //! | `daemon.rs` | `vnlru_proc` |
-//! | `zone.rs` | `vnode_zone` (UMA) |
+//! | `alloc.rs` | `vn_alloc`, `vn_alloc_hard` ([`Variant`]), `getnewvnode`, `freevnode` |
+//! | `vnlru.rs` | `vnlru_free_impl`, `vnlru_free_vfsops`, `vlrureclaim` |
+//! | `vgone.rs` | `vgonel`, `vtryrecycle` |
 //! | `hash.rs` | `vfs_hash.c` |
 //! | `namecache.rs` | `vfs_cache.c` (locked paths) |
-//! | `mount.rs` | `struct mount`, `insmntque`, `vflush` |
+//! | `mount.rs` | `insmntque`, `vflush` |
+//! | `vdbatch.rs` | per-CPU requeue batches |
+//! | `refs.rs` | `vhold`, `vdrop`, `vget`, `vrele`, `vput_final`; [`VRef`], [`HoldRef`] |
+//! | *state* | |
+//! | `kernel.rs` | the file-scope statics, gathered in one struct, with `vfs_hash_tbl`, the name cache's tables, `vdbatch`, the mount list |
+//! | *records and self-contained structures* | |
+//! | `list.rs` | `vnode_list`, markers |
+//! | `zone.rs` | `vnode_zone` (UMA) |
+//! | `freevnodes.rs` | `freevnodes` + per-CPU slop |
+//! | `tunables.rs` | `desiredvnodes`, `vnlru_recalc` |
 //! | `stats.rs` | the sysctl counters |
+//! | `pcpu.rs` | `curcpu` |
+//! | `vnode.rs` | `struct vnode`, `struct mount` ([`Hooks`]: its VOPs), `v_cache_src`/`v_cache_dst` |
 //!
 //! # Per-CPU state
 //!
@@ -61,12 +74,12 @@ mod zone;
 #[cfg(test)]
 mod tests;
 
-pub use mount::Hooks;
 pub use namecache::CacheLookup;
+pub use refs::{HoldRef, VRef};
 pub use stats::FreeBsdStats;
 pub use tunables::MAXVNODES_MAX;
 pub use vfs::FreeBsdVfs;
-pub use vnode::{HoldRef, VData, VRef, VType, Vnode};
+pub use vnode::{Hooks, VData, VType, Vnode};
 
 /// Which side of seed 000 (FreeBSD commit 054f45e026d8, "vfs: further speed
 /// up continuous free vnode recycle") `vn_alloc` replicates.

@@ -1,4 +1,6 @@
-//! Mount points: registration, the per-mount vnode list, `vflush`.
+//! Putting a vnode on its mount (`insmntque`) and flushing a mount
+//! (`vflush`). The record (`struct mount`) is in `vnode.rs`, the mount
+//! table in `kernel.rs`.
 //!
 //! # FreeBSD
 //!
@@ -19,96 +21,12 @@
 //! marker; there is no root vnode special case, no `SKIPSYSTEM` or
 //! `WRITECLOSE`.
 
-use parking_lot::{Mutex, RwLock};
-use std::any::Any;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 
 use crate::kernel::Kernel;
-use crate::vnode::Vnode;
-use crate::{MountId, EBUSY};
-
-/// The file system side of a mount: the vnode operations this replica
-/// calls back (`VOP_NEED_INACTIVE`, `VOP_INACTIVE`, `VOP_RECLAIM`).
-pub trait Hooks: Send + Sync {
-    /// `VOP_NEED_INACTIVE`: should the last `vrele` lock the vnode and call
-    /// [`Hooks::inactive`]? FreeBSD's default (`vop_stdneed_inactive`)
-    /// says yes.
-    fn need_inactive(&self, _ino: u64) -> bool {
-        true
-    }
-    /// `VOP_INACTIVE`: the last use reference went away.
-    fn inactive(&self, _ino: u64) {}
-    /// `VOP_RECLAIM`: the vnode is being recycled; `data` is what the
-    /// constructor returned, dropped right after this call.
-    fn reclaim(&self, _ino: u64, _data: &(dyn Any + Send + Sync)) {}
-}
-
-/// `struct mount`.
-pub(crate) struct Mount {
-    pub id: u32,
-    /// Stand-in for `mnt_op`.
-    pub fs_type: u32,
-    pub hooks: Arc<dyn Hooks>,
-    /// `mnt_nvnodelist`, keyed by the vnode's list index.
-    pub vnodes: Mutex<HashMap<u32, Arc<Vnode>>>,
-    /// `MNTK_UNMOUNT`: `insmntque` refuses new vnodes.
-    pub unmounting: AtomicBool,
-}
-
-/// The mount table and the file system type registry.
-#[derive(Default)]
-pub(crate) struct Mounts {
-    table: RwLock<HashMap<u32, Arc<Mount>>>,
-    fs_types: Mutex<Vec<String>>,
-    /// Per file system type marker for `vnlru_free_vfsops`
-    /// (`vnlru_alloc_marker`, as ZFS allocates one for `arc_prune`).
-    pub markers: Mutex<HashMap<u32, u32>>,
-    next_id: AtomicU32,
-}
-
-impl Mounts {
-    /// The id of a file system type, registering it if `create`.
-    pub(crate) fn fs_type_id(&self, name: &str, create: bool) -> Option<u32> {
-        let mut t = self.fs_types.lock();
-        if let Some(i) = t.iter().position(|n| n == name) {
-            return Some(i as u32);
-        }
-        if !create {
-            return None;
-        }
-        t.push(name.to_owned());
-        Some((t.len() - 1) as u32)
-    }
-
-    pub(crate) fn get(&self, id: MountId) -> Option<Arc<Mount>> {
-        self.table.read().get(&id.0).cloned()
-    }
-
-    pub(crate) fn add(&self, fs_type: &str, hooks: Arc<dyn Hooks>) -> MountId {
-        let fs_type = self.fs_type_id(fs_type, true).unwrap_or(0);
-        let id = self.next_id.fetch_add(1, SeqCst);
-        let mp = Arc::new(Mount {
-            id,
-            fs_type,
-            hooks,
-            vnodes: Mutex::new(HashMap::new()),
-            unmounting: AtomicBool::new(false),
-        });
-        self.table.write().insert(id, mp);
-        MountId(id)
-    }
-
-    pub(crate) fn remove(&self, id: MountId) -> Option<Arc<Mount>> {
-        self.table.write().remove(&id.0)
-    }
-
-    /// Every mount, taken out of the table.
-    pub(crate) fn take_all(&self) -> Vec<Arc<Mount>> {
-        self.table.write().drain().map(|(_, m)| m).collect()
-    }
-}
+use crate::vnode::{Mount, Vnode};
+use crate::EBUSY;
 
 impl Kernel {
     /// `insmntque1`: put a new vnode on its mount; `EBUSY` while unmounting.

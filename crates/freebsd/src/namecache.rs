@@ -30,57 +30,19 @@
 //! No lockless (SMR) fast path, no `..` entries or timestamps, one
 //! negative FIFO instead of FreeBSD's per-CPU negative lists with hot and
 //! cold promotion, bound `ncsize / ncnegfactor (5)` for negatives.
+//!
+//! The tables and counters ([`NameCache`](crate::kernel::NameCache)) are
+//! kernel-wide state, in `kernel.rs`; a vnode's own lists
+//! ([`NcLinks`]) are part of the vnode record.
 
-use crossbeam_utils::CachePadded;
-use parking_lot::{Mutex, MutexGuard};
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
+use parking_lot::MutexGuard;
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 
-use crate::kernel::Kernel;
+use crate::kernel::{Kernel, NcEntry};
+use crate::refs::VRef;
 use crate::stats;
-use crate::vnode::{VRef, Vnode};
-
-/// `ncsizefactor`.
-const NCSIZEFACTOR: usize = 2;
-/// `ncnegfactor`.
-const NCNEGFACTOR: usize = 5;
-
-/// Key of an entry: the directory's identity generation and the name.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct NcKey {
-    dgen: u64,
-    name: Box<str>,
-}
-
-/// A vnode's `v_cache_src` / `v_cache_dst`, by entry id.
-#[derive(Default)]
-pub(crate) struct NcLinks {
-    src: HashMap<u64, NcKey>,
-    dst: HashMap<u64, NcKey>,
-}
-
-struct NcEntry {
-    id: u64,
-    dvp: Arc<Vnode>,
-    vp: Option<Arc<Vnode>>,
-}
-
-type Bucket = HashMap<NcKey, NcEntry>;
-
-pub(crate) struct NameCache {
-    buckets: Box<[CachePadded<Mutex<Bucket>>]>,
-    mask: usize,
-    /// `numcache`.
-    numcache: CachePadded<AtomicUsize>,
-    /// `numneg`.
-    numneg: AtomicUsize,
-    ncsize: usize,
-    neg_limit: usize,
-    /// Negative entries, oldest first (lazily pruned: ids may be stale).
-    neglist: Mutex<VecDeque<(u64, NcKey)>>,
-    next_id: AtomicU64,
-}
+use crate::vnode::{NcKey, NcLinks, Vnode};
 
 /// Result of [`FreeBsdVfs::cache_lookup`](crate::FreeBsdVfs::cache_lookup).
 #[derive(Debug)]
@@ -91,47 +53,6 @@ pub enum CacheLookup {
     Negative,
     /// No entry (or the entry's vnode was being recycled).
     Miss,
-}
-
-/// FNV-1a, as `cache_get_hash` uses FNV over the name then the vnode.
-fn fnv1a(mut h: u32, bytes: &[u8]) -> u32 {
-    for &b in bytes {
-        h ^= u32::from(b);
-        h = h.wrapping_mul(16_777_619);
-    }
-    h
-}
-
-impl NameCache {
-    pub(crate) fn new(desiredvnodes: usize, ncpus: usize) -> Self {
-        let nbuckets = (ncpus.max(1) * 64).next_power_of_two();
-        let ncsize = desiredvnodes.saturating_mul(NCSIZEFACTOR).max(1);
-        Self {
-            buckets: (0..nbuckets)
-                .map(|_| CachePadded::new(Mutex::new(HashMap::new())))
-                .collect(),
-            mask: nbuckets - 1,
-            numcache: CachePadded::new(AtomicUsize::new(0)),
-            numneg: AtomicUsize::new(0),
-            ncsize,
-            neg_limit: (ncsize / NCNEGFACTOR).max(1),
-            neglist: Mutex::new(VecDeque::new()),
-            next_id: AtomicU64::new(1),
-        }
-    }
-
-    fn bucket(&self, key: &NcKey) -> &Mutex<Bucket> {
-        let h = fnv1a(
-            fnv1a(2_166_136_261, key.name.as_bytes()),
-            &key.dgen.to_le_bytes(),
-        );
-        &self.buckets[h as usize & self.mask]
-    }
-
-    /// Entries currently cached.
-    pub(crate) fn len(&self) -> usize {
-        self.numcache.load(SeqCst)
-    }
 }
 
 /// Lock the `nc` lists of `a` and (if any) `b` in list index order.

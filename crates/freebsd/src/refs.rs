@@ -1,4 +1,5 @@
-//! Hold and use counts: `vhold`, `vdrop`, `vget`, `vrele` and friends.
+//! Hold and use counts: `vhold`, `vdrop`, `vget`, `vrele` and friends, and
+//! the handles that own them ([`VRef`], [`HoldRef`]).
 //!
 //! # FreeBSD
 //!
@@ -31,11 +32,13 @@
 //! `cache_purge` and the hash removal before), so nobody can find it.
 
 use parking_lot::MutexGuard;
+use std::fmt;
+use std::ops::Deref;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 
 use crate::kernel::Kernel;
-use crate::vnode::{Interlocked, Vnode, VHOLD_NO_SMR, VI_DOINGINACT, VI_OWEINACT};
+use crate::vnode::{Interlocked, Mount, Vnode, VHOLD_NO_SMR, VI_DOINGINACT, VI_OWEINACT};
 use crate::ENOENT;
 
 /// `enum vgetstate`: what `vget_prep` took.
@@ -270,7 +273,7 @@ impl Kernel {
         &self,
         vp: &'a Vnode,
         mut il: MutexGuard<'a, Interlocked>,
-        mp: &crate::mount::Mount,
+        mp: &Mount,
     ) -> MutexGuard<'a, Interlocked> {
         if il.iflag & VI_OWEINACT == 0 || il.iflag & VI_DOINGINACT != 0 {
             return il;
@@ -287,7 +290,7 @@ impl Kernel {
         &self,
         vp: &'a Vnode,
         mut il: MutexGuard<'a, Interlocked>,
-        mp: &crate::mount::Mount,
+        mp: &Mount,
     ) -> MutexGuard<'a, Interlocked> {
         il.iflag |= VI_DOINGINACT;
         il.iflag &= !VI_OWEINACT;
@@ -296,5 +299,113 @@ impl Kernel {
         let mut il = vp.interlock.lock();
         il.iflag &= !VI_DOINGINACT;
         il
+    }
+}
+
+/// A use reference (`v_usecount`, which implies a hold). Dropping it is
+/// `vrele`; cloning it is `vrefact`.
+pub struct VRef {
+    pub(crate) vp: Arc<Vnode>,
+    pub(crate) k: Arc<Kernel>,
+}
+
+impl VRef {
+    /// Wrap a vnode whose use count the caller already took.
+    pub(crate) fn from_owned(k: &Arc<Kernel>, vp: Arc<Vnode>) -> Self {
+        Self {
+            vp,
+            k: Arc::clone(k),
+        }
+    }
+
+    /// `vhold`: a hold that keeps the vnode's memory from being freed but
+    /// not the vnode from being recycled (`vgone`).
+    pub fn hold(&self) -> HoldRef {
+        self.k.vholdnz(&self.vp);
+        HoldRef {
+            vp: Arc::clone(&self.vp),
+            k: Arc::clone(&self.k),
+        }
+    }
+
+    pub(crate) fn vnode(&self) -> &Arc<Vnode> {
+        &self.vp
+    }
+}
+
+impl Clone for VRef {
+    /// `vrefact`: another use reference on an active vnode.
+    fn clone(&self) -> Self {
+        self.vp.usecount.fetch_add(1, SeqCst);
+        Self {
+            vp: Arc::clone(&self.vp),
+            k: Arc::clone(&self.k),
+        }
+    }
+}
+
+impl Deref for VRef {
+    type Target = Vnode;
+    fn deref(&self) -> &Vnode {
+        &self.vp
+    }
+}
+
+impl Drop for VRef {
+    /// `vrele`.
+    fn drop(&mut self) {
+        self.k.vrele(&self.vp);
+    }
+}
+
+impl fmt::Debug for VRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.vp.fmt(f)
+    }
+}
+
+/// A hold reference (`v_holdcnt`). Dropping it is `vdrop`.
+pub struct HoldRef {
+    pub(crate) vp: Arc<Vnode>,
+    pub(crate) k: Arc<Kernel>,
+}
+
+impl HoldRef {
+    /// `vget` on a held vnode: a use reference, or `ENOENT` if the vnode
+    /// was doomed meanwhile.
+    pub fn vget(&self) -> Result<VRef, i32> {
+        let vs = self.k.vget_prep(&self.vp);
+        self.k.vget_finish(&self.vp, vs)?;
+        Ok(VRef::from_owned(&self.k, Arc::clone(&self.vp)))
+    }
+}
+
+impl Clone for HoldRef {
+    fn clone(&self) -> Self {
+        self.k.vholdnz(&self.vp);
+        Self {
+            vp: Arc::clone(&self.vp),
+            k: Arc::clone(&self.k),
+        }
+    }
+}
+
+impl Deref for HoldRef {
+    type Target = Vnode;
+    fn deref(&self) -> &Vnode {
+        &self.vp
+    }
+}
+
+impl Drop for HoldRef {
+    /// `vdrop`.
+    fn drop(&mut self) {
+        self.k.vdrop(&self.vp);
+    }
+}
+
+impl fmt::Debug for HoldRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.vp.fmt(f)
     }
 }

@@ -12,42 +12,18 @@
 //! (read: not that great even if fully honoured) just dodge the problem."
 //!
 //! `v_dbatchcpu` records which CPU's batch holds the vnode, so that
-//! `freevnode` can pull it out again (`vdbatch_dequeue`).
+//! `freevnode` can pull it out again (`vdbatch_dequeue`). The batches
+//! themselves ([`VdBatches`](crate::kernel::VdBatches)) are kernel-wide
+//! state, in `kernel.rs`.
 
-use crossbeam_utils::CachePadded;
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::MutexGuard;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 
-use crate::kernel::Kernel;
+use crate::kernel::{Kernel, VdBatch, VDBATCH_SIZE};
 use crate::pcpu;
 use crate::stats;
 use crate::vnode::{Interlocked, Vnode, NOCPU};
-
-/// `VDBATCH_SIZE`.
-pub(crate) const VDBATCH_SIZE: usize = 8;
-
-/// `struct vdbatch` (its `lock` is the surrounding mutex).
-#[derive(Default)]
-pub(crate) struct VdBatch {
-    index: usize,
-    tab: [Option<Arc<Vnode>>; VDBATCH_SIZE],
-}
-
-/// `DPCPU_DEFINE_STATIC(struct vdbatch, vd)`.
-pub(crate) struct VdBatches {
-    cpus: Box<[CachePadded<Mutex<VdBatch>>]>,
-}
-
-impl VdBatches {
-    pub(crate) fn new(ncpus: usize) -> Self {
-        Self {
-            cpus: (0..ncpus.max(1))
-                .map(|_| CachePadded::new(Mutex::new(VdBatch::default())))
-                .collect(),
-        }
-    }
-}
 
 impl Kernel {
     /// `vdbatch_enqueue`: queue a newly free vnode on this CPU's batch;

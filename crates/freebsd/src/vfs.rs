@@ -8,10 +8,10 @@ use std::thread::JoinHandle;
 
 use crate::hash::HashInsert;
 use crate::kernel::Kernel;
-use crate::mount::Hooks;
 use crate::namecache::CacheLookup;
+use crate::refs::VRef;
 use crate::stats::{self, FreeBsdStats};
-use crate::vnode::{VRef, VType};
+use crate::vnode::{Hooks, VType};
 use crate::{MountId, Variant, EBUSY, ENXIO};
 
 /// One instance of FreeBSD's vnode layer: the global vnode list, counters,

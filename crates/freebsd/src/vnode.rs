@@ -1,4 +1,11 @@
-//! The vnode and its reference handles.
+//! The records: `struct vnode`, `struct mount`, and a vnode's name cache
+//! lists.
+//!
+//! They point at each other (a vnode's `v_mount`, a mount's
+//! `mnt_nvnodelist`), so they are defined together, below everything that
+//! operates on them; the reference handles ([`VRef`](crate::VRef),
+//! [`HoldRef`](crate::HoldRef)) are in `refs.rs` with `vhold`, `vrele` and
+//! the rest.
 //!
 //! # FreeBSD
 //!
@@ -31,14 +38,13 @@
 
 use parking_lot::{Mutex, RwLock};
 use std::any::Any;
+use std::collections::HashMap;
 use std::fmt;
-use std::ops::Deref;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{
+    AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::SeqCst,
+};
 use std::sync::Arc;
 
-use crate::kernel::Kernel;
-use crate::mount::Mount;
-use crate::namecache::NcLinks;
 use crate::MountId;
 
 /// `enum vtype`, minus `VMARKER` (markers are list entries of their own).
@@ -115,7 +121,7 @@ pub(crate) struct Interlocked {
     pub data: Option<VData>,
 }
 
-/// A vnode. Reach it through [`VRef`] or [`HoldRef`].
+/// A vnode. Reach it through [`VRef`](crate::VRef) or [`HoldRef`](crate::HoldRef).
 pub struct Vnode {
     pub(crate) idx: u32,
     pub(crate) gen: AtomicU64,
@@ -217,110 +223,44 @@ impl fmt::Debug for Vnode {
     }
 }
 
-/// A use reference (`v_usecount`, which implies a hold). Dropping it is
-/// `vrele`; cloning it is `vrefact`.
-pub struct VRef {
-    pub(crate) vp: Arc<Vnode>,
-    pub(crate) k: Arc<Kernel>,
+/// The file system side of a mount: the vnode operations this replica
+/// calls back (`VOP_NEED_INACTIVE`, `VOP_INACTIVE`, `VOP_RECLAIM`).
+pub trait Hooks: Send + Sync {
+    /// `VOP_NEED_INACTIVE`: should the last `vrele` lock the vnode and call
+    /// [`Hooks::inactive`]? FreeBSD's default (`vop_stdneed_inactive`)
+    /// says yes.
+    fn need_inactive(&self, _ino: u64) -> bool {
+        true
+    }
+    /// `VOP_INACTIVE`: the last use reference went away.
+    fn inactive(&self, _ino: u64) {}
+    /// `VOP_RECLAIM`: the vnode is being recycled; `data` is what the
+    /// constructor returned, dropped right after this call.
+    fn reclaim(&self, _ino: u64, _data: &(dyn Any + Send + Sync)) {}
 }
 
-impl VRef {
-    /// Wrap a vnode whose use count the caller already took.
-    pub(crate) fn from_owned(k: &Arc<Kernel>, vp: Arc<Vnode>) -> Self {
-        Self {
-            vp,
-            k: Arc::clone(k),
-        }
-    }
-
-    /// `vhold`: a hold that keeps the vnode's memory from being freed but
-    /// not the vnode from being recycled (`vgone`).
-    pub fn hold(&self) -> HoldRef {
-        self.k.vholdnz(&self.vp);
-        HoldRef {
-            vp: Arc::clone(&self.vp),
-            k: Arc::clone(&self.k),
-        }
-    }
-
-    pub(crate) fn vnode(&self) -> &Arc<Vnode> {
-        &self.vp
-    }
+/// `struct mount`.
+pub(crate) struct Mount {
+    pub id: u32,
+    /// Stand-in for `mnt_op`.
+    pub fs_type: u32,
+    pub hooks: Arc<dyn Hooks>,
+    /// `mnt_nvnodelist`, keyed by the vnode's list index.
+    pub vnodes: Mutex<HashMap<u32, Arc<Vnode>>>,
+    /// `MNTK_UNMOUNT`: `insmntque` refuses new vnodes.
+    pub unmounting: AtomicBool,
 }
 
-impl Clone for VRef {
-    /// `vrefact`: another use reference on an active vnode.
-    fn clone(&self) -> Self {
-        self.vp.usecount.fetch_add(1, SeqCst);
-        Self {
-            vp: Arc::clone(&self.vp),
-            k: Arc::clone(&self.k),
-        }
-    }
+/// Key of an entry: the directory's identity generation and the name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct NcKey {
+    pub dgen: u64,
+    pub name: Box<str>,
 }
 
-impl Deref for VRef {
-    type Target = Vnode;
-    fn deref(&self) -> &Vnode {
-        &self.vp
-    }
-}
-
-impl Drop for VRef {
-    /// `vrele`.
-    fn drop(&mut self) {
-        self.k.vrele(&self.vp);
-    }
-}
-
-impl fmt::Debug for VRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.vp.fmt(f)
-    }
-}
-
-/// A hold reference (`v_holdcnt`). Dropping it is `vdrop`.
-pub struct HoldRef {
-    pub(crate) vp: Arc<Vnode>,
-    pub(crate) k: Arc<Kernel>,
-}
-
-impl HoldRef {
-    /// `vget` on a held vnode: a use reference, or `ENOENT` if the vnode
-    /// was doomed meanwhile.
-    pub fn vget(&self) -> Result<VRef, i32> {
-        let vs = self.k.vget_prep(&self.vp);
-        self.k.vget_finish(&self.vp, vs)?;
-        Ok(VRef::from_owned(&self.k, Arc::clone(&self.vp)))
-    }
-}
-
-impl Clone for HoldRef {
-    fn clone(&self) -> Self {
-        self.k.vholdnz(&self.vp);
-        Self {
-            vp: Arc::clone(&self.vp),
-            k: Arc::clone(&self.k),
-        }
-    }
-}
-
-impl Deref for HoldRef {
-    type Target = Vnode;
-    fn deref(&self) -> &Vnode {
-        &self.vp
-    }
-}
-
-impl Drop for HoldRef {
-    /// `vdrop`.
-    fn drop(&mut self) {
-        self.k.vdrop(&self.vp);
-    }
-}
-
-impl fmt::Debug for HoldRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.vp.fmt(f)
-    }
+/// A vnode's `v_cache_src` / `v_cache_dst`, by entry id.
+#[derive(Default)]
+pub(crate) struct NcLinks {
+    pub src: HashMap<u64, NcKey>,
+    pub dst: HashMap<u64, NcKey>,
 }

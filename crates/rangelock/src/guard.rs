@@ -1,9 +1,12 @@
 //! RAII guards: dropping one releases its range.
+//!
+//! A guard holds the lock's [`LockState`], which has the release paths, not
+//! the [`RangeLock`](crate::RangeLock) that hands guards out.
 
-use crate::lock::RangeLock;
 use crate::range::ByteRange;
 use crate::record::Entry;
 use crate::slot::Slot;
+use crate::state::LockState;
 
 /// How a read guard holds its range.
 pub(crate) enum ReadHold<'a> {
@@ -20,13 +23,13 @@ pub(crate) enum ReadHold<'a> {
 /// A shared lock on a byte range; released on drop.
 #[must_use = "the range is unlocked as soon as the guard is dropped"]
 pub struct ReadGuard<'a> {
-    lock: &'a RangeLock,
+    lock: &'a LockState,
     hold: ReadHold<'a>,
 }
 
 impl<'a> ReadGuard<'a> {
     #[inline]
-    pub(crate) fn new(lock: &'a RangeLock, hold: ReadHold<'a>) -> Self {
+    pub(crate) fn new(lock: &'a LockState, hold: ReadHold<'a>) -> Self {
         ReadGuard { lock, hold }
     }
 
@@ -43,7 +46,7 @@ impl<'a> ReadGuard<'a> {
 
 impl Drop for ReadGuard<'_> {
     /// The biased release inline, the others out of line, for the reason
-    /// given at `RangeLock::acquire_read`.
+    /// given at `RangeLock::acquire_read` (`lock.rs`).
     #[inline]
     fn drop(&mut self) {
         if let ReadHold::Biased(entry) = self.hold {
@@ -74,14 +77,14 @@ impl ReadGuard<'_> {
 /// An exclusive lock on a byte range; released on drop.
 #[must_use = "the range is unlocked as soon as the guard is dropped"]
 pub struct WriteGuard<'a> {
-    lock: &'a RangeLock,
+    lock: &'a LockState,
     range: ByteRange,
     /// The queue id; `None` for an empty range.
     id: Option<u64>,
 }
 
 impl<'a> WriteGuard<'a> {
-    pub(crate) fn new(lock: &'a RangeLock, range: ByteRange, id: Option<u64>) -> Self {
+    pub(crate) fn new(lock: &'a LockState, range: ByteRange, id: Option<u64>) -> Self {
         WriteGuard { lock, range, id }
     }
 

@@ -78,6 +78,24 @@
 //! `OnceLock<Box<RangeLock>>` (16 bytes when idle), created on the first
 //! read, write or truncate.
 //!
+//! # Map
+//!
+//! Each module uses only those below it.
+//!
+//! | file | holds |
+//! |---|---|
+//! | `lock.rs` | [`RangeLock`]: the acquisition paths (biased, slot, queue) and a writer's revoke and drain |
+//! | `snapshot.rs` | [`Snapshot`], [`Holder`]: the diagnostic view |
+//! | `guard.rs` | [`ReadGuard`], [`WriteGuard`]: how each holds its range, released on drop |
+//! | `state.rs` | a lock's fields and the release paths its guards call |
+//! | `queue.rs` | the slow path's granted list and FIFO of waiters ([`Mode`]) |
+//! | `slot.rs` | the reader slots and their zones' bias words |
+//! | `record.rs` | per-thread records of biased readers |
+//! | `bias.rs` | the biased path's protocol, `membarrier`, the inhibit times |
+//! | `parker.rs` | sleeping and waking waiters; [`CancelToken`] |
+//! | `range.rs` | [`ByteRange`] |
+//! | `sync.rs` | std or loom primitives |
+//!
 //! # Not this scheme
 //!
 //! The lock-free sorted list of Kogan, Dice and Issa (EuroSys 2020) is
@@ -93,10 +111,13 @@ mod queue;
 mod range;
 mod record;
 mod slot;
+mod snapshot;
+mod state;
 mod sync;
 
 pub use guard::{ReadGuard, WriteGuard};
-pub use lock::{Holder, RangeLock, Snapshot};
+pub use lock::RangeLock;
 pub use parker::CancelToken;
 pub use queue::Mode;
 pub use range::{ByteRange, PAGE_SHIFT};
+pub use snapshot::{Holder, Snapshot};

@@ -2,8 +2,10 @@
 //! the rest.
 //!
 //! See the crate docs for the design, `bias.rs` for the biased path's
-//! protocol; this file holds the acquisition and release paths. Each has an
-//! `#[inline]` fast part and a `#[cold]` twin.
+//! protocol; this file holds the acquisition paths, each with an
+//! `#[inline]` fast part and a `#[cold]` twin. The lock's fields and the
+//! release paths, which the guards call on drop, are in `state.rs`; the
+//! diagnostic snapshot in `snapshot.rs`.
 
 use crate::bias::{self, BIASED, DIRTY};
 use crate::guard::{ReadGuard, ReadHold, WriteGuard};
@@ -12,8 +14,9 @@ use crate::queue::{Mode, Queue};
 use crate::range::ByteRange;
 use crate::record::{self, Entry};
 use crate::slot::{Blocking, Revoke, Slot, Slots};
-use crate::sync::{lock, try_lock, AtomicPtr, AtomicU64, Mutex, MutexGuard, Ordering::*, Spin};
-use crossbeam_utils::CachePadded;
+use crate::snapshot::Snapshot;
+use crate::state::LockState;
+use crate::sync::{lock, try_lock, MutexGuard, Ordering::*, Spin};
 use std::time::Instant;
 
 /// A byte-range reader/writer lock for one file.
@@ -41,24 +44,8 @@ use std::time::Instant;
 /// for an overlapping write, or asks to read again an overlapping range
 /// while a writer waits for the first (as with `std::sync::RwLock`).
 pub struct RangeLock {
-    /// Null until the first reader; then a `Box<Slots>` owned by the lock,
-    /// freed in `Drop`, never replaced. It only appears while no writer is
-    /// granted (checked under `queue`), so a granted writer sees the same
-    /// value from its grant to its release.
-    slots: AtomicPtr<Slots>,
-    /// The lock's unique id, which biased readers' record entries name
-    /// (`bias.rs`): 0 until a zone is first biased, then fixed. Read-only
-    /// after that, so it shares the read-mostly line with `slots`. The
-    /// bias flags themselves live in the slots, one per zone.
-    id: AtomicU64,
-    /// No re-bias before this time (`bias::now_ns`). Written under the
-    /// queue mutex by revocations only; read without it by slot-path
-    /// readers, so they touch the mutex only when a re-bias may succeed.
-    inhibit_until: AtomicU64,
-    /// On its own cache line: writers write the mutex and the queue on
-    /// every lock and unlock, and readers load `slots` on every read. Sharing
-    /// one line cost readers half their throughput next to one writer.
-    queue: CachePadded<Mutex<Queue>>,
+    /// The fields and the release paths, which the guards reach alone.
+    state: LockState,
 }
 
 // A static check of the claim in the docs: the lock itself stays small.
@@ -71,52 +58,19 @@ impl Default for RangeLock {
     }
 }
 
-/// What a snapshot shows of one holder or waiter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Holder {
-    /// The bytes held or waited for.
-    pub range: ByteRange,
-    /// Whether the holder reads or writes.
-    pub mode: Mode,
-    /// How many identical holders this stands for (fast readers share).
-    pub count: usize,
-}
-
-/// A diagnostic view of a lock. Not atomic: fast readers are read from the
-/// slots without the mutex, so take it while the lock is quiet (tests).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Snapshot {
-    /// Holders that own their range now, fast readers included.
-    pub granted: Vec<Holder>,
-    /// Queued requests in the order they will be considered.
-    pub waiting: Vec<Holder>,
-    /// Writers asleep until a slot's readers leave.
-    pub draining: usize,
-    /// Whether the reader slot table has been allocated.
-    pub slots_allocated: bool,
-    /// Whether new readers may take the biased path in some zone.
-    pub biased: bool,
-}
-
 impl RangeLock {
     /// A new, unlocked lock. Allocates nothing.
     #[cfg(not(loom))]
     pub const fn new() -> Self {
         RangeLock {
-            slots: AtomicPtr::new(std::ptr::null_mut()),
-            id: AtomicU64::new(0),
-            inhibit_until: AtomicU64::new(0),
-            queue: CachePadded::new(Mutex::new(Queue::new())),
+            state: LockState::new(),
         }
     }
 
     #[cfg(loom)]
     pub fn new() -> Self {
         RangeLock {
-            slots: AtomicPtr::new(std::ptr::null_mut()),
-            id: AtomicU64::new(0),
-            inhibit_until: AtomicU64::new(0),
-            queue: CachePadded::new(Mutex::new(Queue::new())),
+            state: LockState::new(),
         }
     }
 
@@ -190,14 +144,7 @@ impl RangeLock {
     /// The slot table, if a reader has allocated it.
     #[inline]
     fn slots(&self) -> Option<&Slots> {
-        // Acquire: pairs with the Release in `alloc_slots`.
-        let p = self.slots.load(Acquire);
-        // SAFETY:
-        // - `p` is null or came from `Box::into_raw` in `alloc_slots`;
-        // - it is never replaced or freed before `Drop`, which has `&mut
-        //   self`, so the table outlives this `&self` borrow;
-        // - `Slots` is only used through shared references (atomics).
-        unsafe { p.as_ref() }
+        self.state.slots()
     }
 
     // ---- readers --------------------------------------------------------
@@ -210,7 +157,7 @@ impl RangeLock {
     #[inline]
     fn acquire_read(&self, r: ByteRange, wait: Wait<'_>) -> Option<ReadGuard<'_>> {
         match self.try_biased_read(&r) {
-            Some(e) => Some(ReadGuard::new(self, ReadHold::Biased(e))),
+            Some(e) => Some(ReadGuard::new(&self.state, ReadHold::Biased(e))),
             None => self.acquire_read_unbiased(r, wait),
         }
     }
@@ -218,7 +165,7 @@ impl RangeLock {
     #[inline(never)]
     fn acquire_read_unbiased(&self, r: ByteRange, wait: Wait<'_>) -> Option<ReadGuard<'_>> {
         if r.is_empty() {
-            return Some(ReadGuard::new(self, ReadHold::Empty));
+            return Some(ReadGuard::new(&self.state, ReadHold::Empty));
         }
         match self.try_slot_read(&r) {
             Some(g) => Some(g),
@@ -230,7 +177,7 @@ impl RangeLock {
     /// (considering a re-bias now and then). None: take the queue.
     fn try_fast_read(&self, r: &ByteRange) -> Option<ReadGuard<'_>> {
         match self.try_biased_read(r) {
-            Some(e) => Some(ReadGuard::new(self, ReadHold::Biased(e))),
+            Some(e) => Some(ReadGuard::new(&self.state, ReadHold::Biased(e))),
             None => self.try_slot_read(r),
         }
     }
@@ -260,7 +207,7 @@ impl RangeLock {
         if z & BIASED == 0 && record::tick(bias::REBIAS_EVERY) {
             self.try_rebias(zone);
         }
-        Some(ReadGuard::new(self, ReadHold::Fast(zone)))
+        Some(ReadGuard::new(&self.state, ReadHold::Fast(zone)))
     }
 
     /// The biased path in `zone`, which was seen biased: publish, then
@@ -270,7 +217,7 @@ impl RangeLock {
     fn enter_biased(&self, zone: &Slot, r: &ByteRange) -> Option<&'static Entry> {
         // Relaxed: the id was stored before the zone's Release re-bias,
         // which our Acquire load of the zone saw.
-        let e = record::publish(self.id.load(Relaxed), r)?;
+        let e = record::publish(self.state.id.load(Relaxed), r)?;
         // `publish` ended with the light barrier: this load cannot miss a
         // revocation whose heavy barrier missed our entry.
         if zone.zone() & BIASED != 0 {
@@ -279,7 +226,7 @@ impl RangeLock {
         // Revoked meanwhile: back out (waking a writer that may have gone
         // to sleep on our entry); the caller takes the slot path.
         if e.leave() {
-            self.wake_biased(e);
+            self.state.wake_biased(e);
         }
         None
     }
@@ -290,10 +237,10 @@ impl RangeLock {
     #[cold]
     fn try_rebias(&self, zone: &Slot) {
         // Relaxed: only a hint; `rebias` decides under the mutex.
-        if bias::now_ns() < self.inhibit_until.load(Relaxed) {
+        if bias::now_ns() < self.state.inhibit_until.load(Relaxed) {
             return;
         }
-        if let Some(mut q) = try_lock(&self.queue) {
+        if let Some(mut q) = try_lock(&self.state.queue) {
             self.rebias(&mut q, zone);
         }
     }
@@ -305,36 +252,28 @@ impl RangeLock {
         let Some(slots) = self.slots() else { return };
         if zone.zone() & BIASED != 0
             || !bias::available()
-            || bias::now_ns() < self.inhibit_until.load(Relaxed)
+            || bias::now_ns() < self.state.inhibit_until.load(Relaxed)
             || q.granted()
                 .any(|(w, m)| m == Mode::Exclusive && slots.covers(&w, zone))
         {
             return;
         }
         q.biased_at = bias::now_ns();
-        if self.id.load(Relaxed) == 0 {
+        if self.state.id.load(Relaxed) == 0 {
             // Relaxed: published by the zone's Release store below.
-            self.id.store(bias::new_id(), Relaxed);
+            self.state.id.store(bias::new_id(), Relaxed);
         }
         zone.rebias_zone();
     }
 
-    /// Biased reader release, slow part: wake writers asleep on `entry`.
-    #[cold]
-    pub(crate) fn wake_biased(&self, entry: &Entry) {
-        let mut wake = Vec::new();
-        lock(&self.queue).take_drainers(entry.key(), &mut wake);
-        notify_all(wake);
-    }
-
     #[cold]
     fn acquire_read_slow(&self, r: ByteRange, wait: Wait<'_>) -> Option<ReadGuard<'_>> {
-        let mut q = lock(&self.queue);
+        let mut q = lock(&self.state.queue);
         if self.slots().is_none() && !q.has_granted_writer() {
             // First reader: create the table while no writer holds a range
             // (a granted writer decided under this mutex not to mark any
             // slot), bias every zone, then retry the fast path.
-            self.alloc_slots();
+            self.state.alloc_slots();
             if let Some(slots) = self.slots() {
                 slots.all().for_each(|zone| self.rebias(&mut q, zone));
             }
@@ -342,13 +281,13 @@ impl RangeLock {
             if let Some(g) = self.try_fast_read(&r) {
                 return Some(g);
             }
-            q = lock(&self.queue);
+            q = lock(&self.state.queue);
         }
         if let Some(zone) = self.slots().and_then(|s| s.for_reader(&r)) {
             self.rebias(&mut q, zone);
         }
         if let Some(id) = q.try_grant(r, Mode::Shared) {
-            return Some(ReadGuard::new(self, ReadHold::Slow(id)));
+            return Some(ReadGuard::new(&self.state, ReadHold::Slow(id)));
         }
         if let Wait::Never = wait {
             return None;
@@ -357,55 +296,16 @@ impl RangeLock {
         let id = q.enqueue(r, Mode::Shared, parker.clone());
         drop(q);
         self.wait_granted(id, &parker, wait)
-            .then(|| ReadGuard::new(self, ReadHold::Slow(id)))
-    }
-
-    fn alloc_slots(&self) {
-        let table = Box::into_raw(Box::new(Slots::new()));
-        // Release: pairs with the Acquire in `slots()`. Only called under
-        // the queue mutex, so no other thread races to install one.
-        self.slots.store(table, Release);
-    }
-
-    /// Fast reader release, slow part: wake the writers sleeping on `slot`.
-    #[cold]
-    pub(crate) fn wake_drainers(&self, slot: &Slot) {
-        let mut wake = Vec::new();
-        {
-            let mut q = lock(&self.queue);
-            // DRAIN is set and cleared only under this mutex, with the
-            // sleepers' registration: clearing it here and waking every
-            // sleeper on the slot cannot strand one. A sleeper that
-            // registered after the count rose again is woken early; it looks
-            // again and sleeps again.
-            slot.clear_drain();
-            q.take_drainers(slot.key(), &mut wake);
-        }
-        notify_all(wake);
-    }
-
-    #[cold]
-    pub(crate) fn release_slow(&self, id: u64) {
-        let mut wake = Vec::new();
-        lock(&self.queue).release(id, &mut wake);
-        notify_all(wake);
+            .then(|| ReadGuard::new(&self.state, ReadHold::Slow(id)))
     }
 
     // ---- writers --------------------------------------------------------
 
-    /// Writer release: reopen the slots, then leave the queue.
-    pub(crate) fn release_write(&self, w: &ByteRange, id: u64) {
-        if let Some(slots) = self.slots() {
-            slots.for_writer(w, Slot::unmark);
-        }
-        self.release_slow(id);
-    }
-
     fn acquire_write(&self, w: ByteRange, wait: Wait<'_>) -> Option<WriteGuard<'_>> {
         if w.is_empty() {
-            return Some(WriteGuard::new(self, w, None));
+            return Some(WriteGuard::new(&self.state, w, None));
         }
-        let mut q = lock(&self.queue);
+        let mut q = lock(&self.state.queue);
         let (id, scan) = match q.try_grant(w, Mode::Exclusive) {
             Some(id) => {
                 let scan = self.revoke(&mut q, &w);
@@ -428,7 +328,7 @@ impl RangeLock {
                 // are granted. Anything else is settled under the mutex,
                 // where a concurrent revocation's heavy barrier is known to
                 // be complete.
-                let scan = self.zones_touched(&w) && self.revoke(&mut lock(&self.queue), &w);
+                let scan = self.zones_touched(&w) && self.revoke(&mut lock(&self.state.queue), &w);
                 (id, scan)
             }
         };
@@ -441,16 +341,16 @@ impl RangeLock {
             slots.for_writer(&w, Slot::mark);
         }
         if scan && !self.drain_biased(&w, wait) {
-            self.release_write(&w, id);
+            self.state.release_write(&w, id);
             return None;
         }
         if let Some(slots) = slots {
             if !self.drain(slots, &w, wait) {
-                self.release_write(&w, id);
+                self.state.release_write(&w, id);
                 return None;
             }
         }
-        Some(WriteGuard::new(self, w, Some(id)))
+        Some(WriteGuard::new(&self.state, w, Some(id)))
     }
 
     /// Whether any zone `w` covers is biased or dirty (a scan may be due).
@@ -493,7 +393,7 @@ impl RangeLock {
         } else {
             base
         };
-        self.inhibit_until.store(now + q.inhibit_ns, Relaxed);
+        self.state.inhibit_until.store(now + q.inhibit_ns, Relaxed);
         true
     }
 
@@ -503,7 +403,7 @@ impl RangeLock {
     /// the next writer there skips the scan. False if the wait was
     /// abandoned.
     fn drain_biased(&self, w: &ByteRange, wait: Wait<'_>) -> bool {
-        let (Some(slots), id) = (self.slots(), self.id.load(Relaxed)) else {
+        let (Some(slots), id) = (self.slots(), self.state.id.load(Relaxed)) else {
             return true;
         };
         // Zones some entry of this lock is in. An entry's range is stable
@@ -547,14 +447,14 @@ impl RangeLock {
             }
             let parker = Parker::new();
             {
-                let mut q = lock(&self.queue);
+                let mut q = lock(&self.state.queue);
                 q.add_drainer(e.key(), parker.clone());
                 e.add_sleeper();
             }
             bias::heavy_barrier();
             let woken = !e.holds(id, w) || wait.sleep(&parker);
             {
-                let mut q = lock(&self.queue);
+                let mut q = lock(&self.state.queue);
                 q.remove_drainer(&parker, e.key());
                 e.remove_sleeper();
             }
@@ -600,14 +500,14 @@ impl RangeLock {
             // and wakes us in `wake_drainers`, under the same mutex.
             let parker = Parker::new();
             {
-                let mut q = lock(&self.queue);
+                let mut q = lock(&self.state.queue);
                 if !slot.set_drain() {
                     continue; // they left meanwhile: look again
                 }
                 q.add_drainer(slot.key(), parker.clone());
             }
             if !wait.sleep(&parker) {
-                let mut q = lock(&self.queue);
+                let mut q = lock(&self.state.queue);
                 if parker.is_notified() {
                     continue; // woken as we gave up: take the wakeup
                 }
@@ -626,7 +526,7 @@ impl RangeLock {
             return true;
         }
         let mut wake = Vec::new();
-        let withdrawn = lock(&self.queue).abandon(id, &mut wake);
+        let withdrawn = lock(&self.state.queue).abandon(id, &mut wake);
         notify_all(wake);
         // Not withdrawn: the grant won the race, we hold the range.
         !withdrawn
@@ -634,80 +534,13 @@ impl RangeLock {
 
     /// Everything the lock holds and awaits, for diagnostics and tests.
     pub fn snapshot(&self) -> Snapshot {
-        let q = lock(&self.queue);
-        let mut snap = Snapshot {
-            granted: q
-                .granted()
-                .map(|(range, mode)| Holder {
-                    range,
-                    mode,
-                    count: 1,
-                })
-                .collect(),
-            waiting: q
-                .waiting()
-                .map(|(range, mode)| Holder {
-                    range,
-                    mode,
-                    count: 1,
-                })
-                .collect(),
-            draining: q.drainers(),
-            slots_allocated: false,
-            biased: self
-                .slots()
-                .is_some_and(|s| s.all().any(|z| z.zone() & BIASED != 0)),
-        };
-        drop(q);
-        let id = self.id.load(Acquire);
-        if id != 0 {
-            for e in record::entries().filter(|e| e.names(id)) {
-                add_shared(&mut snap.granted, e.range(), 1);
-            }
-        }
-        if let Some(slots) = self.slots() {
-            snap.slots_allocated = true;
-            for (range, count) in slots.all().filter_map(Slot::holders) {
-                add_shared(&mut snap.granted, range, count);
-            }
-        }
-        snap
+        self.state.snapshot()
     }
 
     /// True when nothing is held, awaited or asleep.
     pub fn is_idle(&self) -> bool {
         let s = self.snapshot();
         s.granted.is_empty() && s.waiting.is_empty() && s.draining == 0
-    }
-}
-
-/// Adds `count` fast readers of `range` to a snapshot, merging with fast
-/// readers of the same range already listed.
-fn add_shared(granted: &mut Vec<Holder>, range: ByteRange, count: usize) {
-    match granted
-        .iter_mut()
-        .find(|h| h.range == range && h.mode == Mode::Shared)
-    {
-        Some(h) => h.count += count,
-        None => granted.push(Holder {
-            range,
-            mode: Mode::Shared,
-            count,
-        }),
-    }
-}
-
-impl Drop for RangeLock {
-    fn drop(&mut self) {
-        let p = self.slots.load(Acquire);
-        if !p.is_null() {
-            // SAFETY:
-            // - `p` came from `Box::into_raw` in `alloc_slots` and was
-            //   installed once;
-            // - `&mut self` proves no guard (they borrow the lock) and no
-            //   other thread still uses the table.
-            drop(unsafe { Box::from_raw(p) });
-        }
     }
 }
 
