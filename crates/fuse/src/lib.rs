@@ -147,6 +147,15 @@
 //!   `report.rs` the counters each subsystem puts in it (its `Counted`
 //!   implementation sits next to the state it counts); `rusage.rs` the
 //!   process's and threads' resource usage they report.
+//!
+//! Restart without unmounting:
+//! - `upgrade/`: live upgrade, a server handing its mount, its state and
+//!   its connection to a successor process; `lineage.rs` a server's place
+//!   in the line of servers of its mount (generation, restarts).
+//! - `supervise/`: crash recovery, the supervisor process that holds the
+//!   connection and starts a new server when one dies; `journal/` what
+//!   the kernel knows of the server's nodes and open files, kept in shared
+//!   memory for that new server.
 
 #![warn(missing_docs)]
 

@@ -19,6 +19,7 @@
 //! (a closed stderr pipe, a full disk, no syslog daemon) drop the line.
 //! Errors, warnings and informational lines are rate-limited per message
 //! key (`limit.rs`); debug and trace lines, asked for explicitly, are not.
+//! `syslog.rs` writes to the system log.
 
 mod limit;
 mod syslog;

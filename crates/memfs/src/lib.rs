@@ -24,7 +24,9 @@
 //!   among them; `iflags.rs` inode flags (`chattr`).
 //! - `handover.rs`: the whole file system saved for a live upgrade and
 //!   restored (`MemFs::restore`); `saved.rs` its encoding, `pagefile.rs`
-//!   the memfd its file pages travel in.
+//!   the memfd its file pages travel in, `page.rs` the page both kinds of
+//!   storage hold, `kept.rs` the nameless inodes a predecessor handed
+//!   over.
 //!
 //! A vnode's private data is an `Arc<Inode>`: memfs inodes outlive vnode
 //! recycling, and an unlinked inode lives exactly as long as some vnode

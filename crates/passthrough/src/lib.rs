@@ -36,7 +36,8 @@
 //! (the operations) · `plus_load` (how busy READDIRPLUS is) · `prefetch`
 //! (directory readahead) · `open` (open files) · `locks` (file locks kept
 //! on the backing files) and `lock_owners` (each owner's description) ·
-//! `handover` (live upgrade) · `iflags` (inode flags) · `trim` (`FITRIM`) · `freeing` and `closer`
+//! `handover` (live upgrade) and `kept` (descriptors held by the crash
+//! supervisor) · `iflags` (inode flags) · `trim` (`FITRIM`) · `freeing` and `closer`
 //! (freeing large files off the request) · `vops` (the `FileSystem` impl)
 //! · `watch` (host changes reported to the front end) · `stats`.
 

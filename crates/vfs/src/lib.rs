@@ -7,6 +7,17 @@
 //! [`StatFs`], [`Ctx`] and the flag words, plus the name and permission
 //! checks every file system shares.
 //!
+//! # Module map
+//! `ops` (the [`FileSystem`] trait) · `errno` · `ctx` (the caller) ·
+//! `attr` · `dirent` · `statfs` · `time` · `flags` (rename, setxattr,
+//! fallocate) · `fileattr` (inode flags) · `lock` (file locks as FUSE
+//! carries them) · `name` and `access` (the checks every file system
+//! shares) · `bytes` (reads from memory) · `fsmount` (a file system's
+//! mount in the vnode layer) · `changes` (changes behind the kernel's
+//! back) · `handover` (live upgrade) · `fds` (descriptors counted against
+//! the server's budget) · `freeing` and `droplater` (freeing large files
+//! off the request) · `trim` (`FITRIM`).
+//!
 //! # Walkthrough
 //!
 //! A file system is a type that implements [`FileSystem`]. It names files by
