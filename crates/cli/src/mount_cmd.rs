@@ -18,22 +18,25 @@ use uvfs_fuse::{daemonize, serve, BlockedSignals, Readiness, ServeConfig, Timeou
 use uvfs_memfs::{Atime, AtimeRule, MemFs, MemFsConfig};
 use uvfs_vnode::{Config, VnodeLayer};
 
+/// `--size`: bytes with an optional binary suffix, a percentage of
+/// physical memory, or `unlimited`. 0 (or 0%) is unlimited too, as
+/// tmpfs's `size=0`, so an fstab line written for tmpfs means the same.
 fn parse_size(s: &str) -> io::Result<Option<u64>> {
     let bad = || io::Error::new(io::ErrorKind::InvalidInput, format!("bad --size {s:?}"));
     let s = s.trim();
     if s == "unlimited" {
         return Ok(None);
     }
-    if let Some(p) = s.strip_suffix('%') {
+    let bytes = if let Some(p) = s.strip_suffix('%') {
         let pct: f64 = p.parse().map_err(|_| bad())?;
-        if !(pct > 0.0 && pct <= 100.0) {
+        if !(0.0..=100.0).contains(&pct) {
             return Err(bad());
         }
-        return Ok(Some((physical_memory() as f64 * pct / 100.0) as u64));
-    }
-    binary_suffixed(s, &['k', 'm', 'g', 't'])
-        .map(Some)
-        .ok_or_else(bad)
+        (physical_memory() as f64 * pct / 100.0) as u64
+    } else {
+        binary_suffixed(s, &['k', 'm', 'g', 't']).ok_or_else(bad)?
+    };
+    Ok((bytes > 0).then_some(bytes))
 }
 
 /// Bytes of physical memory (as tmpfs sizes its defaults).
@@ -54,8 +57,8 @@ fn binary_suffixed(s: &str, suffixes: &[char]) -> Option<u64> {
 }
 
 /// `--inodes`: a count with an optional binary k/m/g suffix (as tmpfs's
-/// `nr_inodes`), `unlimited`, or, unset, tmpfs's default: half the pages
-/// of physical memory.
+/// `nr_inodes`), `unlimited` (or 0, as tmpfs's `nr_inodes=0`), or, unset,
+/// tmpfs's default: half the pages of physical memory.
 fn parse_inodes(s: Option<&str>) -> io::Result<Option<u64>> {
     let Some(s) = s.map(str::trim) else {
         let pages = physical_memory() / rustix::param::page_size() as u64;
@@ -65,8 +68,9 @@ fn parse_inodes(s: Option<&str>) -> io::Result<Option<u64>> {
         return Ok(None);
     }
     match binary_suffixed(s, &['k', 'm', 'g']) {
-        Some(n) if n > 0 => Ok(Some(n)),
-        _ => Err(io::Error::new(
+        Some(0) => Ok(None),
+        Some(n) => Ok(Some(n)),
+        None => Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("bad --inodes {s:?}"),
         )),
@@ -656,7 +660,11 @@ mod tests {
         assert_eq!(parse_size("unlimited").unwrap(), None);
         assert!(parse_size("50%").unwrap().unwrap() > 0);
         assert!(parse_size("x").is_err());
-        assert!(parse_size("0%").is_err());
+        assert!(parse_size("101%").is_err());
+        assert!(parse_size("-1%").is_err());
+        // tmpfs's size=0: no limit.
+        assert_eq!(parse_size("0").unwrap(), None);
+        assert_eq!(parse_size("0%").unwrap(), None);
     }
 
     #[test]
@@ -666,7 +674,9 @@ mod tests {
         assert_eq!(parse_inodes(Some("1M")).unwrap(), Some(1 << 20));
         assert_eq!(parse_inodes(Some("unlimited")).unwrap(), None);
         assert!(parse_inodes(None).unwrap().unwrap() > 0);
-        for bad in ["0", "x", "-1", "1t", "99999999999999999999"] {
+        // tmpfs's nr_inodes=0: no limit.
+        assert_eq!(parse_inodes(Some("0")).unwrap(), None);
+        for bad in ["x", "-1", "1t", "99999999999999999999"] {
             assert!(parse_inodes(Some(bad)).is_err(), "{bad}");
         }
     }

@@ -55,12 +55,13 @@ pub struct MountOpts {
     #[arg(long)]
     pub attr_timeout: Option<f64>,
     /// Most file data memfs holds: bytes with an optional k/m/g/t suffix,
-    /// a percentage of physical memory (`50%`), or `unlimited`. Writes
-    /// beyond it fail with ENOSPC; nothing already written is lost.
+    /// a percentage of physical memory (`50%`), or `unlimited` (also 0, as
+    /// tmpfs). Writes beyond it fail with ENOSPC; nothing already written
+    /// is lost.
     #[arg(long, default_value = "50%")]
     pub size: String,
     /// Most inodes memfs holds (tmpfs's `nr_inodes`): a count with an
-    /// optional k/m/g suffix, or `unlimited`. Extra hard links and
+    /// optional k/m/g suffix, or `unlimited` (also 0, as tmpfs). Extra hard links and
     /// extended attributes take from the same budget (1 KiB per inode or
     /// link, an attribute its size); past it, creating fails with ENOSPC
     /// [default: half the physical memory's pages, as tmpfs].
