@@ -64,7 +64,19 @@ struct Logger {
 static LOGGER: OnceLock<Logger> = OnceLock::new();
 
 /// The level directives in force: `level`, else `RUST_LOG`, else `info`.
-fn filter(level: Option<&str>) -> io::Result<env_filter::Filter> {
+/// A bad `level` is an error (the user typed it for this command); a bad
+/// `RUST_LOG` is not: the environment may have set it for another
+/// program, and a mount must not fail for that. It falls back to `info`,
+/// and the returned warning says so once the logger runs.
+fn filter(level: Option<&str>) -> io::Result<(env_filter::Filter, Option<String>)> {
+    filter_from(level, std::env::var("RUST_LOG").ok())
+}
+
+/// [`filter`] with `RUST_LOG`'s value given.
+fn filter_from(
+    level: Option<&str>,
+    rust_log: Option<String>,
+) -> io::Result<(env_filter::Filter, Option<String>)> {
     let bad = |spec: &str, e: &dyn std::fmt::Display| {
         io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -72,27 +84,35 @@ fn filter(level: Option<&str>) -> io::Result<env_filter::Filter> {
         )
     };
     let mut b = env_filter::Builder::new();
+    let mut warning = None;
     match level {
         Some(spec) => {
             b.try_parse(spec).map_err(|e| bad(spec, &e))?;
         }
-        None => match std::env::var("RUST_LOG") {
-            Ok(spec) if !spec.trim().is_empty() => {
-                b.try_parse(&spec).map_err(|e| bad(&spec, &e))?;
+        None => match rust_log {
+            Some(spec) if !spec.trim().is_empty() => {
+                if let Err(e) = b.try_parse(&spec) {
+                    warning = Some(format!(
+                        "RUST_LOG ignored, logging at info: {}",
+                        bad(&spec, &e)
+                    ));
+                    b = env_filter::Builder::new();
+                    b.filter_level(LevelFilter::Info);
+                }
             }
             _ => {
                 b.filter_level(LevelFilter::Info);
             }
         },
     }
-    Ok(b.build())
+    Ok((b.build(), warning))
 }
 
 /// Installs the logger (once per process: a second call changes nothing).
 /// Fails on a bad level or a log file that cannot be opened, before
 /// anything is mounted.
 pub fn init(cfg: &Config) -> io::Result<()> {
-    let filter = filter(cfg.level.as_deref())?;
+    let (filter, warning) = filter(cfg.level.as_deref())?;
     let file = match &cfg.file {
         Some(p) => Some(Mutex::new(open_log(p).map_err(|e| {
             io::Error::new(e.kind(), format!("--log-file {}: {e}", p.display()))
@@ -121,6 +141,9 @@ pub fn init(cfg: &Config) -> io::Result<()> {
             log::set_max_level(max);
             log_panics();
         }
+    }
+    if let Some(w) = warning {
+        log::warn!("{w}");
     }
     Ok(())
 }
@@ -263,13 +286,32 @@ mod tests {
 
     #[test]
     fn levels_come_from_the_option_first() {
-        assert_eq!(filter(Some("warn")).unwrap().filter(), LevelFilter::Warn);
+        let level = |o: Option<&str>, env: Option<&str>| {
+            let (f, warning) = filter_from(o, env.map(String::from)).unwrap();
+            (f.filter(), warning.is_some())
+        };
         assert_eq!(
-            filter(Some("info,fuser=debug")).unwrap().filter(),
-            LevelFilter::Debug
+            level(Some("warn"), Some("trace")),
+            (LevelFilter::Warn, false)
         );
-        let e = filter(Some("info,fuser=loud")).unwrap_err();
+        assert_eq!(
+            level(Some("info,fuser=debug"), None),
+            (LevelFilter::Debug, false)
+        );
+        assert_eq!(level(None, Some("debug")), (LevelFilter::Debug, false));
+        assert_eq!(level(None, None), (LevelFilter::Info, false));
+        assert_eq!(level(None, Some(" ")), (LevelFilter::Info, false));
+        // A bad level typed for this command is refused ...
+        let e = filter_from(Some("info,fuser=loud"), None).unwrap_err();
         assert!(e.to_string().contains("bad log level"), "{e}");
+        // ... a bad RUST_LOG, maybe set for another program, is not: info,
+        // and a warning to log.
+        assert_eq!(
+            level(None, Some("info,fuser=loud")),
+            (LevelFilter::Info, true)
+        );
+        let (_, w) = filter_from(None, Some("x=loud".into())).unwrap();
+        assert!(w.unwrap().contains("RUST_LOG ignored"));
     }
 
     #[test]
