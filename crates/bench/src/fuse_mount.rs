@@ -67,30 +67,9 @@ fn cstr(p: &Path) -> io::Result<CString> {
     CString::new(p.as_os_str().as_bytes()).map_err(io::Error::other)
 }
 
-/// Undoes the octal escapes (`\040` for a space) of a mountinfo path.
-fn unescape_mountinfo(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(u8::is_ascii_digit) {
-            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
-            out.push(v);
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Whether `/proc/self/mountinfo` text lists a mount on `path` (field 5).
+/// Whether `/proc/self/mountinfo` text lists a mount on `path`.
 pub fn mountinfo_has(text: &str, path: &Path) -> bool {
-    let want = path.to_string_lossy();
-    text.lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .any(|mp| unescape_mountinfo(mp) == want)
+    uvfs_fuse::mountinfo_entries(text).any(|e| e.mountpoint == path)
 }
 
 /// Whether something is mounted on `path` (absolute) right now.

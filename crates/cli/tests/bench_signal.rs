@@ -12,12 +12,10 @@ use std::time::{Duration, Instant};
 
 /// Mount points whose path contains `tag`.
 fn mounts_with(tag: &str) -> Vec<String> {
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    uvfs_fuse::mountinfo_entries(&text)
+        .map(|e| e.mountpoint.display().to_string())
         .filter(|mp| mp.contains(tag))
-        .map(str::to_string)
         .collect()
 }
 

@@ -18,15 +18,7 @@ fn mountinfo(mnt: &Path) -> Option<(String, String)> {
 
 /// The mount's (per-mount options, fs type, super block options).
 fn mountinfo_all(mnt: &Path) -> Option<(String, String, String)> {
-    let text = fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let line = text.lines().find(|l| l.split(' ').nth(4) == mnt.to_str())?;
-    let f: Vec<&str> = line.split(' ').collect();
-    let dash = f.iter().position(|x| *x == "-")?;
-    Some((
-        f[5].to_string(),
-        f[dash + 1].to_string(),
-        f.get(dash + 3)?.to_string(),
-    ))
+    uvfs_fuse::mount_entry(mnt).map(|e| (e.options, e.fstype, e.super_options))
 }
 
 fn has(opts: &str, o: &str) -> bool {
@@ -183,11 +175,7 @@ fn the_mount_helper_takes_the_standard_options_on_mount_and_remount() {
 
 /// The mount's source as the mount table shows it.
 fn mount_source(mnt: &Path) -> Option<String> {
-    let text = fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let line = text.lines().find(|l| l.split(' ').nth(4) == mnt.to_str())?;
-    let f: Vec<&str> = line.split(' ').collect();
-    let dash = f.iter().position(|x| *x == "-")?;
-    Some(f[dash + 2].to_string())
+    uvfs_fuse::mount_entry(mnt).map(|e| e.source)
 }
 
 /// `-o source=DIR` and `-o fs=memfs` make the helper's SOURCE the mount's

@@ -1,4 +1,6 @@
-//! Which device the kernel gave a mount, from `/proc/self/mountinfo`.
+//! Mounts as `/proc/self/mountinfo` lists them: which device the kernel
+//! gave a mount, its owner and its flags. One parser ([`MountEntry`]),
+//! also used by the tests of every crate.
 //!
 //! The server tells its file system (`FileSystem::mounted_as`) so that a
 //! passthrough whose source reaches this very mount (a bind mount of a
@@ -7,7 +9,76 @@
 //! mountpoint: a stat there is a request to this server, which is not
 //! answering yet.
 
-use std::path::Path;
+use std::ffi::OsString;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+
+/// One mount as mountinfo lists it (the fields uvfs reads).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MountEntry {
+    /// The device the kernel gave it (`makedev(major, minor)`).
+    pub dev: u64,
+    /// Where it is mounted (mountinfo's escapes undone).
+    pub mountpoint: PathBuf,
+    /// Per-mount options (`rw,nosuid,relatime`).
+    pub options: String,
+    /// The file system type (`fuse.uvfs`).
+    pub fstype: String,
+    /// The source (`uvfs-memfs`, a directory).
+    pub source: String,
+    /// The super block's options (`rw,user_id=0,group_id=0,...`).
+    pub super_options: String,
+}
+
+impl MountEntry {
+    /// One line of mountinfo; `None` if it is not one.
+    pub fn parse(line: &str) -> Option<MountEntry> {
+        let (head, tail) = line.split_once(" - ")?;
+        let mut h = head.split(' ');
+        let dev = h.nth(2)?;
+        let (maj, min) = dev.split_once(':')?;
+        let dev = libc::makedev(maj.parse().ok()?, min.parse().ok()?);
+        let mountpoint = PathBuf::from(OsString::from_vec(unescape(h.nth(1)?)));
+        let options = h.next()?.to_string();
+        let mut t = tail.split(' ');
+        Some(MountEntry {
+            dev,
+            mountpoint,
+            options,
+            fstype: t.next()?.to_string(),
+            source: t.next()?.to_string(),
+            super_options: t.next().unwrap_or("").to_string(),
+        })
+    }
+
+    /// Whether `o` is among the per-mount options.
+    pub fn has_option(&self, o: &str) -> bool {
+        self.options.split(',').any(|x| x == o)
+    }
+}
+
+/// Every mount listed in mountinfo `text`, in its order.
+pub fn entries(text: &str) -> impl Iterator<Item = MountEntry> + '_ {
+    text.lines().filter_map(MountEntry::parse)
+}
+
+/// The mount on `mountpoint` in mountinfo `text`: the last one listed
+/// there (the one on top).
+pub fn entry_in(text: &str, mountpoint: &Path) -> Option<MountEntry> {
+    let want = mountpoint.as_os_str().as_bytes();
+    text.lines()
+        .rev()
+        .filter_map(MountEntry::parse)
+        .find(|e| e.mountpoint.as_os_str().as_bytes() == want)
+}
+
+/// The mount on `mountpoint` now (the one on top), if one is.
+pub fn mount_entry(mountpoint: &Path) -> Option<MountEntry> {
+    entry_in(
+        &std::fs::read_to_string("/proc/self/mountinfo").ok()?,
+        mountpoint,
+    )
+}
 
 /// Undoes mountinfo's octal escapes (`\040` for a space, `\011`, `\012`,
 /// `\134`).
@@ -36,35 +107,15 @@ fn unescape(s: &str) -> Vec<u8> {
 /// The device (`makedev(major, minor)`) of the mount on `mountpoint` in
 /// mountinfo `text`: the last one listed there (the one on top).
 pub(crate) fn device_in(text: &str, mountpoint: &Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let want = mountpoint.as_os_str().as_bytes();
-    text.lines()
-        .rev()
-        .find_map(|l| {
-            let mut f = l.split(' ');
-            let dev = f.nth(2)?;
-            let mp = f.nth(1)?;
-            (unescape(mp) == want).then_some(dev)
-        })
-        .and_then(|dev| {
-            let (maj, min) = dev.split_once(':')?;
-            Some(libc::makedev(maj.parse().ok()?, min.parse().ok()?))
-        })
+    entry_in(text, mountpoint).map(|e| e.dev)
 }
 
 /// The `user_id=` of the FUSE mount on `mountpoint` in mountinfo `text`
 /// (the one on top): the user whose server it is.
 pub(crate) fn owner_in(text: &str, mountpoint: &Path) -> Option<u32> {
-    use std::os::unix::ffi::OsStrExt;
-    let want = mountpoint.as_os_str().as_bytes();
-    let line = text
-        .lines()
-        .rev()
-        .find(|l| l.split(' ').nth(4).is_some_and(|mp| unescape(mp) == want))?;
-    // After the optional fields' ` - `: type, source, super options.
-    let (_, tail) = line.split_once(" - ")?;
-    let opts = tail.split(' ').nth(2)?;
-    opts.split(',')
+    entry_in(text, mountpoint)?
+        .super_options
+        .split(',')
         .find_map(|o| o.strip_prefix("user_id="))
         .and_then(|u| u.parse().ok())
 }
@@ -84,14 +135,8 @@ pub(crate) fn owner_of(mountpoint: &Path) -> Option<u32> {
 /// nor `relatime` (mountinfo names no `strictatime`; to mount(2), no
 /// atime flag means `relatime`).
 pub(crate) fn flags_in(text: &str, mountpoint: &Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let want = mountpoint.as_os_str().as_bytes();
-    let opts = text.lines().rev().find_map(|l| {
-        let mut f = l.split(' ');
-        let mp = f.nth(4)?;
-        let opts = f.next()?;
-        (unescape(mp) == want).then_some(opts)
-    })?;
+    let e = entry_in(text, mountpoint)?;
+    let opts = e.options.as_str();
     let flags = opts.split(',').fold(0, |flags, o| {
         flags
             | match o {
@@ -119,13 +164,7 @@ pub(crate) fn flags_of(mountpoint: &Path) -> Option<u64> {
 
 /// Whether any mount in mountinfo `text` is of device `dev`.
 pub(crate) fn lists_device(text: &str, dev: u64) -> bool {
-    text.lines().any(|l| {
-        l.split(' ')
-            .nth(2)
-            .and_then(|d| d.split_once(':'))
-            .and_then(|(maj, min)| Some(libc::makedev(maj.parse().ok()?, min.parse().ok()?)))
-            == Some(dev)
-    })
+    entries(text).any(|e| e.dev == dev)
 }
 
 /// The device of the mount on `mountpoint` now, if it is listed.
@@ -146,6 +185,32 @@ mod tests {
 41 22 0:53 / /tmp/x rw - tmpfs tmpfs rw
 42 41 0:54 / /tmp/x rw - fuse.passthrough uvfs rw,user_id=0
 ";
+
+    #[test]
+    fn a_line_is_parsed_into_its_fields() {
+        let e = entry_in(TEXT, Path::new("/tmp/a b")).unwrap();
+        assert_eq!(
+            e,
+            MountEntry {
+                dev: libc::makedev(0, 52),
+                mountpoint: PathBuf::from("/tmp/a b"),
+                options: "rw,nosuid".into(),
+                fstype: "fuse.memfs".into(),
+                source: "uvfs".into(),
+                super_options: "rw,user_id=0".into(),
+            }
+        );
+        assert!(e.has_option("nosuid") && !e.has_option("nosu"));
+        // Optional fields before the separator are skipped.
+        assert_eq!(
+            MountEntry::parse("22 1 8:1 / / rw,relatime shared:1 master:2 - ext4 /dev/sda1 rw")
+                .map(|e| (e.fstype, e.super_options)),
+            Some(("ext4".into(), "rw".into()))
+        );
+        assert_eq!(entries(TEXT).count(), 4);
+        assert_eq!(MountEntry::parse("1 2 x:y / /tmp/x rw - t s o"), None);
+        assert_eq!(MountEntry::parse("no separator"), None);
+    }
 
     #[test]
     fn finds_the_mount_on_top_and_unescapes() {

@@ -98,9 +98,7 @@ impl Drop for Mounted {
         // EBUSY can be transient: a child another test thread forked and
         // has not yet exec'd holds copies of this test's descriptors.
         for _ in 0..20 {
-            let here = format!(" {} ", self.mnt.display());
-            let mounted =
-                fs::read_to_string("/proc/self/mountinfo").is_ok_and(|m| m.contains(&here));
+            let mounted = uvfs_fuse::mount_entry(&self.mnt).is_some();
             let out = Command::new("umount").arg(&self.mnt).output();
             if !mounted || out.is_ok_and(|o| o.status.success()) {
                 break;
