@@ -61,8 +61,11 @@
 //!
 //! # Read-only
 //! A read-only mount moves no atime (a read-only server is told
-//! `MS_RDONLY` whatever its kernel mount says), and neither does a
-//! read-only source mount: no clone is made for the latter.
+//! `MS_RDONLY` whatever its kernel mount says): its files are opened on
+//! the source's mount with `O_NOATIME`, as before, not on a clone, so
+//! they get no kernel I/O (the server reads every byte it serves; a clone
+//! set read-only as well as `noatime` could let the kernel read them).
+//! A read-only source mount moves no atime: no clone is made for it.
 
 use crate::fdpool::{Fd, FdPool};
 use crate::sys;
@@ -208,7 +211,9 @@ impl Atime {
     /// none, and sets the clone's attributes to the rule.
     pub(crate) fn remounted(&self, flags: u64, root: BorrowedFd<'_>, pool: &Arc<FdPool>) {
         let rule = Rule::of_mount_flags(flags);
-        let differs = self.source.is_some_and(|s| s != rule);
+        // Read-only: O_NOATIME on the source's mount, as before (its
+        // files get no kernel I/O: the module's docs).
+        let differs = flags & libc::MS_RDONLY == 0 && self.source.is_some_and(|s| s != rule);
         let mut st = self.state.write();
         st.rule = Some(rule);
         if differs && st.clone.is_none() && !st.refused {

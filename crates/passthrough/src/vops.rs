@@ -179,8 +179,12 @@ impl FileSystem for PassthroughFs {
         fh: Fh,
     ) -> Option<Arc<dyn std::os::fd::AsFd + Send + Sync>> {
         let of = self.opens.get(fh).ok()?;
-        let fl = rustix::fs::fcntl_getfl(&of.fd).ok()?;
-        if fl.contains(rustix::fs::OFlags::NOATIME) {
+        // Only a rule of "never" opens with O_NOATIME (`Atime`).
+        if self.atime.noatime_flag(false) != 0
+            && rustix::fs::fcntl_getfl(&of.fd)
+                .ok()?
+                .contains(rustix::fs::OFlags::NOATIME)
+        {
             return None;
         }
         (of.node.kind() == VType::Reg).then_some(of as _)
