@@ -304,12 +304,14 @@ fn mount_with(o: &MountOpts, mut handoff: Option<uvfs_fuse::upgrade::Handoff>) -
     // Features that need CAP_SYS_ADMIN, turned off here with one line
     // each (before detaching, so the line reaches the terminal) rather
     // than refused one request at a time once serving.
-    // Not read-only or noatime: the kernel would open the source files
-    // without O_NOATIME (`FileSystem::backing_file`).
+    // Not read-only, nor noatime unless privileged: the kernel would open
+    // the source files without O_NOATIME (`FileSystem::backing_file`);
+    // as root the passthrough opens them on a clone of the source's mount
+    // set noatime instead, whose backing files move no atime.
     let kernel_io = source.is_some()
         && !o.server_io
         && !o.read_only
-        && AtimeRule::from_mount_flags(o.mount_flags).files != Atime::Never;
+        && (privileged || AtimeRule::from_mount_flags(o.mount_flags).files != Atime::Never);
     if kernel_io && !privileged {
         log::warn!(
             "kernel I/O on the source's files off: FUSE passthrough needs \

@@ -100,14 +100,24 @@ fn off(o: &MountOpts, cfg: &ServeConfig, passthrough: bool) -> Vec<String> {
         ));
     }
     if !cfg.kernel_io {
+        let noatime = uvfs_memfs::AtimeRule::from_mount_flags(o.mount_flags).files
+            == uvfs_memfs::Atime::Never;
         let why = if o.server_io {
-            "--server-io"
+            Some("--server-io")
         } else if o.read_only {
-            "read-only: the kernel would open source files without O_NOATIME"
+            Some("read-only: the kernel would open source files without O_NOATIME")
+        } else if noatime {
+            Some(
+                "noatime without CAP_SYS_ADMIN: the kernel would open source files without \
+                 O_NOATIME",
+            )
         } else {
-            "noatime: the kernel would open source files without O_NOATIME"
+            // No CAP_SYS_ADMIN: logged where that is found out.
+            None
         };
-        v.push(format!("kernel I/O on source files off ({why})"));
+        if let Some(why) = why {
+            v.push(format!("kernel I/O on source files off ({why})"));
+        }
     }
     if o.no_dir_readahead {
         v.push("directory readahead off (--no-dir-readahead)".into());

@@ -246,6 +246,9 @@ fn serve_one(
         // Nothing in the request is trusted: the flags are the kernel's.
         let v = match crate::mountinfo::flags_of(Path::new(mp)) {
             Some(flags) => {
+                // A read-only server stays so when its mount is made
+                // writable (it refuses every change, atimes included).
+                let flags = flags | if inner.read_only { libc::MS_RDONLY } else { 0 };
                 inner.fs.remounted(flags);
                 serde_json::json!({ "ok": true, "flags": flags })
             }

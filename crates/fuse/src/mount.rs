@@ -487,9 +487,10 @@ fn start_around(
         fs.mounted_as(dev);
     }
     // The kernel's atime flags of the mount, which the file system
-    // applies itself (a remount tells it again: `control.rs`).
+    // applies itself (a remount tells it again: `control.rs`); a
+    // read-only server is read-only whatever the kernel's mount says.
     if let Some(flags) = mountinfo::flags_of(mountpoint) {
-        fs.remounted(flags);
+        fs.remounted(flags | if cfg.read_only { libc::MS_RDONLY } else { 0 });
     }
     // A read-only superblock keeps its atimes: nothing to refresh; with a
     // short attribute timeout nothing refreshed would last until used.

@@ -254,6 +254,23 @@ impl HandleOpener {
         let Some(mfd) = &self.mount_fd else {
             return Err(Errno::EOPNOTSUPP);
         };
+        self.open_on(mfd.as_fd(), h, flags)
+    }
+
+    /// Opens `h` with `flags` on the mount `mfd` is on (a real, not
+    /// `O_PATH`, fd): another mount of the source's file system, whose
+    /// attributes the open file then has (`atime.rs`'s clone). Only
+    /// handles this opener accepts: `mfd` must be of the same file system
+    /// (the caller's to ensure), or the bytes would name another inode.
+    pub(crate) fn open_on(
+        &self,
+        mfd: BorrowedFd<'_>,
+        h: &Handle,
+        flags: libc::c_int,
+    ) -> VfsResult<OwnedFd> {
+        if !self.enabled() {
+            return Err(Errno::EOPNOTSUPP);
+        }
         if h.mount_id != self.mount_id {
             return Err(Errno::EXDEV);
         }

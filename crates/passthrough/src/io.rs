@@ -60,7 +60,9 @@ impl PassthroughFs {
         let fd = self.fd_of(&node).map_err(gone)?;
         let res = self.pool.reserve_open()?;
         let f = self
-            .reading(flags & !STRIP, |f| sys::reopen(fd.as_fd(), f))
+            .reading(flags & !STRIP, |f| {
+                self.open_to_read(&node, f, |f| sys::reopen(fd.as_fd(), f))
+            })
             .map_err(gone)?;
         drop(fd);
         // The kernel opens by a name it caches until the entry times out;
@@ -99,14 +101,14 @@ impl PassthroughFs {
         let fd = self.fd_of(&node)?;
         let res = self.pool.reserve_open()?;
         let d = self.reading(libc::O_RDONLY | libc::O_DIRECTORY, |f| {
-            sys::openat(fd.as_fd(), c".", f)
+            self.open_to_read(&node, f, |f| sys::openat(fd.as_fd(), c".", f))
         })?;
         drop(fd);
         Ok(self.opens.insert(res.into_fd(d), node))
     }
 
     /// Opens with `open(flags)`, adding `O_NOATIME` where reads must leave
-    /// atimes alone (a directory's listings by `dir_read_flags`). `O_NOATIME`
+    /// atimes alone (`Atime::read_flags`). `O_NOATIME`
     /// needs the file's owner or CAP_FOWNER: a server without them for this
     /// file (in a user namespace, say) opens it as it can rather than
     /// failing the caller.
@@ -115,11 +117,7 @@ impl PassthroughFs {
         flags: libc::c_int,
         open: impl Fn(libc::c_int) -> VfsResult<OwnedFd>,
     ) -> VfsResult<OwnedFd> {
-        let extra = if flags & libc::O_DIRECTORY != 0 {
-            self.dir_read_flags
-        } else {
-            self.read_flags
-        };
+        let extra = self.atime.read_flags(flags & libc::O_DIRECTORY != 0);
         if extra == 0 {
             return open(flags);
         }
@@ -127,6 +125,46 @@ impl PassthroughFs {
             Err(Errno::EPERM) => open(flags),
             r => r,
         }
+    }
+
+    /// `node`'s file opened anew with `flags`: on the clone of the
+    /// source's mount where one applies the mount's atime rule
+    /// (`atime.rs`), by the node's handle, checked to be the node's file;
+    /// else, or if that fails (no handle of the source's file system, a
+    /// removed file), by `on_source` (on the source's mount, with
+    /// `O_NOATIME` where the rule says so and no clone applies it).
+    fn open_to_read(
+        &self,
+        node: &crate::node::Node,
+        flags: libc::c_int,
+        on_source: impl Fn(libc::c_int) -> VfsResult<OwnedFd>,
+    ) -> VfsResult<OwnedFd> {
+        if let Some(clone) = self.atime.clone_to_open() {
+            if let Some(h) = node.ident().handle() {
+                let on_clone = self
+                    .handles
+                    .open_on(clone.mount_fd(), h, flags)
+                    .ok()
+                    .filter(|f| {
+                        sys::statx_fd(f.as_fd()).is_ok_and(|st| {
+                            st.stx_ino == node.ino && sys::stx_dev(&st) == node.dev()
+                        })
+                    });
+                if let Some(f) = on_clone {
+                    return Ok(f);
+                }
+            }
+            // `reading` added no O_NOATIME, the clone would have applied
+            // the rule.
+            let extra = self.atime.noatime_flag(flags & libc::O_DIRECTORY != 0);
+            if extra != 0 {
+                match on_source(flags | extra) {
+                    Err(Errno::EPERM) => {}
+                    r => return r,
+                }
+            }
+        }
+        on_source(flags)
     }
 
     pub(crate) fn do_create(

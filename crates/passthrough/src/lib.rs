@@ -28,7 +28,8 @@
 //! opened only against the mount they came from (`sys.rs`, `handle.rs`).
 //!
 //! # Module map
-//! `sys` (system calls) · `fdpool` (budget, CLOCK) · `handle` (file
+//! `sys` (system calls) · `atime` (the mount's atime rule applied to
+//! the source: a clone of its mount) · `fdpool` (budget, CLOCK) · `handle` (file
 //! handles) · `remembered` (handles of recycled nodes) · `by_ino` (ids the
 //! source resolves by itself) · `inodes` (node
 //! ids) · `node` (per-vnode data) · `creds` (creating as the caller) ·
@@ -41,6 +42,7 @@
 //! (freeing large files off the request) · `vops` (the `FileSystem` impl)
 //! · `watch` (host changes reported to the front end) · `stats`.
 
+mod atime;
 mod attrs;
 mod by_ino;
 mod closer;

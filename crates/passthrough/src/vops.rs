@@ -2,6 +2,7 @@
 //! does it (`namei.rs`, `io.rs`, `dir.rs`, `attrs.rs`).
 
 use crate::fs::PassthroughFs;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use uvfs_vfs::{
     Attr, Ctx, DirPlusSink, DirSink, FallocMode, Fh, FileLock, FileSystem, Freeing, Mount,
@@ -168,17 +169,24 @@ impl FileSystem for PassthroughFs {
         self.do_open(ctx, vp, flags)
     }
 
-    /// A regular file's open fd. Not when reads must leave atimes alone
-    /// (`-r`): the kernel would open the backing file without O_NOATIME.
+    /// A regular file's open fd. Not one opened with `O_NOATIME` (`-r`, or
+    /// `noatime` without a clone of the source's mount: `atime.rs`): the
+    /// kernel opens its backing file with the caller's flags on that fd's
+    /// mount, and its reads would move the atime.
     fn backing_file(
         &self,
         _vp: &VnodeRef,
         fh: Fh,
     ) -> Option<Arc<dyn std::os::fd::AsFd + Send + Sync>> {
-        if self.read_flags != 0 {
+        let of = self.opens.get(fh).ok()?;
+        // Only a rule of "never" opens with O_NOATIME (`Atime`).
+        if self.atime.noatime_flag(false) != 0
+            && rustix::fs::fcntl_getfl(&of.fd)
+                .ok()?
+                .contains(rustix::fs::OFlags::NOATIME)
+        {
             return None;
         }
-        let of = self.opens.get(fh).ok()?;
         (of.node.kind() == VType::Reg).then_some(of as _)
     }
 
@@ -307,6 +315,28 @@ impl FileSystem for PassthroughFs {
 
     fn fs_stats(&self) -> Vec<(&'static str, u64, &'static str)> {
         self.stats()
+    }
+
+    /// The mount's atime rule, applied through a clone of the source's
+    /// mount where it differs from the source's (`atime.rs`).
+    fn remounted(&self, flags: u64) {
+        if let Ok(root) = self.fd_of(&self.root) {
+            self.atime.remounted(flags, root.as_fd(), &self.pool);
+        }
+    }
+
+    /// By the rule the server's reads of the source follow (`atime.rs`):
+    /// the uvfs mount's where a clone applies it, else the source's.
+    fn read_moves_atime(&self, vp: &VnodeRef) -> bool {
+        let Ok(node) = self.node_of(vp) else {
+            return false;
+        };
+        if node.kind() != VType::Reg {
+            return false;
+        }
+        self.fd_of(&node)
+            .and_then(|fd| crate::sys::statx_fd(fd.as_fd()))
+            .is_ok_and(|st| self.atime.read_moves(&st))
     }
 
     fn mounted_as(&self, dev: u64) {

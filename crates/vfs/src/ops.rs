@@ -417,7 +417,8 @@ pub trait FileSystem: Send + Sync + 'static {
 
     /// The mount's flags as the kernel holds them now (mount(2)'s
     /// `MS_RDONLY`, `MS_NOATIME`, `MS_NODIRATIME`, `MS_RELATIME`,
-    /// `MS_STRICTATIME`): told once mounted and
+    /// `MS_STRICTATIME`; `MS_RDONLY` also for a server serving
+    /// read-only whatever the kernel's mount says): told once mounted and
     /// after every `mount -o remount`. The kernel moves no atime of a FUSE
     /// file itself (it leaves them to the server) and tells the server of
     /// no remount, so a file system that keeps atimes applies these. The

@@ -9,8 +9,8 @@ use super::counters::Op;
 use super::{ctx, open_flags, writes, Inner, Server, MAX_READ};
 use crate::convert::errno;
 use fuser::{
-    FileHandle, INodeNo, LockOwner, OpenFlags, ReplyData, ReplyEmpty, ReplyOpen, ReplyWrite,
-    Request, WriteFlags,
+    FileHandle, FopenFlags, INodeNo, LockOwner, OpenFlags, ReplyData, ReplyEmpty, ReplyOpen,
+    ReplyWrite, Request, WriteFlags,
 };
 use uvfs_vfs::{Ctx, Errno, FallocMode, Freeing, SetAttr, VType, VfsResult};
 
@@ -312,8 +312,15 @@ impl Server {
                 return Err(Errno::EROFS);
             }
             let fh = i.fs.open(c, &vp, open_flags(flags.0, kill_suidgid))?;
-            let fopen = i.fopen_flags_for(&vp);
-            let (h, id) = i.open_file(ino.0, vp, fh, flags.0, true, |fd| reply.open_backing(fd));
+            let (h, id) = i.open_file(ino.0, vp.clone(), fh, flags.0, true, |fd| {
+                reply.open_backing(fd)
+            });
+            // Asked only where the server does the file's I/O: with kernel
+            // I/O no page cache of the FUSE file is kept across opens.
+            let fopen = match id {
+                Some(_) => FopenFlags::empty(),
+                None => i.fopen_flags_for(&vp),
+            };
             Ok((h, id, fopen))
         });
         match r {

@@ -42,7 +42,8 @@ pub struct PassthroughConfig {
     /// for a read-only mount, whose source must not change at all.
     /// (Reading a symlink still moves its atime: `readlinkat` has no such
     /// flag.) Also for a mount made `noatime`: the kernel leaves a FUSE
-    /// file's atime to its server.
+    /// file's atime to its server. Until `FileSystem::remounted` tells the
+    /// mount's flags, which then decide (`atime.rs`).
     pub no_atime: bool,
     /// Watch the source for changes made behind the mount's back and
     /// report them (`FileSystem::watch`), so the front end may cache for
@@ -118,10 +119,9 @@ pub struct PassthroughFs {
     pub(crate) plus_load: crate::plus_load::PlusLoad,
     /// Directory readahead for a lone walker (`prefetch.rs`).
     pub(crate) prefetch: Option<crate::prefetch::Prefetcher>,
-    /// `O_NOATIME` if reads must leave atimes alone (`no_atime`), else 0.
-    pub(crate) read_flags: libc::c_int,
-    /// The same for directories (`no_atime` or `no_diratime`).
-    pub(crate) dir_read_flags: libc::c_int,
+    /// The mount's atime rule and how it reaches the source: `O_NOATIME`,
+    /// or opening on a clone of the source's mount (`atime.rs`).
+    pub(crate) atime: crate::atime::Atime,
     /// The device of the mount serving this file system ([`NO_DEV`] until told,
     /// `FileSystem::mounted_as`): a backing entry on it is the mount
     /// itself, reached through the source (a bind mount of a directory
@@ -265,6 +265,7 @@ impl PassthroughFs {
         } else {
             crate::watch::Watch::off("host changes are not watched (--no-watch)")
         };
+        let atime = crate::atime::Atime::new(root_fd.as_fd(), cfg.no_atime, cfg.no_diratime);
         let fd = pool.reserve().map_err(io)?.into_fd(root_fd);
         root.install(Arc::new(fd));
         rustix::process::umask(rustix::fs::Mode::empty());
@@ -287,12 +288,7 @@ impl PassthroughFs {
             posix_locks: Default::default(),
             plus_load: Default::default(),
             prefetch,
-            read_flags: if cfg.no_atime { libc::O_NOATIME } else { 0 },
-            dir_read_flags: if cfg.no_atime || cfg.no_diratime {
-                libc::O_NOATIME
-            } else {
-                0
-            },
+            atime,
             own_dev: AtomicU64::new(NO_DEV),
             watch,
             keep_timeouts: cfg.keep_timeouts,
