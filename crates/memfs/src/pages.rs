@@ -2,7 +2,10 @@
 //!
 //! # Layout
 //! Pages live in a `BTreeMap` keyed by page index; a missing page is a hole
-//! and reads as zeros. Each page has its own reader/writer lock so that
+//! and reads as zeros. A page `fallocate` added and nothing has written
+//! yet is allocated (counted in `st_blocks` and the budget) but, as in
+//! tmpfs, still a hole to `SEEK_DATA`/`SEEK_HOLE`, so that tools that copy
+//! only data (`cp --sparse`, `tar -S`) skip preallocated space. Each page has its own reader/writer lock so that
 //! I/O to disjoint ranges, admitted together by the vnode's range lock,
 //! copies in parallel; the map lock is held shared while copying and
 //! exclusively only to add or drop pages.
@@ -52,15 +55,37 @@ type Page = RwLock<PageBuf>;
 /// place (`pagefile.rs`).
 #[derive(Debug)]
 enum PageBuf {
-    Heap(Box<[u8; PAGE_SIZE]>),
+    /// Memory of its own; `written` is false for a page `fallocate` added
+    /// that no write has reached yet.
+    Heap {
+        data: Box<[u8; PAGE_SIZE]>,
+        written: bool,
+    },
     Mapped(MappedPage),
+}
+
+impl PageBuf {
+    /// Whether `SEEK_DATA` counts the page as data.
+    fn is_data(&self) -> bool {
+        match self {
+            PageBuf::Heap { written, .. } => *written,
+            PageBuf::Mapped(_) => true,
+        }
+    }
+
+    /// Called by writes before they copy in.
+    fn mark_written(&mut self) {
+        if let PageBuf::Heap { written, .. } = self {
+            *written = true;
+        }
+    }
 }
 
 impl std::ops::Deref for PageBuf {
     type Target = [u8; PAGE_SIZE];
     fn deref(&self) -> &[u8; PAGE_SIZE] {
         match self {
-            PageBuf::Heap(b) => b,
+            PageBuf::Heap { data, .. } => data,
             PageBuf::Mapped(m) => m,
         }
     }
@@ -69,7 +94,7 @@ impl std::ops::Deref for PageBuf {
 impl std::ops::DerefMut for PageBuf {
     fn deref_mut(&mut self) -> &mut [u8; PAGE_SIZE] {
         match self {
-            PageBuf::Heap(b) => b,
+            PageBuf::Heap { data, .. } => data,
             PageBuf::Mapped(m) => m,
         }
     }
@@ -84,18 +109,20 @@ impl Drop for Freed {
         let pages = std::mem::take(&mut self.0).into_values();
         crate::pagefile::free_together(pages.filter_map(|p| match p.into_inner() {
             PageBuf::Mapped(m) => Some(m),
-            PageBuf::Heap(_) => None,
+            PageBuf::Heap { .. } => None,
         }));
     }
 }
 
-fn new_page() -> Page {
+/// A zeroed page, `written` by its first user (a write) or not (an
+/// `fallocate`).
+fn new_page(written: bool) -> Page {
     // Zeroed by the allocator (calloc), not copied from a stack array.
     let data: Box<[u8; PAGE_SIZE]> = vec![0u8; PAGE_SIZE]
         .into_boxed_slice()
         .try_into()
         .expect("PAGE_SIZE bytes");
-    RwLock::new(PageBuf::Heap(data))
+    RwLock::new(PageBuf::Heap { data, written })
 }
 
 /// The data of one regular file.
@@ -136,8 +163,9 @@ impl FileData {
     }
 
     /// `SEEK_DATA` / `SEEK_HOLE` (`hole`) from `offset`, by page as tmpfs:
-    /// an allocated page is data, a missing one a hole, and the end of
-    /// file a hole. `ENXIO` at or past the end.
+    /// a written page is data; a missing one, one `fallocate` added that
+    /// nothing wrote, and the end of file are holes. `ENXIO` at or past
+    /// the end.
     pub fn seek(&self, offset: u64, hole: bool) -> VfsResult<u64> {
         let map = self.map.read();
         let size = self.size();
@@ -148,15 +176,15 @@ impl FileData {
         let found = if hole {
             // The first page index at or after `first` with no page.
             let mut want = first;
-            for (&p, _) in map.range(first..) {
-                if p != want {
+            for (&p, page) in map.range(first..) {
+                if p != want || !page.read().is_data() {
                     break;
                 }
                 want += 1;
             }
             want.saturating_mul(PAGE)
         } else {
-            match map.range(first..).next() {
+            match map.range(first..).find(|(_, page)| page.read().is_data()) {
                 Some((&p, _)) => p.saturating_mul(PAGE),
                 None => return Err(Errno::ENXIO),
             }
@@ -224,7 +252,7 @@ impl FileData {
             let granted = self.budget.try_reserve(missing.len() as u64) as usize;
             let mut map = RwLockUpgradableReadGuard::upgrade(map);
             for &idx in &missing[..granted] {
-                map.insert(idx, new_page());
+                map.insert(idx, new_page(true));
             }
             self.npages.fetch_add(granted as u64, Ordering::Relaxed);
             RwLockWriteGuard::downgrade(map)
@@ -245,7 +273,9 @@ impl FileData {
             let n = ((PAGE - pos % PAGE).min(end - pos)) as usize;
             let src = (pos - offset) as usize;
             if let Some(page) = map.get(&idx) {
-                page.write()[in_page..in_page + n].copy_from_slice(&data[src..src + n]);
+                let mut page = page.write();
+                page.mark_written();
+                page[in_page..in_page + n].copy_from_slice(&data[src..src + n]);
             }
             pos += n as u64;
         }
@@ -358,7 +388,7 @@ impl FileData {
                 break;
             }
             if let std::collections::btree_map::Entry::Vacant(v) = map.entry(i) {
-                v.insert(new_page());
+                v.insert(new_page(false));
                 added += 1;
             }
         }
@@ -556,6 +586,36 @@ mod tests {
         assert_eq!(r[9], 5);
         assert_eq!(r[30], 5);
         assert_eq!(r[4200], 5);
+    }
+
+    /// As tmpfs: space `fallocate` added is allocated but a hole to
+    /// `SEEK_DATA`/`SEEK_HOLE` until something is written in it.
+    #[test]
+    fn preallocated_pages_are_holes_until_written() {
+        let (b, f) = file(u64::MAX);
+        const P: u64 = 4096;
+        f.allocate(0, 4 * P, false).unwrap();
+        assert_eq!((f.size(), f.pages(), b.used()), (4 * P, 4, 4));
+        assert_eq!(f.seek(0, false), Err(Errno::ENXIO));
+        assert_eq!(f.seek(0, true), Ok(0));
+        // A write makes its pages data, all of each page.
+        f.write(P + 10, b"x").unwrap();
+        assert_eq!(f.seek(0, false), Ok(P));
+        assert_eq!(f.seek(P + 100, false), Ok(P + 100));
+        assert_eq!(f.seek(P, true), Ok(2 * P));
+        assert_eq!(f.seek(2 * P, false), Err(Errno::ENXIO));
+        // Past a written page, preallocated space is a hole up to the end.
+        f.write(3 * P, b"y").unwrap();
+        assert_eq!(f.seek(2 * P, false), Ok(3 * P));
+        assert_eq!(f.seek(3 * P, true), Ok(4 * P));
+        // Reads see zeros either way, and the blocks stay counted.
+        let r = f.read(0, 4 * P as usize);
+        assert_eq!((r[P as usize + 10], r[3 * P as usize]), (b'x', b'y'));
+        assert_eq!(r.iter().filter(|&&c| c != 0).count(), 2);
+        assert_eq!(f.pages(), 4);
+        // Preallocating over written data leaves it data.
+        f.allocate(0, 4 * P, true).unwrap();
+        assert_eq!(f.seek(0, false), Ok(P));
     }
 
     /// Counts, on the recording thread only, allocations a little over a
