@@ -36,7 +36,7 @@ use crate::ispace::INODE_COST;
 use crate::kept::Kept;
 use crate::pagefile::{self, SharedFile};
 use crate::pages::FileData;
-use crate::saved::{self, SavedBody, SavedEntry, SavedInode, State, FORMAT};
+use crate::saved::{self, SavedBody, SavedEntry, SavedInode, State, FORMAT, FORMAT_V1};
 use crate::table::ROOT_INO;
 use crate::xattr::{Xattrs, XATTR_NAME_MAX, XATTR_SIZE_MAX};
 use parking_lot::RwLock;
@@ -137,15 +137,15 @@ impl MemFs {
             let mut placed = Vec::with_capacity(group.len());
             for (i, f) in group {
                 let at = w.pages();
-                let mut runs: Vec<(u64, u64)> = Vec::new();
-                f.for_each_page(|idx, page| {
-                    match runs.last_mut() {
-                        Some((first, n)) if *first + *n == idx => *n += 1,
-                        _ => runs.push((idx, 1)),
+                let (mut runs, mut reserved) = (Vec::new(), Vec::new());
+                f.for_each_page(|idx, page, written| {
+                    extend_runs(&mut runs, idx);
+                    if !written {
+                        extend_runs(&mut reserved, idx);
                     }
                     w.push(page)
                 })?;
-                placed.push((i, at, runs));
+                placed.push((i, at, runs, reserved));
             }
             let pages = w.pages();
             Ok((w.finish()?, pages, placed))
@@ -156,11 +156,12 @@ impl MemFs {
         for (file, (fd, n, placed)) in copied.into_iter().enumerate() {
             fds.push(fd);
             pages.push(n);
-            for (i, at, runs) in placed {
+            for (i, at, runs, reserved) in placed {
                 places[i] = Some(Place {
                     file: file as u32,
                     at,
                     runs,
+                    reserved,
                 });
             }
         }
@@ -175,8 +176,13 @@ impl MemFs {
             kept: kept.iter().map(&mut encode).collect(),
             pages,
         };
+        let reserves = |s: &SavedInode| matches!(s.body, SavedBody::FileReserved { .. });
+        let format = match state.linked.iter().chain(&state.kept).any(reserves) {
+            true => FORMAT,
+            false => FORMAT_V1,
+        };
         Ok(Saved {
-            format: FORMAT.to_owned(),
+            format: format.to_owned(),
             bytes: saved::encode(&state)?,
             fds,
         })
@@ -192,10 +198,14 @@ impl MemFs {
         cfg: MemFsConfig,
         saved: Saved,
     ) -> VfsResult<Arc<MemFs>> {
-        if saved.format != FORMAT {
+        if saved.format != FORMAT && saved.format != FORMAT_V1 {
             return Err(Errno::EPROTO);
         }
         let state = saved::decode(&saved.bytes)?;
+        let reserves = |s: &SavedInode| matches!(s.body, SavedBody::FileReserved { .. });
+        if saved.format == FORMAT_V1 && state.linked.iter().chain(&state.kept).any(reserves) {
+            return Err(Errno::EPROTO);
+        }
         let kinds = check(&state)?;
         if state.pages.len() != saved.fds.len() {
             return Err(Errno::EPROTO);
@@ -208,7 +218,9 @@ impl MemFs {
         let fs = MemFs::without_inodes(layer.clone(), &cfg);
         fs.table.set_next_ino(state.next_ino);
         let weight = |s: &(&SavedInode, bool)| match &s.0.body {
-            SavedBody::File { runs, .. } => 1 + runs.iter().map(|r| r.1).sum::<u64>(),
+            SavedBody::File { runs, .. } | SavedBody::FileReserved { runs, .. } => {
+                1 + runs.iter().map(|r| r.1).sum::<u64>()
+            }
             _ => 1,
         };
         let all: Vec<(&SavedInode, bool)> = (state.linked.iter().map(|s| (s, true)))
@@ -293,6 +305,20 @@ impl MemFs {
         )))
     }
 
+    /// A regular file's restored body (`FileData::restored`).
+    fn file_body(
+        &self,
+        size: u64,
+        runs: &[(u64, u64)],
+        file: Option<&Arc<SharedFile>>,
+        at: u64,
+        reserved: &[(u64, u64)],
+    ) -> VfsResult<Body> {
+        let f = FileData::restored(self.budget.clone(), size, runs, file, at, reserved)
+            .map_err(|e| if e == Errno::ENOSPC { e } else { Errno::EPROTO })?;
+        Ok(Body::File(f))
+    }
+
     fn body(
         &self,
         kind: VType,
@@ -309,12 +335,17 @@ impl MemFs {
                     file,
                     at,
                 },
-            ) => {
-                let file = files.get(*file as usize);
-                let f = FileData::restored(self.budget.clone(), *size, runs, file, *at)
-                    .map_err(|e| if e == Errno::ENOSPC { e } else { Errno::EPROTO })?;
-                Body::File(f)
-            }
+            ) => self.file_body(*size, runs, files.get(*file as usize), *at, &[])?,
+            (
+                VType::Reg,
+                SavedBody::FileReserved {
+                    size,
+                    runs,
+                    file,
+                    at,
+                    reserved,
+                },
+            ) => self.file_body(*size, runs, files.get(*file as usize), *at, reserved)?,
             (
                 VType::Dir,
                 SavedBody::Dir {
@@ -378,17 +409,34 @@ struct Place {
     file: u32,
     at: u64,
     runs: Vec<(u64, u64)>,
+    /// Of those, the pages preallocated and never written.
+    reserved: Vec<(u64, u64)>,
+}
+
+/// Adds page `idx` (above every index in `runs`) to `runs`.
+fn extend_runs(runs: &mut Vec<(u64, u64)>, idx: u64) {
+    match runs.last_mut() {
+        Some((first, n)) if *first + *n == idx => *n += 1,
+        _ => runs.push((idx, 1)),
+    }
 }
 
 /// One inode's saved form (its pages already in a page file at `place`).
 fn save_inode(inode: &Inode, place: Place) -> SavedInode {
     // The body before the metadata: `meta` is the innermost lock.
     let body = match &inode.body {
-        Body::File(f) => SavedBody::File {
+        Body::File(f) if place.reserved.is_empty() => SavedBody::File {
             size: f.size(),
             runs: place.runs,
             file: place.file,
             at: place.at,
+        },
+        Body::File(f) => SavedBody::FileReserved {
+            size: f.size(),
+            runs: place.runs,
+            file: place.file,
+            at: place.at,
+            reserved: place.reserved,
         },
         Body::Dir(d) => {
             let d = d.read();
@@ -575,6 +623,65 @@ mod tests {
     fn the_unchanged_state_restores() {
         let (saved, state) = state();
         assert_eq!(restore_changed(saved, &state), Ok(()));
+    }
+
+    #[test]
+    fn preallocated_pages_stay_holes_in_format_2_and_format_1_is_kept_without_them() {
+        let (saved, _) = state();
+        // No preallocated page: format 1, which an older build reads.
+        assert_eq!(saved.format, FORMAT_V1);
+        let fs = MemFs::new(
+            VnodeLayer::new(uvfs_vnode::Config::with_limit(64)),
+            MemFsConfig::default(),
+        );
+        let root = fs.root().unwrap();
+        let (f, _) = fs.create(&Ctx::ROOT, &root, b"p", 0o644, 0).unwrap();
+        fs.fallocate(&f, Fh(0), uvfs_vfs::FallocMode(0), 0, 4 * PAGE as u64)
+            .unwrap();
+        fs.write(&f, Fh(0), PAGE as u64, b"x").unwrap();
+        let keep = Keep {
+            nodes: &[],
+            open: &[],
+        };
+        let saved = fs.save(&keep).unwrap();
+        assert_eq!(saved.format, FORMAT);
+        let mut state = saved::decode(&saved.bytes).unwrap();
+        let layer = VnodeLayer::new(uvfs_vnode::Config::with_limit(64));
+        let new = MemFs::restore(&layer, MemFsConfig::default(), saved).unwrap();
+        let f = new.lookup(&Ctx::ROOT, &new.root().unwrap(), b"p").unwrap();
+        let p = PAGE as u64;
+        assert_eq!(new.seek_data(&f, Fh(0), 0, false), Ok(p));
+        assert_eq!(new.seek_data(&f, Fh(0), p, true), Ok(2 * p));
+        assert_eq!(new.seek_data(&f, Fh(0), 2 * p, false), Err(Errno::ENXIO));
+        assert_eq!(new.getattr(&f).unwrap().blocks, 4 * p / 512);
+        drop((f, new));
+        // Reserved pages that are not among the file's are refused.
+        let ino = state
+            .linked
+            .iter()
+            .find(|s| matches!(s.body, SavedBody::FileReserved { .. }))
+            .unwrap()
+            .ino;
+        let (saved, _) = state_of(&fs);
+        if let SavedBody::FileReserved { reserved, .. } = &mut find(&mut state, ino).body {
+            reserved.push((9, 1));
+        }
+        assert_eq!(restore_changed(saved, &state), Err(Errno::EPROTO));
+        // And format 2's variant is refused in a state that says format 1.
+        let (mut saved, state) = state_of(&fs);
+        saved.format = FORMAT_V1.into();
+        assert_eq!(restore_changed(saved, &state), Err(Errno::EPROTO));
+    }
+
+    fn state_of(fs: &MemFs) -> (Saved, State) {
+        let saved = fs
+            .save(&Keep {
+                nodes: &[],
+                open: &[],
+            })
+            .unwrap();
+        let state = saved::decode(&saved.bytes).unwrap();
+        (saved, state)
     }
 
     #[test]

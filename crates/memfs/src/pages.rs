@@ -61,7 +61,8 @@ enum PageBuf {
         data: Box<[u8; PAGE_SIZE]>,
         written: bool,
     },
-    Mapped(MappedPage),
+    /// A page of a predecessor's page file; `written` as for `Heap`.
+    Mapped { page: MappedPage, written: bool },
 }
 
 impl PageBuf {
@@ -69,14 +70,21 @@ impl PageBuf {
     fn is_data(&self) -> bool {
         match self {
             PageBuf::Heap { written, .. } => *written,
-            PageBuf::Mapped(_) => true,
+            PageBuf::Mapped { written, .. } => *written,
+        }
+    }
+
+    /// Marks a restored page as preallocated, not written.
+    fn set_reserved(&mut self) {
+        match self {
+            PageBuf::Heap { written, .. } | PageBuf::Mapped { written, .. } => *written = false,
         }
     }
 
     /// Called by writes before they copy in.
     fn mark_written(&mut self) {
-        if let PageBuf::Heap { written, .. } = self {
-            *written = true;
+        match self {
+            PageBuf::Heap { written, .. } | PageBuf::Mapped { written, .. } => *written = true,
         }
     }
 }
@@ -86,7 +94,7 @@ impl std::ops::Deref for PageBuf {
     fn deref(&self) -> &[u8; PAGE_SIZE] {
         match self {
             PageBuf::Heap { data, .. } => data,
-            PageBuf::Mapped(m) => m,
+            PageBuf::Mapped { page, .. } => page,
         }
     }
 }
@@ -95,7 +103,7 @@ impl std::ops::DerefMut for PageBuf {
     fn deref_mut(&mut self) -> &mut [u8; PAGE_SIZE] {
         match self {
             PageBuf::Heap { data, .. } => data,
-            PageBuf::Mapped(m) => m,
+            PageBuf::Mapped { page, .. } => page,
         }
     }
 }
@@ -108,7 +116,7 @@ impl Drop for Freed {
     fn drop(&mut self) {
         let pages = std::mem::take(&mut self.0).into_values();
         crate::pagefile::free_together(pages.filter_map(|p| match p.into_inner() {
-            PageBuf::Mapped(m) => Some(m),
+            PageBuf::Mapped { page, .. } => Some(page),
             PageBuf::Heap { .. } => None,
         }));
     }
@@ -401,32 +409,37 @@ impl FileData {
 }
 
 impl FileData {
-    /// Calls `f` with each allocated page's index and contents, in index
-    /// order, holding the map lock shared and each page's lock in turn;
-    /// stops at `f`'s first error.
+    /// Calls `f` with each allocated page's index, contents and whether
+    /// it was written (not only preallocated), in index order, holding the
+    /// map lock shared and each page's lock in turn; stops at `f`'s first
+    /// error.
     pub fn for_each_page<E>(
         &self,
-        mut f: impl FnMut(u64, &[u8; PAGE_SIZE]) -> Result<(), E>,
+        mut f: impl FnMut(u64, &[u8; PAGE_SIZE], bool) -> Result<(), E>,
     ) -> Result<(), E> {
         let map = self.map.read();
         for (&idx, page) in map.iter() {
-            f(idx, &page.read())?;
+            let page = page.read();
+            f(idx, &page, page.is_data())?;
         }
         Ok(())
     }
 
     /// A file of `size` bytes whose allocated pages are `runs` of
     /// consecutive indices `(first, count)`, found one after another in
-    /// `file` from its page `at` and used there, charged to `budget`.
+    /// `file` from its page `at` and used there, charged to `budget`;
+    /// those in the runs `reserved` were preallocated and never written.
     /// `EINVAL` if they do not make a file (runs out of order,
-    /// overlapping, past the largest file, or not in `file`), `ENOSPC` if
-    /// the budget cannot pay for them all.
+    /// overlapping, past the largest file, or not in `file`; reserved
+    /// pages not among them), `ENOSPC` if the budget cannot pay for them
+    /// all.
     pub fn restored(
         budget: Arc<Budget>,
         size: u64,
         runs: &[(u64, u64)],
         file: Option<&Arc<SharedFile>>,
         at: u64,
+        reserved: &[(u64, u64)],
     ) -> VfsResult<FileData> {
         if size > MAX_FILE_SIZE {
             return Err(Errno::EINVAL);
@@ -456,8 +469,23 @@ impl FileData {
             for (idx, k) in indices.zip(0..) {
                 let place = at.checked_add(k).ok_or(Errno::EINVAL)?;
                 let page = file.take(place).map_err(|_| Errno::EINVAL)?;
-                map.insert(idx, RwLock::new(PageBuf::Mapped(page)));
+                let page = PageBuf::Mapped {
+                    page,
+                    written: true,
+                };
+                map.insert(idx, RwLock::new(page));
             }
+            for &(first, count) in reserved {
+                let end = first.checked_add(count).ok_or(Errno::EINVAL)?;
+                for i in first..end {
+                    map.get_mut(&i)
+                        .ok_or(Errno::EINVAL)?
+                        .get_mut()
+                        .set_reserved();
+                }
+            }
+        } else if !reserved.is_empty() {
+            return Err(Errno::EINVAL);
         }
         Ok(f)
     }

@@ -9,8 +9,15 @@ use bincode::Options;
 use serde::{Deserialize, Serialize};
 use uvfs_vfs::{Errno, Timespec, VType, VfsResult};
 
-/// The format this module reads and writes.
-pub const FORMAT: &str = "uvfs-memfs/1";
+/// The format this module writes when some file has preallocated pages
+/// that were never written (`SavedBody::FileReserved`): format 1 plus that
+/// variant, which a reader of format 1 cannot take.
+pub const FORMAT: &str = "uvfs-memfs/2";
+
+/// The format of a state with no such file: the same bytes as format 2
+/// without the variant, so that an older build can still take over from
+/// this one in the common case. Both are read.
+pub const FORMAT_V1: &str = "uvfs-memfs/1";
 
 /// A whole memfs.
 #[derive(Serialize, Deserialize, Debug)]
@@ -93,6 +100,17 @@ pub(crate) enum SavedBody {
     Symlink(Vec<u8>),
     /// Devices, FIFOs, sockets.
     Special,
+    /// A regular file some of whose pages `fallocate` added and nothing
+    /// wrote (holes to `SEEK_DATA`, as tmpfs's): as `File`, plus those
+    /// pages as runs `(first index, count)`, each among `runs`. Last, so
+    /// the other variants encode as in format 1.
+    FileReserved {
+        size: u64,
+        runs: Vec<(u64, u64)>,
+        file: u32,
+        at: u64,
+        reserved: Vec<(u64, u64)>,
+    },
 }
 
 /// One directory entry.

@@ -354,7 +354,7 @@ fn another_format_or_a_broken_state_is_refused() {
     let (fs, gone, ..) = varied();
     let restore = |s: Saved| MemFs::restore(&layer(), cfg(None, None), s).map(drop);
     let mut other = save(&fs, std::slice::from_ref(&gone));
-    other.format = "uvfs-memfs/2".into();
+    other.format = "uvfs-memfs/3".into();
     assert_eq!(restore(other), Err(Errno::EPROTO));
     let mut nofd = save(&fs, &[]);
     nofd.fds.clear();
