@@ -101,7 +101,7 @@ fn free_vnodes_do_not_make_the_server_evict() {
     // Linked files the kernel has forgotten keep free vnodes, which the
     // layer recycles by itself at the limit. Enough of them to pass high
     // water must not make the server ask the kernel to forget the few
-    // nodes it does hold (which used to cost every new node its dentry).
+    // nodes it does hold (each would cost a new node its dentry).
     let Some(m) = Mnt::with_limit(None, 400) else {
         return;
     };

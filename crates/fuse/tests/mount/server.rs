@@ -50,8 +50,8 @@ fn concurrent_clients() {
 #[test]
 fn a_mount_dropped_while_busy_leaves_the_tree() {
     // Dropping a BackgroundMount that a process still uses (a failing
-    // test's unwinding, say) used to leave the mount in place, dead once
-    // this process exits. It is detached instead; its user keeps its file.
+    // test's unwinding, say) must not leave the mount in place, dead once
+    // this process exits: it is detached, and its user keeps its file.
     if let Err(why) = common::fuse_usable() {
         eprintln!("SKIP: {why}");
         return;
