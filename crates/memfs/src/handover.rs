@@ -594,14 +594,7 @@ mod tests {
         }
         let d = fs.mkdir(&Ctx::ROOT, &root, b"d", 0o755).unwrap();
         fs.mkdir(&Ctx::ROOT, &d, b"e", 0o755).unwrap();
-        let saved = fs
-            .save(&Keep {
-                nodes: &[],
-                open: &[],
-            })
-            .unwrap();
-        let state = saved::decode(&saved.bytes).unwrap();
-        (saved, state)
+        state_of(&fs)
     }
 
     const PAGE: usize = crate::pages::PAGE_SIZE;
@@ -639,13 +632,8 @@ mod tests {
         fs.fallocate(&f, Fh(0), uvfs_vfs::FallocMode(0), 0, 4 * PAGE as u64)
             .unwrap();
         fs.write(&f, Fh(0), PAGE as u64, b"x").unwrap();
-        let keep = Keep {
-            nodes: &[],
-            open: &[],
-        };
-        let saved = fs.save(&keep).unwrap();
+        let (saved, mut state) = state_of(&fs);
         assert_eq!(saved.format, FORMAT);
-        let mut state = saved::decode(&saved.bytes).unwrap();
         let layer = VnodeLayer::new(uvfs_vnode::Config::with_limit(64));
         let new = MemFs::restore(&layer, MemFsConfig::default(), saved).unwrap();
         let f = new.lookup(&Ctx::ROOT, &new.root().unwrap(), b"p").unwrap();

@@ -39,7 +39,7 @@
 //! - A node without a handle of the source root's file system (handles
 //!   off, a FUSE source, a file on another file system mounted inside the
 //!   source), or whose handle no longer opens (a removed file still
-//!   open): opened as before, under its own mount's rule.
+//!   open): opened on the source, under its own mount's rule.
 //! - A symlink's `readlink`, done through its node fd.
 //! - Files open before a remount: an fd keeps the mount it was opened on.
 //!   One opened on the clone follows every later remount at once (the
@@ -50,19 +50,18 @@
 //!
 //! # Not root
 //! `open_tree` and `mount_setattr` need `CAP_SYS_ADMIN`; a mount made by
-//! `fusermount3` reads the source through its own mount as before, logged
+//! `fusermount3` reads the source through the source's own mount, logged
 //! once. `noatime` is then applied by opening with `O_NOATIME`
 //! ([`Atime::read_flags`]), and such a file gets no kernel I/O (the
 //! kernel opens its backing file with the caller's flags, without
 //! `O_NOATIME`: `FileSystem::backing_file` refuses it); with a clone set
 //! `noatime`, no flag is needed and kernel I/O stays on. A remount
-//! changes which files get the flag from then on (before, the flag was
-//! the mount's options' and no remount changed it).
+//! changes which files get the flag from then on.
 //!
 //! # Read-only
 //! A read-only mount moves no atime (a read-only server is told
 //! `MS_RDONLY` whatever its kernel mount says): its files are opened on
-//! the source's mount with `O_NOATIME`, as before, not on a clone, so
+//! the source's mount with `O_NOATIME`, not on a clone, so
 //! they get no kernel I/O (the server reads every byte it serves; a clone
 //! set read-only as well as `noatime` could let the kernel read them).
 //! A read-only source mount moves no atime: no clone is made for it.
@@ -211,7 +210,7 @@ impl Atime {
     /// none, and sets the clone's attributes to the rule.
     pub(crate) fn remounted(&self, flags: u64, root: BorrowedFd<'_>, pool: &Arc<FdPool>) {
         let rule = Rule::of_mount_flags(flags);
-        // Read-only: O_NOATIME on the source's mount, as before (its
+        // Read-only: O_NOATIME on the source's mount, never a clone (its
         // files get no kernel I/O: the module's docs).
         let differs = flags & libc::MS_RDONLY == 0 && self.source.is_some_and(|s| s != rule);
         let mut st = self.state.write();

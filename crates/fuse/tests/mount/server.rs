@@ -80,8 +80,8 @@ fn a_mount_dropped_while_busy_leaves_the_tree() {
 
 /// `umount MNT; uvfs mount MNT` while the first server is still on its
 /// way out: the old server must not unmount the new mount when its
-/// session ends or when asked to unmount (fuser 0.18 did both, by path;
-/// seen in CI as a remount whose server vanished). The old mount is
+/// session ends or when asked to unmount (an unmount by path would take
+/// the new one, whose server then serves nothing). The old mount is
 /// detached while a file is open, so it ends only when the test closes
 /// that file, after the new mount is up.
 #[test]
