@@ -359,6 +359,13 @@ fn mount(
     }
     let (server, inner) = new_server(fs.clone(), layer, cfg)?;
     let config = session_config(cfg, root);
+    // Idmapped mounts only where every caller is served: the kernel then
+    // leaves the caller's ids out of most requests, and fuser's check of
+    // an owner-only session would refuse them.
+    inner.idmap.store(
+        config.acl == SessionACL::All,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     // mount(2) ourselves (or through fusermount3), so that fuser never
     // unmounts by path (kmount.rs says why).
     let (fd, km) = kmount::mount(
@@ -614,6 +621,9 @@ pub fn serve_fd(
     cfg: &ServeConfig,
 ) -> std::io::Result<BackgroundMount> {
     let (server, inner) = new_server(fs, layer, cfg)?;
+    inner
+        .idmap
+        .store(true, std::sync::atomic::Ordering::Relaxed);
     let mut config = fuser::Config::default();
     config.acl = SessionACL::All;
     config.n_threads = Some(cfg.threads.max(1));

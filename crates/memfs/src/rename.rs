@@ -190,8 +190,15 @@ impl MemFs {
 
     /// `RENAME_WHITEOUT`: the whiteout to put at the old name in `dir`
     /// (its entries write-locked by the caller), made as `mknod` would,
-    /// before anything changes: it may fail (`ENOSPC`).
+    /// before anything changes: it may fail (`ENOSPC`). RENAME carries
+    /// no caller ids on a mount that takes idmapped mounts: the whiteout
+    /// is then the caller's own (`Ctx::resolved`), root's if it is gone.
     fn whiteout(&self, ctx: &Ctx, dir: &Inode, now: Timespec) -> VfsResult<Arc<Inode>> {
+        let ctx = &ctx.resolved().unwrap_or(Ctx {
+            uid: 0,
+            gid: 0,
+            ..*ctx
+        });
         let new = NewNode {
             kind: VType::Chr,
             perm: 0,

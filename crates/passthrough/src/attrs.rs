@@ -177,19 +177,25 @@ impl PassthroughFs {
         // An access ACL set by an owner outside the file's group clears
         // its set-gid bit, as a chmod would; the backing file system does
         // that only without CAP_FSETID, so such a setxattr runs with the
-        // caller's ids (the kernel already checked that it may).
-        let _as = if name == b"system.posix_acl_access" {
+        // caller's ids (the kernel already checked that it may). A caller
+        // whose ids the kernel left out (`Ctx::ids_unknown`) is not
+        // switched to: the bit is dropped here, by the caller's own groups.
+        let acl = name == b"system.posix_acl_access";
+        let _as = if acl && !ctx.ids_unknown() {
             Some(AsCaller::switch(ctx)?)
         } else {
             None
         };
         let flags = rustix::fs::XattrFlags::from_bits_retain(flags.0 as u32);
-        Ok(rustix::fs::setxattr(
-            p.as_c_str(),
-            n.as_c_str(),
-            value,
-            flags,
-        )?)
+        rustix::fs::setxattr(p.as_c_str(), n.as_c_str(), value, flags)?;
+        if acl && ctx.ids_unknown() {
+            let st = sys::statx_fd(fd.as_fd())?;
+            let perm = u32::from(st.stx_mode) & 0o7777;
+            if perm & libc::S_ISGID != 0 && !ctx.in_group_or_capable(st.stx_gid) {
+                rustix::fs::chmod(p.as_c_str(), Mode::from_raw_mode(perm & !libc::S_ISGID))?;
+            }
+        }
+        Ok(())
     }
 
     pub(crate) fn do_removexattr(&self, vp: &VnodeRef, name: &[u8]) -> VfsResult<()> {

@@ -59,9 +59,12 @@ impl AsCaller {
                 saved_groups: Vec::new(),
             });
         }
-        // No caller is -1 (the kernel sends it only to servers that take
-        // idmapped mounts, which this one does not ask for), and setfsuid(-1)
-        // changes nothing: the request would run as the server.
+        // No request that makes an inode comes from -1: the kernel sends
+        // it only where it left the caller out (`Ctx::ids_unknown`), which
+        // it never does for those (an id the mount cannot map fails there
+        // with EOVERFLOW). setfsuid(-1) changes nothing, so such a caller
+        // would act as the server: refused. Callers of `switch` for other
+        // requests check `ids_unknown` first.
         if ctx.uid == u32::MAX || ctx.gid == u32::MAX {
             return Err(Errno::EPERM);
         }

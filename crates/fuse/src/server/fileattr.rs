@@ -17,7 +17,8 @@
 //! with `CAP_LINUX_IMMUTABLE`. The kernel checks both before it sends the
 //! request; the server checks them again (`caller_caps.rs`), as its file
 //! systems act with the server's own privilege (a passthrough's source
-//! would let root's server set anything).
+//! would let root's server set anything), the owner only when the request
+//! says who the caller is (not on a mount that takes idmapped mounts).
 
 use super::Inner;
 use crate::caller_caps::{has_cap, CAP_FOWNER, CAP_LINUX_IMMUTABLE};
@@ -87,8 +88,11 @@ fn flags_arg(input: &[u8]) -> VfsResult<u32> {
 
 /// Linux's rules for a change of flags from `old` to `new` by `c`.
 fn may_change(i: &Inner, c: &Ctx, of: &OpenFile, old: u32, new: u32) -> VfsResult<()> {
+    // A caller whose ids the kernel left out (`Ctx::ids_unknown`) came
+    // through a mount that may be idmapped: the kernel compared the owner
+    // through its idmapping, which the server cannot.
     let owner = i.fs.getattr(&of.vp)?.uid;
-    if owner != c.uid && !has_cap(c.pid, c.uid, CAP_FOWNER) {
+    if !c.ids_unknown() && owner != c.uid && !has_cap(c.pid, c.uid, CAP_FOWNER) {
         return Err(Errno::EPERM);
     }
     if (old ^ new) & FS_NEED_CAP_FL != 0 && !has_cap(c.pid, c.uid, CAP_LINUX_IMMUTABLE) {

@@ -60,6 +60,21 @@ impl Server {
             let _ = config.add_capabilities(InitFlags::FUSE_POSIX_LOCKS);
             let _ = config.add_capabilities(InitFlags::FUSE_FLOCK_LOCKS);
         }
+        // Idmapped mounts (`mount_setattr(MOUNT_ATTR_IDMAP)` of this
+        // mount, as containers make them; Linux 6.12+, and only with
+        // default_permissions, which uvfs always mounts with). The kernel
+        // then checks every caller through the mount's idmapping and sends
+        // its mapped ids only with requests that make an inode; all others,
+        // on every mount of the connection, idmapped or not, carry
+        // `Ctx::UNKNOWN_ID` (`Ctx::ids_unknown`), and what the server did
+        // with a caller's ids there (set-gid kept or dropped, the owner of
+        // a whiteout, the owner check of inode flags) it does with the
+        // caller's own (`Ctx::resolved`) or leaves to the kernel's check.
+        if self.inner.idmap.load(Ordering::Relaxed)
+            && config.add_capabilities(InitFlags::FUSE_ALLOW_IDMAP).is_ok()
+        {
+            self.inner.idmap_on.store(true, Ordering::Relaxed);
+        }
         for cap in [
             InitFlags::FUSE_PARALLEL_DIROPS,
             InitFlags::FUSE_DO_READDIRPLUS,
@@ -112,11 +127,12 @@ impl Server {
         };
         log::info!(
             "kernel FUSE protocol {}: io_uring {}, kernel I/O on source files {}, \
-             directories opened by the kernel {}",
+             directories opened by the kernel {}, idmapped mounts {}",
             config.kernel_abi(),
             on(&i.uring_on),
             on(&i.backings.on),
             on(&i.no_opendir),
+            on(&i.idmap_on),
         );
         if i.uring.load(Ordering::Relaxed) && !i.uring_on.load(Ordering::Relaxed) {
             log::warn!("FUSE over io_uring off: the kernel did not offer it at INIT");

@@ -155,6 +155,8 @@ impl Server {
                 write_stalls: Default::default(),
                 uring: Default::default(),
                 uring_on: Default::default(),
+                idmap: Default::default(),
+                idmap_on: Default::default(),
                 read_only,
                 backings: Default::default(),
                 refresh: Default::default(),

@@ -60,6 +60,12 @@ pub struct Inner {
     pub uring: std::sync::atomic::AtomicBool,
     /// The kernel agreed to it.
     pub uring_on: std::sync::atomic::AtomicBool,
+    /// Ask the kernel to allow idmapped mounts of this file system
+    /// (`FUSE_ALLOW_IDMAP`; `init.rs` says what it changes).
+    pub idmap: std::sync::atomic::AtomicBool,
+    /// The kernel agreed to it: requests that make no inode carry
+    /// `Ctx::UNKNOWN_ID` for the caller's ids.
+    pub idmap_on: std::sync::atomic::AtomicBool,
     /// Served read-only: requests that would change the file system are
     /// answered EROFS (`Server::changing`).
     pub read_only: bool,
