@@ -24,6 +24,9 @@
 //! set up) requests keep coming through /dev/fuse. FORGETs, INTERRUPTs and
 //! notifications always use /dev/fuse, so the classic loops keep running.
 //!
+//! Entries' buffers are memfds, so a live upgrade's successor can take
+//! them over (`uring/handover.rs`).
+//!
 //! # Who touches an entry's buffers
 //!
 //! The kernel, from the REGISTER or COMMIT until the entry's completion;
@@ -407,7 +410,9 @@ fn serve_queue<FS: Filesystem>(
     resumed: bool,
 ) -> io::Result<()> {
     let qid = q.qid;
-    for _ in 0..INITIAL_ENTRIES {
+    // A predecessor's entries are this queue's once answered: only the
+    // rest is registered anew, so entries do not pile up over upgrades.
+    for _ in adopted.len()..INITIAL_ENTRIES {
         q.register()?;
     }
     // Leaked on purpose: the kernel may still complete the pending read
@@ -475,6 +480,18 @@ fn serve_queue<FS: Filesystem>(
             for idx in std::mem::take(&mut held) {
                 srv.serve(q, idx);
             }
+            // Before waiting: the entries answered here may be all this
+            // queue has (an adopted queue registers no more than it lacks).
+            if !closing {
+                for idx in std::mem::take(&mut shared.ready.lock().list) {
+                    q.commit(idx)?;
+                }
+                // Parked replies hold their entries: keep a few waiting in
+                // the kernel so this CPU's other requests are still taken.
+                while q.in_kernel < MIN_AVAILABLE && q.entries.len() < MAX_ENTRIES {
+                    q.register()?;
+                }
+            }
         } else if mode == PARK {
             rings.report(qid, Phase::Parked { armed: q.in_kernel }, Vec::new());
         }
@@ -527,22 +544,6 @@ fn serve_queue<FS: Filesystem>(
             if q.in_kernel == 0 {
                 return Ok(());
             }
-        }
-        if mode != SERVE {
-            // Parked: nothing is committed or armed (`handover.rs`).
-            continue;
-        }
-        let ready = std::mem::take(&mut shared.ready.lock().list);
-        for idx in ready {
-            if closing {
-                continue;
-            }
-            q.commit(idx)?;
-        }
-        // Parked replies hold their entries: keep a few waiting in the
-        // kernel so this CPU's other requests are still taken.
-        while !closing && q.in_kernel < MIN_AVAILABLE && q.entries.len() < MAX_ENTRIES {
-            q.register()?;
         }
     }
 }
