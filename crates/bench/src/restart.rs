@@ -15,8 +15,8 @@
 //!   starts a new one from the crash journal. The window runs from the
 //!   kill to the new server's first answer (`uvfs stat`).
 //!
-//! Every mount is `--transport dev`: a mount served through FUSE over
-//! io_uring refuses to upgrade. Sources and scratch trees are made at run
+//! Mounts are `--transport dev` unless `--transport uring` (FUSE over
+//! io_uring, whose queues the upgrade hands over too). Sources and scratch trees are made at run
 //! time under `--source-dir` (`/var/tmp`, a disk file system that has the
 //! file handles a passthrough needs) and removed after.
 //!
@@ -83,6 +83,11 @@ pub struct RestartOpts {
     /// Where passthrough sources are made (a disk file system).
     #[arg(long, default_value = "/var/tmp")]
     pub source_dir: PathBuf,
+    /// How the mounts are served: `dev` (/dev/fuse reads) or `uring`
+    /// (FUSE over io_uring; no crash configurations: such a mount has no
+    /// supervisor).
+    #[arg(long, default_value = "dev", value_parser = ["dev", "uring"])]
+    pub transport: String,
 }
 
 /// The sizes the targets are stated for.
@@ -177,6 +182,8 @@ struct Plan {
     keep_created: bool,
     nodes: usize,
     memfs: Tree,
+    /// FUSE over io_uring, else /dev/fuse.
+    uring: bool,
 }
 
 impl Plan {
@@ -191,6 +198,7 @@ impl Plan {
             threads: o.threads,
             interval: Duration::from_secs_f64(o.interval_ms / 1e3),
             keep_created: o.keep_created,
+            uring: o.transport == "uring",
             nodes: o.nodes.unwrap_or(if q { 20_000 } else { FULL_NODES }),
             memfs: Tree {
                 files,
@@ -296,9 +304,9 @@ fn log_tail(log: &str, n: usize) -> String {
 
 /// Mounts `c` (the source, for a passthrough, under `base`); `nodes`:
 /// files the kernel is to know at once.
-fn mount(c: Config, base: &Path, nodes: usize) -> io::Result<ServerMount> {
+fn mount(c: Config, base: &Path, nodes: usize, transport: &str) -> io::Result<ServerMount> {
     let tag = format!("restart-{}", c.name());
-    let mut args: Vec<String> = vec!["--transport".into(), "dev".into()];
+    let mut args: Vec<String> = vec!["--transport".into(), transport.into()];
     if c.passthrough() {
         args.push("--source".into());
         args.push(base.join(c.name()).display().to_string());
@@ -505,6 +513,11 @@ fn measure(
 
 /// One configuration: its row, or the reason it could not be set up.
 fn run_config(c: Config, p: &Plan, base: &Path) -> io::Result<Result<Measured, String>> {
+    if c.crash() && p.uring {
+        return Ok(Err(
+            "an io_uring mount has no supervisor (a crash loses what its ring entries hold)".into(),
+        ));
+    }
     let tree = p.tree(c);
     let source = base.join(c.name());
     if c.passthrough() {
@@ -513,7 +526,9 @@ fn run_config(c: Config, p: &Plan, base: &Path) -> io::Result<Result<Measured, S
             t.make(&source, p.threads)?;
         }
     }
-    let mut m = match mount(c, base, tree.map_or(0, |t| t.files + t.dirs_used())) {
+    let nodes = tree.map_or(0, |t| t.files + t.dirs_used());
+    let transport = if p.uring { "uring" } else { "dev" };
+    let mut m = match mount(c, base, nodes, transport) {
         Ok(m) => m,
         Err(e) => return Ok(Err(format!("cannot mount: {e}"))),
     };
@@ -624,6 +639,7 @@ mod tests {
             configs: None,
             keep_created: false,
             source_dir: "/var/tmp".into(),
+            transport: "dev".into(),
         }
     }
 

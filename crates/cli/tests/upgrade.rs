@@ -8,9 +8,10 @@
 //! state version or dies half-way leaves the old server serving; a
 //! supervisor whose binary is gone starts the one it runs; one that cannot
 //! start a server says so in the log and lets the mount go; a crash with
-//! many locks held, or after an upgrade of many nodes, recovers; a mount
-//! served through io_uring refuses to upgrade with the reason. Skipped
-//! (with a message) where mounting is not possible.
+//! many locks held, or after an upgrade of many nodes, recovers; mounts
+//! served through FUSE over io_uring upgrade with the same guarantees,
+//! and threads busy on one across upgrades all get their answers.
+//! Skipped (with a message) where mounting is not possible.
 
 mod common;
 
@@ -565,24 +566,123 @@ fn a_successor_that_fails_leaves_the_server_serving() {
     wait_for("the mount to answer", || m.mnt.join("after").exists());
 }
 
-#[test]
-fn a_mount_served_through_io_uring_says_why_it_cannot_upgrade() {
+/// Whether the kernel offers FUSE over io_uring (else the tests that need
+/// it say so and pass).
+fn uring_offered() -> bool {
+    fs::read_to_string("/sys/module/fuse/parameters/enable_uring").is_ok_and(|v| v.trim() == "Y")
+}
+
+/// A mount served through FUSE over io_uring, or None (said why).
+fn uring_mount(tag: &str, args: &[&str]) -> Option<Mounted> {
     if let Err(why) = common::can_mount() {
         eprintln!("skipped: {why}");
-        return;
+        return None;
     }
-    let on = fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
-        .is_ok_and(|v| v.trim() == "Y");
-    if !on {
+    if !uring_offered() {
         eprintln!("skipped: the kernel does not offer FUSE over io_uring here");
-        return;
+        return None;
     }
-    let m = Mounted::new("upgrade-uring", &["--transport", "uring"]);
+    let mut all = vec!["--transport", "uring"];
+    all.extend_from_slice(args);
+    let m = Mounted::new(tag, &all);
     still_serves(&m, "before");
-    let e = upgrade(&m.mnt, None).unwrap_err();
-    assert!(
-        e.contains("io_uring") && e.contains("--transport dev"),
-        "{e}"
-    );
-    still_serves(&m, "after");
+    assert!(m.counter("fuse.uring") > 0, "not served through io_uring");
+    Some(m)
+}
+
+#[test]
+fn programs_notice_nothing_across_upgrades_of_an_io_uring_memfs() {
+    if let Some(m) = uring_mount("upgrade-uring-memfs", &[]) {
+        programs_notice_nothing(&m, Replace::Upgrade);
+        assert_eq!(m.counter("fuse.uring"), 1);
+    }
+}
+
+#[test]
+fn programs_notice_nothing_across_upgrades_of_an_io_uring_passthrough() {
+    if let Some(m) = uring_mount("upgrade-uring-pt", &["--source", "src"]) {
+        programs_notice_nothing(&m, Replace::Upgrade);
+        assert_eq!(m.counter("fuse.uring"), 1);
+        // A crash would lose what ring entries hold: not supervised, after
+        // the upgrades as before.
+        assert_eq!(m.counter("server.supervised"), 0);
+    }
+}
+
+/// Threads stat, read and write files of an io_uring mount in a loop on
+/// every CPU while its server is upgraded several times: every one of
+/// them goes on (none is left waiting on a request that no server
+/// holds), and the files hold what was written.
+#[test]
+fn requests_in_flight_across_io_uring_upgrades_all_get_answers() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    for (tag, args) in [
+        ("upgrade-uring-stress-memfs", &[][..]),
+        ("upgrade-uring-stress-pt", &["--source", "src"][..]),
+    ] {
+        let Some(m) = uring_mount(tag, args) else {
+            return;
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = 2 * std::thread::available_parallelism().map_or(2, |n| n.get());
+        let progress: Arc<Vec<AtomicU64>> =
+            Arc::new((0..threads).map(|_| AtomicU64::new(0)).collect());
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        for t in 0..threads {
+            let (stop, progress, done_tx) = (stop.clone(), progress.clone(), done_tx.clone());
+            let p = m.mnt.join(format!("stress{t}"));
+            std::thread::spawn(move || {
+                let mut f = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(&p)
+                    .unwrap();
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let rec = n.to_le_bytes();
+                    f.seek(SeekFrom::Start(n % 64 * 8)).unwrap();
+                    f.write_all(&rec).unwrap();
+                    let mut back = [0u8; 8];
+                    f.seek(SeekFrom::Start(n % 64 * 8)).unwrap();
+                    f.read_exact(&mut back).unwrap();
+                    assert_eq!(back, rec);
+                    fs::metadata(&p).unwrap();
+                    // A lookup the kernel must ask for.
+                    assert!(fs::metadata(p.with_extension(format!("none{n}"))).is_err());
+                    n += 1;
+                    progress[t].store(n, Ordering::Relaxed);
+                }
+                done_tx.send(t).unwrap();
+            });
+        }
+        drop(done_tx);
+        let moving = |what: &str| {
+            let before: Vec<u64> = progress.iter().map(|p| p.load(Ordering::Relaxed)).collect();
+            wait_for(what, || {
+                progress
+                    .iter()
+                    .zip(&before)
+                    .all(|(p, b)| p.load(Ordering::Relaxed) > *b)
+            });
+        };
+        moving("every thread to make progress");
+        for g in 1..=5 {
+            let out = upgrade(&m.mnt, None).expect("upgrade under load");
+            assert!(out.contains(&format!("generation {g}")), "{out}");
+            moving("every thread to go on after the upgrade");
+        }
+        stop.store(true, Ordering::Relaxed);
+        for _ in 0..threads {
+            // A generous bound: a thread waiting on a lost request never
+            // comes back.
+            done_rx
+                .recv_timeout(Duration::from_secs(60))
+                .expect("a thread hung on a request across the upgrades");
+        }
+        assert_eq!(m.counter("server.generation"), 5);
+        still_serves(&m, "after");
+    }
 }

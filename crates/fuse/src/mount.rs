@@ -263,11 +263,26 @@ fn take_over(
         )
     })?;
     let negotiated = fuser::Negotiated::from_bytes(handoff.negotiated())?;
+    // INIT agreed to io_uring queues once for the connection: this server
+    // serves them too (and, like the first, is not supervised).
+    inner.uring_on.store(
+        negotiated.io_uring_payload.is_some(),
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let dev = handoff
         .take_dev()
         .ok_or_else(|| std::io::Error::other("no connection received"))?;
     let config = session_config(cfg, rustix::process::geteuid().is_root());
-    let session = Session::resume(server, dev.try_clone()?, config.acl, config, negotiated)?;
+    let mut session = Session::resume(server, dev.try_clone()?, config.acl, config, negotiated)?;
+    session.set_ring_root(&mountpoint);
+    session
+        .adopt_ring_entries(std::mem::take(&mut handoff.ring))
+        .map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("taking the io_uring queues' entries: {e}"),
+            )
+        })?;
     for (node, raw, opens) in handoff.backings(|ino| inner.nodes.node_id(ino)) {
         let mode = match raw {
             Some(r) => crate::backing::Mode::Kernel(Arc::new(session.adopt_backing(r))),
@@ -456,6 +471,7 @@ fn upgradable(
     let Some(successor) = cfg.successor.clone() else {
         return Ok(None);
     };
+    session.set_ring_root(mountpoint);
     Ok(Some(Arc::new(crate::upgrade::Upgradable {
         pauser: session.pauser(),
         negotiated: session.negotiated().to_bytes(),

@@ -56,6 +56,8 @@ pub use crate::notify::PollNotifier;
 pub use crate::open_flags::OpenAccMode;
 pub use crate::open_flags::OpenFlags;
 pub use crate::park::Pauser;
+#[cfg(target_os = "linux")]
+pub use crate::uring::RingEntry;
 pub use crate::park::park_signal;
 pub use crate::passthrough::BackingId;
 pub use crate::poll_events::PollEvents;

@@ -160,6 +160,9 @@ pub(crate) struct ParkCtl {
     requested: AtomicBool,
     state: Mutex<State>,
     changed: Condvar,
+    /// The session's io_uring queues, parked after the loops.
+    #[cfg(target_os = "linux")]
+    pub(crate) rings: crate::uring::RingCtl,
 }
 
 impl ParkCtl {
@@ -175,6 +178,8 @@ impl ParkCtl {
                 parked: false,
             }),
             changed: Condvar::new(),
+            #[cfg(target_os = "linux")]
+            rings: Default::default(),
         })
     }
 
@@ -257,6 +262,15 @@ impl ParkCtl {
             }
             if all_started && s.loops.iter().all(|(_, l)| l.parked) {
                 s.parked = true;
+                #[cfg(target_os = "linux")]
+                {
+                    drop(s);
+                    let deadline = deadline.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+                    if let Err(e) = self.rings.park(deadline) {
+                        self.unpark();
+                        return Err(e);
+                    }
+                }
                 return Ok(());
             }
             let now = Instant::now();
@@ -298,7 +312,24 @@ impl ParkCtl {
         if s.command == Command::Park {
             Self::serve(&mut s, &self.requested);
             self.changed.notify_all();
+            #[cfg(target_os = "linux")]
+            self.rings.unpark();
         }
+    }
+
+    #[cfg(target_os = "linux")]
+    fn seal_rings(&self, timeout: Duration) -> io::Result<Vec<crate::uring::RingEntry>> {
+        let parked = {
+            let s = self.state.lock();
+            s.command == Command::Park && s.parked
+        };
+        if !parked {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "sealing the io_uring queues needs a successful park first",
+            ));
+        }
+        self.rings.seal(Instant::now() + timeout)
     }
 
     fn release(&self) -> io::Result<()> {
@@ -312,8 +343,17 @@ impl ParkCtl {
                 "release needs a successful park first",
             ));
         }
+        #[cfg(target_os = "linux")]
+        if !self.rings.sealed() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "release of a session with io_uring queues needs `seal_rings` first",
+            ));
+        }
         s.command = Command::Release;
         self.changed.notify_all();
+        #[cfg(target_os = "linux")]
+        self.rings.release();
         Ok(())
     }
 }
@@ -417,11 +457,27 @@ impl Pauser {
     /// Stops every /dev/fuse request loop from taking requests and returns
     /// once all of them are parked: none is reading or dispatching a
     /// request (one already read is dispatched first, never dropped). Their
-    /// fds stay open. Fails with `Unsupported` on a session with io_uring
-    /// queues, `TimedOut` (after going back to serving) if a loop did not
-    /// park within `timeout`, `NotConnected` if the loops have ended.
+    /// fds stay open. The io_uring queues, if any, stop dispatching and
+    /// committing too (`seal_rings` comes next). Fails with `Unsupported`
+    /// on a session that cannot park, `TimedOut` (after going back to
+    /// serving) if a loop did not park within `timeout`, `NotConnected` if
+    /// the loops have ended.
     pub fn park(&self, timeout: Duration) -> io::Result<()> {
         self.ctl.park(timeout)
+    }
+
+    /// After `park`, on a session served through FUSE over io_uring: makes
+    /// every entry of the queues hold a request (none armed in this
+    /// process's rings, whose teardown would lose a request given to one)
+    /// and seals them; returns the entries, for the successor's
+    /// `Session::adopt_ring_entries`. Call once requests this process
+    /// handed to other threads are answered: a reply given after this is
+    /// kept aside, and the successor serves that request again. Empty on
+    /// a session without queues. Needs `Session::set_ring_root` (the
+    /// requests that fill the entries are made there).
+    #[cfg(target_os = "linux")]
+    pub fn seal_rings(&self, timeout: Duration) -> io::Result<Vec<crate::uring::RingEntry>> {
+        self.ctl.seal_rings(timeout)
     }
 
     /// Parked loops serve again (the successor failed).
@@ -579,9 +635,9 @@ mod tests {
     }
 
     #[test]
-    fn refuses_io_uring_sessions_and_release_without_park() {
+    fn refuses_unsupported_sessions_and_release_without_park() {
         let ctl = ParkCtl::new();
-        ctl.start(1, Some("io_uring"));
+        ctl.start(1, Some("unsupported"));
         let pauser = Pauser { ctl };
         let e = pauser.park(Duration::from_secs(1)).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::Unsupported);

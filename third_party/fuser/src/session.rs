@@ -150,6 +150,12 @@ pub struct Session<FS: Filesystem> {
     /// Clones of the connection made before `run` (`clone_channels`),
     /// which its request loops read first.
     clones: Vec<Channel>,
+    /// A resumed session: its queues nudge the kernel when they start
+    /// (`uring/handover.rs`).
+    resumed: bool,
+    /// A predecessor's ring entries, for the queues to answer and keep.
+    #[cfg(target_os = "linux")]
+    adopted: Vec<crate::uring::Adopted>,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -199,6 +205,9 @@ impl<FS: Filesystem> Session<FS> {
             config: options.clone(),
             park: ParkCtl::new(),
             clones: Vec::new(),
+            resumed: false,
+            #[cfg(target_os = "linux")]
+            adopted: Vec::new(),
         };
 
         session.handshake()?;
@@ -229,6 +238,9 @@ impl<FS: Filesystem> Session<FS> {
             config,
             park: ParkCtl::new(),
             clones: Vec::new(),
+            resumed: false,
+            #[cfg(target_os = "linux")]
+            adopted: Vec::new(),
         };
 
         session.handshake()?;
@@ -278,7 +290,48 @@ impl<FS: Filesystem> Session<FS> {
             config,
             park: ParkCtl::new(),
             clones: Vec::new(),
+            resumed: true,
+            #[cfg(target_os = "linux")]
+            adopted: Vec::new(),
         })
+    }
+
+    /// Where the mount's root is (its mountpoint), for the requests that
+    /// hand FUSE-over-io_uring queues over (`Pauser::seal_rings`) and get
+    /// requests waiting in them served when they start (a resumed session,
+    /// or one whose upgrade failed). Without it such a session cannot be
+    /// handed over.
+    #[cfg(target_os = "linux")]
+    pub fn set_ring_root(&self, root: &Path) {
+        self.park.rings.set_root(root.to_path_buf());
+    }
+
+    /// Takes over the ring entries a predecessor handed over
+    /// (`Pauser::seal_rings` there): maps their buffers at the addresses
+    /// the kernel knows. `run`'s queues then answer what they hold and
+    /// keep them. Fails, taking none, if the session has no queues or an
+    /// address is taken in this process (the predecessor then serves on).
+    #[cfg(target_os = "linux")]
+    pub fn adopt_ring_entries(&mut self, entries: Vec<crate::uring::RingEntry>) -> io::Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let Some(payload) = self.negotiated.io_uring_payload else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "ring entries handed over to a session without io_uring queues",
+            ));
+        };
+        let queues = crate::uring::possible_cpus();
+        if let Some(e) = entries.iter().find(|e| e.qid as usize >= queues) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a ring entry of queue {}, this machine has {queues}", e.qid),
+            ));
+        }
+        let payload = usize::try_from(payload).unwrap_or(usize::MAX);
+        self.adopted = crate::uring::adopt(entries, payload)?;
+        Ok(())
     }
 
     /// Makes now the clones of the connection that `run`'s request loops
@@ -349,6 +402,9 @@ impl<FS: Filesystem> Session<FS> {
             config,
             park,
             mut clones,
+            resumed,
+            #[cfg(target_os = "linux")]
+            mut adopted,
         } = self;
         let uring_payload = negotiated
             .io_uring_payload
@@ -367,14 +423,7 @@ impl<FS: Filesystem> Session<FS> {
             return Err(io::Error::other("n_threads"));
         };
 
-        park.start(
-            n_threads,
-            uring_payload.map(|_| {
-                "cannot park a session with FUSE-over-io_uring queues: requests held by \
-                 ring entries are not resent by FUSE_NOTIFY_RESEND, and a ring's armed \
-                 entries can take a request while the ring is torn down"
-            }),
-        );
+        park.start(n_threads, None);
 
         let mut filesystem = Arc::new(filesystem);
 
@@ -412,7 +461,10 @@ impl<FS: Filesystem> Session<FS> {
             use std::os::fd::AsRawFd;
             let queues = crate::uring::possible_cpus();
             let activity = crate::uring::Activity::new(queues);
+            park.rings.start(queues);
             for qid in 0..queues {
+                let mine: Vec<_>;
+                (mine, adopted) = adopted.into_iter().partition(|a| a.qid() as usize == qid);
                 let thread_name = format!("fuser-uring-{qid}");
                 let event_loop = SessionEventLoop {
                     thread_name: thread_name.clone(),
@@ -424,12 +476,14 @@ impl<FS: Filesystem> Session<FS> {
                 let sender = uch.sender();
                 let fd = uch.as_fd().as_raw_fd();
                 let activity = activity.clone();
+                let park = park.clone();
                 threads.push(thread::Builder::new().name(thread_name).spawn(move || {
                     // A queue that cannot be set up keeps the connection on
                     // /dev/fuse (the kernel switches only once every queue
                     // is registered): reported, not fatal.
                     if let Err(e) = crate::uring::run_queue(
-                        event_loop, sender, fd, qid as u16, payload, activity,
+                        event_loop, sender, fd, qid as u16, payload, activity, park, mine,
+                        resumed,
                     ) {
                         warn!("fuse io_uring queue {qid}: {e}");
                     }

@@ -24,6 +24,9 @@
 //! set up) requests keep coming through /dev/fuse. FORGETs, INTERRUPTs and
 //! notifications always use /dev/fuse, so the classic loops keep running.
 //!
+//! Entries' buffers are memfds, so a live upgrade's successor can take
+//! them over (`uring/handover.rs`).
+//!
 //! # Who touches an entry's buffers
 //!
 //! The kernel, from the REGISTER or COMMIT until the entry's completion;
@@ -34,7 +37,6 @@
 //! for commit and wakes the queue thread through an eventfd. Only the
 //! queue thread submits to its ring.
 
-use std::alloc::Layout;
 use std::io;
 use std::io::IoSlice;
 use std::os::fd::AsRawFd;
@@ -61,21 +63,18 @@ use crate::ll::Operation;
 use crate::request::RequestWithSender;
 use crate::session::SessionEventLoop;
 
+mod entry;
+mod handover;
 mod placement;
 
+use entry::{COMMIT_ID, Entry, IN_HEADER, OP_IN_SIZE, OUT_HEADER};
+pub use handover::RingEntry;
+pub(crate) use handover::RingCtl;
+use handover::{PARK, Phase, RELEASE, SEAL, SERVE};
 pub(crate) use placement::Activity;
 use placement::{Placement, pin_to_cpu};
 
-/// `struct fuse_uring_req_header`: `in_out[128]`, `op_in[128]`,
-/// `struct fuse_uring_ent_in_out` (flags, commit_id, payload_sz, ...).
-const HEADER_SIZE: usize = 288;
-const OP_IN: usize = 128;
-const OP_IN_SIZE: usize = 128;
-const COMMIT_ID: usize = 256 + 8;
-const PAYLOAD_SZ: usize = 256 + 16;
-/// `struct fuse_in_header` and `struct fuse_out_header`.
-const IN_HEADER: usize = 40;
-const OUT_HEADER: usize = 16;
+use crate::park::ParkCtl;
 
 const CMD_REGISTER: u32 = 1;
 const CMD_COMMIT_AND_FETCH: u32 = 2;
@@ -128,158 +127,41 @@ fn count_cpu_list(list: &str) -> Option<usize> {
     (n > 0).then_some(n)
 }
 
-/// One entry's buffers, shared with the kernel (see the module docs for
-/// who may touch them when).
-struct Entry {
-    header: *mut u8,
-    payload: *mut u8,
-    payload_size: usize,
-    /// The REGISTER command's iovecs (header, payload); read by the kernel
-    /// when it takes the command.
-    iov: Box<[libc::iovec; 2]>,
-}
-
-// SAFETY: the buffers are plain bytes owned by the entry; the ownership
-// protocol in the module docs makes their users take turns.
-unsafe impl Send for Entry {}
-// SAFETY: as above; shared references only pass the pointers around.
-unsafe impl Sync for Entry {}
-
-impl Entry {
-    fn header_layout() -> Layout {
-        Layout::from_size_align(HEADER_SIZE, 64).expect("header layout")
-    }
-
-    fn payload_layout(size: usize) -> Layout {
-        Layout::from_size_align(size, 4096).expect("payload layout")
-    }
-
-    fn new(payload_size: usize) -> io::Result<Entry> {
-        // SAFETY: both layouts have a non-zero size. Zeroed allocations of
-        // this size come from fresh mappings, so untouched payload pages
-        // cost no memory.
-        let (header, payload) = unsafe {
-            (
-                std::alloc::alloc_zeroed(Self::header_layout()),
-                std::alloc::alloc_zeroed(Self::payload_layout(payload_size)),
-            )
-        };
-        if header.is_null() || payload.is_null() {
-            return Err(io::Error::from(io::ErrorKind::OutOfMemory));
-        }
-        let iov = Box::new([
-            libc::iovec {
-                iov_base: header.cast(),
-                iov_len: HEADER_SIZE,
-            },
-            libc::iovec {
-                iov_base: payload.cast(),
-                iov_len: payload_size,
-            },
-        ]);
-        Ok(Entry {
-            header,
-            payload,
-            payload_size,
-            iov,
-        })
-    }
-
-    fn read_u32(&self, at: usize) -> u32 {
-        let mut b = [0u8; 4];
-        // SAFETY: `at + 4 <= HEADER_SIZE` at every call site; the caller
-        // owns the entry (module docs).
-        unsafe { std::ptr::copy_nonoverlapping(self.header.add(at), b.as_mut_ptr(), 4) };
-        u32::from_ne_bytes(b)
-    }
-
-    fn read_u64(&self, at: usize) -> u64 {
-        let mut b = [0u8; 8];
-        // SAFETY: as in `read_u32`.
-        unsafe { std::ptr::copy_nonoverlapping(self.header.add(at), b.as_mut_ptr(), 8) };
-        u64::from_ne_bytes(b)
-    }
-
-    /// The request the kernel put in this entry, in the layout a read of
-    /// /dev/fuse gives (header, fixed argument, the rest), appended to
-    /// `out`. None if the sizes do not add up.
-    fn copy_request(&self, out: &mut Vec<u8>) -> Option<()> {
-        let len = self.read_u32(0) as usize;
-        let payload = self.read_u32(PAYLOAD_SZ) as usize;
-        let arg0 = len.checked_sub(IN_HEADER)?.checked_sub(payload)?;
-        if arg0 > OP_IN_SIZE || payload > self.payload_size {
-            return None;
-        }
-        // SAFETY: the ranges lie within the header and payload buffers
-        // (checked above) and the queue thread owns the entry now.
-        unsafe {
-            out.extend_from_slice(std::slice::from_raw_parts(self.header, IN_HEADER));
-            out.extend_from_slice(std::slice::from_raw_parts(self.header.add(OP_IN), arg0));
-            out.extend_from_slice(std::slice::from_raw_parts(self.payload, payload));
-        }
-        Some(())
-    }
-
-    /// Writes a reply (`struct fuse_out_header` first) into the buffers.
-    fn write_reply(&self, data: &[IoSlice<'_>]) -> io::Result<()> {
-        let total: usize = data.iter().map(|d| d.len()).sum();
-        if total < OUT_HEADER || total - OUT_HEADER > self.payload_size {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("a {total}-byte reply does not fit the ring entry"),
-            ));
-        }
-        let mut at = 0usize;
-        for d in data {
-            let mut rest = &d[..];
-            while !rest.is_empty() {
-                let (dst, room) = if at < OUT_HEADER {
-                    // SAFETY: at < OUT_HEADER <= HEADER_SIZE.
-                    (unsafe { self.header.add(at) }, OUT_HEADER - at)
-                } else {
-                    // SAFETY: at - OUT_HEADER < total - OUT_HEADER <=
-                    // payload_size.
-                    (unsafe { self.payload.add(at - OUT_HEADER) }, total - at)
-                };
-                let n = room.min(rest.len());
-                // SAFETY: `dst` has `room >= n` bytes left in its buffer;
-                // `rest` is caller memory, never an entry's.
-                unsafe { std::ptr::copy_nonoverlapping(rest.as_ptr(), dst, n) };
-                at += n;
-                rest = &rest[n..];
-            }
-        }
-        let payload_sz = ((total - OUT_HEADER) as u32).to_ne_bytes();
-        // SAFETY: PAYLOAD_SZ + 4 <= HEADER_SIZE.
-        unsafe {
-            std::ptr::copy_nonoverlapping(payload_sz.as_ptr(), self.header.add(PAYLOAD_SZ), 4)
-        };
-        Ok(())
-    }
-}
-
-impl Drop for Entry {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new` with these layouts. Entries are dropped
-        // only once the kernel let go of them (the queue thread drops its
-        // table after the last completion; a late reply holds an Arc).
-        unsafe {
-            std::alloc::dealloc(self.header, Self::header_layout());
-            std::alloc::dealloc(self.payload, Self::payload_layout(self.payload_size));
-        }
-    }
+/// Replies of a queue's requests, written and waiting for the queue
+/// thread to commit them.
+#[derive(Debug, Default)]
+struct Ready {
+    /// Entries whose reply is written.
+    list: Vec<usize>,
+    /// The queue is sealed for a hand-over (`handover.rs`): replies are
+    /// kept in `deferred`, not written.
+    sealed: bool,
+    deferred: Vec<(usize, Vec<u8>)>,
 }
 
 /// What a queue shares with the replies of its requests.
 #[derive(Debug)]
-struct Shared {
-    /// Entries whose reply is written, waiting for the queue thread to
-    /// commit them.
-    ready: Mutex<Vec<usize>>,
+pub(crate) struct Shared {
+    ready: Mutex<Ready>,
     eventfd: OwnedFd,
     owner: ThreadId,
     /// The connection went away: replies have nowhere to go.
     closed: AtomicBool,
+}
+
+impl Shared {
+    /// Wakes the queue thread.
+    fn wake(&self) {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writes 8 bytes from a live buffer to our eventfd.
+        unsafe {
+            libc::write(
+                self.eventfd.as_raw_fd(),
+                one.as_ptr().cast(),
+                one.len(),
+            )
+        };
+    }
 }
 
 /// The reply path of a request that came through a queue entry.
@@ -301,21 +183,25 @@ impl UringReply {
         if self.shared.closed.load(Ordering::Relaxed) {
             return Err(io::Error::from_raw_os_error(libc::ENOTCONN));
         }
-        self.entry.write_reply(data)?;
-        self.shared.ready.lock().push(self.idx);
-        if std::thread::current().id() != self.shared.owner {
-            let one = 1u64.to_ne_bytes();
-            // SAFETY: writes 8 bytes from a live buffer to our eventfd.
-            let r = unsafe {
-                libc::write(
-                    self.shared.eventfd.as_raw_fd(),
-                    one.as_ptr().cast(),
-                    one.len(),
-                )
-            };
-            if r != 8 {
-                return Err(io::Error::last_os_error());
+        {
+            // Written under the lock: a queue sealed for a hand-over sees
+            // every reply either written and listed, or not written at all.
+            let mut ready = self.shared.ready.lock();
+            if ready.sealed {
+                let total = data.iter().map(|d| d.len()).sum();
+                self.entry.fits(total)?;
+                let mut b = Vec::with_capacity(total);
+                for d in data {
+                    b.extend_from_slice(d);
+                }
+                ready.deferred.push((self.idx, b));
+                return Ok(());
             }
+            self.entry.write_reply(data)?;
+            ready.list.push(self.idx);
+        }
+        if std::thread::current().id() != self.shared.owner {
+            self.shared.wake();
         }
         Ok(())
     }
@@ -352,9 +238,106 @@ fn is_gone(res: i32) -> bool {
     )
 }
 
-/// Serves queue `qid` until the connection ends. `fuse_fd` is the
-/// session's /dev/fuse; `payload_size` at least the kernel's largest
-/// request or reply payload.
+/// A predecessor's entry, mapped here, for queue `qid`.
+pub(crate) struct Adopted {
+    qid: u16,
+    entry: Arc<Entry>,
+    replied: bool,
+}
+
+/// Maps the entries a predecessor's queues held (`RingEntry`) at their
+/// addresses. Fails, mapping none, if any address is taken here.
+pub(crate) fn adopt(entries: Vec<RingEntry>, payload_size: usize) -> io::Result<Vec<Adopted>> {
+    entries
+        .into_iter()
+        .map(|e| {
+            Ok(Adopted {
+                qid: e.qid,
+                entry: Arc::new(Entry::adopt(e.memfd, e.addr, payload_size)?),
+                replied: e.replied,
+            })
+        })
+        .collect()
+}
+
+impl std::fmt::Debug for Adopted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Adopted")
+            .field("qid", &self.qid)
+            .field("addr", &self.entry.addr())
+            .field("replied", &self.replied)
+            .finish()
+    }
+}
+
+impl Adopted {
+    pub(crate) fn qid(&self) -> u16 {
+        self.qid
+    }
+}
+
+/// Deregisters a queue from the session's `RingCtl` when it ends.
+struct Registered<'a>(&'a RingCtl, u16);
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        self.0.gone(self.1);
+    }
+}
+
+/// What a queue thread serves with.
+struct Server<'a, FS: Filesystem> {
+    se: &'a SessionEventLoop<FS>,
+    sender: &'a ChannelSender,
+    shared: &'a Arc<Shared>,
+    qid: u16,
+    request: Vec<u8>,
+}
+
+impl<FS: Filesystem> Server<'_, FS> {
+    /// Dispatches the request the kernel put in entry `idx`.
+    fn serve(&mut self, q: &Queue, idx: usize) {
+        let entry = q.entries[idx].clone();
+        self.request.clear();
+        let reply = UringReply {
+            shared: self.shared.clone(),
+            entry: entry.clone(),
+            idx,
+        };
+        let parsed = entry.copy_request(&mut self.request).and_then(|()| {
+            RequestWithSender::new_uring(self.sender.clone(), reply.clone(), &self.request)
+        });
+        match parsed {
+            Some(req) => {
+                if let Ok(Operation::Destroy(_)) = req.request.operation() {
+                    let _ = req.reply::<ReplyEmpty>().ok();
+                } else {
+                    req.dispatch(self.se);
+                }
+            }
+            None => {
+                // Unparsable: answer EIO so the caller and the entry are
+                // not left waiting.
+                warn!(
+                    "fuse uring queue {}: malformed request in entry {idx}",
+                    self.qid
+                );
+                let unique = entry.read_u64(8);
+                let mut h = [0u8; OUT_HEADER];
+                h[0..4].copy_from_slice(&(OUT_HEADER as u32).to_ne_bytes());
+                h[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
+                h[8..16].copy_from_slice(&unique.to_ne_bytes());
+                let _ = reply.send(&[IoSlice::new(&h)]);
+            }
+        }
+    }
+}
+
+/// Serves queue `qid` until the connection ends or the session is handed
+/// over. `fuse_fd` is the session's /dev/fuse; `payload_size` at least the
+/// kernel's largest request or reply payload. `adopted`: entries of a
+/// predecessor's queue `qid` (a resumed session), answered first.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run_queue<FS: Filesystem>(
     se: SessionEventLoop<FS>,
     sender: ChannelSender,
@@ -362,25 +345,42 @@ pub(crate) fn run_queue<FS: Filesystem>(
     qid: u16,
     payload_size: usize,
     activity: Arc<Activity>,
+    park: Arc<ParkCtl>,
+    adopted: Vec<Adopted>,
+    resumed: bool,
 ) -> io::Result<()> {
-    pin_to_cpu(qid as usize);
-    let ring: IoUring<squeue::Entry128, cqueue::Entry> = IoUring::builder()
-        .setup_single_issuer()
-        .setup_defer_taskrun()
-        .build(RING_DEPTH)
-        .or_else(|_| IoUring::builder().build(RING_DEPTH))?;
-    // SAFETY: eventfd has no memory preconditions; a valid fd is owned below.
-    let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-    if efd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let shared = Arc::new(Shared {
-        ready: Mutex::new(Vec::new()),
-        // SAFETY: `efd` is a fresh fd that nothing else owns.
-        eventfd: unsafe { OwnedFd::from_raw_fd(efd) },
-        owner: std::thread::current().id(),
-        closed: AtomicBool::new(false),
-    });
+    let rings = &park.rings;
+    let setup = (|| {
+        pin_to_cpu(qid as usize);
+        let ring: IoUring<squeue::Entry128, cqueue::Entry> = IoUring::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .build(RING_DEPTH)
+            .or_else(|_| IoUring::builder().build(RING_DEPTH))?;
+        // SAFETY: eventfd has no memory preconditions; a valid fd is owned
+        // below.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if efd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let shared = Arc::new(Shared {
+            ready: Mutex::new(Ready::default()),
+            // SAFETY: `efd` is a fresh fd that nothing else owns.
+            eventfd: unsafe { OwnedFd::from_raw_fd(efd) },
+            owner: std::thread::current().id(),
+            closed: AtomicBool::new(false),
+        });
+        Ok((ring, shared))
+    })();
+    let (ring, shared) = match setup {
+        Ok(x) => x,
+        Err(e) => {
+            rings.started(None);
+            return Err(e);
+        }
+    };
+    rings.started(Some((qid, shared.clone())));
+    let _registered = Registered(rings, qid);
     let mut q = Queue {
         ring,
         fuse_fd,
@@ -388,41 +388,133 @@ pub(crate) fn run_queue<FS: Filesystem>(
         payload_size,
         entries: Vec::new(),
         commit_ids: Vec::new(),
+        live: Vec::new(),
         in_kernel: 0,
     };
-    for _ in 0..INITIAL_ENTRIES {
+    let r = serve_queue(&se, &sender, &mut q, &shared, &activity, rings, adopted, resumed);
+    if r.is_err() {
+        shared.closed.store(true, Ordering::Relaxed);
+    }
+    r
+}
+
+#[allow(clippy::too_many_arguments)]
+fn serve_queue<FS: Filesystem>(
+    se: &SessionEventLoop<FS>,
+    sender: &ChannelSender,
+    q: &mut Queue,
+    shared: &Arc<Shared>,
+    activity: &Activity,
+    rings: &RingCtl,
+    adopted: Vec<Adopted>,
+    resumed: bool,
+) -> io::Result<()> {
+    let qid = q.qid;
+    // A predecessor's entries are this queue's once answered: only the
+    // rest is registered anew, so entries do not pile up over upgrades.
+    for _ in adopted.len()..INITIAL_ENTRIES {
         q.register()?;
     }
     // Leaked on purpose: the kernel may still complete the pending read
     // into it after the ring is closed (its cancellation is asynchronous).
     let efd_buf: &'static mut [u8; 8] = Box::leak(Box::new([0u8; 8]));
-    q.arm_eventfd(&shared, efd_buf)?;
-    let mut request = Vec::with_capacity(payload_size + IN_HEADER + OP_IN_SIZE);
+    q.arm_eventfd(shared, efd_buf)?;
+    let mut srv = Server {
+        se,
+        sender,
+        shared,
+        qid,
+        request: Vec::with_capacity(q.payload_size + IN_HEADER + OP_IN_SIZE),
+    };
+    // Requests this queue holds and has not dispatched (taken while
+    // parked, or adopted).
+    let mut held = Vec::new();
+    for a in adopted {
+        let idx = q.adopt(a.entry);
+        if a.replied {
+            q.commit(idx)?;
+        } else {
+            held.push(idx);
+        }
+    }
+    if resumed {
+        // Registered (and adopted entries committed) before the nudge.
+        q.ring.submit()?;
+        if let Some(root) = rings.root() {
+            handover::nudge(qid, &root);
+        }
+    }
+    let mut mode = SERVE;
     let mut done = Vec::new();
     let mut closing = false;
     let mut placement = Placement::new();
     loop {
-        placement.settle(&activity, qid as usize);
+        let command = rings.command();
+        if command != mode {
+            match command {
+                SERVE => {
+                    if mode == SEAL {
+                        q.unseal(shared);
+                    }
+                    mode = SERVE;
+                    rings.report(qid, Phase::Serving, Vec::new());
+                    if let Some(root) = rings.root() {
+                        handover::nudge(qid, &root);
+                    }
+                }
+                PARK if mode == SERVE => mode = PARK,
+                SEAL if mode == PARK && q.in_kernel == 0 => match q.seal(shared) {
+                    Ok(exported) => {
+                        mode = SEAL;
+                        rings.report(qid, Phase::Sealed, exported);
+                    }
+                    Err(e) => warn!("fuse uring queue {qid}: cannot hand its entries over: {e}"),
+                },
+                // Handed over: the successor holds every entry; nothing in
+                // this ring is armed, so closing it loses no request.
+                RELEASE if mode == SEAL => return Ok(()),
+                _ => {}
+            }
+        }
+        if mode == SERVE {
+            for idx in std::mem::take(&mut held) {
+                srv.serve(q, idx);
+            }
+            // Before waiting: the entries answered here may be all this
+            // queue has (an adopted queue registers no more than it lacks).
+            if !closing {
+                for idx in std::mem::take(&mut shared.ready.lock().list) {
+                    q.commit(idx)?;
+                }
+                // Parked replies hold their entries: keep a few waiting in
+                // the kernel so this CPU's other requests are still taken.
+                while q.in_kernel < MIN_AVAILABLE && q.entries.len() < MAX_ENTRIES {
+                    q.register()?;
+                }
+            }
+        } else if mode == PARK {
+            rings.report(qid, Phase::Parked { armed: q.in_kernel }, Vec::new());
+        }
+        placement.settle(activity, qid as usize);
         let r = q.ring.submit_and_wait(1);
         match r {
             Ok(_) => {}
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-            Err(e) => {
-                shared.closed.store(true, Ordering::Relaxed);
-                return Err(e);
-            }
+            Err(e) => return Err(e),
         }
         done.clear();
         done.extend(q.ring.completion().map(|c| (c.user_data(), c.result())));
         for &(tag, res) in &done {
             if tag == EVENTFD_TAG {
                 if res >= 0 || res == -libc::EINTR || res == -libc::EAGAIN {
-                    q.arm_eventfd(&shared, efd_buf)?;
+                    q.arm_eventfd(shared, efd_buf)?;
                 }
                 continue;
             }
             q.in_kernel -= 1;
+            let idx = tag as usize;
             if res < 0 {
+                q.live[idx] = false;
                 if is_gone(res) {
                     closing = true;
                 } else {
@@ -433,60 +525,25 @@ pub(crate) fn run_queue<FS: Filesystem>(
                 }
                 continue;
             }
-            let idx = tag as usize;
-            let entry = q.entries[idx].clone();
-            q.commit_ids[idx] = entry.read_u64(COMMIT_ID);
-            request.clear();
-            let reply = UringReply {
-                shared: shared.clone(),
-                entry: entry.clone(),
-                idx,
-            };
-            let parsed = entry
-                .copy_request(&mut request)
-                .and_then(|()| RequestWithSender::new_uring(sender.clone(), reply.clone(), &request));
-            match parsed {
-                Some(req) => {
-                    if let Ok(Operation::Destroy(_)) = req.request.operation() {
-                        let _ = req.reply::<ReplyEmpty>().ok();
-                    } else {
-                        req.dispatch(&se);
-                    }
-                }
-                None => {
-                    // Unparsable: answer EIO so the caller and the entry
-                    // are not left waiting.
-                    warn!("fuse uring queue {qid}: malformed request in entry {idx}");
-                    let unique = entry.read_u64(8);
-                    let mut h = [0u8; OUT_HEADER];
-                    h[0..4].copy_from_slice(&(OUT_HEADER as u32).to_ne_bytes());
-                    h[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
-                    h[8..16].copy_from_slice(&unique.to_ne_bytes());
-                    let _ = reply.send(&[IoSlice::new(&h)]);
-                }
+            q.commit_ids[idx] = q.entries[idx].read_u64(COMMIT_ID);
+            if mode == SERVE {
+                srv.serve(q, idx);
+            } else {
+                held.push(idx);
             }
         }
-        let served = done.iter().filter(|&&(t, r)| t != EVENTFD_TAG && r >= 0).count();
+        let served = done
+            .iter()
+            .filter(|&&(t, r)| t != EVENTFD_TAG && r >= 0)
+            .count();
         if served > 0 {
             activity.add(qid as usize, served as u64);
         }
         if closing {
             shared.closed.store(true, Ordering::Relaxed);
-        }
-        let ready = std::mem::take(&mut *shared.ready.lock());
-        for idx in ready {
-            if closing {
-                continue;
+            if q.in_kernel == 0 {
+                return Ok(());
             }
-            q.commit(idx)?;
-        }
-        // Parked replies hold their entries: keep a few waiting in the
-        // kernel so this CPU's other requests are still taken.
-        while !closing && q.in_kernel < MIN_AVAILABLE && q.entries.len() < MAX_ENTRIES {
-            q.register()?;
-        }
-        if closing && q.in_kernel == 0 {
-            return Ok(());
         }
     }
 }
@@ -498,6 +555,8 @@ struct Queue {
     payload_size: usize,
     entries: Vec<Arc<Entry>>,
     commit_ids: Vec<u64>,
+    /// Entries the kernel knows (not failed).
+    live: Vec<bool>,
     /// Entries the kernel holds (registered or committed, not completed).
     in_kernel: usize,
 }
@@ -538,9 +597,19 @@ impl Queue {
         let sqe = with_len(sqe, 2).user_data(idx as u64);
         self.entries.push(entry);
         self.commit_ids.push(0);
+        self.live.push(true);
         self.push(&sqe)?;
         self.in_kernel += 1;
         Ok(())
+    }
+
+    /// A predecessor's entry holding a request: this queue's from now on.
+    fn adopt(&mut self, entry: Arc<Entry>) -> usize {
+        let idx = self.entries.len();
+        self.commit_ids.push(entry.read_u64(COMMIT_ID));
+        self.entries.push(entry);
+        self.live.push(true);
+        idx
     }
 
     fn commit(&mut self, idx: usize) -> io::Result<()> {
@@ -566,5 +635,38 @@ impl Queue {
         .build()
         .user_data(EVENTFD_TAG);
         self.push(&sqe.into())
+    }
+
+    /// Seals the queue for a hand-over (none of its entries in the kernel)
+    /// and describes every entry: each holds a request, answered (its
+    /// reply written, listed in `ready`) or not.
+    fn seal(&mut self, shared: &Shared) -> io::Result<Vec<RingEntry>> {
+        let mut ready = shared.ready.lock();
+        let mut out = Vec::new();
+        for (idx, e) in self.entries.iter().enumerate() {
+            if self.live[idx] {
+                out.push(RingEntry {
+                    qid: self.qid,
+                    addr: e.addr(),
+                    replied: ready.list.contains(&idx),
+                    memfd: e.dup_memfd()?,
+                });
+            }
+        }
+        ready.sealed = true;
+        Ok(out)
+    }
+
+    /// The hand-over failed: replies kept aside while sealed are written
+    /// now, to be committed with the others.
+    fn unseal(&mut self, shared: &Shared) {
+        let mut ready = shared.ready.lock();
+        ready.sealed = false;
+        for (idx, b) in std::mem::take(&mut ready.deferred) {
+            match self.entries[idx].write_reply(&[IoSlice::new(&b)]) {
+                Ok(()) => ready.list.push(idx),
+                Err(e) => warn!("fuse uring queue {}: reply lost: {e}", self.qid),
+            }
+        }
     }
 }

@@ -155,8 +155,7 @@ fn text<'a>(r: &'a Row, k: &str) -> &'a str {
 /// A line per configuration: its waits and pauses against its target.
 pub fn summary(r: &Report) -> Vec<String> {
     let mut out = vec![
-        "mounts use --transport dev: a mount served through FUSE over io_uring refuses to upgrade"
-            .to_string(),
+        "mounts use --transport dev, or FUSE over io_uring with --transport uring".to_string(),
     ];
     for x in &r.rows {
         let name = text(x, "config");

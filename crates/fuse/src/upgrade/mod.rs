@@ -21,10 +21,11 @@
 //!    failed before the successor took the connection, it unparks and
 //!    serves on, and the caller learns why.
 //!
-//! Requests served through FUSE over io_uring cannot be handed over: the
-//! kernel does not resend what a ring entry holds, and a ring's armed
-//! entries may take a request while the ring is torn down. Such a mount
-//! refuses to upgrade and says so (`--transport dev` mounts upgrade).
+//! FUSE over io_uring: after step 2 the queues are filled and sealed
+//! (`fuser::Pauser::seal_rings`): every ring entry holds a request, none
+//! is armed in the rings that close with this process; the entries'
+//! memfds go with the state, and the successor maps them at the same
+//! addresses and answers what they hold (docs/design/upgrade.md).
 //!
 //! # Pieces
 //! - `wire.rs`: frames with descriptors over the socket pair.

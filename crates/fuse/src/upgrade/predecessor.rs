@@ -110,14 +110,6 @@ fn try_upgrade(
              start a successor)",
         )
     })?;
-    if inner.uring_on.load(Ordering::Relaxed) {
-        return Err(err(
-            std::io::ErrorKind::Unsupported,
-            "this mount is served through FUSE over io_uring, whose requests in flight the \
-             kernel cannot hand to another process; mount with `--transport dev` to upgrade \
-             without unmounting",
-        ));
-    }
     let Some(_one) = ctx.busy.try_lock() else {
         return Err(err(
             std::io::ErrorKind::WouldBlock,
@@ -282,7 +274,10 @@ fn hand_over(
             "requests handed to the offload threads did not finish",
         ));
     }
-    let (state, fds, counts) = save(inner, ctx, parked_at_ns, true)?;
+    // After the offloaded requests are answered: a reply given once the
+    // queues are sealed is kept aside and its request served again.
+    let ring = ctx.pauser.seal_rings(PARK_LIMIT)?;
+    let (state, fds, counts) = save(inner, ctx, parked_at_ns, Some(ring))?;
     let bytes = state.encode()?;
     if let Err(e) = wire::send(&child.sock, &bytes, &wire::borrow_all(&fds)) {
         // A successor that refused the state may have said why and gone
@@ -353,7 +348,7 @@ pub(crate) fn base_state(
     inner: &Inner,
     ctx: &Upgradable,
 ) -> std::io::Result<(ServerState, Vec<OwnedFd>)> {
-    let (mut state, fds, _) = save(inner, ctx, monotonic_ns(), false)?;
+    let (mut state, fds, _) = save(inner, ctx, monotonic_ns(), None)?;
     // The successor of a crash is the next generation of this one.
     state.generation -= 1;
     state.restarts -= 1;
@@ -362,14 +357,17 @@ pub(crate) fn base_state(
 }
 
 /// The server's state (loops parked) and its descriptors: the
-/// connection's first, then the file system's, then the supervisor
-/// link's. Without `all`, no node or handle.
+/// connection's first, then the ring entries' (`ring`), the file
+/// system's, then the supervisor link's. Without `ring` (a supervisor's
+/// base state), no node or handle.
 fn save(
     inner: &Inner,
     ctx: &Upgradable,
     parked_at_ns: u64,
-    all: bool,
+    ring: Option<Vec<fuser::RingEntry>>,
 ) -> std::io::Result<SavedState> {
+    let all = ring.is_some();
+    let ring = ring.unwrap_or_default();
     let (held, (open, next_handle)) = match all {
         true => (inner.nodes.snapshot(), inner.handles.snapshot()),
         false => (Vec::new(), (Vec::new(), 0)),
@@ -428,6 +426,8 @@ fn save(
         counters.push((format!("fuse.{n}"), a.load(Ordering::Relaxed)));
     }
     let mut fds = vec![ctx.dev.try_clone()?];
+    let ring_state = ring.iter().map(|e| (e.qid, e.addr, e.replied)).collect();
+    fds.extend(ring.into_iter().map(|e| e.memfd));
     let fs_fds = saved.fds.len() as u32;
     fds.extend(saved.fds);
     let generation = inner.lineage.generation.load(Ordering::Relaxed) + 1;
@@ -452,6 +452,7 @@ fn save(
         journal: false,
         journal_live: false,
         link: false,
+        ring: ring_state,
         kept: Vec::new(),
     };
     if let Some(j) = inner.journal.get().filter(|_| all) {

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 /// What every state starts with.
 const MAGIC: &[u8; 14] = b"uvfs-handover\0";
 /// The layout of [`ServerState`] this build writes and reads.
-pub(crate) const VERSION: u32 = 3;
+pub(crate) const VERSION: u32 = 4;
 
 /// One node the kernel holds.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -110,6 +110,10 @@ pub(crate) struct ServerState {
     /// The mount's supervisor link follows (last): the successor is
     /// supervised by the same process.
     pub link: bool,
+    /// FUSE-over-io_uring entries holding requests (`fuser::RingEntry`):
+    /// queue, address, whether the reply is written; their memfds follow
+    /// the connection's descriptor, before the file system's.
+    pub ring: Vec<(u16, u64, bool)>,
     /// With `journal`: the descriptors the crashed server's file system
     /// had the supervisor keep (`FdKeeper`): key and what it said of each;
     /// the descriptors follow the file system's.
@@ -195,6 +199,7 @@ mod tests {
             journal: false,
             journal_live: false,
             link: false,
+            ring: vec![(1, 0x7f00_0000_0000, true)],
             kept: vec![],
         }
     }

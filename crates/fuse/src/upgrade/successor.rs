@@ -18,6 +18,8 @@ pub struct Handoff {
     sock: UnixStream,
     pub(crate) state: ServerState,
     pub(crate) dev: Option<OwnedFd>,
+    /// The predecessor's FUSE-over-io_uring entries holding requests.
+    pub(crate) ring: Vec<fuser::RingEntry>,
     fs: Option<Saved>,
     /// A crashed server's journal, read (`supervise/`).
     journal: Option<crate::journal::Contents>,
@@ -52,6 +54,7 @@ pub fn receive(fd_arg: &str) -> std::io::Result<Handoff> {
         }
     };
     let want = 1
+        + state.ring.len()
         + state.fs_fds as usize
         + state.kept.len()
         + usize::from(state.journal || state.journal_live)
@@ -79,13 +82,23 @@ pub fn receive(fd_arg: &str) -> std::io::Result<Handoff> {
             return Err(e);
         }
     };
-    let kept_fds = fds.split_off(1 + state.fs_fds as usize);
+    let kept_fds = fds.split_off(1 + state.ring.len() + state.fs_fds as usize);
     let kept = std::mem::take(&mut state.kept)
         .into_iter()
         .zip(kept_fds)
         .map(|((key, meta), fd)| uvfs_vfs::KeptFd { key, meta, fd })
         .collect();
-    let fs_fds = fds.split_off(1);
+    let fs_fds = fds.split_off(1 + state.ring.len());
+    let ring = std::mem::take(&mut state.ring)
+        .into_iter()
+        .zip(fds.split_off(1))
+        .map(|((qid, addr, replied), memfd)| fuser::RingEntry {
+            qid,
+            addr,
+            replied,
+            memfd,
+        })
+        .collect();
     let dev = fds.pop();
     let fs = Saved {
         format: state.fs_format.clone(),
@@ -96,6 +109,7 @@ pub fn receive(fd_arg: &str) -> std::io::Result<Handoff> {
         sock,
         state,
         dev,
+        ring,
         fs: Some(fs),
         journal,
         resumable,
