@@ -40,7 +40,6 @@
 use std::io;
 use std::io::IoSlice;
 use std::os::fd::AsRawFd;
-use std::os::fd::FromRawFd;
 use std::os::fd::OwnedFd;
 use std::os::fd::RawFd;
 use std::sync::Arc;
@@ -106,9 +105,10 @@ pub(crate) fn possible_cpus() -> usize {
         .ok()
         .and_then(|s| count_cpu_list(s.trim()));
     from_sys.unwrap_or_else(|| {
-        // SAFETY: sysconf has no preconditions.
-        let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
-        n.max(1) as usize
+        nix::unistd::sysconf(nix::unistd::SysconfVar::_NPROCESSORS_CONF)
+            .ok()
+            .flatten()
+            .map_or(1, |n| n.max(1) as usize)
     })
 }
 
@@ -152,15 +152,9 @@ pub(crate) struct Shared {
 impl Shared {
     /// Wakes the queue thread.
     fn wake(&self) {
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: writes 8 bytes from a live buffer to our eventfd.
-        unsafe {
-            libc::write(
-                self.eventfd.as_raw_fd(),
-                one.as_ptr().cast(),
-                one.len(),
-            )
-        };
+        // An eventfd write fails only when its counter would overflow,
+        // which a pending wake-up already does the job of.
+        let _ = nix::unistd::write(&self.eventfd, &1u64.to_ne_bytes());
     }
 }
 
@@ -357,16 +351,13 @@ pub(crate) fn run_queue<FS: Filesystem>(
             .setup_defer_taskrun()
             .build(RING_DEPTH)
             .or_else(|_| IoUring::builder().build(RING_DEPTH))?;
-        // SAFETY: eventfd has no memory preconditions; a valid fd is owned
-        // below.
-        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-        if efd < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let efd = nix::sys::eventfd::EventFd::from_value_and_flags(
+            0,
+            nix::sys::eventfd::EfdFlags::EFD_CLOEXEC,
+        )?;
         let shared = Arc::new(Shared {
             ready: Mutex::new(Ready::default()),
-            // SAFETY: `efd` is a fresh fd that nothing else owns.
-            eventfd: unsafe { OwnedFd::from_raw_fd(efd) },
+            eventfd: OwnedFd::from(efd),
             owner: std::thread::current().id(),
             closed: AtomicBool::new(false),
         });

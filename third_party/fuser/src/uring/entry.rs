@@ -9,7 +9,6 @@
 use std::io;
 use std::io::IoSlice;
 use std::os::fd::AsRawFd;
-use std::os::fd::FromRawFd;
 use std::os::fd::OwnedFd;
 
 /// `struct fuse_uring_req_header`: `in_out[128]`, `op_in[128]`,
@@ -53,18 +52,11 @@ impl Entry {
     /// of the memfd cost no memory.
     pub(super) fn new(payload_size: usize) -> io::Result<Entry> {
         let len = map_len(payload_size);
-        // SAFETY: the name is a NUL-terminated literal; a valid fd is owned
-        // below.
-        let fd = unsafe { libc::memfd_create(c"fuse-uring-entry".as_ptr(), libc::MFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
-        let memfd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: ftruncate on our own memfd.
-        if unsafe { libc::ftruncate(memfd.as_raw_fd(), len as libc::off_t) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let memfd = nix::sys::memfd::memfd_create(
+            c"fuse-uring-entry",
+            nix::sys::memfd::MFdFlags::MFD_CLOEXEC,
+        )?;
+        nix::unistd::ftruncate(&memfd, len as libc::off_t)?;
         Self::map(memfd, payload_size, std::ptr::null_mut(), 0)
     }
 
@@ -161,18 +153,21 @@ impl Entry {
     }
 
     pub(super) fn read_u32(&self, at: usize) -> u32 {
-        let mut b = [0u8; 4];
-        // SAFETY: `at + 4 <= HEADER_SIZE` at every call site; the caller
-        // owns the entry (module docs).
-        unsafe { std::ptr::copy_nonoverlapping(self.header.add(at), b.as_mut_ptr(), 4) };
-        u32::from_ne_bytes(b)
+        u32::from_ne_bytes(self.read_header(at))
     }
 
     pub(super) fn read_u64(&self, at: usize) -> u64 {
-        let mut b = [0u8; 8];
-        // SAFETY: as in `read_u32`.
-        unsafe { std::ptr::copy_nonoverlapping(self.header.add(at), b.as_mut_ptr(), 8) };
-        u64::from_ne_bytes(b)
+        u64::from_ne_bytes(self.read_header(at))
+    }
+
+    /// `N` bytes of the header page from offset `at`.
+    fn read_header<const N: usize>(&self, at: usize) -> [u8; N] {
+        assert!(at + N <= HEADER_SIZE, "header read out of bounds");
+        let mut b = [0u8; N];
+        // SAFETY: `at + N <= HEADER_SIZE` (asserted), inside the mapped
+        // header page; the caller owns the entry (module docs).
+        unsafe { std::ptr::copy_nonoverlapping(self.header.add(at), b.as_mut_ptr(), N) };
+        b
     }
 
     /// The request the kernel put in this entry, in the layout a read of
