@@ -104,8 +104,8 @@ pub fn return_freed_memory() {
 /// whose fast path needs a free block already on the page of the size's
 /// class; when there is none (a full or new page), a size that is not a
 /// power of two is over-allocated by `align - 1` bytes, into the next
-/// class: an `Arc` of 80 bytes took a 96-byte block, one of 96 a 112-byte
-/// one, for every cached vnode and node. `mi_malloc` is aligned for any
+/// class: an `Arc` of 80 bytes (a cached vnode, a passthrough node) would
+/// take a 96-byte block, one of 96 a 112-byte one. `mi_malloc` is aligned for any
 /// type of its size up to 16 bytes of alignment (it is a conforming
 /// `malloc`), which covers every type here but explicitly over-aligned ones.
 #[cfg(not(uvfs_tsan))]
