@@ -25,12 +25,12 @@ pub trait Cache: Send + Sync + 'static {
     fn label(&self) -> &'static str;
     fn mount(&self, fs_type: &str, on_reclaim: Option<OnReclaim>) -> Self::Mount;
     /// The vnode for `ino`, built with `init` (the file system's inode load) on a miss.
-    fn get(
+    fn get<D: Any + Send + Sync>(
         &self,
         m: &Self::Mount,
         ino: u64,
         is_dir: bool,
-        init: impl FnOnce() -> Box<dyn Any + Send + Sync>,
+        init: impl FnOnce() -> D,
     ) -> Self::Ref;
     fn ino(r: &Self::Ref) -> u64;
     fn hold(r: &Self::Ref) -> Self::Hold;
@@ -80,12 +80,12 @@ impl Cache for Uvfs {
     }
 
     #[inline]
-    fn get(
+    fn get<D: Any + Send + Sync>(
         &self,
         m: &Self::Mount,
         ino: u64,
         is_dir: bool,
-        init: impl FnOnce() -> Box<dyn Any + Send + Sync>,
+        init: impl FnOnce() -> D,
     ) -> Self::Ref {
         let t = if is_dir {
             uvfs_vnode::VType::Dir
@@ -93,7 +93,17 @@ impl Cache for Uvfs {
             uvfs_vnode::VType::Reg
         };
         self.0
-            .get(m, ino, move || Ok((t, init())))
+            .get(m, ino, move || {
+                let d = init();
+                // As a file system without data of its own would: the
+                // layer's shared empty data, no allocation.
+                let data: uvfs_vnode::VnodeData = if std::mem::size_of::<D>() == 0 {
+                    uvfs_vnode::no_data()
+                } else {
+                    Arc::new(d)
+                };
+                Ok((t, data))
+            })
             .expect("synthetic constructor cannot fail")
     }
 

@@ -65,16 +65,16 @@ impl Cache for Replica {
     }
 
     #[inline]
-    fn get(
+    fn get<D: Any + Send + Sync>(
         &self,
         m: &Self::Mount,
         ino: u64,
         is_dir: bool,
-        init: impl FnOnce() -> Box<dyn Any + Send + Sync>,
+        init: impl FnOnce() -> D,
     ) -> Self::Ref {
         let t = if is_dir { VType::Dir } else { VType::Reg };
         self.vfs
-            .vget_or_alloc(m.id, ino, move || Ok((t, init())))
+            .vget_or_alloc(m.id, ino, move || Ok((t, Box::new(init()))))
             .expect("synthetic constructor cannot fail")
     }
 

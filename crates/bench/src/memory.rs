@@ -39,7 +39,7 @@ fn measure<C: Cache>(make: impl FnOnce() -> C, n: usize) -> Option<(f64, f64)> {
         let c = make();
         let m = c.mount("mem", None);
         for ino in 0..n as u64 {
-            drop(c.get(&m, ino, false, || Box::new(())));
+            drop(c.get(&m, ino, false, || ()));
         }
         (c, m)
     });
@@ -65,9 +65,9 @@ fn measure_named<C: Cache>(make: impl FnOnce() -> C, n: usize) -> Option<f64> {
         let m = c.mount("mem", None);
         let names: Vec<String> = (0..PER_DIR).map(|i| format!("f{i}")).collect();
         for d in 0..n.div_ceil(PER_DIR) {
-            let dir = c.get(&m, (n + d) as u64, true, || Box::new(()));
+            let dir = c.get(&m, (n + d) as u64, true, || ());
             for (i, name) in names.iter().enumerate().take(n - d * PER_DIR) {
-                let v = c.get(&m, (d * PER_DIR + i) as u64, false, || Box::new(()));
+                let v = c.get(&m, (d * PER_DIR + i) as u64, false, || ());
                 c.nc_enter(&dir, name, &v);
             }
         }

@@ -29,14 +29,17 @@ impl Cache for NoCache {
     fn mount(&self, _fs_type: &str, _on_reclaim: Option<OnReclaim>) -> Self::Mount {}
 
     #[inline]
-    fn get(
+    fn get<D: Any + Send + Sync>(
         &self,
         _m: &Self::Mount,
         ino: u64,
         _is_dir: bool,
-        init: impl FnOnce() -> Box<dyn Any + Send + Sync>,
+        init: impl FnOnce() -> D,
     ) -> Self::Ref {
-        Node { ino, _data: init() }
+        Node {
+            ino,
+            _data: Box::new(init()),
+        }
     }
 
     #[inline]

@@ -67,8 +67,8 @@ fn run_once<C: Cache>(c: C, pop: usize, rounds: usize) -> Outcome {
     let half = (pop / 2) as u64;
     let mut held: Vec<Option<C::Hold>> = Vec::with_capacity(half as usize);
     for i in 0..half {
-        drop(c.get(&tmpfs, i, false, || Box::new(())));
-        let z = c.get(&zfs, i, false, || Box::new(()));
+        drop(c.get(&tmpfs, i, false, || ()));
+        let z = c.get(&zfs, i, false, || ());
         arc.fetch_add(ARC_PER_VNODE, Ordering::Relaxed);
         held.push(Some(C::hold(&z)));
     }
@@ -84,17 +84,17 @@ fn run_once<C: Cache>(c: C, pop: usize, rounds: usize) -> Outcome {
         // dropped and retaken (each a trip through "free").
         for _ in 0..churn {
             let i = xorshift(&mut rng) % half;
-            drop(c.get(&tmpfs, i, false, || Box::new(())));
+            drop(c.get(&tmpfs, i, false, || ()));
             let j = (xorshift(&mut rng) % half) as usize;
             if let Some(h) = held[j].take() {
                 drop(h);
-                let z = c.get(&zfs, j as u64, false, || Box::new(()));
+                let z = c.get(&zfs, j as u64, false, || ());
                 held[j] = Some(C::hold(&z));
             }
         }
         // New zfs files read: ARC grows past its budget.
         for _ in 0..batch {
-            drop(c.get(&zfs, next_zfs, false, || Box::new(())));
+            drop(c.get(&zfs, next_zfs, false, || ()));
             arc.fetch_add(ARC_PER_VNODE, Ordering::Relaxed);
             next_zfs += 1;
             created += 1;

@@ -47,10 +47,8 @@ fn walk<C: Cache>(c: &C, m: &C::Mount, tree: &Tree, dir: &C::Ref, dir_ino: u64) 
             Nc::Hit(v) => v,
             Nc::Negative | Nc::Miss => {
                 let (ino, is_dir) = tree.lookup(dir_ino, name).expect("readdir name exists");
-                let v = c.get(m, ino, is_dir, || {
-                    Box::new(SynthNode {
-                        attr: tree.getattr(ino).expect("inode exists"),
-                    })
+                let v = c.get(m, ino, is_dir, || SynthNode {
+                    attr: tree.getattr(ino).expect("inode exists"),
                 });
                 c.nc_enter(dir, name, &v);
                 v
@@ -94,10 +92,8 @@ fn run_once<C: Cache>(c: Arc<C>, trees: &Arc<Vec<Tree>>, threads: usize) -> Samp
             let (c, m, trees, barrier) = (c.clone(), m.clone(), trees.clone(), barrier.clone());
             std::thread::spawn(move || {
                 let tree = &trees[t];
-                let root = c.get(&m, tree.root, true, || {
-                    Box::new(SynthNode {
-                        attr: tree.getattr(tree.root).expect("root"),
-                    })
+                let root = c.get(&m, tree.root, true, || SynthNode {
+                    attr: tree.getattr(tree.root).expect("root"),
                 });
                 barrier.wait();
                 let n = walk(&*c, &m, tree, &root, tree.root);

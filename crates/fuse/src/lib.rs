@@ -54,7 +54,7 @@
 //! # impl Hello {
 //! #     fn vnode(&self, ino: Ino) -> VfsResult<VnodeRef> {
 //! #         let kind = if ino == 1 { VType::Dir } else { VType::Reg };
-//! #         Ok(self.layer.get(&self.mnt, ino, || Ok((kind, Box::new(()))))?)
+//! #         Ok(self.layer.get(&self.mnt, ino, || Ok((kind, uvfs_vfs::no_data())))?)
 //! #     }
 //! # }
 //! # impl FileSystem for Hello {

@@ -35,7 +35,6 @@ use crate::fs::MemFs;
 use crate::inode::Inode;
 use crate::io_lock;
 use crate::pages::{FileData, MAX_FILE_SIZE};
-use std::sync::Arc;
 use uvfs_vfs::{Errno, Timespec, VType, VfsResult, VnodeRef};
 
 /// Most bytes one request copies (a few milliseconds of copying).
@@ -75,7 +74,7 @@ impl MemFs {
             return Ok(0);
         }
         let (end_in, end_out) = (off_in.saturating_add(len), off_out + len);
-        let n = if Arc::ptr_eq(iin, iout) {
+        let n = if std::ptr::eq(iin, iout) {
             let _g = io_lock::lock_write(vin, off_in.min(off_out)..end_in.max(end_out));
             let n = copy_len(fin, off_in, len);
             // The kernel refuses overlapping copies within a file before
@@ -103,7 +102,7 @@ impl MemFs {
 
     /// A regular file's inode and data; `EISDIR` for a directory,
     /// `EINVAL` for anything else (as `copy_file_range(2)`).
-    fn regular<'a>(&self, vp: &'a VnodeRef) -> VfsResult<(&'a Arc<Inode>, &'a FileData)> {
+    fn regular<'a>(&self, vp: &'a VnodeRef) -> VfsResult<(&'a Inode, &'a FileData)> {
         let inode = self.inode_of(vp)?;
         match inode.kind {
             VType::Reg => Ok((inode, inode.file().ok_or(Errno::EIO)?)),

@@ -84,7 +84,7 @@ impl FsHooks for Hooks {
     /// at once; and the vnode (with the inode it keeps alive) is recycled
     /// as soon as the kernel forgets it too, instead of waiting in the LRU.
     fn inactive(&self, vp: &Vnode) {
-        let Some(inode) = vp.data::<Arc<Inode>>() else {
+        let Some(inode) = vp.data::<Inode>() else {
             return;
         };
         if inode.nlink() == 0 {
@@ -210,18 +210,26 @@ impl MemFs {
     }
 
     /// The inode behind a vnode of this mount.
-    pub(crate) fn inode_of<'a>(&self, vp: &'a Vnode) -> VfsResult<&'a Arc<Inode>> {
+    pub(crate) fn inode_of<'a>(&self, vp: &'a Vnode) -> VfsResult<&'a Inode> {
         if vp.mount_id() != self.mnt.id() {
             return Err(Errno::EXDEV);
         }
-        vp.data::<Arc<Inode>>().ok_or(Errno::ESTALE)
+        vp.data::<Inode>().ok_or(Errno::ESTALE)
+    }
+
+    /// The inode behind a vnode of this mount, as its own reference.
+    pub(crate) fn inode_arc_of(&self, vp: &Vnode) -> VfsResult<Arc<Inode>> {
+        if vp.mount_id() != self.mnt.id() {
+            return Err(Errno::EXDEV);
+        }
+        vp.data_arc::<Inode>().ok_or(Errno::ESTALE)
     }
 
     /// The inode and entries of a directory vnode.
     pub(crate) fn dir_of<'a>(
         &self,
         vp: &'a Vnode,
-    ) -> VfsResult<(&'a Arc<Inode>, &'a RwLock<Directory>)> {
+    ) -> VfsResult<(&'a Inode, &'a RwLock<Directory>)> {
         let inode = self.inode_of(vp)?;
         let dir = inode.dir().ok_or(Errno::ENOTDIR)?;
         Ok((inode, dir))
@@ -233,7 +241,7 @@ impl MemFs {
         let kind = inode.kind;
         Ok(self
             .layer
-            .get(&self.mnt, inode.ino, move || Ok((kind, Box::new(data))))?)
+            .get(&self.mnt, inode.ino, move || Ok((kind, data)))?)
     }
 
     /// The vnode for a linked inode number.

@@ -107,7 +107,7 @@ impl MemFs {
         let mut kept = BTreeMap::new();
         let open = keep.open.iter().map(|(vp, _)| vp);
         for vp in keep.nodes.iter().chain(open) {
-            let inode = self.inode_of(vp)?;
+            let inode = self.inode_arc_of(vp)?;
             if inode.nlink() == 0 && self.table.get(inode.ino).is_none() {
                 kept.insert(inode.ino, inode.clone());
             }

@@ -347,7 +347,7 @@ impl MemFs {
 
     pub(crate) fn do_link(&self, vp: &VnodeRef, dir: &VnodeRef, name: &[u8]) -> VfsResult<()> {
         check_new_name(name)?;
-        let inode = self.inode_of(vp)?;
+        let inode = self.inode_arc_of(vp)?;
         let (dinode, d) = self.dir_of(dir)?;
         if inode.kind == VType::Dir {
             return Err(Errno::EPERM);

@@ -30,6 +30,7 @@
 use crate::sys;
 use std::os::fd::AsFd;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use uvfs_vfs::{Errno, VfsResult};
 
 /// Most bytes of a handle (`MAX_HANDLE_SZ`).
@@ -40,51 +41,89 @@ const MAX_HANDLE: usize = 128;
 /// would be an allocation (and its rounding) per cached node; only larger
 /// handles (btrfs's 20, overlayfs's, some network file systems') pay for
 /// one.
-const INLINE: usize = 14;
+const INLINE: usize = 12;
 
 /// A persistent file handle and the mount it was made on.
+///
+/// 16 bytes: the type, the mount and the bytes of a common handle are
+/// kept in place (the type in a byte, as every file system's is; the
+/// mount as its index in [`MOUNT_IDS`]); any other handle is kept whole
+/// on the heap. Which form a handle takes depends only on its contents,
+/// so equal handles compare equal.
 #[derive(Clone, PartialEq, Eq, Debug)]
-pub struct Handle {
-    htype: i32,
-    mount_id: i32,
-    bytes: Bytes,
-}
+pub struct Handle(Repr);
 
-/// A handle's bytes: in place up to [`INLINE`], else on the heap behind
-/// a thin pointer (a boxed slice's length would widen every handle).
 #[derive(Clone, PartialEq, Eq, Debug)]
-enum Bytes {
+enum Repr {
     Inline {
+        htype: u8,
+        mount: u8,
         len: u8,
         buf: [u8; INLINE],
     },
-    #[allow(clippy::box_collection)]
-    Heap(Box<Vec<u8>>),
+    Heap(Box<Whole>),
+}
+
+#[derive(Clone, PartialEq, Eq, Debug)]
+struct Whole {
+    htype: i32,
+    mount_id: i32,
+    bytes: Box<[u8]>,
 }
 
 // A handle is part of every cached passthrough node (`node.rs`), whose
 // size decides its allocation's size class.
-const _: () = assert!(std::mem::size_of::<Handle>() <= 24);
+const _: () = assert!(std::mem::size_of::<Handle>() <= 16);
 
-impl Bytes {
-    fn new(b: &[u8]) -> Bytes {
-        if b.len() <= INLINE {
-            let mut buf = [0; INLINE];
-            buf[..b.len()].copy_from_slice(b);
-            Bytes::Inline {
-                len: b.len() as u8,
-                buf,
-            }
-        } else {
-            Bytes::Heap(Box::new(b.to_vec()))
-        }
+/// The mount ids handles were made on, numbered in order of first sight,
+/// so that a handle names its mount in one byte. A process sees few: the
+/// source's mount and those inside the source. A number is never reused
+/// or removed, so it names one mount for the process's life; past the
+/// table's end, handles are kept whole.
+struct MountIds {
+    ids: [AtomicI32; 255],
+    /// Entries `..len` are set; `len` is stored (Release) after its entry.
+    len: AtomicUsize,
+    /// Serialises additions.
+    add: parking_lot::Mutex<()>,
+}
+
+static MOUNT_IDS: MountIds = MountIds {
+    ids: [const { AtomicI32::new(0) }; 255],
+    len: AtomicUsize::new(0),
+    add: parking_lot::Mutex::new(()),
+};
+
+impl MountIds {
+    fn find(&self, id: i32) -> Option<u8> {
+        let n = self.len.load(Ordering::Acquire);
+        (0..n)
+            .find(|&i| self.ids[i].load(Ordering::Relaxed) == id)
+            .map(|i| i as u8)
     }
 
-    fn as_slice(&self) -> &[u8] {
-        match self {
-            Bytes::Inline { len, buf } => &buf[..usize::from(*len)],
-            Bytes::Heap(b) => b,
+    /// The number of mount `id`, given one now if it has none (`None`
+    /// once the table is full).
+    fn number(&self, id: i32) -> Option<u8> {
+        if let Some(i) = self.find(id) {
+            return Some(i);
         }
+        let _g = self.add.lock();
+        if let Some(i) = self.find(id) {
+            return Some(i);
+        }
+        let n = self.len.load(Ordering::Relaxed);
+        let slot = self.ids.get(n)?;
+        slot.store(id, Ordering::Relaxed);
+        self.len.store(n + 1, Ordering::Release);
+        Some(n as u8)
+    }
+
+    /// The mount id numbered `i`. A handle holding `i` was made after the
+    /// number was given, and reached this thread by whatever handed the
+    /// handle over, which orders the entry's store before this load.
+    fn id(&self, i: u8) -> i32 {
+        self.ids[usize::from(i)].load(Ordering::Relaxed)
     }
 }
 
@@ -130,11 +169,27 @@ impl Handle {
             )
         })?;
         let n = (raw.handle_bytes as usize).min(MAX_HANDLE);
-        Ok(Handle {
-            htype: raw.handle_type,
+        Ok(Handle::new(raw.handle_type, mount_id, &raw.f_handle[..n]))
+    }
+
+    fn new(htype: i32, mount_id: i32, bytes: &[u8]) -> Handle {
+        if let (Ok(t), true) = (u8::try_from(htype), bytes.len() <= INLINE) {
+            if let Some(mount) = MOUNT_IDS.number(mount_id) {
+                let mut buf = [0; INLINE];
+                buf[..bytes.len()].copy_from_slice(bytes);
+                return Handle(Repr::Inline {
+                    htype: t,
+                    mount,
+                    len: bytes.len() as u8,
+                    buf,
+                });
+            }
+        }
+        Handle(Repr::Heap(Box::new(Whole {
+            htype,
             mount_id,
-            bytes: Bytes::new(&raw.f_handle[..n]),
-        })
+            bytes: bytes.into(),
+        })))
     }
 
     /// A handle made of given parts, for tests of what stores them.
@@ -147,26 +202,31 @@ impl Handle {
     /// `bytes` longer than `MAX_HANDLE_SZ` are cut: no file system makes
     /// them, and `HandleOpener::open` copies at most that many.
     pub(crate) fn from_parts(htype: i32, mount_id: i32, bytes: &[u8]) -> Handle {
-        Handle {
-            htype,
-            mount_id,
-            bytes: Bytes::new(&bytes[..bytes.len().min(MAX_HANDLE)]),
-        }
+        Handle::new(htype, mount_id, &bytes[..bytes.len().min(MAX_HANDLE)])
     }
 
     /// The handle's type (`handle_type`).
     pub fn htype(&self) -> i32 {
-        self.htype
+        match &self.0 {
+            Repr::Inline { htype, .. } => i32::from(*htype),
+            Repr::Heap(w) => w.htype,
+        }
     }
 
     /// The handle's bytes (`f_handle`).
     pub fn bytes(&self) -> &[u8] {
-        self.bytes.as_slice()
+        match &self.0 {
+            Repr::Inline { len, buf, .. } => &buf[..usize::from(*len)],
+            Repr::Heap(w) => &w.bytes,
+        }
     }
 
     /// The mount the handle was made on.
     pub fn mount_id(&self) -> i32 {
-        self.mount_id
+        match &self.0 {
+            Repr::Inline { mount, .. } => MOUNT_IDS.id(*mount),
+            Repr::Heap(w) => w.mount_id,
+        }
     }
 
     /// A generation number for FUSE: stable for the life of the file
@@ -175,19 +235,19 @@ impl Handle {
     /// in its handle. FNV-1a over the type and bytes.
     pub fn generation(&self) -> u64 {
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in self.htype.to_ne_bytes().iter().chain(self.bytes()) {
+        for b in self.htype().to_ne_bytes().iter().chain(self.bytes()) {
             h ^= u64::from(*b);
             h = h.wrapping_mul(0x0000_0100_0000_01b3);
         }
         h
     }
 
-    /// Heap bytes held (memory reports): none unless the handle is
-    /// larger than fits in place.
+    /// Heap bytes held (memory reports): none unless the handle does
+    /// not fit in place.
     pub fn heap_bytes(&self) -> usize {
-        match &self.bytes {
-            Bytes::Inline { .. } => 0,
-            Bytes::Heap(b) => b.len(),
+        match &self.0 {
+            Repr::Inline { .. } => 0,
+            Repr::Heap(w) => std::mem::size_of::<Whole>() + w.bytes.len(),
         }
     }
 }
@@ -213,7 +273,7 @@ impl HandleOpener {
             return HandleOpener::disabled();
         };
         let mut op = HandleOpener {
-            mount_id: h.mount_id,
+            mount_id: h.mount_id(),
             mount_fd: Some(root_dir),
         };
         match op.open(&h, libc::O_PATH) {
@@ -245,7 +305,7 @@ impl HandleOpener {
 
     /// Whether `h` may be opened here: handles on, same mount.
     pub fn accepts(&self, h: &Handle) -> bool {
-        self.enabled() && h.mount_id == self.mount_id
+        self.enabled() && h.mount_id() == self.mount_id
     }
 
     /// Opens `h` with `flags` (`O_CLOEXEC` added). `EXDEV` for a handle of
@@ -271,13 +331,13 @@ impl HandleOpener {
         if !self.enabled() {
             return Err(Errno::EOPNOTSUPP);
         }
-        if h.mount_id != self.mount_id {
+        if h.mount_id() != self.mount_id {
             return Err(Errno::EXDEV);
         }
         let bytes = h.bytes();
         let mut raw = RawHandle {
             handle_bytes: bytes.len() as u32,
-            handle_type: h.htype,
+            handle_type: h.htype(),
             f_handle: [0; MAX_HANDLE],
         };
         raw.f_handle[..bytes.len()].copy_from_slice(bytes);
@@ -331,19 +391,59 @@ mod tests {
     }
 
     #[test]
-    fn small_handles_stay_in_place_and_large_ones_whole() {
-        let small = Bytes::new(&[1, 2, 3, 4, 5, 6, 7, 8]);
-        assert!(matches!(small, Bytes::Inline { len: 8, .. }));
-        assert_eq!(small.as_slice(), &[1, 2, 3, 4, 5, 6, 7, 8]);
+    fn small_handles_stay_in_place_and_others_whole() {
+        let small = Handle::from_parts(1, 77, &[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert!(matches!(small.0, Repr::Inline { len: 8, .. }));
+        assert_eq!(small.bytes(), &[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!((small.htype(), small.mount_id()), (1, 77));
+        assert_eq!(small.heap_bytes(), 0);
         let edge: Vec<u8> = (0..INLINE as u8).collect();
-        assert!(matches!(Bytes::new(&edge), Bytes::Inline { .. }));
-        assert_eq!(Bytes::new(&edge).as_slice(), &edge[..]);
+        let h = Handle::from_parts(0x81, -5, &edge);
+        assert!(matches!(h.0, Repr::Inline { .. }));
+        assert_eq!((h.htype(), h.mount_id(), h.bytes()), (0x81, -5, &edge[..]));
         let big: Vec<u8> = (0..MAX_HANDLE as u8).collect();
-        let b = Bytes::new(&big);
-        assert!(matches!(b, Bytes::Heap(_)));
-        assert_eq!(b.as_slice(), &big[..]);
-        // Equal bytes compare equal whatever the buffer's tail holds.
-        assert_eq!(Bytes::new(&[9; 3]), Bytes::new(&[9; 3]));
-        assert_ne!(Bytes::new(&[9; 3]), Bytes::new(&[9; 4]));
+        let b = Handle::from_parts(0x4d, 77, &big);
+        assert!(matches!(b.0, Repr::Heap(_)));
+        assert_eq!((b.htype(), b.mount_id(), b.bytes()), (0x4d, 77, &big[..]));
+        // A type wider than a byte is kept whole, with every bit.
+        let wide = Handle::from_parts(0x1_0001, 77, &[1; 8]);
+        assert!(matches!(wide.0, Repr::Heap(_)));
+        assert_eq!(wide.htype(), 0x1_0001);
+        // Equal contents compare equal whatever the buffer's tail holds;
+        // the mount and the type count.
+        assert_eq!(
+            Handle::from_parts(1, 3, &[9; 3]),
+            Handle::from_parts(1, 3, &[9; 3])
+        );
+        assert_ne!(
+            Handle::from_parts(1, 3, &[9; 3]),
+            Handle::from_parts(1, 3, &[9; 4])
+        );
+        assert_ne!(
+            Handle::from_parts(1, 3, &[9; 3]),
+            Handle::from_parts(1, 4, &[9; 3])
+        );
+        assert_ne!(
+            Handle::from_parts(1, 3, &[9; 3]),
+            Handle::from_parts(2, 3, &[9; 3])
+        );
+    }
+
+    #[test]
+    fn mount_numbers_are_stable_and_run_out_into_whole_handles() {
+        let t = MountIds {
+            ids: [const { AtomicI32::new(0) }; 255],
+            len: AtomicUsize::new(0),
+            add: parking_lot::Mutex::new(()),
+        };
+        assert_eq!(t.number(40), Some(0));
+        assert_eq!(t.number(-1), Some(1));
+        assert_eq!(t.number(40), Some(0));
+        assert_eq!((t.id(0), t.id(1)), (40, -1));
+        for id in 2..255 {
+            assert_eq!(t.number(1000 + id), Some(id as u8));
+        }
+        assert_eq!(t.number(5), None, "full");
+        assert_eq!(t.number(-1), Some(1), "known ids keep their numbers");
     }
 }

@@ -81,7 +81,7 @@ impl PassthroughFs {
             self.counters.stale.fetch_add(1, Ordering::Relaxed);
             return Err(Errno::ESTALE);
         }
-        let fh = self.opens.insert(res.into_fd(f), node);
+        let fh = self.opens.insert(res.into_fd(f), node)?;
         // Truncated as root, who keeps set-uid: drop it as the caller's
         // own O_TRUNC would have (`create` truncates as the caller).
         if flags & O_KILL_SUIDGID != 0 && flags & libc::O_TRUNC != 0 {
@@ -104,7 +104,7 @@ impl PassthroughFs {
             self.open_to_read(&node, f, |f| sys::openat(fd.as_fd(), c".", f))
         })?;
         drop(fd);
-        Ok(self.opens.insert(res.into_fd(d), node))
+        self.opens.insert(res.into_fd(d), node)
     }
 
     /// Opens with `open(flags)`, adding `O_NOATIME` where reads must leave
@@ -191,7 +191,7 @@ impl PassthroughFs {
         let path_fd = self.path_fd_of(&f)?;
         let (vp, _) = self.vnode_from_fd(path_fd, Some((&dnode, name)))?;
         let node = self.node_of(&vp)?;
-        Ok((vp, self.opens.insert(res.into_fd(f), node)))
+        Ok((vp, self.opens.insert(res.into_fd(f), node)?))
     }
 
     /// `O_TMPFILE` in the backing directory, as the caller. The node has no
@@ -225,7 +225,7 @@ impl PassthroughFs {
         let node = self.node_of(&vp)?;
         node.set_orphan(true);
         vp.recycle_when_free();
-        Ok((vp, self.opens.insert(res.into_fd(f), node)))
+        Ok((vp, self.opens.insert(res.into_fd(f), node)?))
     }
 
     pub(crate) fn do_read(&self, fh: Fh, offset: u64, size: u32) -> VfsResult<Vec<u8>> {

@@ -15,20 +15,27 @@
 //!
 //! | field | protected by |
 //! |---|---|
-//! | `id`, `dev`, `ino`, `pinned` | immutable |
-//! | `kind` | atomic; written with `state` locked |
+//! | `id`, `dev`, `ino` | immutable |
 //! | `state` (the way back and the cached fd) | its mutex (a leaf); the pool's evictor only `try_lock`s it, under the ring lock |
-//! | `referenced` | atomic; set on every use, cleared by the evictor |
-//! | `on_ring` | changed only under the `fd` mutex (see `install`/`try_evict`) |
-//! | `opens` | atomic count of open files and directories on the node |
-//! | `orphan` | atomic; set before the mount removes a directory or special file's last name |
-//! | `unlinked` | atomic; set when the file lost its last name while open, cleared by the last release |
-//! | `removed` | atomic; set once the mount removed the file's last name (open or not), cleared only when the node is rebound to another file |
+//! | `bits` | one atomic word of fields, each changed by its own read-modify-writes (below) |
+//!
+//! The fields in `bits`:
+//!
+//! | field | rule |
+//! |---|---|
+//! | kind | written with `state` locked |
+//! | `PINNED` | immutable |
+//! | `REFERENCED` | set on every use, cleared by the evictor |
+//! | `ON_RING` | changed only under the `state` mutex (see `install`/`try_evict`) |
+//! | open count | open files and directories on the node |
+//! | `ORPHAN` | set before the mount removes a directory or special file's last name |
+//! | `UNLINKED` | set when the file lost its last name while open, cleared by the last release |
+//! | `REMOVED` | set once the mount removed the file's last name (open or not), cleared only when the node is rebound to another file |
 
 use crate::fdpool::{Evict, Fd, FdHolder};
 use crate::handle::Handle;
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use uvfs_vfs::{Ino, VType};
 
@@ -57,7 +64,7 @@ pub enum Way {
 }
 
 // The way back is most of a node's identity (`Node`'s size check).
-const _: () = assert!(std::mem::size_of::<Way>() <= 24);
+const _: () = assert!(std::mem::size_of::<Way>() <= 16);
 
 impl Ident {
     /// The persistent handle, if the file is reached by one.
@@ -80,8 +87,9 @@ impl Ident {
 ///
 /// One per cached file, so its size is most of what a cached file costs
 /// the server beyond its vnode: the handle is kept in place, the
-/// identity and the fd share one lock, and nothing here allocates for a
-/// file reached by a handle of up to 22 bytes.
+/// identity and the fd share one lock, the flags, the type and the open
+/// count share one word, and nothing here allocates for a file reached
+/// by a handle of up to 12 bytes.
 pub struct Node {
     /// Node id (the vnode's inode number).
     pub id: Ino,
@@ -90,17 +98,33 @@ pub struct Node {
     btime: AtomicU64,
     /// Backing device, as the kernel's 32-bit `dev_t` ([`Node::dev`]).
     dev: u32,
-    opens: AtomicU32,
+    /// The type, the flags and the open count (`KIND_MASK` and below).
+    bits: AtomicU32,
     state: Mutex<State>,
-    /// The file type (`VType as u8`); changed only with `state` locked.
-    kind: AtomicU8,
-    /// Never give the fd back (the root: no handle or parent to reopen by).
-    pub pinned: bool,
-    referenced: AtomicBool,
-    on_ring: AtomicBool,
-    unlinked: AtomicBool,
-    orphan: AtomicBool,
-    removed: AtomicBool,
+}
+
+/// The file type (`VType as u8`).
+const KIND_MASK: u32 = 0xf;
+/// Never give the fd back (the root: no handle or parent to reopen by).
+const PINNED: u32 = 1 << 4;
+const REFERENCED: u32 = 1 << 5;
+const ON_RING: u32 = 1 << 6;
+const UNLINKED: u32 = 1 << 7;
+const ORPHAN: u32 = 1 << 8;
+const REMOVED: u32 = 1 << 9;
+/// The open count, in the bits above the flags: up to 4,194,303 open
+/// files on one node. Each holds an fd of the server's, so a server
+/// reaches that only past 4 million open fds (the kernel's default
+/// `nr_open` is 1,048,576); past it, opens are refused (`Node::opened`).
+const OPENS_SHIFT: u32 = 10;
+const OPEN_ONE: u32 = 1 << OPENS_SHIFT;
+const OPENS_MAX: u32 = u32::MAX >> OPENS_SHIFT;
+
+// Every type fits the kind bits (`VType::from_u8` reads them back).
+const _: () = assert!(VType::Sock as u32 <= KIND_MASK);
+
+fn opens_of(bits: u32) -> u32 {
+    bits >> OPENS_SHIFT
 }
 
 /// What the node's lock protects: the way back and the cached fd.
@@ -109,10 +133,10 @@ struct State {
     fd: Option<Arc<Fd>>,
 }
 
-// 80 bytes make a 96-byte `Arc` allocation, one of the allocator's size
+// 64 bytes make an 80-byte `Arc` allocation, one of the allocator's size
 // classes; a field that pushes the node past it costs every cached file
-// the next class (112 bytes, then 128).
-const _: () = assert!(std::mem::size_of::<Node>() <= 80);
+// the next class (96 bytes).
+const _: () = assert!(std::mem::size_of::<Node>() <= 64);
 
 /// A device number as the kernel keeps it (`dev_t`: 12 bits of major,
 /// 20 of minor), so that it fits 32 bits.
@@ -125,23 +149,35 @@ fn dev_to_kernel(dev: u64) -> u32 {
 impl Node {
     /// A node for backing (dev, ino).
     pub fn new(id: Ino, dev: u64, ino: u64, ident: Ident, pinned: bool) -> Node {
+        let pinned = if pinned { PINNED } else { 0 };
         Node {
             id,
             dev: dev_to_kernel(dev),
             ino,
-            pinned,
             btime: AtomicU64::new(0),
-            kind: AtomicU8::new(ident.kind as u8),
+            bits: AtomicU32::new(ident.kind as u32 | pinned | REFERENCED),
             state: Mutex::new(State {
                 way: ident.way,
                 fd: None,
             }),
-            opens: AtomicU32::new(0),
-            referenced: AtomicBool::new(true),
-            on_ring: AtomicBool::new(false),
-            unlinked: AtomicBool::new(false),
-            orphan: AtomicBool::new(false),
-            removed: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the node never gives its fd back (the root: no handle or
+    /// parent to reopen by).
+    pub fn pinned(&self) -> bool {
+        self.bits.load(Ordering::Relaxed) & PINNED != 0
+    }
+
+    fn has(&self, flag: u32, order: Ordering) -> bool {
+        self.bits.load(order) & flag != 0
+    }
+
+    /// Marks the node used (the evictor's second chance), writing only
+    /// when the mark is not there already.
+    fn mark_referenced(&self) {
+        if !self.has(REFERENCED, Ordering::Relaxed) {
+            self.bits.fetch_or(REFERENCED, Ordering::Relaxed);
         }
     }
 
@@ -161,7 +197,7 @@ impl Node {
 
     /// The file type now.
     pub fn kind(&self) -> VType {
-        VType::from_u8(self.kind.load(Ordering::Acquire))
+        VType::from_u8((self.bits.load(Ordering::Acquire) & KIND_MASK) as u8)
     }
 
     /// The FUSE generation now.
@@ -203,7 +239,12 @@ impl Node {
         let old = {
             let mut st = self.state.lock();
             st.way = ident.way;
-            self.kind.store(ident.kind as u8, Ordering::Release);
+            let kind = ident.kind as u32;
+            let _ = self
+                .bits
+                .fetch_update(Ordering::Release, Ordering::Relaxed, |b| {
+                    Some(b & !KIND_MASK | kind)
+                });
             if file_changed {
                 st.fd.take()
             } else {
@@ -213,7 +254,7 @@ impl Node {
         drop(old);
         if file_changed {
             // Another file now: the old one's removal says nothing of it.
-            self.removed.store(false, Ordering::SeqCst);
+            self.bits.fetch_and(!REMOVED, Ordering::SeqCst);
         }
     }
 
@@ -236,9 +277,7 @@ impl Node {
     pub fn cached_fd(&self) -> Option<Arc<Fd>> {
         let g = self.state.lock();
         let fd = g.fd.as_ref()?.clone();
-        if !self.referenced.load(Ordering::Relaxed) {
-            self.referenced.store(true, Ordering::Relaxed);
-        }
+        self.mark_referenced();
         Some(fd)
     }
 
@@ -250,14 +289,14 @@ impl Node {
             return (cur.clone(), false);
         }
         g.fd = Some(fd.clone());
-        self.referenced.store(true, Ordering::Relaxed);
-        let enter = !self.pinned && !self.on_ring.swap(true, Ordering::Relaxed);
+        self.mark_referenced();
+        let enter = !self.pinned() && self.bits.fetch_or(ON_RING, Ordering::Relaxed) & ON_RING == 0;
         (fd, enter)
     }
 
     /// Drops the cached fd (vnode reclaim). The pinned root keeps its.
     pub fn drop_fd(&self) {
-        if self.pinned {
+        if self.pinned() {
             return;
         }
         let old = self.state.lock().fd.take();
@@ -274,17 +313,16 @@ impl Node {
     /// keeps its fd until then: it has no other way back to a nameless file.
     /// Returns whether a cached fd was given back now.
     pub fn uncache_unlinked(&self) -> bool {
-        if self.pinned {
+        if self.pinned() {
             return false;
         }
-        if self.opens.load(Ordering::SeqCst) > 0 {
-            self.unlinked.store(true, Ordering::SeqCst);
-            // Re-checked after the store: a release that came between saw
-            // no flag, and the fd must go now. SeqCst here and in `closed`:
-            // one of the two sees the other's write (store-buffering shape).
-            if self.opens.load(Ordering::SeqCst) > 0
-                && !matches!(self.state.lock().way, Way::Handle(_))
-            {
+        if opens_of(self.bits.load(Ordering::SeqCst)) > 0 {
+            // The count as of setting the flag: the flag and the count
+            // are one word, so either the last release comes after this
+            // and sees the flag (and gives the fd back), or it came before
+            // and the count read here is 0 and the fd goes now.
+            let before = self.bits.fetch_or(UNLINKED, Ordering::SeqCst);
+            if opens_of(before) > 0 && !matches!(self.state.lock().way, Way::Handle(_)) {
                 return false;
             }
         }
@@ -302,12 +340,16 @@ impl Node {
     /// removal does (ESTALE otherwise, where ext4 answers). The kernel's
     /// FORGET, once its last user is gone, recycles the vnode and closes it.
     pub fn set_orphan(&self, orphan: bool) {
-        self.orphan.store(orphan, Ordering::Relaxed);
+        if orphan {
+            self.bits.fetch_or(ORPHAN, Ordering::Relaxed);
+        } else {
+            self.bits.fetch_and(!ORPHAN, Ordering::Relaxed);
+        }
     }
 
     /// Whether the mount removed this non-regular file's last name.
     pub fn is_orphan(&self) -> bool {
-        self.orphan.load(Ordering::Relaxed)
+        self.has(ORPHAN, Ordering::Relaxed)
     }
 
     /// Whether the mount itself left the file nameless: removed its last
@@ -315,14 +357,12 @@ impl Node {
     /// nameless file is then expected, not a sign of a removal behind our
     /// back).
     pub fn nameless_by_mount(&self) -> bool {
-        self.orphan.load(Ordering::Relaxed)
-            || self.unlinked.load(Ordering::SeqCst)
-            || self.removed.load(Ordering::SeqCst)
+        self.has(ORPHAN | UNLINKED | REMOVED, Ordering::SeqCst)
     }
 
     /// The mount removed the file's last name (unlink, or a rename over it).
     pub fn mark_removed(&self) {
-        self.removed.store(true, Ordering::SeqCst);
+        self.bits.fetch_or(REMOVED, Ordering::SeqCst);
     }
 
     /// Reads the node's lock word without taking it, to bring it into
@@ -331,7 +371,7 @@ impl Node {
     /// loads waiting behind it) costs several times more than touching
     /// a batch first, whose misses overlap.
     pub(crate) fn touch(&self) -> bool {
-        self.state.is_locked() | self.referenced.load(Ordering::Relaxed)
+        self.state.is_locked() | self.has(REFERENCED, Ordering::Relaxed)
     }
 
     /// Whether an fd is cached now.
@@ -339,25 +379,38 @@ impl Node {
         self.state.lock().fd.is_some()
     }
 
-    /// Counts an open file or directory on the node.
-    pub fn opened(&self) {
-        self.opens.fetch_add(1, Ordering::Relaxed);
+    /// Counts an open file or directory on the node; `false` (nothing
+    /// counted) if the node has as many as its count holds.
+    #[must_use]
+    pub fn opened(&self) -> bool {
+        self.bits
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                (opens_of(b) < OPENS_MAX).then(|| b + OPEN_ONE)
+            })
+            .is_ok()
     }
 
     /// An open file or directory of the node was released.
     pub fn closed(&self) {
-        // Never below zero, even if release were called twice.
-        let before = self
-            .opens
-            .try_update(Ordering::SeqCst, Ordering::Relaxed, |n| n.checked_sub(1));
-        if before == Ok(1) && self.unlinked.swap(false, Ordering::SeqCst) {
-            let _ = self.uncache_unlinked();
+        // Never below zero, even if release were called twice. The last
+        // release takes the unlinked flag in the same step.
+        let before =
+            self.bits
+                .fetch_update(Ordering::SeqCst, Ordering::Relaxed, |b| match opens_of(b) {
+                    0 => None,
+                    1 => Some((b - OPEN_ONE) & !UNLINKED),
+                    _ => Some(b - OPEN_ONE),
+                });
+        if let Ok(b) = before {
+            if opens_of(b) == 1 && b & UNLINKED != 0 {
+                let _ = self.uncache_unlinked();
+            }
         }
     }
 
     /// Open files and directories on the node now.
     pub fn open_count(&self) -> usize {
-        self.opens.load(Ordering::Relaxed) as usize
+        opens_of(self.bits.load(Ordering::Relaxed)) as usize
     }
 }
 
@@ -392,25 +445,101 @@ impl FdHolder for Node {
             return Evict::Busy;
         };
         let Some(fd) = g.fd.as_ref() else {
-            self.on_ring.store(false, Ordering::Relaxed);
+            self.bits.fetch_and(!ON_RING, Ordering::Relaxed);
             return Evict::NoFd;
         };
-        if self.referenced.swap(false, Ordering::Relaxed) {
+        if self.bits.fetch_and(!REFERENCED, Ordering::Relaxed) & REFERENCED != 0 {
             return Evict::Referenced;
         }
         // Only our Arc: no operation is using the fd. A fallback node with
         // open files keeps it: it may have no other way back to an
         // unlinked file.
+        let bits = self.bits.load(Ordering::Relaxed);
         if Arc::strong_count(fd) > 1
-            || self.orphan.load(Ordering::Relaxed)
-            || (self.opens.load(Ordering::Relaxed) > 0 && !matches!(g.way, Way::Handle(_)))
+            || bits & ORPHAN != 0
+            || (opens_of(bits) > 0 && !matches!(g.way, Way::Handle(_)))
         {
             return Evict::Busy;
         }
-        self.on_ring.store(false, Ordering::Relaxed);
+        self.bits.fetch_and(!ON_RING, Ordering::Relaxed);
         match g.fd.take() {
             Some(fd) => Evict::Taken(fd),
             None => Evict::NoFd,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(kind: VType, way: Way) -> Node {
+        Node::new(5, 0, 5, Ident { kind, way }, false)
+    }
+
+    #[test]
+    fn flags_kind_and_count_share_a_word_without_disturbing_each_other() {
+        let n = node(VType::Reg, Way::FdOnly);
+        assert_eq!(n.kind(), VType::Reg);
+        assert!(!n.pinned() && !n.nameless_by_mount() && !n.is_orphan());
+        assert!(n.opened() && n.opened());
+        n.set_orphan(true);
+        n.mark_removed();
+        n.set_ident(
+            Ident {
+                kind: VType::Dir,
+                way: Way::FdOnly,
+            },
+            false,
+        );
+        assert_eq!(n.kind(), VType::Dir);
+        assert_eq!(n.open_count(), 2);
+        assert!(n.is_orphan() && n.nameless_by_mount());
+        n.set_orphan(false);
+        assert!(n.nameless_by_mount(), "still removed");
+        n.set_ident(
+            Ident {
+                kind: VType::Lnk,
+                way: Way::FdOnly,
+            },
+            true,
+        );
+        assert!(!n.nameless_by_mount(), "another file: not removed");
+        assert_eq!((n.kind(), n.open_count()), (VType::Lnk, 2));
+        n.closed();
+        n.closed();
+        n.closed();
+        assert_eq!(n.open_count(), 0, "never below zero");
+        assert_eq!(n.kind(), VType::Lnk);
+        assert!(Node::new(1, 0, 1, n.ident(), true).pinned());
+    }
+
+    #[test]
+    fn the_last_release_of_an_unlinked_file_takes_the_flag() {
+        let n = node(VType::Reg, Way::FdOnly);
+        assert!(n.opened());
+        assert!(
+            !n.uncache_unlinked(),
+            "a fallback node keeps its fd while open"
+        );
+        assert!(n.nameless_by_mount());
+        n.closed();
+        assert!(!n.nameless_by_mount(), "the last release took the flag");
+        assert!(!n.uncache_unlinked(), "no fd was cached");
+    }
+
+    #[test]
+    fn a_full_open_count_refuses_more() {
+        let n = node(VType::Reg, Way::FdOnly);
+        n.bits.fetch_or(OPENS_MAX << OPENS_SHIFT, Ordering::Relaxed);
+        assert_eq!(n.open_count(), OPENS_MAX as usize);
+        assert!(!n.opened());
+        assert_eq!(
+            n.kind(),
+            VType::Reg,
+            "the count did not spill into the flags"
+        );
+        n.closed();
+        assert!(n.opened());
     }
 }

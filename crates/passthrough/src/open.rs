@@ -51,16 +51,19 @@ impl Default for OpenTable {
 }
 
 impl OpenTable {
-    /// Registers an open file; counts it on its node.
-    pub fn insert(&self, fd: Fd, node: Arc<Node>) -> Fh {
+    /// Registers an open file; counts it on its node. `ENFILE` if the
+    /// node's open count is full (see `Node::opened`).
+    pub fn insert(&self, fd: Fd, node: Arc<Node>) -> VfsResult<Fh> {
         let h = self.next.fetch_add(1, Ordering::Relaxed);
-        self.insert_as(Fh(h), fd, node, None);
-        Fh(h)
+        if !self.insert_as(Fh(h), fd, node, None) {
+            return Err(Errno::ENFILE);
+        }
+        Ok(Fh(h))
     }
 
     /// Registers an open file a predecessor handed over under its handle
     /// number; numbers handed out later start above it. `false` (nothing
-    /// done) if `fh` is taken.
+    /// done) if `fh` is taken or the node's open count is full.
     pub(crate) fn insert_as(
         &self,
         fh: Fh,
@@ -69,10 +72,9 @@ impl OpenTable {
         pin: Option<uvfs_vfs::VnodeRef>,
     ) -> bool {
         let mut map = self.map.write();
-        if map.contains_key(&fh.0) {
+        if map.contains_key(&fh.0) || !node.opened() {
             return false;
         }
-        node.opened();
         self.next
             .fetch_max(fh.0.saturating_add(1), Ordering::Relaxed);
         let of = Arc::new(OpenFile {

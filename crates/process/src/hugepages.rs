@@ -3,7 +3,7 @@
 //! mimalloc asks for huge pages on its arenas (`MADV_HUGEPAGE`), so on a
 //! kernel whose THP mode is `madvise` or `always` every fresh 2 MiB of
 //! heap is cleared whole by the first small allocation that touches it.
-//! A vnode cache growing to hundreds of thousands of 128-byte vnodes and
+//! A vnode cache growing to hundreds of thousands of 80-byte vnodes and
 //! name-cache entries touches fresh heap on nearly every allocation, and
 //! on a guest whose freed memory its host takes back that clearing is
 //! where a walk's time goes (`clear_page_erms` under

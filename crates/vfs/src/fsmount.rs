@@ -43,7 +43,7 @@ impl FsMount {
     /// The vnode of inode `ino`; one not cached yet is made a `kind` with
     /// no data of its own (a file system that finds everything by `ino`).
     pub fn vnode(&self, ino: Ino, kind: VType) -> VfsResult<VnodeRef> {
-        self.vnode_with(ino, || Ok((kind, Box::new(()))))
+        self.vnode_with(ino, || Ok((kind, uvfs_vnode::no_data())))
     }
 
     /// The vnode of inode `ino`; one not cached yet gets its type and data

@@ -168,4 +168,4 @@ pub use ops::{DirPlusSink, DirSink, Fh, FileSystem};
 pub use statfs::StatFs;
 pub use time::Timespec;
 pub use trim::{TrimRange, FITRIM};
-pub use uvfs_vnode::{HoldRef, Ino, Mount, MountId, VType, VnodeLayer, VnodeRef};
+pub use uvfs_vnode::{no_data, HoldRef, Ino, Mount, MountId, VType, VnodeLayer, VnodeRef};

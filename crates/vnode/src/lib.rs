@@ -53,7 +53,7 @@
 //! let mnt = layer.mount("demo", hooks.clone());
 //!
 //! // The constructor runs once per cached inode; its data rides on the vnode.
-//! let root = layer.get(&mnt, 1, || Ok((VType::Dir, Box::new("root"))))?;
+//! let root = layer.get(&mnt, 1, || Ok((VType::Dir, Arc::new("root"))))?;
 //! assert_eq!(root.data::<&str>(), Some(&"root"));
 //! let again = layer.get(&mnt, 1, || unreachable!("inode 1 is cached"))?;
 //! assert_eq!(again.use_count(), 2);
@@ -62,7 +62,7 @@
 //! // Touch many files, dropping each: the count stays under the limit
 //! // because free vnodes are recycled, never the one still in use.
 //! for ino in 100..200 {
-//!     let vp = layer.get(&mnt, ino, move || Ok((VType::Reg, Box::new(ino))))?;
+//!     let vp = layer.get(&mnt, ino, move || Ok((VType::Reg, Arc::new(ino))))?;
 //!     assert_eq!(vp.data::<u64>(), Some(&ino));
 //! }
 //! let stats = layer.stats();
@@ -117,6 +117,7 @@ mod handle;
 mod hash;
 mod ids;
 mod layer;
+mod lazybox;
 mod namecache;
 mod nclinks;
 mod reclaimer;
@@ -136,4 +137,4 @@ pub use layer::{PruneResult, VnodeLayer};
 pub use namecache::{NameCache, NcLookup, NC_NAME_MAX};
 pub use stats::Stats;
 pub use uvfs_rangelock as rangelock;
-pub use vnode::{FsHooks, Mount, Vnode, VnodeData};
+pub use vnode::{no_data, FsHooks, Mount, Vnode, VnodeData};

@@ -6,12 +6,39 @@
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{
-    AtomicBool, AtomicI16, AtomicIsize, AtomicU32, AtomicU64, AtomicU8,
+    AtomicBool, AtomicI16, AtomicIsize, AtomicPtr, AtomicU32, AtomicU64, AtomicU8,
 };
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{
-    AtomicBool, AtomicI16, AtomicIsize, AtomicU32, AtomicU64, AtomicU8,
+    AtomicBool, AtomicI16, AtomicIsize, AtomicPtr, AtomicU32, AtomicU64, AtomicU8,
 };
+
+/// A cell for data whose publication another atomic orders: loom's under
+/// the model checker (which then checks that every access is ordered after
+/// the write it reads), a plain `UnsafeCell` behind the same closure API
+/// otherwise.
+#[cfg(loom)]
+pub(crate) use loom::cell::UnsafeCell;
+
+#[cfg(not(loom))]
+pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+#[cfg(not(loom))]
+impl<T> UnsafeCell<T> {
+    pub(crate) const fn new(v: T) -> Self {
+        UnsafeCell(std::cell::UnsafeCell::new(v))
+    }
+
+    #[inline]
+    pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+        f(self.0.get())
+    }
+
+    #[inline]
+    pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        f(self.0.get())
+    }
+}
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::fence;

@@ -14,21 +14,22 @@
 //! | `refs`      | atomics; free transitions re-checked under the free-list shard lock (`refs.rs`) |
 //! | `slot`      | written under the lock of the free-list shard it names; read `SeqCst` (see `freelist.rs`) |
 //! | `state`, `vtype`, `init_err` | written once by the constructing thread, published by `state` (Release) |
-//! | `data`      | set once at construction (`OnceLock`), then immutable      |
-//! | `rangelock` | created on first use (`OnceLock`); internally synchronised |
-//! | `nc`        | its own mutex; taken after a name-cache shard lock, never before |
+//! | `data`      | written once by the constructing thread before `state` publishes LIVE (Release); read only after an Acquire load of `state` saw LIVE; then immutable |
+//! | `extra`     | allocated on first use (`LazyBox`); its `nc` has its own mutex, taken after a name-cache shard lock, never before; its range lock is internally synchronised |
 //! | `ext`       | atomic; its 0 <-> nonzero edges take and drop one hold (see `ext_acquire`) |
 
 use crate::counter::DistCounter;
 use crate::freelist::{FreeList, Listed, NO_SLOT};
 use crate::ids::{Ino, MountId, VType};
+use crate::lazybox::LazyBox;
 use crate::nclinks::NcLinks;
 use crate::refs::{self, Acquired, Refs, COUNTS, DOOMED, USE_ONE};
 use crate::shared::Shared;
-use crate::sync::{Arc, AtomicBool, AtomicI16, AtomicU32, AtomicU64, AtomicU8, Mutex, Ordering};
+use crate::sync::{
+    Arc, AtomicBool, AtomicI16, AtomicU32, AtomicU64, AtomicU8, Mutex, Ordering, UnsafeCell,
+};
 use std::any::Any;
 use std::fmt;
-use std::sync::OnceLock;
 use uvfs_rangelock::RangeLock;
 
 /// Construction states (`Vnode::state & STATE_MASK`).
@@ -44,8 +45,18 @@ const WAITERS: u8 = 4;
 /// caching (FreeBSD's `vrecycle` from `VOP_INACTIVE`).
 const RECYCLE: u8 = 8;
 
-/// File-system private data attached at construction.
-pub type VnodeData = Box<dyn Any + Send + Sync>;
+/// File-system private data attached at construction: the file system's
+/// own `Arc`, kept as it is (no box around it), so a node costs the file
+/// system one allocation and the vnode two words.
+pub type VnodeData = Arc<dyn Any + Send + Sync>;
+
+/// Data for a vnode that has none of its own (a file system that finds
+/// everything by inode number): one shared `Arc`, so such vnodes allocate
+/// nothing for it.
+pub fn no_data() -> VnodeData {
+    static NONE: std::sync::LazyLock<VnodeData> = std::sync::LazyLock::new(|| Arc::new(()));
+    NONE.clone()
+}
 
 /// A cached file: identity, counts, state, file-system data.
 pub struct Vnode {
@@ -56,11 +67,14 @@ pub struct Vnode {
     pub(crate) state: AtomicU8,
     vtype: AtomicU8,
     /// The errno of a failed construction (errnos fit in 16 bits; the
-    /// two bytes saved keep `Vnode` at 112 bytes, a 128-byte `Arc`).
+    /// two bytes saved keep `Vnode` at 64 bytes, an 80-byte `Arc`).
     pub(crate) init_err: AtomicI16,
-    pub(crate) data: OnceLock<VnodeData>,
-    rangelock: OnceLock<Box<RangeLock>>,
-    pub(crate) nc: Mutex<NcLinks>,
+    /// Published by `state` rather than by a lock or a `OnceLock` of its
+    /// own, whose state word would pad it to three words (see [`DataSlot`]).
+    data: DataSlot,
+    /// What only some vnodes need: name-cache links (only file systems
+    /// that use the layer's name cache make any) and a range lock.
+    extra: LazyBox<Extra>,
     /// References counted for an outside party as one hold: the FUSE
     /// kernel's lookup count. Kept here rather than in a map of the
     /// server's so that a node the kernel remembers costs no table entry
@@ -79,9 +93,8 @@ impl Vnode {
             state: AtomicU8::new(CONSTRUCTING),
             vtype: AtomicU8::new(VType::Non as u8),
             init_err: AtomicI16::new(0),
-            data: OnceLock::new(),
-            rangelock: OnceLock::new(),
-            nc: Mutex::new(NcLinks::default()),
+            data: DataSlot(UnsafeCell::new(None)),
+            extra: LazyBox::new(),
             ext: AtomicU64::new(0),
         }
     }
@@ -107,15 +120,54 @@ impl Vnode {
         VType::from_u8(self.vtype.load(Ordering::Acquire))
     }
 
-    /// The file system's private data, if it is of type `T`.
+    /// The file system's private data, if it is of type `T` (the type
+    /// inside the `Arc` the constructor gave); `None` until construction
+    /// finished.
+    #[inline]
     pub fn data<T: Any>(&self) -> Option<&T> {
-        self.data.get().and_then(|d| d.downcast_ref::<T>())
+        self.data_any().and_then(|d| d.downcast_ref::<T>())
+    }
+
+    /// The file system's private data as its own `Arc`, if it is of type `T`.
+    pub fn data_arc<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.data_any().cloned()?.downcast::<T>().ok()
+    }
+
+    #[inline]
+    fn data_any(&self) -> Option<&VnodeData> {
+        if self.construction() != LIVE {
+            return None;
+        }
+        // SAFETY: the Acquire load in `construction` saw LIVE, which
+        // `set_live` stores (Release) after its one write to the slot;
+        // nothing writes the slot again while `self` is borrowed.
+        unsafe { self.data.get() }
     }
 
     /// This vnode's byte-range lock, created on first use so idle vnodes do
     /// not pay for it.
     pub fn rangelock(&self) -> &RangeLock {
-        self.rangelock.get_or_init(|| Box::new(RangeLock::new()))
+        self.extra().rangelock.get_or_init(RangeLock::new)
+    }
+
+    /// The rarely needed part, allocated on first use.
+    fn extra(&self) -> &Extra {
+        self.extra.get_or_init(|| Extra {
+            nc: Mutex::new(NcLinks::default()),
+            rangelock: LazyBox::new(),
+        })
+    }
+
+    /// The name-cache links, made on first use: for adding links.
+    pub(crate) fn nc(&self) -> &Mutex<NcLinks> {
+        &self.extra().nc
+    }
+
+    /// The name-cache links if any were ever made: for reading and
+    /// removing them (a vnode without them is named by no entry and has
+    /// none under it; an entry being added links itself after making them).
+    pub(crate) fn nc_if_any(&self) -> Option<&Mutex<NcLinks>> {
+        self.extra.get().map(|e| &e.nc)
     }
 
     /// Asks for this vnode to be recycled as soon as it is free, instead of
@@ -129,7 +181,15 @@ impl Vnode {
 
     /// Whether a range lock was ever created (for memory accounting tests).
     pub fn has_rangelock(&self) -> bool {
-        self.rangelock.get().is_some()
+        self.extra
+            .get()
+            .is_some_and(|e| e.rangelock.get().is_some())
+    }
+
+    /// Whether the rarely needed part (name-cache links, range lock) was
+    /// ever allocated (for memory accounting tests).
+    pub fn has_extra(&self) -> bool {
+        self.extra.get().is_some()
     }
 
     /// Doomed: recycled or force-unmounted. A doomed vnode is unreachable
@@ -159,7 +219,11 @@ impl Vnode {
     /// Fills in a constructed vnode and publishes it; returns whether
     /// anybody is parked waiting for it.
     pub(crate) fn set_live(&self, vtype: VType, data: VnodeData) -> bool {
-        let _ = self.data.set(data);
+        debug_assert_eq!(self.construction(), CONSTRUCTING);
+        // SAFETY: only the constructing thread gets here, once (`get`'s
+        // `init` path), before `publish(LIVE)`: no reader looks at the slot
+        // until it has seen LIVE.
+        unsafe { self.data.set(data) };
         self.vtype.store(vtype as u8, Ordering::Relaxed);
         self.publish(LIVE)
     }
@@ -250,6 +314,42 @@ impl fmt::Debug for Vnode {
             .field("doomed", &(w & DOOMED != 0))
             .finish()
     }
+}
+
+/// The slot for a vnode's file-system data: written once, before the
+/// vnode's `state` publishes LIVE, and only read after that publication
+/// was seen. The vnode's state word is the slot's "initialised" flag, so
+/// the slot is the data's two words and nothing more.
+struct DataSlot(UnsafeCell<Option<VnodeData>>);
+
+// SAFETY: the data is `Send + Sync`; the cell is written only through
+// `set`, whose callers guarantee (see there) that no other thread reads it
+// until a Release/Acquire pair orders the write before the read.
+unsafe impl Sync for DataSlot {}
+
+impl DataSlot {
+    /// # Safety
+    /// Called at most once, by one thread, before the store that
+    /// publishes the vnode as LIVE; no `get` runs before that store.
+    unsafe fn set(&self, d: VnodeData) {
+        // SAFETY: the caller's contract: no concurrent access.
+        self.0.with_mut(|p| unsafe { *p = Some(d) });
+    }
+
+    /// # Safety
+    /// The caller saw (Acquire) the publication that followed `set`, or
+    /// `set` never runs on this slot.
+    unsafe fn get(&self) -> Option<&VnodeData> {
+        // SAFETY: the caller's contract: the one write happened before, and
+        // the data is never written again while `self` lives.
+        self.0.with(|p| unsafe { (*p).as_ref() })
+    }
+}
+
+/// The part of a vnode allocated on first use.
+struct Extra {
+    nc: Mutex<NcLinks>,
+    rangelock: LazyBox<RangeLock>,
 }
 
 /// Tears a claimed vnode down: out of every index of the layer, then the
@@ -369,13 +469,13 @@ impl std::fmt::Debug for Mount {
 
 #[cfg(test)]
 mod tests {
-    /// Every cached file pays for one `Arc<Vnode>`; at 112 bytes the
-    /// allocation is 128 (a size class of glibc's and mimalloc's alike),
-    /// at 113 it is 144-160. A field added here has to pay for itself.
+    /// Every cached file pays for one `Arc<Vnode>`; at 64 bytes the
+    /// allocation is 80 (a size class of mimalloc's), at 65 it is 96.
+    /// A field added here has to pay for itself.
     #[test]
-    fn vnode_fits_a_128_byte_arc() {
+    fn vnode_fits_an_80_byte_arc() {
         assert!(
-            std::mem::size_of::<super::Vnode>() <= 112,
+            std::mem::size_of::<super::Vnode>() <= 64,
             "Vnode is {} bytes",
             std::mem::size_of::<super::Vnode>()
         );

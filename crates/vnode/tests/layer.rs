@@ -32,8 +32,8 @@ fn cfg(limit: usize) -> Config {
     }
 }
 
-fn file(ino: u64) -> impl FnOnce() -> Result<(VType, Box<dyn std::any::Any + Send + Sync>), i32> {
-    move || Ok((VType::Reg, Box::new(ino)))
+fn file(ino: u64) -> impl FnOnce() -> Result<(VType, uvfs_vnode::VnodeData), i32> {
+    move || Ok((VType::Reg, Arc::new(ino)))
 }
 
 #[test]
@@ -66,7 +66,7 @@ fn concurrent_get_constructs_once() {
                     .get(&m, 42, || {
                         inits.fetch_add(1, Ordering::SeqCst);
                         std::thread::sleep(std::time::Duration::from_millis(20));
-                        Ok((VType::Dir, Box::new(())))
+                        Ok((VType::Dir, Arc::new(())))
                     })
                     .unwrap();
                 Arc::as_ptr(r.arc()) as usize
@@ -115,11 +115,9 @@ fn panicking_init_fails_waiters_instead_of_hanging() {
     let m = layer.mount("t", Arc::new(Recorder::default()));
     let (l2, m2) = (layer.clone(), m.clone());
     let r = std::thread::spawn(move || {
-        l2.get(
-            &m2,
-            5,
-            || -> Result<(VType, Box<dyn std::any::Any + Send + Sync>), i32> { panic!("boom") },
-        )
+        l2.get(&m2, 5, || -> Result<(VType, uvfs_vnode::VnodeData), i32> {
+            panic!("boom")
+        })
         .map(|_| ())
     })
     .join();
@@ -377,7 +375,7 @@ fn namecache_hits_negatives_and_purges_on_recycle() {
     let layer = VnodeLayer::new(cfg(1000));
     let m = layer.mount("t", Arc::new(Recorder::default()));
     let nc = layer.namecache();
-    let dir = layer.get(&m, 1, || Ok((VType::Dir, Box::new(())))).unwrap();
+    let dir = layer.get(&m, 1, || Ok((VType::Dir, Arc::new(())))).unwrap();
     let f = layer.get(&m, 2, file(2)).unwrap();
     assert!(matches!(nc.lookup(&dir, b"f"), NcLookup::Miss));
     nc.enter(&dir, b"f", Some(&f));
@@ -408,7 +406,7 @@ fn namecache_is_bounded_and_eviction_releases_dir_holds() {
     let m = layer.mount("t", Arc::new(Recorder::default()));
     let nc = layer.namecache();
     let dirs: Vec<_> = (0..20)
-        .map(|i| layer.get(&m, i, || Ok((VType::Dir, Box::new(())))).unwrap())
+        .map(|i| layer.get(&m, i, || Ok((VType::Dir, Arc::new(())))).unwrap())
         .collect();
     for d in &dirs {
         nc.enter(d, b"x", None);
@@ -428,8 +426,8 @@ fn rmdir_purge_and_recycled_dir_entries() {
     let layer = VnodeLayer::new(cfg(1000));
     let m = layer.mount("t", Arc::new(Recorder::default()));
     let nc = layer.namecache();
-    let root = layer.get(&m, 1, || Ok((VType::Dir, Box::new(())))).unwrap();
-    let sub = layer.get(&m, 2, || Ok((VType::Dir, Box::new(())))).unwrap();
+    let root = layer.get(&m, 1, || Ok((VType::Dir, Arc::new(())))).unwrap();
+    let sub = layer.get(&m, 2, || Ok((VType::Dir, Arc::new(())))).unwrap();
     nc.enter(&root, b"sub", Some(&sub));
     nc.enter(&sub, b"ghost", None);
     drop(sub);
@@ -466,7 +464,7 @@ fn stress_tiny_limit_lookups_prunes_and_namecache() {
             std::thread::spawn(move || {
                 let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ t as u64;
                 let root = layer
-                    .get(&m, 0, || Ok((VType::Dir, Box::new(0u64))))
+                    .get(&m, 0, || Ok((VType::Dir, Arc::new(0u64))))
                     .unwrap();
                 let mut holds = Vec::new();
                 for _ in 0..20_000 {

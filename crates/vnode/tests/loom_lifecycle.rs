@@ -30,8 +30,8 @@ fn tiny() -> Config {
     }
 }
 
-fn init(ino: u64) -> impl FnOnce() -> Result<(VType, Box<dyn std::any::Any + Send + Sync>), i32> {
-    move || Ok((VType::Reg, Box::new(ino)))
+fn init(ino: u64) -> impl FnOnce() -> Result<(VType, uvfs_vnode::VnodeData), i32> {
+    move || Ok((VType::Reg, Arc::new(ino)))
 }
 
 /// Lookup of a free vnode racing its recycle: the lookup gets the live vnode
@@ -94,9 +94,14 @@ fn single_flight_construction() {
         let (l2, m2) = (layer.clone(), m.clone());
         let t = thread::spawn(move || {
             let v = l2.get(&m2, 7, init(7)).unwrap();
+            // Whichever thread constructed, the other reads the data the
+            // constructor wrote: the vnode's state publishes it (loom's
+            // cell checks that the read is ordered after the write).
+            assert_eq!(v.data::<u64>(), Some(&7));
             Arc::as_ptr(v.arc()) as usize
         });
         let v = layer.get(&m, 7, init(7)).unwrap();
+        assert_eq!(v.data::<u64>(), Some(&7));
         let p = Arc::as_ptr(v.arc()) as usize;
         assert_eq!(t.join().unwrap(), p);
         assert_eq!(layer.table_len(), 1);
@@ -110,7 +115,7 @@ fn namecache_hit_versus_recycle() {
     loom::model(|| {
         let layer = VnodeLayer::new(tiny());
         let m = layer.mount("t", Arc::new(Check));
-        let dir = layer.get(&m, 1, || Ok((VType::Dir, Box::new(())))).unwrap();
+        let dir = layer.get(&m, 1, || Ok((VType::Dir, Arc::new(())))).unwrap();
         {
             let f = layer.get(&m, 2, init(2)).unwrap();
             layer.namecache().enter(&dir, b"f", Some(&f));
@@ -132,6 +137,40 @@ fn namecache_hit_versus_recycle() {
     });
 }
 
+/// Two names entered at once for one file under one directory: both
+/// threads may find the file's and the directory's name-cache links not
+/// yet made and race to make them. One set of links must win and hold
+/// both entries, so the file's recycle purges both names and the
+/// directory's hold goes with the last.
+#[test]
+fn racing_enters_make_one_set_of_links() {
+    loom::model(|| {
+        let layer = VnodeLayer::new(tiny());
+        let m = layer.mount("t", Arc::new(Check));
+        let dir = layer
+            .get(&m, 1, || Ok((VType::Dir, uvfs_vnode::no_data())))
+            .unwrap();
+        let f = layer.get(&m, 2, init(2)).unwrap();
+        assert!(
+            !f.has_extra() && !dir.has_extra(),
+            "links are made on first use"
+        );
+        let (l2, d2, f2) = (layer.clone(), dir.clone(), f.clone());
+        let t = thread::spawn(move || l2.namecache().enter(&d2, b"a", Some(&f2)));
+        layer.namecache().enter(&dir, b"b", Some(&f));
+        t.join().unwrap();
+        assert_eq!(dir.hold_count(), 1, "one hold for the directory's entries");
+        drop(f);
+        let r = layer.prune(&m, 1);
+        assert_eq!(r.recycled, 1, "the file was free");
+        assert!(
+            layer.namecache().is_empty(),
+            "both names went with the file"
+        );
+        assert_eq!(dir.hold_count(), 0);
+    });
+}
+
 /// A recycle purging the names of its vnode while another thread's removal
 /// compacts the shard: the compaction moves the entry naming the vnode
 /// after the purge took that entry's old handle. The purge must find it at
@@ -143,7 +182,7 @@ fn purge_versus_compaction() {
     loom::model(|| {
         let layer = VnodeLayer::new(tiny());
         let m = layer.mount("t", Arc::new(Check));
-        let dir = layer.get(&m, 1, || Ok((VType::Dir, Box::new(())))).unwrap();
+        let dir = layer.get(&m, 1, || Ok((VType::Dir, Arc::new(())))).unwrap();
         let nc = layer.namecache();
         // Slots 0..8 other names, slot 8 the file's; then all but slot 7
         // removed: one more removal leaves the slab sparse (1 of 9 live).

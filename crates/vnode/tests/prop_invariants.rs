@@ -48,8 +48,8 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn init(ino: u64) -> impl FnOnce() -> Result<(VType, Box<dyn std::any::Any + Send + Sync>), i32> {
-    move || Ok((VType::Reg, Box::new(ino)))
+fn init(ino: u64) -> impl FnOnce() -> Result<(VType, uvfs_vnode::VnodeData), i32> {
+    move || Ok((VType::Reg, Arc::new(ino)))
 }
 
 proptest! {
@@ -62,7 +62,7 @@ proptest! {
         let layer = VnodeLayer::new(cfg);
         let logs = [Arc::new(Log::default()), Arc::new(Log::default())];
         let mounts = [layer.mount("a", logs[0].clone()), layer.mount("b", logs[1].clone())];
-        let dir = layer.get(&mounts[0], 1_000, || Ok((VType::Dir, Box::new(0u64)))).unwrap();
+        let dir = layer.get(&mounts[0], 1_000, || Ok((VType::Dir, Arc::new(0u64)))).unwrap();
         let mut uses: Vec<VnodeRef> = Vec::new();
         let mut holds: Vec<HoldRef> = Vec::new();
         // An allocation may take the count past the limit only when it

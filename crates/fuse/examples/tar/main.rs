@@ -51,7 +51,7 @@ impl TarFs {
     /// attributes the file's later `getattr`s answer from.
     fn vnode(&self, ino: Ino) -> VfsResult<VnodeRef> {
         let node = self.node(ino)?;
-        let make = || Ok((node.kind, Box::new(attr(ino, node)) as _));
+        let make = || Ok((node.kind, std::sync::Arc::new(attr(ino, node)) as _));
         self.mnt.vnode_with(ino, make)
     }
 

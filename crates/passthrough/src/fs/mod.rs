@@ -166,7 +166,7 @@ struct Hooks {
 
 impl FsHooks for Hooks {
     fn reclaim(&self, vp: &Vnode) {
-        if let Some(node) = vp.data::<Arc<Node>>() {
+        if let Some(node) = vp.data::<Node>() {
             node.drop_fd();
             if let Some(h) = node.ident().handle() {
                 self.remembered.remember(node.id, h.clone());
@@ -340,7 +340,7 @@ impl PassthroughFs {
         if self.keep_timeouts || !self.watch.enabled() {
             return None;
         }
-        let dev = vp.data::<Arc<Node>>().map_or(u64::MAX, |n| n.dev());
+        let dev = vp.data::<Node>().map_or(u64::MAX, |n| n.dev());
         self.watch.cache_limit(dev)
     }
 
@@ -354,7 +354,7 @@ impl PassthroughFs {
         if vp.mount_id() != self.mnt.id() {
             return Err(Errno::EXDEV);
         }
-        vp.data::<Arc<Node>>().cloned().ok_or(Errno::ESTALE)
+        vp.data_arc::<Node>().ok_or(Errno::ESTALE)
     }
 
     /// The root's vnode.
@@ -362,7 +362,7 @@ impl PassthroughFs {
         let node = self.root.clone();
         Ok(self
             .layer
-            .get(&self.mnt, node.id, move || Ok((VType::Dir, Box::new(node))))?)
+            .get(&self.mnt, node.id, move || Ok((VType::Dir, node)))?)
     }
 
     /// Gives up the cached fd of every idle node (tests, diagnostics).

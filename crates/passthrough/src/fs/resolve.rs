@@ -279,7 +279,7 @@ impl PassthroughFs {
             let vp = self.layer.get(&self.mnt, id, || {
                 let node = Arc::new(Node::new(id, dev, ino, ident.clone(), false));
                 fresh = Some(node.clone());
-                Ok((kind, Box::new(node)))
+                Ok((kind, node))
             })?;
             if let Some(node) = fresh {
                 break (vp, node);

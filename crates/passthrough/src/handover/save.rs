@@ -73,7 +73,7 @@ impl PassthroughFs {
                         if vp.mount_id() != mnt {
                             return Err(Errno::EXDEV);
                         }
-                        let node = vp.data::<Arc<Node>>().ok_or(Errno::ESTALE)?;
+                        let node = vp.data::<Node>().ok_or(Errno::ESTALE)?;
                         std::hint::black_box(node.touch());
                         *slot = Some(node);
                     }
@@ -164,7 +164,7 @@ impl PassthroughFs {
             let Some(vp) = self.layer.lookup_cached(&self.mnt, ino) else {
                 continue;
             };
-            let Some(node) = vp.data::<Arc<Node>>() else {
+            let Some(node) = vp.data::<Node>() else {
                 continue;
             };
             let ident = node.ident();

@@ -38,7 +38,7 @@ fn million_nodes_save_and_restore() {
                 false,
             ));
             layer
-                .get(&fs.mnt, id, move || Ok((VType::Reg, Box::new(node))))
+                .get(&fs.mnt, id, move || Ok((VType::Reg, node)))
                 .unwrap()
         })
         .collect();

@@ -223,11 +223,11 @@ impl NameCache {
                     s.touch(i);
                     let hd = Handle::new(si, i);
                     let old = s.set_target(i, target.cloned());
-                    if let Some(t) = &old {
-                        t.nc.lock().remove_dst(hd);
+                    if let Some(l) = old.as_ref().and_then(|t| t.nc_if_any()) {
+                        l.lock().remove_dst(hd);
                     }
                     if let Some(t) = target {
-                        t.nc.lock().add_dst(hd);
+                        t.nc().lock().add_dst(hd);
                     }
                     deferred.drop.extend(old);
                 }
@@ -235,7 +235,7 @@ impl NameCache {
                     let i = s.insert(h, dirv.clone(), target.cloned(), name);
                     let hd = Handle::new(si, i);
                     {
-                        let mut l = dirv.nc.lock();
+                        let mut l = dirv.nc().lock();
                         if l.src_len() == 0 {
                             // First entry under dir: the cache holds it. The
                             // caller's use means dir is not free: no list work.
@@ -244,7 +244,7 @@ impl NameCache {
                         l.add_src(hd);
                     }
                     if let Some(t) = target {
-                        t.nc.lock().add_dst(hd);
+                        t.nc().lock().add_dst(hd);
                     }
                     self.shared.ev.nc_enters.inc();
                     if self.entries.add(1) > self.limit as isize {
@@ -302,8 +302,8 @@ impl NameCache {
         // same stale handles twice would mean the set itself is wrong (no
         // pass could change it): stop rather than spin.
         let mut stale_before = Vec::new();
-        loop {
-            let handles = dir.nc.lock().src_handles();
+        while let Some(links) = dir.nc_if_any() {
+            let handles = links.lock().src_handles();
             let mut stale: Vec<Handle> = handles
                 .into_iter()
                 .filter(|&hd| !self.remove_handle(hd, |s| std::ptr::eq(&**s.dir(), dir)))
@@ -325,8 +325,8 @@ impl NameCache {
         // or moved by a compaction while the list was taken, links itself
         // into the fresh list: go round until it stays empty.
         let mut n = 0;
-        loop {
-            let dst = vp.nc.lock().take_dst();
+        while let Some(links) = vp.nc_if_any() {
+            let dst = links.lock().take_dst();
             if dst.is_empty() {
                 break;
             }
@@ -386,14 +386,14 @@ impl NameCache {
     fn remove_slot(&self, s: &mut Shard, si: usize, i: u32, deferred: &mut Deferred) {
         let hd = Handle::new(si, i);
         let (dir, target) = s.take(i);
-        {
-            let mut l = dir.nc.lock();
+        if let Some(links) = dir.nc_if_any() {
+            let mut l = links.lock();
             if l.remove_src(hd) && l.src_len() == 0 {
                 deferred.unhold.push(dir.clone());
             }
         }
-        if let Some(t) = &target {
-            t.nc.lock().remove_dst(hd);
+        if let Some(l) = target.as_ref().and_then(|t| t.nc_if_any()) {
+            l.lock().remove_dst(hd);
         }
         deferred.drop.push(dir);
         deferred.drop.extend(target);
@@ -411,9 +411,9 @@ impl NameCache {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         s.compact(|from, to, slot| {
             let (from, to) = (Handle::new(si, from), Handle::new(si, to));
-            slot.dir().nc.lock().move_src(from, to);
+            slot.dir().nc().lock().move_src(from, to);
             if let Some(t) = slot.target() {
-                t.nc.lock().move_dst(from, to);
+                t.nc().lock().move_dst(from, to);
             }
         });
     }
@@ -436,9 +436,9 @@ impl NameCache {
             s.check();
             for (i, slot) in s.entries() {
                 let hd = Handle::new(si, i);
-                assert!(slot.dir().nc.lock().src_handles().contains(&hd));
+                assert!(slot.dir().nc().lock().src_handles().contains(&hd));
                 if let Some(t) = slot.target() {
-                    assert!(t.nc.lock().has_dst(hd));
+                    assert!(t.nc().lock().has_dst(hd));
                 }
             }
         }

@@ -365,7 +365,7 @@ mod tests {
         let v = (0..n)
             .map(|i: Ino| {
                 layer
-                    .get(&m, i + 1, || Ok((VType::Dir, Box::new(()))))
+                    .get(&m, i + 1, || Ok((VType::Dir, Arc::new(()))))
                     .unwrap()
             })
             .collect();

@@ -26,7 +26,7 @@ fn vnodes(layer: &Arc<VnodeLayer>, first: u64, n: u64, t: VType) -> Vec<VnodeRef
         .mount_by_id(MountId(0))
         .unwrap_or_else(|| layer.mount("t", Arc::new(NoHooks)));
     (first..first + n)
-        .map(|i| layer.get(&m, i, || Ok((t, Box::new(())))).unwrap())
+        .map(|i| layer.get(&m, i, || Ok((t, Arc::new(())))).unwrap())
         .collect()
 }
 
@@ -165,7 +165,7 @@ fn bounded_with_eviction_across_shards() {
     let slop = nc.entries.error_bound();
     assert!(nc.len() <= 64 + slop, "{} entries", nc.len());
     let held = dirs.iter().filter(|d| d.hold_count() > 0).count();
-    let with_entries = dirs.iter().filter(|d| d.nc.lock().src_len() > 0).count();
+    let with_entries = dirs.iter().filter(|d| d.nc().lock().src_len() > 0).count();
     assert_eq!(held, with_entries);
 }
 
@@ -219,7 +219,7 @@ fn concurrent_churn_keeps_links_and_holds_exact() {
     let nc = l.namecache();
     nc.check();
     for d in dirs.iter() {
-        let has = d.nc.lock().src_len() > 0;
+        let has = d.nc().lock().src_len() > 0;
         assert_eq!(d.hold_count(), has as u32);
     }
     assert!(l.stats().nc_evictions > 0, "the bound was reached");
@@ -230,7 +230,7 @@ fn concurrent_churn_keeps_links_and_holds_exact() {
     }
     assert!(nc.is_empty());
     assert!(dirs.iter().all(|d| d.hold_count() == 0));
-    assert!(files.iter().all(|f| f.nc.lock().take_dst().is_empty()));
+    assert!(files.iter().all(|f| f.nc().lock().take_dst().is_empty()));
 }
 
 #[test]
