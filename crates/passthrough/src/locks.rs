@@ -56,13 +56,13 @@ fn to_flock(lock: &FileLock) -> VfsResult<libc::flock> {
     } else {
         i64::try_from(lock.end - lock.start + 1).map_err(|_| Errno::EINVAL)?
     };
-    // SAFETY: `flock` is a plain C struct; all-zero bytes are a valid value.
-    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-    fl.l_type = i16::try_from(lock.typ).map_err(|_| Errno::EINVAL)?;
-    fl.l_whence = libc::SEEK_SET as i16;
-    fl.l_start = start;
-    fl.l_len = len;
-    Ok(fl)
+    Ok(libc::flock {
+        l_type: i16::try_from(lock.typ).map_err(|_| Errno::EINVAL)?,
+        l_whence: libc::SEEK_SET as i16,
+        l_start: start,
+        l_len: len,
+        l_pid: 0,
+    })
 }
 
 fn fcntl_lock(fd: &Fd, cmd: libc::c_int, fl: &mut libc::flock) -> VfsResult<()> {

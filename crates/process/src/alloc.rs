@@ -12,10 +12,12 @@
 //! see inside mimalloc, so every reused block would be reported as a race.
 
 #[cfg(not(uvfs_tsan))]
-use mi::Mi as System;
+use libmimalloc_sys as ffi;
 #[cfg(uvfs_tsan)]
 use std::alloc::System;
 use std::alloc::{GlobalAlloc, Layout};
+#[cfg(not(uvfs_tsan))]
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 
 static LIVE: AtomicIsize = AtomicIsize::new(0);
@@ -32,28 +34,98 @@ fn count(delta: isize) {
     }
 }
 
-// SAFETY: every method forwards to `System` with the same arguments and
-// only adds relaxed counter updates, so System's guarantees carry over.
+/// `malloc`'s alignment guarantee on 64-bit targets (`max_align_t`).
+#[cfg(not(uvfs_tsan))]
+const MIN_ALIGN: usize = 16;
+
+/// Whether mimalloc's plain `mi_malloc` of `size` bytes is aligned to
+/// `align`, so that it need not be asked for alignment.
+///
+/// The `mimalloc` crate passes every allocation to `mi_malloc_aligned`,
+/// whose fast path needs a free block already on the page of the size's
+/// class; when there is none (a full or new page), a size that is not a
+/// power of two is over-allocated by `align - 1` bytes, into the next
+/// class: an `Arc` of 80 bytes (a cached vnode, a passthrough node) would
+/// take a 96-byte block, one of 96 a 112-byte one. `mi_malloc` is aligned
+/// for any type of its size up to 16 bytes of alignment (it is a
+/// conforming `malloc`), which covers every type here but explicitly
+/// over-aligned ones; Rust's own `System` decides the same way.
+#[cfg(not(uvfs_tsan))]
+#[inline]
+fn plain(align: usize, size: usize) -> bool {
+    align <= MIN_ALIGN && align <= size
+}
+
+// SAFETY: every block comes from mimalloc (the system allocator under
+// ThreadSanitizer) with at least the layout's size and alignment (`plain`
+// only where `mi_malloc` guarantees it, `mi_*_aligned` otherwise), and
+// every block mimalloc made, aligned or not, may be given to `mi_free`
+// and `mi_realloc*`; counting adds only relaxed counter updates.
 unsafe impl GlobalAlloc for Counting {
+    #[inline]
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         count(l.size() as isize);
-        // SAFETY: forwarded contract (non-zero-size layout from the caller).
-        unsafe { System.alloc(l) }
+        // SAFETY: mimalloc's allocation functions have no preconditions;
+        // System's has the caller's (a non-zero-size layout).
+        unsafe {
+            #[cfg(not(uvfs_tsan))]
+            let p = if plain(l.align(), l.size()) {
+                ffi::mi_malloc(l.size()).cast()
+            } else {
+                ffi::mi_malloc_aligned(l.size(), l.align()).cast()
+            };
+            #[cfg(uvfs_tsan)]
+            let p = System.alloc(l);
+            p
+        }
     }
+
+    #[inline]
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
         count(-(l.size() as isize));
-        // SAFETY: `p` was allocated by `System` with layout `l`.
-        unsafe { System.dealloc(p, l) }
+        // SAFETY: `p` is a live block of this allocator's with layout `l`
+        // (the caller's contract).
+        unsafe {
+            #[cfg(not(uvfs_tsan))]
+            ffi::mi_free(p.cast::<c_void>());
+            #[cfg(uvfs_tsan)]
+            System.dealloc(p, l);
+        }
     }
+
+    #[inline]
     unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
         count(l.size() as isize);
-        // SAFETY: forwarded contract.
-        unsafe { System.alloc_zeroed(l) }
+        // SAFETY: as `alloc`.
+        unsafe {
+            #[cfg(not(uvfs_tsan))]
+            let p = if plain(l.align(), l.size()) {
+                ffi::mi_zalloc(l.size()).cast()
+            } else {
+                ffi::mi_zalloc_aligned(l.size(), l.align()).cast()
+            };
+            #[cfg(uvfs_tsan)]
+            let p = System.alloc_zeroed(l);
+            p
+        }
     }
+
+    #[inline]
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
         count(new as isize - l.size() as isize);
-        // SAFETY: `p` came from `System` with layout `l`; forwarded contract.
-        unsafe { System.realloc(p, l, new) }
+        // SAFETY: `p` is a live block of this allocator's with layout `l`
+        // (the caller's contract); the new block keeps its alignment.
+        unsafe {
+            #[cfg(not(uvfs_tsan))]
+            let q = if plain(l.align(), new) {
+                ffi::mi_realloc(p.cast::<c_void>(), new).cast()
+            } else {
+                ffi::mi_realloc_aligned(p.cast::<c_void>(), new, l.align()).cast()
+            };
+            #[cfg(uvfs_tsan)]
+            let q = System.realloc(p, l, new);
+            q
+        }
     }
 }
 
@@ -94,83 +166,5 @@ pub fn return_freed_memory() {
     // memory of the system allocator's arenas.
     unsafe {
         libc::malloc_trim(0);
-    }
-}
-
-/// mimalloc, asked for alignment only where its plain `mi_malloc` would
-/// not give it (what Rust's own `System` does with `malloc`).
-///
-/// The `mimalloc` crate passes every allocation to `mi_malloc_aligned`,
-/// whose fast path needs a free block already on the page of the size's
-/// class; when there is none (a full or new page), a size that is not a
-/// power of two is over-allocated by `align - 1` bytes, into the next
-/// class: an `Arc` of 80 bytes (a cached vnode, a passthrough node) would
-/// take a 96-byte block, one of 96 a 112-byte one. `mi_malloc` is aligned for any
-/// type of its size up to 16 bytes of alignment (it is a conforming
-/// `malloc`), which covers every type here but explicitly over-aligned ones.
-#[cfg(not(uvfs_tsan))]
-mod mi {
-    use libmimalloc_sys as ffi;
-    use std::alloc::{GlobalAlloc, Layout};
-    use std::ffi::c_void;
-
-    /// `malloc`'s alignment guarantee on 64-bit targets (`max_align_t`).
-    const MIN_ALIGN: usize = 16;
-
-    /// Whether `mi_malloc` of `size` bytes is aligned to `align`.
-    #[inline]
-    fn plain(align: usize, size: usize) -> bool {
-        align <= MIN_ALIGN && align <= size
-    }
-
-    pub struct Mi;
-
-    // SAFETY: every block comes from mimalloc with at least the layout's
-    // size and alignment (`plain` only where `mi_malloc` guarantees it,
-    // `mi_*_aligned` otherwise), and every block mimalloc made, aligned or
-    // not, may be given to `mi_free` and `mi_realloc*`.
-    unsafe impl GlobalAlloc for Mi {
-        #[inline]
-        unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-            // SAFETY: mimalloc's allocation functions have no preconditions.
-            unsafe {
-                if plain(l.align(), l.size()) {
-                    ffi::mi_malloc(l.size()).cast()
-                } else {
-                    ffi::mi_malloc_aligned(l.size(), l.align()).cast()
-                }
-            }
-        }
-
-        #[inline]
-        unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-            // SAFETY: as `alloc`.
-            unsafe {
-                if plain(l.align(), l.size()) {
-                    ffi::mi_zalloc(l.size()).cast()
-                } else {
-                    ffi::mi_zalloc_aligned(l.size(), l.align()).cast()
-                }
-            }
-        }
-
-        #[inline]
-        unsafe fn dealloc(&self, p: *mut u8, _l: Layout) {
-            // SAFETY: `p` is a live block of mimalloc's (the caller's contract).
-            unsafe { ffi::mi_free(p.cast::<c_void>()) }
-        }
-
-        #[inline]
-        unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-            // SAFETY: `p` is a live block of mimalloc's (the caller's
-            // contract); the new block keeps the layout's alignment.
-            unsafe {
-                if plain(l.align(), new) {
-                    ffi::mi_realloc(p.cast::<c_void>(), new).cast()
-                } else {
-                    ffi::mi_realloc_aligned(p.cast::<c_void>(), new, l.align()).cast()
-                }
-            }
-        }
     }
 }

@@ -117,7 +117,6 @@ mod handle;
 mod hash;
 mod ids;
 mod layer;
-mod lazybox;
 mod namecache;
 mod nclinks;
 mod reclaimer;

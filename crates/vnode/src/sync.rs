@@ -6,11 +6,11 @@
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{
-    AtomicBool, AtomicI16, AtomicIsize, AtomicPtr, AtomicU32, AtomicU64, AtomicU8,
+    AtomicBool, AtomicI16, AtomicIsize, AtomicU32, AtomicU64, AtomicU8,
 };
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{
-    AtomicBool, AtomicI16, AtomicIsize, AtomicPtr, AtomicU32, AtomicU64, AtomicU8,
+    AtomicBool, AtomicI16, AtomicIsize, AtomicU32, AtomicU64, AtomicU8,
 };
 
 /// A cell for data whose publication another atomic orders: loom's under

@@ -15,19 +15,19 @@
 //! | `slot`      | written under the lock of the free-list shard it names; read `SeqCst` (see `freelist.rs`) |
 //! | `state`, `vtype`, `init_err` | written once by the constructing thread, published by `state` (Release) |
 //! | `data`      | written once by the constructing thread before `state` publishes LIVE (Release); read only after an Acquire load of `state` saw LIVE; then immutable |
-//! | `extra`     | allocated on first use (`LazyBox`); its `nc` has its own mutex, taken after a name-cache shard lock, never before; its range lock is internally synchronised |
+//! | `extra`     | allocated on first use (a `OnceBox`: one word); its `nc` has its own mutex, taken after a name-cache shard lock, never before; its range lock is internally synchronised |
 //! | `ext`       | atomic; its 0 <-> nonzero edges take and drop one hold (see `ext_acquire`) |
 
 use crate::counter::DistCounter;
 use crate::freelist::{FreeList, Listed, NO_SLOT};
 use crate::ids::{Ino, MountId, VType};
-use crate::lazybox::LazyBox;
 use crate::nclinks::NcLinks;
 use crate::refs::{self, Acquired, Refs, COUNTS, DOOMED, USE_ONE};
 use crate::shared::Shared;
 use crate::sync::{
     Arc, AtomicBool, AtomicI16, AtomicU32, AtomicU64, AtomicU8, Mutex, Ordering, UnsafeCell,
 };
+use once_cell::race::OnceBox;
 use std::any::Any;
 use std::fmt;
 use uvfs_rangelock::RangeLock;
@@ -74,7 +74,7 @@ pub struct Vnode {
     data: DataSlot,
     /// What only some vnodes need: name-cache links (only file systems
     /// that use the layer's name cache make any) and a range lock.
-    extra: LazyBox<Extra>,
+    extra: OnceBox<Extra>,
     /// References counted for an outside party as one hold: the FUSE
     /// kernel's lookup count. Kept here rather than in a map of the
     /// server's so that a node the kernel remembers costs no table entry
@@ -94,7 +94,7 @@ impl Vnode {
             vtype: AtomicU8::new(VType::Non as u8),
             init_err: AtomicI16::new(0),
             data: DataSlot(UnsafeCell::new(None)),
-            extra: LazyBox::new(),
+            extra: OnceBox::new(),
             ext: AtomicU64::new(0),
         }
     }
@@ -147,14 +147,18 @@ impl Vnode {
     /// This vnode's byte-range lock, created on first use so idle vnodes do
     /// not pay for it.
     pub fn rangelock(&self) -> &RangeLock {
-        self.extra().rangelock.get_or_init(RangeLock::new)
+        self.extra()
+            .rangelock
+            .get_or_init(|| Box::new(RangeLock::new()))
     }
 
     /// The rarely needed part, allocated on first use.
     fn extra(&self) -> &Extra {
-        self.extra.get_or_init(|| Extra {
-            nc: Mutex::new(NcLinks::default()),
-            rangelock: LazyBox::new(),
+        self.extra.get_or_init(|| {
+            Box::new(Extra {
+                nc: Mutex::new(NcLinks::default()),
+                rangelock: OnceBox::new(),
+            })
         })
     }
 
@@ -349,7 +353,7 @@ impl DataSlot {
 /// The part of a vnode allocated on first use.
 struct Extra {
     nc: Mutex<NcLinks>,
-    rangelock: LazyBox<RangeLock>,
+    rangelock: OnceBox<RangeLock>,
 }
 
 /// Tears a claimed vnode down: out of every index of the layer, then the

@@ -216,12 +216,13 @@ fn with_len(e: squeue::Entry128, len: u32) -> squeue::Entry128 {
     // SAFETY: `Entry128` is `repr(C)`: a 64-byte `io_uring_sqe` followed by
     // 64 bytes of command data, integers only, no padding or Drop; `len` is
     // the u32 at offset 24 of `io_uring_sqe` (include/uapi/linux/io_uring.h),
-    // which `UringCmd80` leaves zero.
-    let mut raw: [u8; 128] = unsafe { std::mem::transmute(e) };
-    raw[24..28].copy_from_slice(&len.to_ne_bytes());
-    // SAFETY: the same bytes with one field set; every bit pattern of these
-    // integers is valid.
-    unsafe { std::mem::transmute::<[u8; 128], squeue::Entry128>(raw) }
+    // which `UringCmd80` leaves zero. The bytes go back with that one field
+    // set, and every bit pattern of these integers is valid.
+    unsafe {
+        let mut raw: [u8; 128] = std::mem::transmute(e);
+        raw[24..28].copy_from_slice(&len.to_ne_bytes());
+        std::mem::transmute::<[u8; 128], squeue::Entry128>(raw)
+    }
 }
 
 /// Results that mean the connection (or our ring) is going away.

@@ -120,8 +120,8 @@ impl Entry {
             ));
         }
         let header = p.cast::<u8>();
-        // SAFETY: HEADER_PAGE < len.
-        let payload = unsafe { header.add(HEADER_PAGE) };
+        // Inside the mapping: HEADER_PAGE < len.
+        let payload = header.wrapping_add(HEADER_PAGE);
         let iov = Box::new([
             libc::iovec {
                 iov_base: header.cast(),
@@ -209,17 +209,18 @@ impl Entry {
         for d in data {
             let mut rest = &d[..];
             while !rest.is_empty() {
+                // In bounds: at < OUT_HEADER <= HEADER_SIZE in the header,
+                // at - OUT_HEADER < total - OUT_HEADER <= payload_size in
+                // the payload.
                 let (dst, room) = if at < OUT_HEADER {
-                    // SAFETY: at < OUT_HEADER <= HEADER_SIZE.
-                    (unsafe { self.header.add(at) }, OUT_HEADER - at)
+                    (self.header.wrapping_add(at), OUT_HEADER - at)
                 } else {
-                    // SAFETY: at - OUT_HEADER < total - OUT_HEADER <=
-                    // payload_size.
-                    (unsafe { self.payload.add(at - OUT_HEADER) }, total - at)
+                    (self.payload.wrapping_add(at - OUT_HEADER), total - at)
                 };
                 let n = room.min(rest.len());
-                // SAFETY: `dst` has `room >= n` bytes left in its buffer;
-                // `rest` is caller memory, never an entry's.
+                // SAFETY: `dst` is inside its mapped buffer (above) with
+                // `room >= n` bytes left; `rest` is caller memory, never an
+                // entry's.
                 unsafe { std::ptr::copy_nonoverlapping(rest.as_ptr(), dst, n) };
                 at += n;
                 rest = &rest[n..];
