@@ -603,8 +603,8 @@ fn programs_notice_nothing_across_upgrades_of_an_io_uring_passthrough() {
     if let Some(m) = uring_mount("upgrade-uring-pt", &["--source", "src"]) {
         programs_notice_nothing(&m, Replace::Upgrade);
         assert_eq!(m.counter("fuse.uring"), 1);
-        // A crash would lose what ring entries hold: not supervised, after
-        // the upgrades as before.
+        // A crash would lose what ring entries hold: not supervised, by
+        // the first server or by any successor.
         assert_eq!(m.counter("server.supervised"), 0);
     }
 }
