@@ -165,7 +165,10 @@ impl Inner {
                 backing = Some(id);
                 if f.writable {
                     f.kernel_writer = true;
-                    if self.backings.writers.opened(node) && kernel_holds {
+                    // The backing file's close is told where every change
+                    // of the file is (a watcher runs).
+                    let told = self.fs.cache_limit(&f.vp).is_none();
+                    if self.backings.writers.opened(node, told) && kernel_holds {
                         self.forget_attrs(node);
                     }
                 }
