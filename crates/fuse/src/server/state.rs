@@ -271,7 +271,8 @@ impl Inner {
     }
 
     /// How long the kernel may cache `attr`, `vp`'s attributes as now
-    /// answered. A node open for writing on its backing file gets no time
+    /// answered. A node the kernel may be writing on its backing file (open
+    /// for writing, or mapped past its last close) gets no time
     /// (`backing::Writers`), unless `attr` says it is empty: a mapped
     /// write cannot reach an empty file (there is no page to dirty), and
     /// whatever makes it longer goes through the kernel, which then drops
