@@ -318,3 +318,87 @@ fn a_write_through_a_shared_mapping_moves_mtime_at_once() {
         "a mapped write's mtime is stale through the mount"
     );
 }
+
+#[test]
+fn a_mapping_that_outlives_its_file_still_moves_mtime_at_once() {
+    if let Err(why) = can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let m = Mounted::new("mapped-after-close", &["--source", "src"]);
+    if !watched(&m) {
+        return;
+    }
+    let p = m.mnt.join("mapped");
+    fs::write(&p, vec![0u8; 4096]).unwrap();
+    settled(&m);
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&p)
+        .unwrap();
+    if m.counter("fuse.kernel_io.open_files") == 0 {
+        eprintln!("skipped: the kernel does not do this mount's I/O here");
+        return;
+    }
+    use std::os::fd::AsRawFd;
+    // SAFETY: a fresh shared mapping of 4096 bytes of an open file of at
+    // least that size; nothing else aliases it, and it is unmapped below.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(map, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
+    // Every open of the file is closed (RELEASE): only the mapping holds
+    // the kernel's backing file now.
+    drop(f);
+    let released = || m.counter("fuse.kernel_io.open_files") == 0;
+    shows("the file released", released);
+    let native = || fs::metadata(m.src().join("mapped")).unwrap();
+    let mtime = |a: &fs::Metadata| (a.mtime(), a.mtime_nsec());
+    let before = meta(&p).unwrap();
+    assert_eq!(mtime(&before), mtime(&native()));
+    // Past the file system's timestamp granularity.
+    std::thread::sleep(Duration::from_millis(50));
+    // SAFETY: `map` is a live, writable mapping of 4096 bytes.
+    unsafe { (map as *mut u8).write_volatile(1) };
+    let after = meta(&p).unwrap();
+    let moved = native();
+    assert!(
+        mtime(&moved) > mtime(&before),
+        "the source's mtime did not move: nothing to compare"
+    );
+    assert_eq!(
+        mtime(&after),
+        mtime(&moved),
+        "a write through a mapping that outlived its file is stale through the mount"
+    );
+
+    // The mapping's end is the backing file's close, which the watcher
+    // reports: from then on the attributes are cached again.
+    let reported = m.counter("fuse.changes.inodes");
+    // SAFETY: `map` came from the mmap above and is not used after this.
+    unsafe { libc::munmap(map, 4096) };
+    shows("the mapping's end", || {
+        m.counter("fuse.kernel_io.written_files") == 0
+            && m.counter("fuse.changes.inodes") > reported
+    });
+    assert!(m.counter("fuse.kernel_io.closes_seen") >= 1);
+    let last = meta(&p).unwrap();
+    assert_eq!(mtime(&last), mtime(&native()));
+    let asked = m.attr_requests();
+    for _ in 0..3 {
+        assert_eq!(mtime(&meta(&p).unwrap()), mtime(&last));
+    }
+    assert_eq!(
+        m.attr_requests(),
+        asked,
+        "attributes not cached again after the mapping's end"
+    );
+}

@@ -4,7 +4,8 @@
 //! offset, a directory fd stands for a working directory, a shared
 //! mapping keeps its dirty pages, a record lock stays held, a blocked
 //! `flock` waiter is granted later), on memfs (upgrade) and on a
-//! passthrough (both); a successor that is missing, dies, speaks another
+//! passthrough (both); a mapping past its file's close keeps the file's
+//! attributes uncached across an upgrade; a successor that is missing, dies, speaks another
 //! state version or dies half-way leaves the old server serving; a
 //! supervisor whose binary is gone starts the one it runs; one that cannot
 //! start a server says so in the log and lets the mount go; a crash with
@@ -271,6 +272,55 @@ fn programs_notice_nothing_across_upgrades_of_a_passthrough() {
     }
     let m = Mounted::new("upgrade-pt", &["--transport", "dev", "--source", "src"]);
     programs_notice_nothing(&m, Replace::Upgrade);
+}
+
+/// A mapping that outlived its file's last close keeps the file's
+/// attributes uncached across an upgrade (the successor takes the count
+/// of backing files not yet closed), and cached again after its end.
+#[test]
+fn a_mapping_past_its_close_stays_coherent_across_an_upgrade() {
+    use std::os::unix::fs::MetadataExt;
+    if let Err(why) = common::can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let m = Mounted::new("upgrade-mapped", &["--transport", "dev", "--source", "src"]);
+    if m.counter("passthrough.watch.active") != 1 {
+        eprintln!("skipped: the source's host changes cannot be watched here");
+        return;
+    }
+    let p = m.mnt.join("mapped");
+    fs::write(&p, vec![0u8; 4096]).unwrap();
+    let f = OpenOptions::new().read(true).write(true).open(&p).unwrap();
+    if m.counter("fuse.kernel_io.open_files") == 0 {
+        eprintln!("skipped: the kernel does not do this mount's I/O here");
+        return;
+    }
+    let map = Map::new(&f, 4096);
+    drop(f);
+    wait_for("the file released", || {
+        m.counter("fuse.kernel_io.open_files") == 0
+    });
+    replace(&m, Replace::Upgrade, 1);
+    let mtime = |p: &Path| {
+        let a = fs::metadata(p).unwrap();
+        (a.mtime(), a.mtime_nsec())
+    };
+    let before = mtime(&p);
+    // Past the file system's timestamp granularity.
+    std::thread::sleep(Duration::from_millis(50));
+    map.write(0, b"x");
+    let native = mtime(&m.src().join("mapped"));
+    assert!(native > before, "the source's mtime did not move");
+    assert_eq!(
+        mtime(&p),
+        native,
+        "a mapped write is stale after the upgrade"
+    );
+    drop(map);
+    wait_for("the mapping's end told to the successor", || {
+        m.counter("fuse.kernel_io.written_files") == 0
+    });
 }
 
 #[test]

@@ -215,58 +215,154 @@ impl Backings<BackingId> {
     }
 }
 
-/// Nodes open for writing with kernel I/O, whose attributes the kernel
-/// must not cache.
+/// Nodes the kernel may be writing on their backing files, whose
+/// attributes it must not cache.
 ///
 /// A write through a shared mapping of such a file dirties the backing
 /// file's pages directly: the backing file system moves its mtime and
 /// ctime, and neither this server nor the FUSE inode hears of it
 /// (fanotify reports no event for a mapped write; `write(2)` through the
-/// mount does update the FUSE inode). While a node is open for writing,
-/// its attributes are therefore answered with a zero timeout, so each
-/// `stat` asks the backing file; the first such open drops what the
-/// kernel cached before.
+/// mount does update the FUSE inode). So while a node may be written so,
+/// its attributes are answered with a zero timeout and each `stat` asks
+/// the backing file; the first writable open drops what the kernel cached
+/// before.
+///
+/// A mapping outlives the open it was made from: the kernel opens a
+/// backing file of its own for each open of the node (holding the FUSE
+/// file's path, so the node is not forgotten while it lives), and a
+/// mapping holds that file past the RELEASE. Its end (the last `munmap`,
+/// or the close if nothing mapped it) reports `FAN_CLOSE_WRITE` on the
+/// source file, with the pid of whoever ended it, never this server's.
+/// So a node is written from its first writable open until both its
+/// writable opens are all released and as many closes for writing have
+/// been reported as it had such opens ([`Writers::backing_closed`]),
+/// whichever order the RELEASE and the report come in; or until the
+/// kernel forgets the node, which no backing file of it outlives.
+///
+/// The count errs towards no caching, but for one case: fanotify merges
+/// two events of one process about one file while the first is unread
+/// (two closes counted as one), and a lost event is never counted; such
+/// a node stays uncached until the kernel forgets it. A close by a host
+/// program that opened the source file itself, told while a mapping made
+/// through the mount is live, is counted as the mapping's: the mapping's
+/// later writes then show at the watcher's next report of the file, or
+/// when its attributes expire.
 #[derive(Default)]
 pub struct Writers {
-    /// Nodes in `opens`, read without the lock: zero on the hot path of
-    /// every attribute reply of a mount where nothing is open for writing.
+    /// Nodes in `map`, read without the lock: zero on the hot path of
+    /// every attribute reply of a mount where nothing is written.
     nodes: AtomicU64,
-    opens: Mutex<HashMap<u64, u64>>,
+    map: Mutex<HashMap<u64, Written>>,
+    /// Closes of backing files counted ([`Writers::backing_closed`]).
+    pub closes_seen: AtomicU64,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Written {
+    /// Writable opens not yet released.
+    opens: u64,
+    /// Backing files opened for writing whose close was not yet told.
+    files: u64,
 }
 
 impl Writers {
-    /// Counts a writable open of `node`; true for its first.
-    pub fn opened(&self, node: u64) -> bool {
-        let mut m = self.opens.lock();
-        let n = m.entry(node).or_insert(0);
-        *n += 1;
-        if *n == 1 {
+    /// Counts a writable open of `node`; true if the node was not written
+    /// until now. `told`: the file system reports the backing file's
+    /// close (its watcher runs); else only the open is counted, and the
+    /// attributes of a mapping that outlives it may be stale for their
+    /// (short) timeout, as any host change.
+    pub fn opened(&self, node: u64, told: bool) -> bool {
+        let mut m = self.map.lock();
+        let w = m.entry(node).or_default();
+        let first = w.opens == 0 && w.files == 0;
+        w.opens += 1;
+        w.files += u64::from(told);
+        if first {
             self.nodes.fetch_add(1, Ordering::SeqCst);
-            return true;
         }
-        false
+        first
     }
 
-    /// Undoes one [`Writers::opened`] of `node`.
+    /// Undoes the open part of one [`Writers::opened`] of `node` (its
+    /// RELEASE).
     pub fn closed(&self, node: u64) {
-        let mut m = self.opens.lock();
-        if let Some(n) = m.get_mut(&node) {
-            *n -= 1;
-            if *n == 0 {
+        self.update(node, |w| w.opens = w.opens.saturating_sub(1));
+    }
+
+    /// The source file of `node` was closed for writing by a process
+    /// other than this server; counted against `node`'s backing files.
+    pub fn backing_closed(&self, node: u64) {
+        if self.nodes.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        self.update(node, |w| {
+            if w.files > 0 {
+                w.files -= 1;
+                self.closes_seen.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
+
+    /// The kernel forgot `node`: no backing file of it is left.
+    pub fn forgotten(&self, node: u64) {
+        if self.nodes.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        self.update(node, |w| *w = Written::default());
+    }
+
+    /// Applies `f` to `node`'s entry, if any, and drops the entry once
+    /// nothing is left to wait for.
+    fn update(&self, node: u64, f: impl FnOnce(&mut Written)) {
+        let mut m = self.map.lock();
+        if let Some(w) = m.get_mut(&node) {
+            f(w);
+            if w.opens == 0 && w.files == 0 {
                 m.remove(&node);
                 self.nodes.fetch_sub(1, Ordering::SeqCst);
             }
         }
     }
 
-    /// Whether `node` is open for writing on its backing file.
+    /// Whether the kernel may be writing `node`'s backing file.
     pub fn writing(&self, node: u64) -> bool {
-        self.nodes.load(Ordering::SeqCst) != 0 && self.opens.lock().contains_key(&node)
+        self.nodes.load(Ordering::SeqCst) != 0 && self.map.lock().contains_key(&node)
+    }
+
+    /// Nodes written now.
+    pub fn count(&self) -> u64 {
+        self.nodes.load(Ordering::SeqCst)
+    }
+
+    /// Every written node's backing files whose close was not yet told,
+    /// for a successor (`upgrade/`), which counts the opens itself from
+    /// the open files it takes over.
+    pub(crate) fn export(&self) -> Vec<(u64, u64)> {
+        self.map
+            .lock()
+            .iter()
+            .filter(|(_, w)| w.files > 0)
+            .map(|(n, w)| (*n, w.files))
+            .collect()
+    }
+
+    /// Takes over `files` backing files of `node` whose close was not yet
+    /// told (see [`Writers::export`]).
+    pub(crate) fn import(&self, node: u64, files: u64) {
+        if files == 0 {
+            return;
+        }
+        let mut m = self.map.lock();
+        let w = m.entry(node).or_default();
+        if w.opens == 0 && w.files == 0 {
+            self.nodes.fetch_add(1, Ordering::SeqCst);
+        }
+        w.files += files;
     }
 
     /// Forgets every node (the session ended).
     pub fn clear(&self) {
-        self.opens.lock().clear();
+        self.map.lock().clear();
         self.nodes.store(0, Ordering::SeqCst);
     }
 }
@@ -290,6 +386,16 @@ impl<Id> Counted for Backings<Id> {
             "fuse.kernel_io.open_files",
             kernel_nodes,
             "Files open now with a registered backing file",
+        );
+        out.put(
+            "fuse.kernel_io.written_files",
+            self.writers.count(),
+            "Files whose attributes are not cached now: open for writing with kernel I/O, or a backing file of them (a mapping) not yet closed",
+        );
+        out.put(
+            "fuse.kernel_io.closes_seen",
+            self.writers.closes_seen.load(Ordering::Relaxed),
+            "Closes of backing files opened for writing, as the watcher reported them (the last munmap of a mapping that outlived its file)",
         );
         out.put(
             "fuse.kernel_io.open_files_server",
@@ -432,15 +538,63 @@ mod tests {
     fn a_node_is_written_from_its_first_writable_open_to_its_last_close() {
         let w = Writers::default();
         assert!(!w.writing(3));
-        assert!(w.opened(3), "first");
-        assert!(!w.opened(3), "second");
+        assert!(w.opened(3, false), "first");
+        assert!(!w.opened(3, false), "second");
         assert!(w.writing(3) && !w.writing(4));
         w.closed(3);
         assert!(w.writing(3), "one writer left");
         w.closed(3);
         assert!(!w.writing(3));
         w.closed(3); // an unmatched close changes nothing
-        assert!(w.opened(3), "first again");
+        assert!(w.opened(3, false), "first again");
+    }
+
+    #[test]
+    fn a_node_is_written_until_every_backing_file_is_told_closed() {
+        let w = Writers::default();
+        // Two opens; a mapping outlives the second's RELEASE.
+        assert!(w.opened(5, true));
+        assert!(!w.opened(5, true));
+        // The first's close is told before its RELEASE...
+        w.backing_closed(5);
+        assert!(w.writing(5));
+        w.closed(5);
+        // ...the second's RELEASE comes, its file lives on (mapped).
+        w.closed(5);
+        assert!(w.writing(5), "a backing file is left");
+        assert_eq!(w.export(), vec![(5, 1)]);
+        w.backing_closed(5); // the munmap
+        assert!(!w.writing(5));
+        assert_eq!(w.count(), 0);
+        assert_eq!(w.closes_seen.load(Ordering::Relaxed), 2);
+        // Closes of files no backing file is waited for count nothing.
+        w.backing_closed(5);
+        w.backing_closed(6);
+        assert!(w.opened(5, true), "first again");
+        w.backing_closed(5);
+        w.backing_closed(5); // a host program's close: nothing below zero
+        assert!(w.writing(5), "still open");
+        w.closed(5);
+        assert!(!w.writing(5));
+    }
+
+    #[test]
+    fn a_forgotten_node_is_written_no_more() {
+        let w = Writers::default();
+        w.opened(8, true);
+        w.closed(8);
+        assert!(w.writing(8), "its close was never told (merged, lost)");
+        w.forgotten(8);
+        assert!(!w.writing(8));
+        assert_eq!(w.count(), 0);
+        // A successor: an open file taken over, and two backing files.
+        w.opened(8, false);
+        w.import(8, 2);
+        w.closed(8);
+        assert!(w.writing(8));
+        w.backing_closed(8);
+        w.backing_closed(8);
+        assert!(!w.writing(8));
     }
 
     #[test]

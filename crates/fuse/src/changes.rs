@@ -162,6 +162,13 @@ impl ChangeSink for Sink {
         *self.0.batch.lock().inodes.entry(id).or_insert(false) |= data;
     }
 
+    fn closed_for_writing(&self, ino: Ino) {
+        let Some(i) = self.0.inner.upgrade() else {
+            return;
+        };
+        i.backings.writers.backing_closed(i.nodes.node_id(ino));
+    }
+
     fn everything_changed(&self) {
         let c = &self.0;
         let Some(i) = c.inner.upgrade() else { return };

@@ -24,6 +24,16 @@ pub trait ChangeSink: Send + Sync {
     /// extended attributes); with `data`, its contents too.
     fn inode_changed(&self, ino: Ino, data: bool);
 
+    /// A file of `ino` open for writing was closed by another process:
+    /// its last reference went (a `close`, or the end of the last mapping
+    /// that outlived it). Reported besides `inode_changed`. A front end
+    /// whose kernel writes backing files itself (`FileSystem::backing_file`)
+    /// counts these against the backing files it let the kernel open, to
+    /// know when no mapping of one is left; so a file system whose
+    /// `cache_limit` of a file with a backing file is `None` must report
+    /// every such close it is told of. The default ignores it.
+    fn closed_for_writing(&self, _ino: Ino) {}
+
     /// Changes were lost (the watcher's queue overflowed, or it stopped):
     /// nothing the front end caches may be trusted any more.
     fn everything_changed(&self);

@@ -66,8 +66,12 @@ impl Server {
     // which is exactly the per-node accounting wanted.
     pub(super) fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         let i = &self.inner;
-        if i.nodes.forget(ino.0, nlookup) && i.refresh.running() {
-            i.refresh.names.forgot(ino.0);
+        if i.nodes.forget(ino.0, nlookup) {
+            // No backing file of it is left: each holds the node.
+            i.backings.writers.forgotten(ino.0);
+            if i.refresh.running() {
+                i.refresh.names.forgot(ino.0);
+            }
         }
     }
 

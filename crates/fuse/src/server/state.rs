@@ -165,7 +165,10 @@ impl Inner {
                 backing = Some(id);
                 if f.writable {
                     f.kernel_writer = true;
-                    if self.backings.writers.opened(node) && kernel_holds {
+                    // The backing file's close is told where every change
+                    // of the file is (a watcher runs).
+                    let told = self.fs.cache_limit(&f.vp).is_none();
+                    if self.backings.writers.opened(node, told) && kernel_holds {
                         self.forget_attrs(node);
                     }
                 }
@@ -268,7 +271,8 @@ impl Inner {
     }
 
     /// How long the kernel may cache `attr`, `vp`'s attributes as now
-    /// answered. A node open for writing on its backing file gets no time
+    /// answered. A node the kernel may be writing on its backing file (open
+    /// for writing, or mapped past its last close) gets no time
     /// (`backing::Writers`), unless `attr` says it is empty: a mapped
     /// write cannot reach an empty file (there is no page to dirty), and
     /// whatever makes it longer goes through the kernel, which then drops

@@ -440,6 +440,7 @@ fn save(
         handles,
         next_handle,
         backings: inner.backings.export(),
+        written: inner.backings.writers.export(),
         mount: ctx.mount.clone(),
         generation,
         restarts: inner.lineage.restarts.load(Ordering::Relaxed) + 1,

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 /// What every state starts with.
 const MAGIC: &[u8; 14] = b"uvfs-handover\0";
 /// The layout of [`ServerState`] this build writes and reads.
-pub(crate) const VERSION: u32 = 4;
+pub(crate) const VERSION: u32 = 5;
 
 /// One node the kernel holds.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -77,6 +77,10 @@ pub(crate) struct ServerState {
     /// Open nodes' I/O modes: node id, backing id if the kernel does the
     /// node's I/O, opens.
     pub backings: Vec<(u64, Option<u32>, u64)>,
+    /// Nodes the kernel may be writing on their backing files: node id,
+    /// backing files opened for writing whose close was not yet told
+    /// (`backing::Writers`; the open files count their opens).
+    pub written: Vec<(u64, u64)>,
     /// The mount.
     pub mount: MountState,
     /// Servers before this one on the mount (0 for the first).
@@ -183,6 +187,7 @@ mod tests {
             }],
             next_handle: 8,
             backings: vec![],
+            written: vec![(4, 1)],
             mount: MountState {
                 mountpoint: "/mnt".into(),
                 device: Some(42),

@@ -267,7 +267,8 @@ pub(crate) fn import(inner: &Inner, handoff: &Handoff) -> VfsResult<()> {
             vget(h.ino).inspect_err(|e| log::error!("handle {} (inode {}): {e}", h.fh, h.ino))?;
         if h.kernel_writer {
             if let Some(node) = h.backing_node {
-                inner.backings.writers.opened(node);
+                // Its backing file, if still open, is in `written`.
+                inner.backings.writers.opened(node, false);
             }
         }
         inner.handles.insert_at(
@@ -283,6 +284,9 @@ pub(crate) fn import(inner: &Inner, handoff: &Handoff) -> VfsResult<()> {
             },
             state.next_handle,
         );
+    }
+    for &(node, files) in &state.written {
+        inner.backings.writers.import(node, files);
     }
     inner.no_opendir.store(state.no_opendir, Ordering::Relaxed);
     inner

@@ -21,10 +21,14 @@
 //! # What it cannot see
 //! Files on other file systems mounted inside the source: their nodes get
 //! the short timeout ([`Watch::cache_limit`]). Writes through a shared
-//! mapping (no event; the kernel refreshes attributes of files open
-//! through the mount itself). A lost event (queue overflow, an error)
-//! reports everything changed and, if the watcher stops, every node
-//! falls back to the short timeout.
+//! mapping (no event): the front end answers the attributes of a file
+//! the kernel writes on its source file with no timeout while it may be
+//! mapped, which it learns from the `FAN_CLOSE_WRITE` that the end of
+//! each of the kernel's own files of the source makes, at the last
+//! `munmap` if a mapping outlived the close (reported as
+//! `ChangeSink::closed_for_writing`). A lost event (queue overflow, an
+//! error) reports everything changed and, if the watcher stops, every
+//! node falls back to the short timeout.
 
 mod fanotify;
 mod layout;
@@ -375,23 +379,34 @@ impl Shared {
             let Some((dir, name)) = ev.dir else {
                 return false;
             };
-            return self.each_held(dir, |id| sink.entry_changed(id, name));
+            return self.each_held(dir, |id, _| sink.entry_changed(id, name));
         }
         let Some(obj) = ev.obj.or(ev.dir.map(|d| d.0)) else {
             return false;
         };
         let data = ev.mask & fanotify::DATA != 0;
-        self.each_held(obj, |id| sink.inode_changed(id, data))
+        let closed = ev.mask & libc::FAN_CLOSE_WRITE != 0;
+        self.each_held(obj, |id, sure| {
+            // Counted against backing files only where the handle names
+            // one inode: a close told of the wrong file could end the
+            // right one's uncached attributes early (`closed_for_writing`).
+            if closed && sure {
+                sink.closed_for_writing(id);
+            }
+            sink.inode_changed(id, data)
+        })
     }
 
     /// Runs `f` for the node of `fid` if the kernel holds it (for each
-    /// candidate number while the layout is ambiguous). False if the
-    /// handle's kind is unknown.
-    fn each_held(&self, fid: Fid<'_>, mut f: impl FnMut(Ino)) -> bool {
+    /// candidate number while the layout is ambiguous; `f`'s second
+    /// argument says whether the handle named only this one). False if
+    /// the handle's kind is unknown.
+    fn each_held(&self, fid: Fid<'_>, mut f: impl FnMut(Ino, bool)) -> bool {
         let inos = self.layout.inos(fid.htype, fid.bytes);
         if inos.is_empty() {
             return false;
         }
+        let sure = inos.len() == 1;
         let mut held = false;
         for ino in inos {
             let Some(id) = self.inodes.known_id(self.dev, ino) else {
@@ -400,7 +415,7 @@ impl Shared {
             if self.layer.ext_count_of(&self.mnt, id) > 0 {
                 held = true;
                 self.counters.invalidations.fetch_add(1, Ordering::Relaxed);
-                f(id);
+                f(id, sure);
             }
         }
         if !held {
