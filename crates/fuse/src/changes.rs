@@ -11,10 +11,11 @@
 //! that change came and found nothing to drop: the stale name would then
 //! live for the (long) entry timeout. Attributes cannot go stale so (the
 //! kernel ignores attributes from a request that started before an
-//! inode's invalidation), names can. So when entry replies were under way
-//! or just sent as a batch is reported ([`crate::entry_race::EntryRace`]), its name
-//! invalidations are sent again a few times over the next 200 ms, by when
-//! the racing reply's name is in the dcache. (A requester descheduled for
+//! inode's invalidation), names can. So when entry replies about a
+//! directory were under way or just sent as a batch is reported
+//! ([`crate::entry_race::EntryRace`]), the batch's name invalidations in
+//! that directory are sent again a few times over the next 200 ms, by
+//! when the racing reply's name is in the dcache. (A requester descheduled for
 //! longer between our reply and its dcache update can still keep a stale
 //! name; the kernel offers no per-name epoch to close that.)
 //!
@@ -29,7 +30,7 @@ use crate::prune::Pruner;
 use crate::server::{ChangeCounters, Inner};
 use fuser::{INodeNo, Notifier};
 use parking_lot::Mutex;
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering;
@@ -127,17 +128,59 @@ impl KernelCache {
     }
 }
 
+/// Sends each batch's names again at each of [`REPEATS`] after it was
+/// first sent. Batches overlap (a new one comes while an older one waits
+/// for its last repeat), so every batch has its own due times: one queue
+/// per repeat, each in the order batches came, and the thread sleeps
+/// until the earliest due time or the next batch. Names due at once are
+/// sent once.
 fn repeater(rx: mpsc::Receiver<(Instant, Names)>, cache: Weak<KernelCache>) {
     // As preferred as the watcher that sends the first time.
     crate::threads::prefer_current_thread();
-    while let Ok((at, names)) = rx.recv() {
-        for d in REPEATS {
-            if let Some(wait) = (at + d).checked_duration_since(Instant::now()) {
-                std::thread::sleep(wait);
+    let mut stages: [VecDeque<(Instant, Arc<Names>)>; REPEATS.len()] = Default::default();
+    loop {
+        let next = stages
+            .iter()
+            .zip(REPEATS)
+            .filter_map(|(q, d)| q.front().map(|(at, _)| *at + d))
+            .min();
+        let got = match next {
+            None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+            Some(due) => rx.recv_timeout(due.saturating_duration_since(Instant::now())),
+        };
+        match got {
+            Ok((at, names)) => {
+                stages[0].push_back((at, Arc::new(names)));
+                continue;
             }
-            let Some(c) = cache.upgrade() else { return };
-            c.send_names(&names);
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
+        let now = Instant::now();
+        let mut due: Vec<Arc<Names>> = Vec::new();
+        for k in 0..REPEATS.len() {
+            while let Some((at, _)) = stages[k].front() {
+                if *at + REPEATS[k] > now {
+                    break;
+                }
+                let Some((at, names)) = stages[k].pop_front() else {
+                    break;
+                };
+                due.push(names.clone());
+                if let Some(later) = stages.get_mut(k + 1) {
+                    later.push_back((at, names));
+                }
+            }
+        }
+        let Some(c) = cache.upgrade() else { return };
+        let mut seen = HashSet::new();
+        let once: Names = due
+            .iter()
+            .flat_map(|n| n.iter())
+            .filter(|n| seen.insert(*n))
+            .cloned()
+            .collect();
+        c.send_names(&once);
     }
 }
 
@@ -205,11 +248,23 @@ impl ChangeSink for Sink {
             .fetch_add(inodes.len() as u64, Ordering::Relaxed);
         let names: Vec<_> = b.names.into_iter().collect();
         c.send_names(&names);
-        // A reply under way or just sent may carry a name this batch just
-        // invalidated, and reach the dcache after the invalidation.
-        if !names.is_empty() && i.entry_race.may_have_raced() {
+        // A reply about a directory of the batch, under way or just sent,
+        // may carry a name this batch just invalidated there, and reach
+        // the dcache after the invalidation: that directory's names go
+        // again. Names elsewhere do not (a re-send drops the directory's
+        // listing again and waits for its lock).
+        let mut raced: HashMap<u64, bool> = HashMap::new();
+        let again: Names = names
+            .into_iter()
+            .filter(|(dir, _)| {
+                *raced
+                    .entry(*dir)
+                    .or_insert_with(|| i.entry_race.may_have_raced(*dir))
+            })
+            .collect();
+        if !again.is_empty() {
             i.changes.repeated.fetch_add(1, Ordering::Relaxed);
-            c.repeat_later(names);
+            c.repeat_later(again);
         }
     }
 }

@@ -90,7 +90,7 @@ impl Server {
         mut reply: ReplyDirectoryPlus,
     ) {
         self.inner.throttle_new_nodes();
-        let _racing = self.inner.entry_race.begin();
+        let _racing = self.inner.entry_race.begin(ino.0);
         let r = self.guard(Op::Readdirplus, ino.0, |i| {
             with_dir(i, &ctx(req), ino.0, fh.0, |of| {
                 i.fs.readdirplus(&ctx(req), &of.vp, of.fh, offset, &mut |e, found| {

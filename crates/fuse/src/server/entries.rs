@@ -21,7 +21,7 @@ use uvfs_vfs::{Errno, Freeing, RenameFlags, VType};
 impl Server {
     pub(super) fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
         self.inner.throttle_new_nodes();
-        let _racing = self.inner.entry_race.begin();
+        let _racing = self.inner.entry_race.begin(parent.0);
         let mut negative_ttl = self.inner.timeouts.entry;
         let r = self.guard(Op::Lookup, parent.0, |i| {
             let dir = match i.nodes.get(parent.0) {
