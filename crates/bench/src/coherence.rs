@@ -279,6 +279,7 @@ fn run_kind(kind: Kind, src: &Path, mnt: &Path, trials: usize, t: Timing) -> Vec
 /// Runs the workload: a row per (server, kind).
 pub fn run(o: &CoherenceOpts) -> io::Result<Report> {
     let trials = o.trials.unwrap_or(if o.common.quick { 5 } else { 20 });
+    let repeats = if o.common.quick { 1 } else { o.common.repeats };
     let t = Timing {
         wait: Duration::from_secs_f64(o.wait.unwrap_or(if o.common.quick { 2.0 } else { 6.0 })),
         poll: Duration::from_secs_f64(o.poll_ms / 1e3),
@@ -308,13 +309,9 @@ pub fn run(o: &CoherenceOpts) -> io::Result<Report> {
     let mut report = Report::new("coherence");
     for &name in &servers {
         prog.step(&format!(
-            "coherence: {name}: {} kinds x {trials} trials",
+            "coherence: {name}: {} kinds x {trials} trials x {repeats} repeats",
             kinds.len()
         ));
-        let source = base.path.join(name);
-        for k in &kinds {
-            std::fs::create_dir_all(source.join(k.name()))?;
-        }
         let (options, timeout_secs) = match PeerKind::from_name(name) {
             Some(p) => ("peer default", Some(p.default_timeout_secs())),
             None if name == PASSTHROUGH_NOWATCH => ("no-watch", None),
@@ -330,45 +327,60 @@ pub fn run(o: &CoherenceOpts) -> io::Result<Report> {
             wait: t.wait,
             poll: t.poll,
         };
-        let mut server = match mount(name, &source) {
-            Ok(s) => s,
-            // A peer that cannot be had is a result; uvfs failing to mount
-            // ends the run.
-            Err(e) if PeerKind::from_name(name).is_some() => {
-                let e = e.to_string();
-                for &k in &kinds {
-                    report.rows.push(make_row(&key(k, None), Some(&e), &[]));
-                }
-                continue;
+        // Each repeat on a fresh source and mount, so that one round's
+        // leftovers (the names its trials made) do not grow the next
+        // round's listings.
+        let mut rounds: Vec<Vec<Vec<Outcome>>> = vec![Vec::new(); kinds.len()];
+        let mut watch = None;
+        for round in 0..repeats {
+            let source = base.path.join(format!("{name}-{round}"));
+            for k in &kinds {
+                std::fs::create_dir_all(source.join(k.name()))?;
             }
-            Err(e) => return Err(e),
-        };
-        let watch = server.watch();
-        let root = server.root().to_path_buf();
-        let results: Vec<(Kind, Vec<Outcome>)> = std::thread::scope(|sc| {
-            let handles: Vec<_> = kinds
-                .iter()
-                .map(|&k| {
-                    let (src, mnt) = (source.join(k.name()), root.join(k.name()));
-                    sc.spawn(move || (k, run_kind(k, &src, &mnt, trials, t)))
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("a trial thread panicked"))
-                .collect()
-        });
-        for (k, outcomes) in results {
-            report.rows.push(make_row(&key(k, watch), None, &outcomes));
+            let mut server = match mount(name, &source) {
+                Ok(s) => s,
+                // A peer that cannot be had is a result; uvfs failing to
+                // mount ends the run.
+                Err(e) if PeerKind::from_name(name).is_some() => {
+                    let e = e.to_string();
+                    for &k in &kinds {
+                        report.rows.push(make_row(&key(k, None), Some(&e), &[]));
+                    }
+                    rounds.clear();
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
+            watch = server.watch();
+            let root = server.root().to_path_buf();
+            let results: Vec<Vec<Outcome>> = std::thread::scope(|sc| {
+                let handles: Vec<_> = kinds
+                    .iter()
+                    .map(|&k| {
+                        let (src, mnt) = (source.join(k.name()), root.join(k.name()));
+                        sc.spawn(move || run_kind(k, &src, &mnt, trials, t))
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().expect("a trial thread panicked"))
+                    .collect()
+            });
+            for (r, outcomes) in rounds.iter_mut().zip(results) {
+                r.push(outcomes);
+            }
+            match (server.shutdown(), &server) {
+                (Err(e), Server::Uvfs(_)) => return Err(e),
+                (Err(e), Server::Peer(_)) => eprintln!("uvfs bench coherence: {e}"),
+                (Ok(()), _) => {}
+            }
+            drop(server);
+            // The trials' files, before the next round's.
+            let _ = std::fs::remove_dir_all(&source);
         }
-        match (server.shutdown(), &server) {
-            (Err(e), Server::Uvfs(_)) => return Err(e),
-            (Err(e), Server::Peer(_)) => eprintln!("uvfs bench coherence: {e}"),
-            (Ok(()), _) => {}
+        for (&k, r) in kinds.iter().zip(&rounds) {
+            report.rows.push(make_row(&key(k, watch), None, r));
         }
-        drop(server);
-        // The trials' files, before the next server's.
-        let _ = std::fs::remove_dir_all(&source);
     }
     prog.finish();
     Ok(report)

@@ -63,16 +63,22 @@ fn cell(ms: Option<f64>, any: bool) -> Value {
     }
 }
 
-/// One row from a (server, kind)'s trials; `setup_error`: the server never
-/// ran (a peer that could not be built or mounted).
-pub fn make_row(k: &RowKey, setup_error: Option<&str>, trials: &[Outcome]) -> Row {
-    let seen: Vec<f64> = trials
-        .iter()
-        .filter_map(|t| match t {
+/// One row from a (server, kind)'s trials, `rounds` of them (one per
+/// `--repeats`, each on a mount of its own); `setup_error`: the server
+/// never ran (a peer that could not be built or mounted). Each percentile
+/// is the median over the rounds of that round's percentile (a round's
+/// "never" counting as longest), as every workload reports the median of
+/// its repeats; the counts are over all trials.
+pub fn make_row(k: &RowKey, setup_error: Option<&str>, rounds: &[Vec<Outcome>]) -> Row {
+    let trials: Vec<&Outcome> = rounds.iter().flatten().collect();
+    let seen_of = |ts: &mut dyn Iterator<Item = &Outcome>| -> Vec<f64> {
+        ts.filter_map(|t| match t {
             Outcome::Seen(d) => Some(d.as_secs_f64() * 1e3),
             _ => None,
         })
-        .collect();
+        .collect()
+    };
+    let seen = seen_of(&mut trials.iter().copied());
     let never: Vec<&String> = trials
         .iter()
         .filter_map(|t| match t {
@@ -88,7 +94,24 @@ pub fn make_row(k: &RowKey, setup_error: Option<&str>, trials: &[Outcome]) -> Ro
         })
         .collect();
     let any = !seen.is_empty() || !never.is_empty();
-    let p = |q| cell(percentile(&seen, never.len(), q), any);
+    // Per round: (seen, never); rounds where nothing ran have no say.
+    let per_round: Vec<(Vec<f64>, usize)> = rounds
+        .iter()
+        .map(|r| {
+            let never = r.iter().filter(|t| matches!(t, Outcome::Never(_))).count();
+            (seen_of(&mut r.iter()), never)
+        })
+        .filter(|(s, n)| !s.is_empty() || *n > 0)
+        .collect();
+    let p = |q| {
+        let mut v: Vec<f64> = per_round
+            .iter()
+            .map(|(s, n)| percentile(s, *n, q).unwrap_or(f64::INFINITY))
+            .collect();
+        v.sort_by(f64::total_cmp);
+        let m = v.get(v.len().saturating_sub(1) / 2).copied();
+        cell(m.filter(|m| m.is_finite()), any)
+    };
     let error = setup_error
         .map(String::from)
         .or_else(|| failed.first().map(|s| s.to_string()));
@@ -99,6 +122,7 @@ pub fn make_row(k: &RowKey, setup_error: Option<&str>, trials: &[Outcome]) -> Ro
         "watch" => k.watch.map(|w| if w { "on" } else { "off" }),
         "kind" => k.kind,
         "probe" => k.probe,
+        "repeats" => rounds.len(),
         "trials" => trials.len(),
         "seen" => seen.len(),
         "never" => never.len(),
@@ -123,6 +147,7 @@ pub const COLUMNS: &[&str] = &[
     "watch",
     "kind",
     "probe",
+    "repeats",
     "trials",
     "seen",
     "never",
@@ -324,7 +349,7 @@ mod tests {
             ms(1004),
             Outcome::Never("mode 644".into()),
         ];
-        let r = make_row(&key("go-fuse-loopback", "chmod"), None, &t);
+        let r = make_row(&key("go-fuse-loopback", "chmod"), None, &[t.to_vec()]);
         assert_eq!(r["p50_ms"].as_f64(), Some(1004.0));
         assert_eq!(r["p99_ms"], "never");
         assert_eq!(r["max_ms"], "never");
@@ -340,7 +365,7 @@ mod tests {
         rep.rows.push(make_row(
             &key("go-fuse-loopback", "create"),
             None,
-            &[ms(2), ms(1)],
+            &[vec![ms(2), ms(1)]],
         ));
         let s = summary(&rep).join("\n");
         assert!(
@@ -358,12 +383,14 @@ mod tests {
         rep.rows.push(make_row(
             &key("uvfs-passthrough-default", "create"),
             None,
-            &[ms(2), ms(4)],
+            &[vec![ms(2), ms(4)]],
         ));
         rep.rows.push(make_row(
             &key("uvfs-passthrough-default", "setxattr"),
             None,
-            &[Outcome::Failed("getxattr: Operation not supported".into())],
+            &[vec![Outcome::Failed(
+                "getxattr: Operation not supported".into(),
+            )]],
         ));
         rep.rows.push(make_row(
             &key("fuse-backend-rs", "create"),
@@ -382,9 +409,40 @@ mod tests {
         rep.rows.push(make_row(
             &key("uvfs-passthrough-default", "chmod"),
             None,
-            &[ms(1001)],
+            &[vec![ms(1001)]],
         ));
         let s = summary(&rep).join("\n");
         assert!(s.contains("NOT met"), "{s}");
+    }
+
+    #[test]
+    fn percentiles_are_medians_over_rounds_counts_over_trials() {
+        let ms = |v: u64| Outcome::Seen(Duration::from_millis(v));
+        let rounds = [
+            vec![ms(1), ms(2), ms(3)],
+            vec![ms(10), ms(20), ms(30)],
+            vec![ms(4), ms(5), Outcome::Never("old".into())],
+        ];
+        let r = make_row(&key("uvfs-passthrough-default", "rename"), None, &rounds);
+        // p50 per round 2, 20, 5; max 3, 30, never: medians 5 and 30.
+        assert_eq!(r["p50_ms"].as_f64(), Some(5.0));
+        assert_eq!(r["max_ms"].as_f64(), Some(30.0));
+        assert_eq!(r["min_ms"].as_f64(), Some(1.0));
+        assert_eq!(
+            (
+                r["repeats"].as_u64(),
+                r["trials"].as_u64(),
+                r["never"].as_u64()
+            ),
+            (Some(3), Some(9), Some(1))
+        );
+        // Two rounds of three that never saw it: the median is never.
+        let nev = || Outcome::Never("x".into());
+        let r = make_row(
+            &key("uvfs-passthrough-default", "rename"),
+            None,
+            &[vec![ms(1)], vec![nev()], vec![nev()]],
+        );
+        assert_eq!(r["p50_ms"], "never");
     }
 }
