@@ -200,7 +200,9 @@ pub fn serve_successor(
     mut handoff: crate::upgrade::Handoff,
     signals: BlockedSignals,
 ) -> std::io::Result<()> {
+    handoff.mark("file system restored");
     let taken = take_over(fs, layer, cfg, &mut handoff);
+    handoff.mark("request loops started");
     let (mut session, control, km, inner, upgradable) = match taken {
         Ok(x) => x,
         Err(e) => {
@@ -217,6 +219,7 @@ pub fn serve_successor(
     if link.is_some() || cfg.supervise {
         let resumed = handoff.resumable.take();
         supervise(&inner, &mut session, upgradable.as_deref(), link, resumed);
+        handoff.mark("linked to the supervisor");
     }
     signals.on_signal(&mountpoint, Unmounter(km))?;
     // Requests the predecessor read and did not answer (a lock wait)
@@ -256,12 +259,14 @@ fn take_over(
 ) -> std::io::Result<TakenOver> {
     let mountpoint = normalize_mountpoint(&cfg.mountpoint)?;
     let (server, inner) = new_server(fs.clone(), layer, cfg)?;
+    handoff.mark("server made");
     crate::upgrade::import(&inner, handoff).map_err(|e| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!("rebuilding the server's nodes and handles: {e}"),
         )
     })?;
+    handoff.mark("nodes and handles imported");
     let negotiated = fuser::Negotiated::from_bytes(handoff.negotiated())?;
     // INIT agreed to io_uring queues once for the connection: this server
     // serves them too (and, like the first, is not supervised).

@@ -38,13 +38,15 @@
 //! make requests wait for a million `vget`s; so counts are kept in
 //! [`NodeTable::adopted`] by node id, and a node is found (`vget`) the
 //! first time the kernel names it, its count then moving onto its vnode.
-//! Every path that finds or counts a node looks there while the map is
-//! not empty (one atomic load otherwise), under its lock, so a node is
-//! resolved once and its count never split.
+//! Every path that finds or counts a node looks there while any adopted
+//! count is left (one atomic load otherwise), under its lock, so a node is
+//! resolved once and its count never split. The counts are one array
+//! sorted by id, as the predecessor sends them, searched in place: taking
+//! a million nodes over is then a copy, where a hash map would be a
+//! million inserts while every request waits.
 
 use crate::journal::Journal;
 use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use uvfs_vfs::{Errno, HoldRef, Ino, VfsResult, VnodeRef};
@@ -82,10 +84,10 @@ pub struct NodeTable {
     lookups: AtomicU64,
     /// Counters.
     pub counters: Arc<NodeCounters>,
-    /// Nodes handed over by a replaced server and not named since: node
-    /// id -> the kernel's count (see "Adopted nodes").
-    adopted: Mutex<HashMap<u64, u64>>,
-    /// Whether `adopted` may have entries.
+    /// Nodes handed over by a replaced server and not named since, with
+    /// the kernel's counts (see "Adopted nodes").
+    adopted: Mutex<Adopted>,
+    /// Whether `adopted` may have counts left.
     any_adopted: AtomicBool,
     /// Finds an adopted node's vnode by inode number (`FileSystem::vget`).
     resolver: OnceLock<Resolver>,
@@ -93,6 +95,47 @@ pub struct NodeTable {
     /// keeps one (`journal/`): raised before the reply, lowered after the
     /// FORGET, as here.
     journal: OnceLock<Arc<Journal>>,
+}
+
+/// Adopted counts: (node id, count) sorted by id, one per id; a count of
+/// 0 is a node found or forgotten since, no longer adopted.
+#[derive(Default)]
+struct Adopted {
+    nodes: Vec<(u64, u64)>,
+    /// Entries whose count is not 0.
+    live: usize,
+}
+
+impl Adopted {
+    fn slot(&self, id: u64) -> Option<usize> {
+        let i = self.nodes.binary_search_by_key(&id, |n| n.0).ok()?;
+        (self.nodes[i].1 > 0).then_some(i)
+    }
+
+    /// The adopted count of node `id`, if it is adopted.
+    fn get(&self, id: u64) -> Option<u64> {
+        self.slot(id).map(|i| self.nodes[i].1)
+    }
+
+    /// Sets the count of adopted node `id` (which `get` found); 0 ends
+    /// its adoption. Returns whether any adopted node is left.
+    fn set(&mut self, id: u64, count: u64) -> bool {
+        if let Some(i) = self.slot(id) {
+            self.nodes[i].1 = count;
+            if count == 0 {
+                self.live -= 1;
+            }
+        }
+        if self.live == 0 {
+            self.nodes = Vec::new();
+        }
+        self.live > 0
+    }
+
+    /// Adopted nodes with their counts.
+    fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.nodes.iter().copied().filter(|n| n.1 > 0)
+    }
 }
 
 /// Finds a vnode by inode number.
@@ -111,7 +154,7 @@ impl NodeTable {
             nodes: AtomicUsize::new(1),
             lookups: AtomicU64::new(1),
             counters: Arc::new(NodeCounters::default()),
-            adopted: Mutex::new(HashMap::new()),
+            adopted: Mutex::new(Adopted::default()),
             any_adopted: AtomicBool::new(false),
             resolver: OnceLock::new(),
             journal: OnceLock::new(),
@@ -128,7 +171,7 @@ impl NodeTable {
         for (_, vp, count) in self.snapshot() {
             j.set_count(vp.ino(), count, Some(&vp));
         }
-        let adopted: Vec<(u64, u64)> = self.adopted.lock().iter().map(|(i, c)| (*i, *c)).collect();
+        let adopted: Vec<(u64, u64)> = self.adopted.lock().iter().collect();
         for (id, count) in adopted {
             j.set_count(self.node_id(id), count, None);
         }
@@ -169,7 +212,7 @@ impl NodeTable {
                 return Ok(vp);
             }
         }
-        let Some(&count) = map.get(&id) else {
+        let Some(count) = map.get(id) else {
             log::debug!("node {id}: not held, not adopted");
             return Err(Errno::ESTALE);
         };
@@ -178,8 +221,7 @@ impl NodeTable {
         // of it moves its count meanwhile.
         let vp = resolve(self.node_id(id))
             .inspect_err(|e| log::debug!("adopted node {id} not found: {e}"))?;
-        map.remove(&id);
-        if map.is_empty() {
+        if !map.set(id, 0) {
             self.any_adopted.store(false, Ordering::Release);
         }
         drop(map);
@@ -190,10 +232,10 @@ impl NodeTable {
     /// Moves `vp`'s adopted count, if any, onto it; true if there was one.
     fn merge_adopted(&self, id: u64, vp: &VnodeRef) -> bool {
         let mut map = self.adopted.lock();
-        let Some(count) = map.remove(&id) else {
+        let Some(count) = map.get(id) else {
             return false;
         };
-        if map.is_empty() {
+        if !map.set(id, 0) {
             self.any_adopted.store(false, Ordering::Release);
         }
         vp.ext_acquire(count);
@@ -283,7 +325,7 @@ impl NodeTable {
     /// moved onto its vnode first if it was (None: forget it there).
     fn forget_adopted(&self, id: u64, n: u64) -> Option<bool> {
         let mut map = self.adopted.lock();
-        let count = *map.get(&id)?;
+        let count = map.get(id)?;
         if let Some(vp) = self.layer.lookup_cached(&self.mount, self.node_id(id)) {
             if vp.ext_count() > 0 {
                 drop(map);
@@ -301,11 +343,10 @@ impl NodeTable {
             self.counters.forget_excess.fetch_add(1, Ordering::Relaxed);
         }
         if taken < count {
-            map.insert(id, count - taken);
+            map.set(id, count - taken);
             return Some(false);
         }
-        map.remove(&id);
-        if map.is_empty() {
+        if !map.set(id, 0) {
             self.any_adopted.store(false, Ordering::Release);
         }
         self.nodes.fetch_sub(1, Ordering::Relaxed);
@@ -321,24 +362,40 @@ impl NodeTable {
     }
 
     /// [`adopt_lazily`](Self::adopt_lazily) for each (id, count), under
-    /// one lock and with the map grown once: a server taking a million
-    /// nodes over does this while every request waits.
+    /// one lock: a server taking a million nodes over does this while
+    /// every request waits, so nodes given sorted by id (as a predecessor
+    /// sends them) are taken as they are, with no sort. A node given
+    /// twice, or already adopted, keeps the last count given.
     pub fn adopt_all_lazily(&self, nodes: impl ExactSizeIterator<Item = (u64, u64)>) {
         let mut map = self.adopted.lock();
-        map.reserve(nodes.len());
-        let (mut added, mut lookups) = (0usize, 0u64);
-        for (id, count) in nodes {
-            if count == 0 || id == ROOT_ID {
-                continue;
+        let (live_before, sum_before) = (map.live, map.iter().map(|n| n.1).sum::<u64>());
+        let mut all = std::mem::take(&mut map.nodes);
+        all.reserve(nodes.len());
+        all.extend(nodes.filter(|&(id, count)| count > 0 && id != ROOT_ID));
+        if !all.is_sorted_by(|a, b| a.0 < b.0) {
+            // Stable, so that of two entries of one id the later stays.
+            all.sort_by_key(|n| n.0);
+            let mut out: Vec<(u64, u64)> = Vec::with_capacity(all.len());
+            for n in all {
+                match out.last_mut() {
+                    Some(last) if last.0 == n.0 => *last = n,
+                    _ => out.push(n),
+                }
             }
-            if map.insert(id, count).is_none() {
-                added += 1;
-            }
-            lookups += count;
+            all = out;
         }
-        self.nodes.fetch_add(added, Ordering::Relaxed);
-        self.lookups.fetch_add(lookups, Ordering::Relaxed);
-        if !map.is_empty() {
+        let (mut live, mut sum) = (0usize, 0u64);
+        for n in all.iter().filter(|n| n.1 > 0) {
+            live += 1;
+            sum += n.1;
+        }
+        map.live = live;
+        map.nodes = all;
+        self.nodes.fetch_add(live, Ordering::Relaxed);
+        self.nodes.fetch_sub(live_before, Ordering::Relaxed);
+        self.lookups.fetch_add(sum, Ordering::Relaxed);
+        self.lookups.fetch_sub(sum_before, Ordering::Relaxed);
+        if live > 0 {
             self.any_adopted.store(true, Ordering::Release);
         }
     }
@@ -352,7 +409,7 @@ impl NodeTable {
     /// server hands the mount on in turn: the file system's state then
     /// covers them); a node whose file is gone stays counted, ESTALE.
     pub fn resolve_adopted(&self) {
-        let ids: Vec<u64> = self.adopted.lock().keys().copied().collect();
+        let ids: Vec<u64> = self.adopted.lock().iter().map(|n| n.0).collect();
         for id in ids {
             let _ = self.get_adopted(id);
         }
@@ -366,7 +423,7 @@ impl NodeTable {
             .into_iter()
             .map(|ino| self.node_id(ino))
             .collect();
-        ids.extend(self.adopted.lock().keys().copied());
+        ids.extend(self.adopted.lock().iter().map(|n| n.0));
         ids
     }
 
@@ -390,13 +447,9 @@ impl NodeTable {
     /// count moves meanwhile).
     pub fn snapshot(&self) -> Vec<(u64, VnodeRef, u64)> {
         self.layer
-            .ext_held(&self.mount)
+            .ext_held_refs(&self.mount)
             .into_iter()
-            .filter_map(|ino| {
-                let vp = self.layer.lookup_cached(&self.mount, ino)?;
-                let count = vp.ext_count();
-                (count > 0).then(|| (self.node_id(ino), vp, count))
-            })
+            .map(|(vp, count)| (self.node_id(vp.ino()), vp, count))
             .collect()
     }
 
@@ -529,5 +582,30 @@ mod tests {
         assert!(t.forget(t.node_id(ib), 3));
         assert_eq!((t.len(), t.total_lookups()), (1, 1));
         assert_eq!(t.counters.forget_excess.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn adopted_counts_given_in_any_order_keep_the_last_count_of_each_node() {
+        let layer = VnodeLayer::new(Config::with_limit(64));
+        let fs: Arc<dyn FileSystem> = MemFs::new(layer.clone(), MemFsConfig::default());
+        let root = fs.root().unwrap();
+        let t = NodeTable::new(layer.clone(), fs.mount().clone(), &root);
+        // Unsorted, one id twice, the root and a zero count left out.
+        t.adopt_all_lazily([(50, 2), (10, 1), (50, 4), (ROOT_ID, 9), (30, 0), (20, 3)].into_iter());
+        assert_eq!((t.len(), t.total_lookups()), (4, 1 + 1 + 4 + 3));
+        let mut held = t.held_ids();
+        held.sort_unstable();
+        assert_eq!(held, [ROOT_ID, 10, 20, 50]);
+        // Forgetting part of a count, then the rest: the node goes.
+        assert!(!t.forget(50, 3));
+        assert!(t.forget(50, 1));
+        assert!(t.forget(10, 1));
+        assert!(t.forget(20, 5));
+        assert_eq!(t.counters.forget_excess.load(Ordering::Relaxed), 1);
+        assert_eq!((t.len(), t.total_lookups()), (1, 1));
+        assert_eq!(t.held_ids(), [ROOT_ID]);
+        // Sorted input, taken as it is.
+        t.adopt_all_lazily([(7, 1), (8, 2), (9, 3)].into_iter());
+        assert_eq!((t.len(), t.total_lookups()), (4, 7));
     }
 }

@@ -140,6 +140,28 @@ impl Table {
         out
     }
 
+    /// Shards in the table.
+    pub(crate) fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Calls `f` on every vnode of mount `mnt` in the shards `shards`,
+    /// each shard locked while its vnodes are visited (so `f` must be
+    /// short and take no lock).
+    pub(crate) fn each_of_mount(
+        &self,
+        mnt: MountId,
+        shards: std::ops::Range<usize>,
+        mut f: impl FnMut(&Arc<Vnode>),
+    ) {
+        for s in self.shards[shards].iter() {
+            let m = s.lock();
+            for v in m.values().filter(|v| v.mount_id() == mnt) {
+                f(v);
+            }
+        }
+    }
+
     /// Entries in the table (locks every shard).
     pub(crate) fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().len()).sum()

@@ -8,13 +8,26 @@
 //! its own version and refuses any other (`EPROTO`) before reading the
 //! rest, so a state written by another build of uvfs is rejected whole,
 //! never misread. Change `VERSION` with any change to [`ServerState`].
+//!
+//! # Layout
+//! `MAGIC`, `VERSION` (u32), the header's length (u64), the header
+//! ([`ServerState`] but its two large fields, bincode), the node count
+//! (u64), the nodes ([`NODE`] bytes each: id, inode, count as u64,
+//! little-endian, sorted by id), the file system's bytes' length (u64)
+//! and those bytes, which end the state.
+//! The two large parts are copied as they are: a million nodes and the
+//! file system's records of them are tens of megabytes, which bincode
+//! would write and read one element, or one byte, at a time while every
+//! request waits.
 
 use serde::{Deserialize, Serialize};
 
 /// What every state starts with.
 const MAGIC: &[u8; 14] = b"uvfs-handover\0";
 /// The layout of [`ServerState`] this build writes and reads.
-pub(crate) const VERSION: u32 = 5;
+pub(crate) const VERSION: u32 = 6;
+/// Bytes per node in the encoding.
+const NODE: usize = 24;
 
 /// One node the kernel holds.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -68,7 +81,8 @@ pub(crate) struct ServerState {
     pub no_opendir: bool,
     /// Kernel I/O on backing files was agreed at INIT.
     pub backings_on: bool,
-    /// Nodes the kernel holds.
+    /// Nodes the kernel holds, sorted by id (written after the header).
+    #[serde(skip)]
     pub nodes: Vec<NodeState>,
     /// Open files and directories.
     pub handles: Vec<HandleState>,
@@ -95,6 +109,8 @@ pub(crate) struct ServerState {
     /// The file system's state format (`Saved::format`) and bytes; its
     /// descriptors follow the connection's in the frame.
     pub fs_format: String,
+    /// (Written last, after the nodes.)
+    #[serde(skip)]
     pub fs_bytes: Vec<u8>,
     /// Descriptors of the file system's state.
     pub fs_fds: u32,
@@ -128,13 +144,35 @@ fn eproto(why: String) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, why)
 }
 
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
 impl ServerState {
     /// The state as bytes.
     pub fn encode(&self) -> std::io::Result<Vec<u8>> {
-        let mut out = Vec::with_capacity(64 + self.fs_bytes.len() + self.nodes.len() * 24);
+        let mut out = self.encode_head()?;
+        out.extend_from_slice(&self.fs_bytes);
+        Ok(out)
+    }
+
+    /// The state as bytes but the file system's, which follow these
+    /// (sent apart, [`wire::send_parts`](super::wire::send_parts), to
+    /// spare copying tens of megabytes while requests wait).
+    pub fn encode_head(&self) -> std::io::Result<Vec<u8>> {
+        let header = bincode::serialize(self).map_err(|e| eproto(e.to_string()))?;
+        let mut out = Vec::with_capacity(MAGIC.len() + 28 + header.len() + self.nodes.len() * NODE);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&VERSION.to_le_bytes());
-        bincode::serialize_into(&mut out, self).map_err(|e| eproto(e.to_string()))?;
+        out.extend_from_slice(&(header.len() as u64).to_le_bytes());
+        out.extend_from_slice(&header);
+        out.extend_from_slice(&(self.nodes.len() as u64).to_le_bytes());
+        for n in &self.nodes {
+            out.extend_from_slice(&n.id.to_le_bytes());
+            out.extend_from_slice(&n.ino.to_le_bytes());
+            out.extend_from_slice(&n.count.to_le_bytes());
+        }
+        out.extend_from_slice(&(self.fs_bytes.len() as u64).to_le_bytes());
         Ok(out)
     }
 
@@ -151,7 +189,37 @@ impl ServerState {
                 "server state version {v}, this build reads version {VERSION} only"
             )));
         }
-        bincode::deserialize(&b[head..]).map_err(|e| eproto(format!("corrupt server state: {e}")))
+        let short = || eproto("corrupt server state: truncated".into());
+        let len = b
+            .get(head..head + 8)
+            .map(|_| u64_at(b, head))
+            .ok_or_else(short)?;
+        let at = usize::try_from(len)
+            .ok()
+            .and_then(|l| (head + 8).checked_add(l))
+            .filter(|&e| e + 8 <= b.len())
+            .ok_or_else(short)?;
+        let mut s: ServerState = bincode::deserialize(&b[head + 8..at])
+            .map_err(|e| eproto(format!("corrupt server state: {e}")))?;
+        let count = usize::try_from(u64_at(b, at)).map_err(|_| short())?;
+        let nodes = count
+            .checked_mul(NODE)
+            .and_then(|n| n.checked_add(at + 8))
+            .filter(|&e| e + 8 <= b.len())
+            .ok_or_else(short)?;
+        if u64_at(b, nodes) != (b.len() - nodes - 8) as u64 {
+            return Err(short());
+        }
+        s.nodes = b[at + 8..nodes]
+            .chunks_exact(NODE)
+            .map(|r| NodeState {
+                id: u64_at(r, 0),
+                ino: u64_at(r, 8),
+                count: u64_at(r, 16),
+            })
+            .collect();
+        s.fs_bytes = b[nodes + 8..].to_vec();
+        Ok(s)
     }
 }
 
@@ -170,11 +238,18 @@ mod tests {
             negotiated: vec![1, 2, 3],
             no_opendir: true,
             backings_on: false,
-            nodes: vec![NodeState {
-                id: 1,
-                ino: 2,
-                count: 3,
-            }],
+            nodes: vec![
+                NodeState {
+                    id: 1,
+                    ino: 2,
+                    count: 3,
+                },
+                NodeState {
+                    id: 5,
+                    ino: 5,
+                    count: 1,
+                },
+            ],
             handles: vec![HandleState {
                 fh: 7,
                 ino: 2,

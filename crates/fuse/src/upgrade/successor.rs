@@ -100,6 +100,11 @@ pub fn receive(fd_arg: &str) -> std::io::Result<Handoff> {
         })
         .collect();
     let dev = fds.pop();
+    let ms = monotonic_ns().saturating_sub(state.parked_at_ns) / 1_000_000;
+    log::debug!(
+        "taking over: state received and read at +{ms} ms ({} nodes)",
+        state.nodes.len()
+    );
     let fs = Saved {
         format: state.fs_format.clone(),
         bytes: std::mem::take(&mut state.fs_bytes),
@@ -123,6 +128,13 @@ fn reply(sock: &UnixStream, v: serde_json::Value) -> std::io::Result<()> {
 }
 
 impl Handoff {
+    /// Logs that the hand-over reached `what`, with the time since the
+    /// predecessor parked its request loops.
+    pub fn mark(&self, what: &str) {
+        let ms = monotonic_ns().saturating_sub(self.state.parked_at_ns) / 1_000_000;
+        log::debug!("taking over: {what} at +{ms} ms");
+    }
+
     /// The program's own state (`Successor::app`).
     pub fn app(&self) -> &[u8] {
         &self.state.app

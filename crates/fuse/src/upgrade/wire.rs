@@ -28,12 +28,25 @@ pub(crate) fn send(
     payload: &[u8],
     fds: &[BorrowedFd<'_>],
 ) -> std::io::Result<()> {
+    send_parts(sock, &[payload], fds)
+}
+
+/// Sends one frame whose payload is `parts` one after the other (read
+/// back as one by [`recv`]), then `fds`.
+pub(crate) fn send_parts(
+    sock: &UnixStream,
+    parts: &[&[u8]],
+    fds: &[BorrowedFd<'_>],
+) -> std::io::Result<()> {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
     let mut head = [0u8; 12];
-    head[..8].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+    head[..8].copy_from_slice(&(len as u64).to_le_bytes());
     head[8..].copy_from_slice(&(fds.len() as u32).to_le_bytes());
     let mut w = sock;
     w.write_all(&head)?;
-    w.write_all(payload)?;
+    for p in parts {
+        w.write_all(p)?;
+    }
     for batch in fds.chunks(FDS_PER_MESSAGE) {
         let mut space =
             vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(FDS_PER_MESSAGE))];

@@ -83,9 +83,22 @@ impl PassthroughFs {
                 }
                 Ok(())
             })?;
-        recs.extend(more.iter().map(|n| record(n, &extras)));
-        recs.par_sort_unstable_by_key(table::id_of);
-        recs.dedup_by_key(|r| table::id_of(r));
+        // The front end gives its nodes sorted by id as a rule; the open
+        // files' nodes are nearly always among them.
+        if !recs.is_sorted_by(|a, b| table::id_of(a) < table::id_of(b)) {
+            recs.par_sort_unstable_by_key(table::id_of);
+            recs.dedup_by_key(|r| table::id_of(r));
+        }
+        let missing: Vec<[u8; REC]> = more
+            .iter()
+            .filter(|n| recs.binary_search_by_key(&n.id, table::id_of).is_err())
+            .map(|n| record(n, &extras))
+            .collect();
+        if !missing.is_empty() {
+            recs.extend(missing);
+            recs.par_sort_unstable_by_key(table::id_of);
+            recs.dedup_by_key(|r| table::id_of(r));
+        }
         let extra = table::finish(&mut recs, extras.into_inner());
         Ok((recs.into_flattened(), extra))
     }
@@ -155,15 +168,9 @@ impl PassthroughFs {
             .collect();
         // Nodes the kernel forgot whose vnodes are still cached here (free,
         // not recycled, so not in `remembered` yet): file handles of the
-        // mount may name them, so their handles go along too.
-        let kept: HashSet<uvfs_vfs::Ino> = keep.nodes.iter().map(|vp| vp.ino()).collect();
-        for ino in self.layer.cached_inos(&self.mnt) {
-            if kept.contains(&ino) {
-                continue;
-            }
-            let Some(vp) = self.layer.lookup_cached(&self.mnt, ino) else {
-                continue;
-            };
+        // mount may name them, so their handles go along too. (Those the
+        // kernel holds are the kept nodes above.)
+        for vp in self.layer.unheld_refs(&self.mnt) {
             let Some(node) = vp.data::<Node>() else {
                 continue;
             };
