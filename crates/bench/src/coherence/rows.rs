@@ -53,6 +53,8 @@ pub struct RowKey<'a> {
     pub probe: &'a str,
     pub wait: Duration,
     pub poll: Duration,
+    /// The kinds ran one after another (`one_at_a_time`), not all at once.
+    pub alone: bool,
 }
 
 fn cell(ms: Option<f64>, any: bool) -> Value {
@@ -122,6 +124,7 @@ pub fn make_row(k: &RowKey, setup_error: Option<&str>, rounds: &[Vec<Outcome>]) 
         "watch" => k.watch.map(|w| if w { "on" } else { "off" }),
         "kind" => k.kind,
         "probe" => k.probe,
+        "kinds_run" => if k.alone { "one at a time" } else { "all at once" },
         "repeats" => rounds.len(),
         "trials" => trials.len(),
         "seen" => seen.len(),
@@ -322,6 +325,7 @@ mod tests {
             probe: "lstat",
             wait: Duration::from_secs(3),
             poll: Duration::from_micros(500),
+            alone: false,
         }
     }
 
