@@ -532,17 +532,6 @@ impl VnodeLayer {
         })
     }
 
-    /// The inode numbers of every vnode of the mount in the table, held
-    /// or free. Walks the whole table: for rare events (a live upgrade
-    /// saving what file handles of the mount may still name).
-    pub fn cached_inos(&self, mnt: &Mount) -> Vec<Ino> {
-        self.table
-            .of_mount(mnt.id())
-            .into_iter()
-            .map(|vp| vp.ino())
-            .collect()
-    }
-
     /// Unmounts: recycles every vnode of the mount and forgets its names.
     /// With vnodes still in use or held, fails with [`Error::Busy`] naming
     /// how many (and leaves the mount usable), unless `force`, which dooms

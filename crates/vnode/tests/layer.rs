@@ -621,3 +621,46 @@ fn the_table_gives_back_what_a_mass_removal_emptied() {
         "the table kept its peak: {empty} bytes empty, {full} full, {after} emptied"
     );
 }
+
+#[test]
+fn held_and_unheld_walks_split_a_mount_exactly_and_skip_other_mounts() {
+    let layer = VnodeLayer::new(cfg(100_000));
+    let (m, other) = (
+        layer.mount("t", Arc::new(Recorder::default())),
+        layer.mount("u", Arc::new(Recorder::default())),
+    );
+    // Enough vnodes to spread over every shard, so that each walking
+    // thread has some; every third held by the front end, ino % 5 + 1
+    // times.
+    let mut kept = Vec::new();
+    for ino in 1..=20_000u64 {
+        let vp = layer.get(&m, ino, file(ino)).unwrap();
+        if ino % 3 == 0 {
+            assert!(vp.ext_acquire(ino % 5 + 1));
+        }
+        kept.push(vp);
+        let o = layer.get(&other, ino, file(ino)).unwrap();
+        assert!(o.ext_acquire(1));
+        kept.push(o);
+    }
+    // The walks' references are their own: dropping ours first leaves
+    // the vnodes cached and free.
+    drop(kept);
+    let mut held: Vec<(u64, u64)> = layer
+        .ext_held_refs(&m)
+        .iter()
+        .map(|(vp, n)| (vp.ino(), *n))
+        .collect();
+    held.sort_unstable();
+    let want: Vec<(u64, u64)> = (1..=20_000u64)
+        .filter(|i| i % 3 == 0)
+        .map(|i| (i, i % 5 + 1))
+        .collect();
+    assert_eq!(held, want);
+    let mut unheld: Vec<u64> = layer.unheld_refs(&m).iter().map(|vp| vp.ino()).collect();
+    unheld.sort_unstable();
+    let want: Vec<u64> = (1..=20_000u64).filter(|i| i % 3 != 0).collect();
+    assert_eq!(unheld, want);
+    assert!(layer.unheld_refs(&other).is_empty());
+    assert_eq!(layer.ext_held_refs(&other).len(), 20_000);
+}
