@@ -303,7 +303,7 @@ fn start(
     let mut child = Started::spawn(exe)?;
     let hello = parse_reply(&child.recv(START_LIMIT, "at start")?)?;
     let theirs = hello.get("state_version").and_then(|v| v.as_u64());
-    if theirs != Some(u64::from(VERSION)) {
+    if !crate::upgrade::state::reads_ours(&hello) {
         return Err(std::io::Error::new(
             std::io::ErrorKind::Unsupported,
             format!(

@@ -30,10 +30,12 @@
 //! # Pieces
 //! - `wire.rs`: frames with descriptors over the socket pair.
 //! - `state.rs`: the server's state and its versioned encoding.
+//! - `previous.rs`: the previous version's layout, still read.
 //! - `predecessor.rs`: the handing side, started from the control socket.
 //! - `successor.rs`: the taking side.
 
 pub(crate) mod predecessor;
+mod previous;
 pub(crate) mod state;
 mod successor;
 pub(crate) mod wire;

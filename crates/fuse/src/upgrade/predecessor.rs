@@ -157,6 +157,7 @@ impl Started {
         // forking meanwhile get a copy they never use).
         rustix::io::fcntl_setfd(&theirs, rustix::io::FdFlags::empty())?;
         let spawned = Command::new(exe)
+            .env(super::state::VERSION_ENV, VERSION.to_string())
             .arg(super::TAKEOVER_ARG)
             .arg(theirs.as_raw_fd().to_string())
             .stdin(Stdio::null())
@@ -251,7 +252,7 @@ fn hand_over(
 ) -> std::io::Result<UpgradeReport> {
     let hello = parse_reply(&child.recv(START_LIMIT, "at start")?)?;
     let theirs = hello.get("state_version").and_then(|v| v.as_u64());
-    if theirs != Some(u64::from(VERSION)) {
+    if !super::state::reads_ours(&hello) {
         return Err(err(
             std::io::ErrorKind::Unsupported,
             format!(

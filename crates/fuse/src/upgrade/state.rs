@@ -4,10 +4,12 @@
 //! options, opaque here.
 //!
 //! # Versions
-//! A state starts with [`MAGIC`] and [`VERSION`]; a successor reads only
-//! its own version and refuses any other (`EPROTO`) before reading the
-//! rest, so a state written by another build of uvfs is rejected whole,
-//! never misread. Change `VERSION` with any change to [`ServerState`].
+//! A state starts with [`MAGIC`] and [`VERSION`]; a successor reads its
+//! own version and the previous one ([`READS`], `previous.rs`) and
+//! refuses any other (`EPROTO`) before reading the rest, so a state
+//! written by another build of uvfs is rejected whole, never misread.
+//! Change `VERSION` with any change to [`ServerState`], and move the
+//! layout it replaces to `previous.rs`.
 //!
 //! # Layout
 //! `MAGIC`, `VERSION` (u32), the header's length (u64), the header
@@ -20,6 +22,7 @@
 //! would write and read one element, or one byte, at a time while every
 //! request waits.
 
+use super::previous;
 use serde::{Deserialize, Serialize};
 
 /// What every state starts with.
@@ -28,6 +31,39 @@ const MAGIC: &[u8; 14] = b"uvfs-handover\0";
 pub(crate) const VERSION: u32 = 6;
 /// Bytes per node in the encoding.
 const NODE: usize = 24;
+/// Every version this build reads: its own and the previous one
+/// (`previous.rs`), so that the build before can hand a mount to it.
+pub(crate) const READS: [u32; 2] = [previous::VERSION, VERSION];
+
+/// The environment variable through which a predecessor (or a
+/// supervisor) tells the binary it starts which version it writes. A
+/// predecessor that says nothing is of a build from before it was set,
+/// which checks that the successor's hello names exactly its version: the
+/// previous one, if this build is to be its successor at all.
+pub(crate) const VERSION_ENV: &str = "UVFS_STATE_VERSION";
+
+/// The version a successor's hello names: the one its predecessor writes
+/// (`told`, from [`VERSION_ENV`]) if this build reads it, the previous
+/// version if the predecessor said nothing (see [`VERSION_ENV`]), else
+/// its own (which the predecessor then refuses, saying both).
+pub(crate) fn hello_version(told: Option<&str>) -> u32 {
+    match told.map(|t| t.trim().parse::<u32>()) {
+        Some(Ok(v)) if READS.contains(&v) => v,
+        Some(_) => VERSION,
+        None => previous::VERSION,
+    }
+}
+
+/// Whether a successor's hello (`state_version`, and `state_versions`
+/// from builds that send it) says it reads what this build writes.
+pub(crate) fn reads_ours(hello: &serde_json::Value) -> bool {
+    let ours = u64::from(VERSION);
+    hello.get("state_version").and_then(|v| v.as_u64()) == Some(ours)
+        || hello
+            .get("state_versions")
+            .and_then(|v| v.as_array())
+            .is_some_and(|a| a.iter().any(|v| v.as_u64() == Some(ours)))
+}
 
 /// One node the kernel holds.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -184,9 +220,15 @@ impl ServerState {
             return Err(eproto("not a uvfs server state".into()));
         }
         let v = u32::from_le_bytes(b[MAGIC.len()..head].try_into().expect("4 bytes"));
+        if v == previous::VERSION {
+            return previous::decode(&b[head..])
+                .map(ServerState::from)
+                .map_err(|e| eproto(format!("corrupt server state (version {v}): {e}")));
+        }
         if v != VERSION {
             return Err(eproto(format!(
-                "server state version {v}, this build reads version {VERSION} only"
+                "server state version {v}, this build reads versions {:?} only",
+                READS
             )));
         }
         let short = || eproto("corrupt server state: truncated".into());
@@ -220,6 +262,65 @@ impl ServerState {
             .collect();
         s.fs_bytes = b[nodes + 8..].to_vec();
         Ok(s)
+    }
+}
+
+impl From<previous::V4> for ServerState {
+    fn from(s: previous::V4) -> ServerState {
+        let mut nodes: Vec<NodeState> = s
+            .nodes
+            .into_iter()
+            .map(|n| NodeState {
+                id: n.id,
+                ino: n.ino,
+                count: n.count,
+            })
+            .collect();
+        // Sorted by id as this version sends them (version 4 gave them in
+        // its table's order).
+        nodes.sort_unstable_by_key(|n| n.id);
+        ServerState {
+            negotiated: s.negotiated,
+            no_opendir: s.no_opendir,
+            backings_on: s.backings_on,
+            nodes,
+            handles: s
+                .handles
+                .into_iter()
+                .map(|h| HandleState {
+                    fh: h.fh,
+                    ino: h.ino,
+                    fs_fh: h.fs_fh,
+                    writable: h.writable,
+                    backing_node: h.backing_node,
+                    kernel_writer: h.kernel_writer,
+                    flags: h.flags,
+                    backing_id: h.backing_id,
+                })
+                .collect(),
+            next_handle: s.next_handle,
+            backings: s.backings,
+            // Version 4 waited for no backing file after its close.
+            written: Vec::new(),
+            mount: MountState {
+                mountpoint: s.mount.mountpoint,
+                device: s.mount.device,
+                helper: s.mount.helper,
+            },
+            generation: s.generation,
+            restarts: s.restarts,
+            parked_at_ns: s.parked_at_ns,
+            counters: s.counters,
+            fs_format: s.fs_format,
+            fs_bytes: s.fs_bytes,
+            fs_fds: s.fs_fds,
+            app: s.app,
+            journal: s.journal,
+            journal_live: s.journal_live,
+            link: s.link,
+            ring: s.ring,
+            kept: s.kept,
+        }
     }
 }
 
@@ -288,6 +389,90 @@ mod tests {
     fn a_state_reads_back_as_written() {
         let s = sample();
         assert_eq!(ServerState::decode(&s.encode().unwrap()).unwrap(), s);
+    }
+
+    /// `s` as the build of version 4 sent it: magic, version, bincode.
+    fn encode_v4(s: &ServerState) -> Vec<u8> {
+        let v4 = previous::V4 {
+            negotiated: s.negotiated.clone(),
+            no_opendir: s.no_opendir,
+            backings_on: s.backings_on,
+            nodes: s
+                .nodes
+                .iter()
+                .map(|n| previous::Node {
+                    id: n.id,
+                    ino: n.ino,
+                    count: n.count,
+                })
+                .collect(),
+            handles: s
+                .handles
+                .iter()
+                .map(|h| previous::Handle {
+                    fh: h.fh,
+                    ino: h.ino,
+                    fs_fh: h.fs_fh,
+                    writable: h.writable,
+                    backing_node: h.backing_node,
+                    kernel_writer: h.kernel_writer,
+                    flags: h.flags,
+                    backing_id: h.backing_id,
+                })
+                .collect(),
+            next_handle: s.next_handle,
+            backings: s.backings.clone(),
+            mount: previous::MountAt {
+                mountpoint: s.mount.mountpoint.clone(),
+                device: s.mount.device,
+                helper: s.mount.helper,
+            },
+            generation: s.generation,
+            restarts: s.restarts,
+            parked_at_ns: s.parked_at_ns,
+            counters: s.counters.clone(),
+            fs_format: s.fs_format.clone(),
+            fs_bytes: s.fs_bytes.clone(),
+            fs_fds: s.fs_fds,
+            app: s.app.clone(),
+            journal: s.journal,
+            journal_live: s.journal_live,
+            link: s.link,
+            ring: s.ring.clone(),
+            kept: s.kept.clone(),
+        };
+        let mut b = MAGIC.to_vec();
+        b.extend_from_slice(&previous::VERSION.to_le_bytes());
+        b.extend_from_slice(&bincode::serialize(&v4).unwrap());
+        b
+    }
+
+    #[test]
+    fn a_state_of_the_previous_version_reads_as_this_one() {
+        let mut s = sample();
+        s.nodes.reverse();
+        let old = encode_v4(&s);
+        let got = ServerState::decode(&old).unwrap();
+        s.nodes.reverse();
+        // What version 4 had not: no backing file of a closed file is
+        // left waited for.
+        s.written.clear();
+        assert_eq!(got, s);
+        assert!(ServerState::decode(&old[..old.len() - 3]).is_err());
+    }
+
+    #[test]
+    fn a_hello_names_the_version_its_predecessor_writes_if_read() {
+        assert_eq!(hello_version(Some("6")), VERSION);
+        assert_eq!(hello_version(Some("4")), 4);
+        assert_eq!(hello_version(None), previous::VERSION);
+        assert_eq!(hello_version(Some("3")), VERSION);
+        assert_eq!(hello_version(Some("junk")), VERSION);
+        let ok = serde_json::json!({ "state_version": 4, "state_versions": READS });
+        assert!(reads_ours(&ok));
+        assert!(reads_ours(&serde_json::json!({ "state_version": VERSION })));
+        assert!(!reads_ours(&serde_json::json!({ "state_version": 4 })));
+        assert!(!reads_ours(&serde_json::json!({ "pid": 1 })));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! (the CLI) rebuilds its file system from it and serves the connection
 //! with `serve_successor` (`mount.rs`).
 
-use super::state::{monotonic_ns, ServerState, VERSION};
+use super::state::{monotonic_ns, ServerState};
 use super::wire;
 use crate::handles::OpenFile;
 use crate::server::Inner;
@@ -40,8 +40,10 @@ fn invalid(why: impl Into<String>) -> std::io::Error {
 /// waits meanwhile, its requests parked).
 pub fn receive(fd_arg: &str) -> std::io::Result<Handoff> {
     let sock = wire::inherited_socket(fd_arg, "predecessor")?;
+    let told = std::env::var(super::state::VERSION_ENV).ok();
     let hello = serde_json::json!({
-        "state_version": VERSION,
+        "state_version": super::state::hello_version(told.as_deref()),
+        "state_versions": super::state::READS,
         "pid": std::process::id(),
     });
     wire::send(&sock, hello.to_string().as_bytes(), &[])?;
