@@ -257,7 +257,7 @@ impl NodeTable {
     pub fn remember_new(&self, vp: &VnodeRef) -> (u64, bool) {
         let id = self.node_id(vp.ino());
         if let Some(j) = self.journal.get() {
-            j.remembered(vp.ino(), 1, Some(vp));
+            j.remembered(vp.ino(), 1, Some(vp), vp.ext_count() == 0);
         }
         let mut new = vp.ext_acquire(1);
         // A node the kernel held before the upgrade and names again: not

@@ -203,9 +203,13 @@ impl Journal {
     }
 
     /// The kernel got `n` more references to inode `ino` (`vp`), before
-    /// the reply that gives them.
-    pub(crate) fn remembered(&self, ino: Ino, n: u64, vp: Option<&VnodeRef>) {
-        {
+    /// the reply that gives them. `likely_new`: the caller saw no kernel
+    /// reference to the node, so its slot is probably absent (or a
+    /// forgotten node's): the record is made first and the slot probed
+    /// once, not looked up first. A wrong guess either way costs time,
+    /// never a count: both ways add to whatever the slot holds.
+    pub(crate) fn remembered(&self, ino: Ino, n: u64, vp: Option<&VnodeRef>, likely_new: bool) {
+        if !likely_new {
             let mut g = self.table.lock();
             let Some(t) = g.as_mut() else { return };
             // A node the kernel holds keeps its record; one it forgot may
@@ -217,17 +221,9 @@ impl Journal {
         }
         // New: its record is made outside the lock (it may take the file
         // system's locks); a concurrent first reference of the same node
-        // is folded in by `put`'s replace below.
+        // is folded in by `add`, which adds to what the slot holds.
         let rec = self.record(ino, vp);
-        self.with_room(|t| {
-            let had = t.get(NODE, ino).unwrap_or(0);
-            t.put(&Slot {
-                tag: NODE,
-                key: ino,
-                value: had.saturating_add(n),
-                rec,
-            });
-        });
+        self.with_room(|t| t.add(NODE, ino, n, &rec));
     }
 
     /// The kernel gave `n` references to inode `ino` back. A node it no
@@ -411,7 +407,7 @@ mod tests {
             (ino % 2 == 0).then_some(r)
         }));
         for ino in 2..20_000u64 {
-            j.remembered(ino, 2, None);
+            j.remembered(ino, 2, None, ino % 2 == 0);
         }
         for ino in 2..10_000u64 {
             j.forgot(ino, if ino % 3 == 0 { 2 } else { 1 });
@@ -456,6 +452,33 @@ mod tests {
     }
 
     #[test]
+    fn counts_add_up_whatever_the_callers_guess_and_however_they_race() {
+        let (j, last) = journal();
+        j.set_recorder(Box::new(|ino, _| Some([ino as u8; JOURNAL_RECORD])));
+        let j = Arc::new(j);
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let j = j.clone();
+                std::thread::spawn(move || {
+                    let mut rng = fastrand::Rng::with_seed(t);
+                    for ino in 1..=5_000u64 {
+                        j.remembered(ino, 1 + t, None, rng.bool());
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let g = last.lock();
+        let (got, _) = read(g.as_ref().unwrap().try_clone().unwrap()).unwrap();
+        assert_eq!(got.nodes.len(), 5_000);
+        for (ino, count, rec) in &got.nodes {
+            assert_eq!((*count, rec[0]), (1 + 2 + 3 + 4, *ino as u8), "inode {ino}");
+        }
+    }
+
+    #[test]
     fn a_forgotten_node_named_again_is_recorded_anew() {
         // Its inode number may be another file's now.
         let (j, last) = journal();
@@ -466,9 +489,9 @@ mod tests {
             r[0] = f.load(Ordering::Relaxed);
             Some(r)
         }));
-        j.remembered(9, 1, None);
+        j.remembered(9, 1, None, true);
         file.store(2, Ordering::Relaxed);
-        j.remembered(9, 1, None);
+        j.remembered(9, 1, None, false);
         let rec = |last: &Arc<Mutex<Option<OwnedFd>>>| {
             let g = last.lock();
             read(g.as_ref().unwrap().try_clone().unwrap())
@@ -479,7 +502,7 @@ mod tests {
         assert_eq!((rec(&last).1, rec(&last).2[0]), (2, 1), "held: kept");
         j.forgot(9, 2);
         assert_eq!((rec(&last).1, rec(&last).2[0]), (0, 1), "forgotten: kept");
-        j.remembered(9, 1, None);
+        j.remembered(9, 1, None, false);
         assert_eq!((rec(&last).1, rec(&last).2[0]), (1, 2), "named again: anew");
     }
 }

@@ -200,16 +200,26 @@ impl Table {
 
     /// Adds or replaces (`tag`, `key`); the table must have room.
     pub fn put(&mut self, s: &Slot) {
-        let i = match self.find(s.tag, s.key) {
-            Ok(i) => i,
+        let (i, _) = self.claim(s.tag, s.key);
+        self.write(i, s);
+    }
+
+    /// The slot of (`tag`, `key`) and its value if live, else a free one
+    /// on its probe path, counted live now (to be written at once).
+    fn claim(&mut self, tag: u8, key: u64) -> (usize, Option<u64>) {
+        match self.find(tag, key) {
+            Ok(i) => (i, Some(self.read(i).2)),
             Err(i) => {
                 if self.read(i).0 == TOMB {
                     self.tombs -= 1;
                 }
                 self.live += 1;
-                i
+                (i, None)
             }
-        };
+        }
+    }
+
+    fn write(&mut self, i: usize, s: &Slot) {
         let b = self.slot_mut(i);
         b[0..8].copy_from_slice(&s.key.to_le_bytes());
         b[16..SLOT].copy_from_slice(&s.rec);
@@ -217,6 +227,24 @@ impl Table {
         std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::Release);
         let tv = (u64::from(s.tag) << 56) | (s.value & VALUE_MASK);
         b[8..16].copy_from_slice(&tv.to_le_bytes());
+    }
+
+    /// Adds `n` to the count of (`tag`, `key`) and gives it record
+    /// `rec` (a slot holding 0, a node the kernel forgot, starts again
+    /// from `n`), or makes it with count `n`: one probe, where a `get`
+    /// then a `put` took two. The table must have room.
+    pub fn add(&mut self, tag: u8, key: u64, n: u64, rec: &JournalRecord) {
+        let (i, old) = self.claim(tag, key);
+        let value = old.map_or(n, |v| v.saturating_add(n));
+        self.write(
+            i,
+            &Slot {
+                tag,
+                key,
+                value,
+                rec: *rec,
+            },
+        );
     }
 
     /// Removes (`tag`, `key`) if live.
