@@ -9,7 +9,7 @@ mod common;
 use common::{can_mount, Mounted};
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Far below the day a watched mount caches for: a change seen within it
@@ -256,15 +256,18 @@ fn a_source_renamed_or_removed_under_the_mount_stays_coherent() {
     fs::create_dir(m.src()).unwrap(); // for the drop's cleanup
 }
 
-#[test]
-fn a_write_through_a_shared_mapping_moves_mtime_at_once() {
+/// A watched passthrough mount named `name` with a 4096-byte file
+/// `mapped` that the kernel does the I/O of, open read-write and mapped
+/// shared and writable (the caller unmaps it); None (said why) where this
+/// machine cannot have that.
+fn mapped_file(name: &str) -> Option<(Mounted, PathBuf, fs::File, *mut libc::c_void)> {
     if let Err(why) = can_mount() {
         eprintln!("skipped: {why}");
-        return;
+        return None;
     }
-    let m = Mounted::new("mapped-write", &["--source", "src"]);
+    let m = Mounted::new(name, &["--source", "src"]);
     if !watched(&m) {
-        return;
+        return None;
     }
     let p = m.mnt.join("mapped");
     fs::write(&p, vec![0u8; 4096]).unwrap();
@@ -276,11 +279,11 @@ fn a_write_through_a_shared_mapping_moves_mtime_at_once() {
         .unwrap();
     if m.counter("fuse.kernel_io.open_files") == 0 {
         eprintln!("skipped: the kernel does not do this mount's I/O here");
-        return;
+        return None;
     }
     use std::os::fd::AsRawFd;
     // SAFETY: a fresh shared mapping of 4096 bytes of an open file of at
-    // least that size; nothing else aliases it, and it is unmapped below.
+    // least that size; nothing else aliases it, and the caller unmaps it.
     let map = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
@@ -292,6 +295,15 @@ fn a_write_through_a_shared_mapping_moves_mtime_at_once() {
         )
     };
     assert_ne!(map, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
+    Some((m, p, f, map))
+}
+
+#[test]
+fn a_write_through_a_shared_mapping_moves_mtime_at_once() {
+    // `_f` keeps the file open (and its attributes uncached) throughout.
+    let Some((m, p, _f, map)) = mapped_file("mapped-write") else {
+        return;
+    };
     // Cached now (after the mmap, which makes the kernel drop its atime),
     // as a day-long cache would keep it.
     let before = meta(&p).unwrap();
@@ -321,40 +333,9 @@ fn a_write_through_a_shared_mapping_moves_mtime_at_once() {
 
 #[test]
 fn a_mapping_that_outlives_its_file_still_moves_mtime_at_once() {
-    if let Err(why) = can_mount() {
-        eprintln!("skipped: {why}");
+    let Some((m, p, f, map)) = mapped_file("mapped-after-close") else {
         return;
-    }
-    let m = Mounted::new("mapped-after-close", &["--source", "src"]);
-    if !watched(&m) {
-        return;
-    }
-    let p = m.mnt.join("mapped");
-    fs::write(&p, vec![0u8; 4096]).unwrap();
-    settled(&m);
-    let f = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&p)
-        .unwrap();
-    if m.counter("fuse.kernel_io.open_files") == 0 {
-        eprintln!("skipped: the kernel does not do this mount's I/O here");
-        return;
-    }
-    use std::os::fd::AsRawFd;
-    // SAFETY: a fresh shared mapping of 4096 bytes of an open file of at
-    // least that size; nothing else aliases it, and it is unmapped below.
-    let map = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            4096,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        )
     };
-    assert_ne!(map, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
     // Every open of the file is closed (RELEASE): only the mapping holds
     // the kernel's backing file now.
     drop(f);
