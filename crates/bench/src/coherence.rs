@@ -85,10 +85,11 @@ pub struct CoherenceOpts {
 /// Whether `server`'s kinds of change run one after another rather than
 /// all at once, each poller alone with the change it waits for.
 ///
-/// A poller probes every `--poll_ms` (0.5 ms): fourteen of them at once
-/// keep two CPUs busy, and a change that shows within milliseconds (the
-/// watched passthrough's) is then timed mostly waiting for a CPU behind
-/// the other kinds' pollers, not for the server. A server whose changes
+/// A poller probes without pause but `--poll_ms`: every kind's at once
+/// compete with the server and its watcher for the CPUs, and a change
+/// that shows within milliseconds (the watched passthrough's) would be
+/// timed waiting for a CPU behind the other kinds' pollers, not for the
+/// server. A server whose changes
 /// show when a timeout of a second runs out is timed the same either way,
 /// and its kinds run at once so that the run takes seconds, not minutes.
 /// `--together` runs every server's kinds at once, the loaded case.

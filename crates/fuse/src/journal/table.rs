@@ -231,8 +231,9 @@ impl Table {
 
     /// Adds `n` to the count of (`tag`, `key`) and gives it record
     /// `rec` (a slot holding 0, a node the kernel forgot, starts again
-    /// from `n`), or makes it with count `n`: one probe, where a `get`
-    /// then a `put` took two. The table must have room.
+    /// from `n`), or makes it with count `n`, in one probe (a node new to
+    /// the kernel is journaled on the path of every cold LOOKUP). The
+    /// table must have room.
     pub fn add(&mut self, tag: u8, key: u64, n: u64, rec: &JournalRecord) {
         let (i, old) = self.claim(tag, key);
         let value = old.map_or(n, |v| v.saturating_add(n));
@@ -271,10 +272,9 @@ impl Table {
     /// slots (tombstones dropped).
     ///
     /// Half as large again as what it holds: two-thirds full after
-    /// growing, four-fifths at the next growth, so a slot of 40 bytes
-    /// costs 50-60 bytes a live entry over the whole cycle (the journal's
-    /// memory bound is 64 a node; doubling would reach 80 right after
-    /// each growth).
+    /// growing, four-fifths at the next growth, so past the first growth
+    /// a live entry never takes more than one and a half slots (the
+    /// journal's memory bound per node; doubling would allow two).
     pub fn grown(&mut self, need: usize) -> std::io::Result<Table> {
         let want = (self.live + need) * 3 / 2;
         let mut t = Table::new(want)?;
