@@ -98,7 +98,7 @@ pub struct NodeTable {
 }
 
 /// Adopted counts: (node id, count) sorted by id, one per id; a count of
-/// 0 is a node found or forgotten since, no longer adopted.
+/// 0 marks a node found or forgotten since: its count is the vnode's.
 #[derive(Default)]
 struct Adopted {
     nodes: Vec<(u64, u64)>,

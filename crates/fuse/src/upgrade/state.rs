@@ -276,8 +276,8 @@ impl From<previous::V4> for ServerState {
                 count: n.count,
             })
             .collect();
-        // Sorted by id as this version sends them (version 4 gave them in
-        // its table's order).
+        // Sorted by id as this version sends them (version 4's are in its
+        // table's order).
         nodes.sort_unstable_by_key(|n| n.id);
         ServerState {
             negotiated: s.negotiated,
@@ -300,7 +300,7 @@ impl From<previous::V4> for ServerState {
                 .collect(),
             next_handle: s.next_handle,
             backings: s.backings,
-            // Version 4 waited for no backing file after its close.
+            // Version 4 has no backing files waited for past their close.
             written: Vec::new(),
             mount: MountState {
                 mountpoint: s.mount.mountpoint,
