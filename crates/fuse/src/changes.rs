@@ -14,7 +14,7 @@
 //! inode's invalidation), names can. So when entry replies about a
 //! directory were under way or just sent as a batch is reported
 //! ([`crate::entry_race::EntryRace`]), the batch's name invalidations in
-//! that directory are sent again a few times over the next 200 ms, by
+//! that directory are sent again at each of [`REPEATS`] after it, by
 //! when the racing reply's name is in the dcache. (A requester descheduled for
 //! longer between our reply and its dcache update can still keep a stale
 //! name; the kernel offers no per-name epoch to close that.)
