@@ -6,6 +6,8 @@
 #
 #   scripts/cold-walk-sidebyside.sh OLD_UVFS NEW_UVFS
 #   FILES=200000 REPEATS=5 (the defaults)  OUT=DIR keeps each walk's `uvfs stat --json`
+#   WALKERS="1 2" (the default; "1" for one-walker rounds only, as a
+#   bisection wants)  NATIVE=0 leaves the source's own walks out
 #
 # The tree: two subtrees t0 and t1 under the source (/var/tmp, ext4 here),
 # each FILES/2 empty files, 100 to a directory (2,000 directories at
@@ -29,6 +31,8 @@ fi
 declare -A BIN=([old]=$1 [new]=$2)
 FILES=${FILES:-200000}
 REPEATS=${REPEATS:-5}
+WALKERS=${WALKERS:-1 2}
+NATIVE=${NATIVE:-1}
 OUT=${OUT:-}
 W=$(mktemp -d /var/tmp/uvfs-cold-sbs.XXXXXX)
 mkdir "$W/src" "$W/mnt-old" "$W/mnt-new"
@@ -102,13 +106,14 @@ timed_walk() {
 median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
 declare -A rate ratio scpu wcpu
-configs=(old new native)
+configs=(old new)
+[ "$NATIVE" = 0 ] || configs+=(native)
 for r in $(seq 1 "$REPEATS"); do
     # old and new next to each other, each first in every other round.
-    if [ $((r % 2)) = 1 ]; then order=(old new native); else order=(native new old); fi
+    if [ $((r % 2)) = 1 ]; then order=("${configs[@]}"); else order=("${configs[@]}") && order=("${order[@]:2}" new old); fi
     declare -A this=()
     for c in "${order[@]}"; do
-        for t in 1 2; do
+        for t in $WALKERS; do
             if [ "$c" = native ]; then
                 read -r s wc sc <<<"$(timed_walk "$W/src" "$t")"
             else
@@ -131,13 +136,13 @@ for r in $(seq 1 "$REPEATS"); do
                 "$(echo "scale=3; $wc * 1000000 / $entries" | bc)" "$(cut -d' ' -f1 /proc/loadavg)"
         done
     done
-    for t in 1 2; do
+    for t in $WALKERS; do
         ratio[$t]+="$(echo "scale=4; ${this[new,$t]} / ${this[old,$t]}" | bc) "
     done
 done
 
 echo "cold walks of $entries entries ($FILES files), medians of $REPEATS:"
-for t in 1 2; do
+for t in $WALKERS; do
     for c in "${configs[@]}"; do
         printf '  T=%d %-6s %8.0f stats/s, CPU per stat: server %.2f us, walkers %.2f us\n' "$t" "$c" \
             "$(echo "${rate[$c,$t]}" | median)" "$(echo "${scpu[$c,$t]}" | median)" "$(echo "${wcpu[$c,$t]}" | median)"

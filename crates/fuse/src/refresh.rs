@@ -76,9 +76,14 @@ pub const MIN_ATTR_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DELAY: Duration = Duration::from_millis(2);
 
 /// How long the thread waits, once a directory is due, for others to be
-/// due too: a clone per batch costs far more than one directory's stat,
-/// and a walk lists hundreds of directories a second.
-pub const GATHER: Duration = Duration::from_millis(2);
+/// due too. A walk lists hundreds of directories a second, and each batch
+/// costs a wake-up of this thread and, when the queue had run empty, a
+/// wake-up call on the request path of the server thread that queued the
+/// next directory: on a two-CPU machine a cold walk's lone walker waits
+/// behind them. Gathering longer makes them fewer; attributes then come
+/// later after a listing, which matters only to a `stat` of the directory
+/// within the first moments, answered by a round trip as without this.
+pub const GATHER: Duration = Duration::from_millis(20);
 
 /// Descriptors a batch holds at most: one path in the clone. They come out
 /// of the file system's fd budget (`FileSystem::reserve_fds`), as does the

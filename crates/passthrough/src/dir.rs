@@ -54,13 +54,14 @@ fn dtype(t: u8) -> Option<VType> {
 }
 
 impl PassthroughFs {
-    /// Calls `f` for each entry after cookie `offset` until it returns
-    /// `true` (full) or the directory ends.
+    /// Calls `f` for each entry after cookie `offset`, with the entry's
+    /// inode number on the source, until it returns `true` (full) or the
+    /// directory ends.
     fn scan(
         &self,
         of: &OpenFile,
         offset: u64,
-        f: &mut dyn FnMut(DirEntry) -> VfsResult<bool>,
+        f: &mut dyn FnMut(DirEntry, u64) -> VfsResult<bool>,
     ) -> VfsResult<()> {
         let _g = of.dir_lock.lock();
         let fd = of.fd.as_fd();
@@ -73,7 +74,7 @@ impl PassthroughFs {
             }
             for d in sys::dirents(&buf[..n]) {
                 let e = self.entry(&of.node, fd, &d);
-                if f(e)? {
+                if f(e, d.ino)? {
                     return Ok(());
                 }
             }
@@ -113,7 +114,31 @@ impl PassthroughFs {
         if !Arc::ptr_eq(&of.node, &self.node_of(dir)?) {
             return Err(Errno::EBADF);
         }
-        self.scan(&of, offset, &mut |e| Ok(sink(&e)))
+        // A walker's listing goes on here past its first READDIRPLUS (the
+        // kernel asks READDIRPLUS only at offset 0 unless a LOOKUP in the
+        // directory advised it), so a directory of more subdirectories
+        // than one reply holds hands the readahead the rest of them here;
+        // without this it warmed only the first reply's.
+        let _active = self.plus_load.enter();
+        let ahead = self.prefetch.as_ref().filter(|_| self.plus_load.alone());
+        let mut subdirs = Vec::new();
+        self.scan(&of, offset, &mut |e, source_ino| {
+            let full = sink(&e);
+            if ahead.is_some()
+                && !full
+                && e.kind == VType::Dir
+                && !uvfs_vfs::is_dot_or_dotdot(&e.name)
+            {
+                if let Ok(name) = CString::new(e.name) {
+                    subdirs.push((name, source_ino));
+                }
+            }
+            Ok(full)
+        })?;
+        if let Some(p) = ahead {
+            p.listed(&of.node, of.node.dev(), of.node.ino, subdirs);
+        }
+        Ok(())
     }
 
     pub(crate) fn do_readdirplus(
@@ -146,7 +171,7 @@ impl PassthroughFs {
             let subdirs = want_subdirs.then_some(&mut subdirs);
             self.plus_chunk(&dnode, chunk, sink, given, subdirs)
         };
-        self.scan(&of, offset, &mut |e| {
+        self.scan(&of, offset, &mut |e, _| {
             chunk.push(e);
             if chunk.len() == CHUNK {
                 full = plus(&mut chunk, &mut given)?;

@@ -1,6 +1,7 @@
-//! How busy READDIRPLUS is, so that a listing probes its entries in
-//! parallel only while the other core would be idle (see `dir.rs`,
-//! "READDIRPLUS"). A type of its own because the file system holds one
+//! How busy listing is (READDIRPLUS, and the READDIRs that go on with a
+//! listing past its first reply), so that a listing probes its entries in
+//! parallel, and feeds the readahead, only while the other core would be
+//! idle (see `dir.rs`, "READDIRPLUS"). A type of its own because the file system holds one
 //! (`PassthroughFs::plus_load`) and `dir.rs` uses it: kept apart, neither
 //! module needs the other's.
 
@@ -60,7 +61,7 @@ impl PlusLoad {
     }
 }
 
-/// Counts a READDIRPLUS in progress for as long as it lives.
+/// Counts a listing request in progress for as long as it lives.
 pub(crate) struct Active<'a>(&'a AtomicUsize);
 
 impl Drop for Active<'_> {

@@ -21,10 +21,11 @@
 //! It works only [`WINDOW`] directories ahead of where the walker is, at
 //! SCHED_IDLE (it runs on a core nothing else wants), on at most
 //! [`MAX_BATCHES`] directories' lists of subdirectories. A list holds its
-//! directory's node, not an fd: the thread borrows the node's cached fd
-//! while it opens a subdirectory (if the pool took it back meanwhile, that
-//! list is skipped), and the one fd it opens takes a slot of the budget
-//! like every backing fd. A listing that no walker follows (`ls -l`)
+//! directory's node and the fd the listing found cached for it (see
+//! [`Parent`]; without one, the node's cached fd at the time, else the list
+//! is skipped), and the one fd the thread opens takes a slot of the budget
+//! like every backing fd. Lists are fed by READDIRPLUS and by the
+//! READDIRs that go on with a listing past its first reply. A listing that no walker follows (`ls -l`)
 //! costs at most [`WINDOW`] directories' lookups. It is fed only while one READDIRPLUS
 //! runs at a time (`PlusLoad::alone`): with two walkers both cores are busy
 //! and there is nothing to win.
@@ -37,7 +38,7 @@
 //! thread moves past that directory (the server is looking it up now). If
 //! it is warming that very directory, it stops.
 
-use crate::fdpool::FdPool;
+use crate::fdpool::{Fd, FdPool};
 use crate::node::Node;
 use crate::sys;
 use parking_lot::{Condvar, Mutex};
@@ -176,8 +177,21 @@ pub struct PrefetchCounters {
     pub overtaken: AtomicU64,
 }
 
+/// A listed directory as its list reaches it: the node, and its fd as the
+/// listing found it cached. A list lives as long as the walker is in the
+/// directory, which for a directory of thousands of subdirectories is
+/// longer than the pool keeps an fd nobody else uses: without its own
+/// reference the list would be skipped from the moment the pool took the
+/// fd back. The reference keeps the fd counted in the budget (it goes back
+/// when the list ends), so at most [`MAX_BATCHES`] fds are kept this way.
+#[derive(Clone)]
+struct Parent {
+    node: Arc<Node>,
+    fd: Option<Arc<Fd>>,
+}
+
 struct Shared {
-    state: Mutex<State<Arc<Node>>>,
+    state: Mutex<State<Parent>>,
     cv: Condvar,
     /// Set when the walker reaches the directory being warmed.
     stop: AtomicBool,
@@ -237,8 +251,12 @@ impl Prefetcher {
         if subdirs.is_empty() {
             return;
         }
+        let parent = Parent {
+            node: dir.clone(),
+            fd: dir.cached_fd(),
+        };
         let mut st = self.shared.state.lock();
-        st.listed(dir, dev, ino, subdirs);
+        st.listed(&parent, dev, ino, subdirs);
         self.shared.armed.store(true, Ordering::Relaxed);
         self.shared.cv.notify_one();
     }
@@ -284,7 +302,7 @@ fn run(shared: Arc<Shared>) {
 
 /// Looks up every entry of `dir`/`name` (a directory on device `dev`),
 /// unless the walker gets there first.
-fn warm(shared: &Shared, dir: &Node, name: &CString, dev: u64, buf: &mut [u8]) {
+fn warm(shared: &Shared, dir: &Parent, name: &CString, dev: u64, buf: &mut [u8]) {
     // A slot of the budget, like any backing fd; none left: skip.
     let Ok(slot) = shared.pool.reserve() else {
         return;
@@ -293,7 +311,8 @@ fn warm(shared: &Shared, dir: &Node, name: &CString, dev: u64, buf: &mut [u8]) {
     // list. Without the right to it, no readahead for that directory.
     let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_NOATIME;
     // The parent's fd is borrowed only for the open.
-    let Some(Ok(fd)) = dir.cached_fd().map(|d| sys::openat(d.as_fd(), name, flags)) else {
+    let parent = dir.fd.clone().or_else(|| dir.node.cached_fd());
+    let Some(Ok(fd)) = parent.map(|d| sys::openat(d.as_fd(), name, flags)) else {
         return;
     };
     let fd = slot.into_fd(fd);

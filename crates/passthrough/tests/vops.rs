@@ -482,3 +482,69 @@ fn a_lone_listing_reads_ahead_a_window_of_subdirectories_and_no_further() {
         );
     }
 }
+
+#[test]
+fn a_listing_continued_by_readdir_reads_ahead_the_subdirectories_it_names() {
+    // The kernel asks READDIRPLUS only for a listing's first reply and
+    // plain READDIR for the rest: the subdirectories named there are
+    // read ahead too (prefetch.rs), or a directory of more subdirectories
+    // than one reply holds would be read ahead no further than that reply.
+    let e = env("readahead-readdir");
+    for i in 0..20 {
+        let d = e.src.path().join(format!("s{i:02}"));
+        std::fs::create_dir(&d).unwrap();
+        for f in 0..3 {
+            std::fs::write(d.join(format!("f{f}")), b"").unwrap();
+        }
+    }
+    let counter = |name: &str| {
+        e.fs.stats()
+            .into_iter()
+            .find(|s| s.0 == name)
+            .unwrap_or_else(|| panic!("no counter {name}"))
+            .1
+    };
+    let fh = e.fs.opendir(&ROOT, &e.root, 0).unwrap();
+    // A first reply with room for four entries: four subdirectories at
+    // most, fewer than the window.
+    let (mut taken, mut first, mut offset) = (0, 0, 0);
+    e.fs.readdirplus(&ROOT, &e.root, fh, 0, &mut |ent, _| {
+        if taken == 4 {
+            return true;
+        }
+        taken += 1;
+        first += usize::from(!matches!(&ent.name[..], b"." | b".."));
+        offset = ent.offset;
+        false
+    })
+    .unwrap();
+    let mut rest = 0;
+    e.fs.readdir(&e.root, fh, offset, &mut |ent| {
+        rest += usize::from(!matches!(&ent.name[..], b"." | b".."));
+        false
+    })
+    .unwrap();
+    e.fs.releasedir(&e.root, fh).unwrap();
+    assert_eq!(
+        first + rest,
+        20,
+        "{first} named by READDIRPLUS, {rest} by READDIR"
+    );
+    // The window (8 subdirectories) is filled from both replies.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while counter("passthrough.readahead.dirs") < 8 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "read ahead {} subdirectories of 8",
+            counter("passthrough.readahead.dirs")
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(
+        counter("passthrough.readahead.dirs"),
+        8,
+        "no further than the window"
+    );
+    assert_eq!(counter("passthrough.readahead.entries"), 8 * 3);
+}
