@@ -122,8 +122,9 @@ impl PassthroughFs {
         let _active = self.plus_load.enter();
         let ahead = self.prefetch.as_ref().filter(|_| self.plus_load.alone());
         let mut subdirs = Vec::new();
+        let mut full = false;
         self.scan(&of, offset, &mut |e, source_ino| {
-            let full = sink(&e);
+            full = sink(&e);
             if ahead.is_some()
                 && !full
                 && e.kind == VType::Dir
@@ -136,7 +137,7 @@ impl PassthroughFs {
             Ok(full)
         })?;
         if let Some(p) = ahead {
-            p.listed(&of.node, of.node.dev(), of.node.ino, subdirs);
+            p.listed(&of.node, of.node.dev(), of.node.ino, subdirs, !full);
         }
         Ok(())
     }
@@ -179,10 +180,10 @@ impl PassthroughFs {
             Ok(full)
         })?;
         if !full && !chunk.is_empty() {
-            plus(&mut chunk, &mut given)?;
+            full = plus(&mut chunk, &mut given)?;
         }
         if let Some((p, _)) = ahead {
-            p.listed(&dnode, dnode.dev(), dnode.ino, subdirs);
+            p.listed(&dnode, dnode.dev(), dnode.ino, subdirs, !full);
         }
         Ok(())
     }

@@ -65,6 +65,11 @@ struct Batch<D> {
     walker: usize,
     /// The next subdirectory to warm.
     next: usize,
+    /// Whether the listing reached the directory's end. Until then the
+    /// batch stays, warmed or not, for the rest of the listing to extend:
+    /// a batch dropped once warmed and made again from the rest would
+    /// warm another window for a walker that has not moved.
+    complete: bool,
 }
 
 /// The batches and what the thread is doing; everything here runs under
@@ -118,14 +123,23 @@ impl<D: Clone> State<D> {
     }
 
     /// Directory (dev, ino), reached through `dir`, was listed (or part of
-    /// it) and has these subdirectories.
-    fn listed(&mut self, dir: &D, dev: u64, ino: u64, mut subdirs: Vec<(CString, u64)>) {
+    /// it, up to its end if `complete`) and has these subdirectories.
+    fn listed(
+        &mut self,
+        dir: &D,
+        dev: u64,
+        ino: u64,
+        mut subdirs: Vec<(CString, u64)>,
+        complete: bool,
+    ) {
         match self.batches.last_mut() {
             // The rest of a listing the kernel asked for in pieces.
-            Some(top) if top.dev == dev && top.ino == ino => {
+            Some(top) if top.dev == dev && top.ino == ino && !top.complete => {
                 let room = MAX_SUBDIRS.saturating_sub(top.subdirs.len());
                 top.subdirs.extend(subdirs.into_iter().take(room));
+                top.complete = complete;
             }
+            _ if subdirs.is_empty() => {}
             _ => {
                 if self.batches.len() == MAX_BATCHES {
                     self.batches.remove(0);
@@ -138,6 +152,7 @@ impl<D: Clone> State<D> {
                     subdirs,
                     walker: 0,
                     next: 0,
+                    complete,
                 });
             }
         }
@@ -160,9 +175,11 @@ impl<D: Clone> State<D> {
         None
     }
 
-    /// Whether every batch has been warmed to its end.
+    /// Whether every batch has been warmed to its listing's end.
     fn exhausted(&self) -> bool {
-        self.batches.iter().all(|b| b.next >= b.subdirs.len())
+        self.batches
+            .iter()
+            .all(|b| b.complete && b.next >= b.subdirs.len())
     }
 }
 
@@ -246,9 +263,19 @@ impl Prefetcher {
     }
 
     /// Directory (dev, ino), reachable through `dir`, was listed (part of
-    /// it, perhaps) and has these subdirectories (name, inode number).
-    pub(crate) fn listed(&self, dir: &Arc<Node>, dev: u64, ino: u64, subdirs: Vec<(CString, u64)>) {
-        if subdirs.is_empty() {
+    /// it, or up to its end if `complete`) and has these subdirectories
+    /// (name, inode number).
+    pub(crate) fn listed(
+        &self,
+        dir: &Arc<Node>,
+        dev: u64,
+        ino: u64,
+        subdirs: Vec<(CString, u64)>,
+        complete: bool,
+    ) {
+        // Relaxed: as in `reading`; with nothing queued there is no batch
+        // for the end of a listing to complete.
+        if subdirs.is_empty() && !(complete && self.shared.armed.load(Ordering::Relaxed)) {
             return;
         }
         let parent = Parent {
@@ -256,7 +283,7 @@ impl Prefetcher {
             fd: dir.cached_fd(),
         };
         let mut st = self.shared.state.lock();
-        st.listed(&parent, dev, ino, subdirs);
+        st.listed(&parent, dev, ino, subdirs, complete);
         self.shared.armed.store(true, Ordering::Relaxed);
         self.shared.cv.notify_one();
     }
@@ -368,7 +395,7 @@ mod tests {
     #[test]
     fn warms_only_a_window_ahead_of_the_walker() {
         let mut st = State::default();
-        st.listed(&0, 1, 100, names(20, 1000));
+        st.listed(&0, 1, 100, names(20, 1000), true);
         // Nothing listed by the walker yet: the first WINDOW subdirectories.
         assert_eq!(
             drain(&mut st),
@@ -387,7 +414,7 @@ mod tests {
     #[test]
     fn the_walker_overtakes_and_skips_ahead() {
         let mut st = State::default();
-        st.listed(&0, 1, 100, names(30, 1000));
+        st.listed(&0, 1, 100, names(30, 1000), true);
         st.busy = Some((1, 1000));
         // The walker lists the directory being warmed: stop it.
         assert!(st.reading(1, 1000));
@@ -403,34 +430,53 @@ mod tests {
     fn depth_first_the_deepest_batch_goes_first_and_left_subtrees_are_dropped() {
         let mut st = State::default();
         // The root lists 3 subdirectories; the walker enters the first.
-        st.listed(&0, 1, 1, names(3, 10));
+        st.listed(&0, 1, 1, names(3, 10), true);
         st.reading(1, 10);
-        st.listed(&1, 1, 10, names(3, 100));
+        st.listed(&1, 1, 10, names(3, 100), true);
         // The deeper batch first, then the rest of the one below.
         assert_eq!(drain(&mut st), vec![100, 101, 102, 11, 12]);
         assert!(st.exhausted());
         // Back up in the root's second subdirectory: the first's batch is
         // dropped.
-        st.listed(&1, 1, 10, names(2, 200));
+        st.listed(&1, 1, 10, names(2, 200), true);
         st.reading(1, 11);
         assert_eq!(st.batches.len(), 1);
         assert_eq!(st.batches[0].ino, 1);
     }
 
     #[test]
+    fn a_batch_warmed_before_its_listing_ends_is_kept_for_the_rest() {
+        let mut st = State::default();
+        // A first reply of 3 subdirectories, all warmed at once.
+        st.listed(&0, 1, 5, names(3, 10), false);
+        assert_eq!(drain(&mut st), vec![10, 11, 12]);
+        assert!(!st.exhausted(), "the listing goes on");
+        // The rest: the window counts what was warmed already.
+        st.listed(&0, 1, 5, names(20, 13), false);
+        assert_eq!(drain(&mut st), (13..10 + WINDOW as u64).collect::<Vec<_>>());
+        // The listing's end, naming no subdirectory, completes it.
+        st.listed(&0, 1, 5, Vec::new(), true);
+        assert_eq!(st.batches.len(), 1);
+        assert!(st.batches[0].complete);
+    }
+
+    #[test]
     fn a_listing_in_pieces_extends_its_batch_and_batches_are_bounded() {
         let mut st = State::default();
-        st.listed(&0, 1, 5, names(2, 10));
-        st.listed(&0, 1, 5, names(2, 12));
+        st.listed(&0, 1, 5, names(2, 10), false);
+        st.listed(&0, 1, 5, names(2, 12), true);
         assert_eq!(st.batches.len(), 1);
         assert_eq!(st.batches[0].subdirs.len(), 4);
+        // Listed again from the start: a batch of its own.
+        st.listed(&0, 1, 5, names(2, 10), true);
+        assert_eq!(st.batches.len(), 2);
         for d in 0..(MAX_BATCHES as u64 + 5) {
-            st.listed(&0, 1, 1000 + d, names(1, 5000 + d));
+            st.listed(&0, 1, 1000 + d, names(1, 5000 + d), true);
         }
         assert_eq!(st.batches.len(), MAX_BATCHES);
         // The oldest went first.
         assert_eq!(st.batches[0].ino, 1000 + 5);
-        st.listed(&0, 1, 7, names(MAX_SUBDIRS as u64 + 10, 1));
+        st.listed(&0, 1, 7, names(MAX_SUBDIRS as u64 + 10, 1), true);
         assert_eq!(st.batches.last().unwrap().subdirs.len(), MAX_SUBDIRS);
     }
 }
