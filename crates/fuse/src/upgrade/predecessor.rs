@@ -286,7 +286,16 @@ fn hand_over(
     let head = state.encode_head()?;
     let t_encoded = started.elapsed();
     let parts = [&head[..], &state.fs_bytes[..]];
-    if let Err(e) = wire::send_parts(&child.sock, &parts, &wire::borrow_all(&fds)) {
+    // A successor that reads frames in memfds gets a large state in one
+    // (older builds do not say so, and get it through the socket).
+    let sealed = hello.get("frames_in_memfd").and_then(|v| v.as_bool()) == Some(true)
+        && head.len() + state.fs_bytes.len() >= wire::SEALED_FROM;
+    let send = if sealed {
+        wire::send_parts_sealed
+    } else {
+        wire::send_parts
+    };
+    if let Err(e) = send(&child.sock, &parts, &wire::borrow_all(&fds)) {
         // A successor that refused the state may have said why and gone
         // before taking all of it: its reason is the news, not the pipe.
         return Err(
@@ -299,12 +308,13 @@ fn hand_over(
     drop(fds);
     log::info!(
         "hand-over: parked after {} ms, state saved at {} ms, encoded at {} ms ({} bytes), \
-         sent at {} ms",
+         sent at {} ms{}",
         t_parked.as_millis(),
         t_saved.as_millis(),
         t_encoded.as_millis(),
         head.len() + state.fs_bytes.len(),
-        started.elapsed().as_millis()
+        started.elapsed().as_millis(),
+        if sealed { " (in a sealed memfd)" } else { "" }
     );
     // From "taking", the successor may be answering requests: serving on
     // here would answer from a state that misses what it did. A successor

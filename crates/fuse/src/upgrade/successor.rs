@@ -44,6 +44,8 @@ pub fn receive(fd_arg: &str) -> std::io::Result<Handoff> {
     let hello = serde_json::json!({
         "state_version": super::state::hello_version(told.as_deref()),
         "state_versions": super::state::READS,
+        // The state may come in a sealed memfd (`wire::send_parts_sealed`).
+        "frames_in_memfd": true,
         "pid": std::process::id(),
     });
     wire::send(&sock, hello.to_string().as_bytes(), &[])?;
