@@ -1,9 +1,9 @@
 //! How busy listing is (READDIRPLUS, and the READDIRs that go on with a
 //! listing past its first reply), so that a listing probes its entries in
 //! parallel, and feeds the readahead, only while the other core would be
-//! idle (see `dir.rs`, "READDIRPLUS"). A type of its own because the file system holds one
-//! (`PassthroughFs::plus_load`) and `dir.rs` uses it: kept apart, neither
-//! module needs the other's.
+//! idle (see `dir.rs`, "READDIRPLUS"). A type of its own because the file
+//! system holds one (`PassthroughFs::plus_load`) and `dir.rs` uses it:
+//! kept apart, neither module needs the other's.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
