@@ -449,7 +449,7 @@ impl NodeTable {
         self.layer
             .ext_held_refs(&self.mount)
             .into_iter()
-            .map(|(vp, count)| (self.node_id(vp.ino()), vp, count))
+            .map(|(ino, vp, count)| (self.node_id(ino), vp, count))
             .collect()
     }
 

@@ -183,7 +183,7 @@ impl MemFs {
         };
         Ok(Saved {
             format: format.to_owned(),
-            bytes: saved::encode(&state)?,
+            bytes: saved::encode(&state)?.into(),
             fds,
         })
     }
@@ -601,7 +601,7 @@ mod tests {
 
     fn restore_changed(saved: Saved, state: &State) -> VfsResult<()> {
         let saved = Saved {
-            bytes: saved::encode(state).unwrap(),
+            bytes: saved::encode(state).unwrap().into(),
             ..saved
         };
         let layer = VnodeLayer::new(uvfs_vnode::Config::with_limit(64));

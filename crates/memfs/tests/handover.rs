@@ -364,11 +364,11 @@ fn another_format_or_a_broken_state_is_refused() {
     assert_eq!(restore(unsealed), Err(Errno::EPROTO));
 
     let good = save(&fs, std::slice::from_ref(&gone));
-    let bytes = good.bytes.clone();
+    let bytes = good.bytes.to_vec();
     let fd = || good.fds[0].try_clone().unwrap();
     let with = |bytes: Vec<u8>| Saved {
         format: SAVED_FORMAT.into(),
-        bytes,
+        bytes: bytes.into(),
         fds: vec![fd()],
     };
     // Every truncation.

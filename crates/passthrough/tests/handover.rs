@@ -278,13 +278,13 @@ fn another_format_a_garbled_state_or_another_source_is_refused() {
         Vec::new(),
         good[..good.len() / 2].to_vec(),
         good[..good.len() - 1].to_vec(),
-        [good.clone(), vec![0]].concat(),
+        [&good[..], &[0]].concat(),
         vec![0xff; good.len()],
         good.iter().map(|b| b ^ 0x5a).collect(),
     ];
     for bytes in garbles {
         let mut s = save();
-        s.bytes = bytes;
+        s.bytes = bytes.into();
         let err = restore(e.src.path(), s).unwrap_err();
         assert_eq!(err.errno, Errno::EPROTO, "{err}");
     }
@@ -299,7 +299,9 @@ fn another_format_a_garbled_state_or_another_source_is_refused() {
     let good = save().bytes;
     for i in (0..good.len() * 8).step_by(7) {
         let mut s = save();
-        s.bytes[i / 8] ^= 1 << (i % 8);
+        let mut flipped = s.bytes.to_vec();
+        flipped[i / 8] ^= 1 << (i % 8);
+        s.bytes = flipped.into();
         let _ = restore(e.src.path(), s);
     }
     assert!(restore(e.src.path(), save()).is_ok());

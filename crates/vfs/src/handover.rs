@@ -30,6 +30,8 @@
 use crate::{Fh, Ino, VnodeRef};
 use std::os::fd::OwnedFd;
 
+pub use bytes::Bytes;
+
 /// What the server asks a file system to keep for its successor.
 pub struct Keep<'a> {
     /// Nodes the kernel knows (it may name any of them in a request).
@@ -43,8 +45,10 @@ pub struct Keep<'a> {
 pub struct Saved {
     /// The encoding of `bytes` and its version, e.g. `"uvfs-memfs/1"`.
     pub format: String,
-    /// The state itself.
-    pub bytes: Vec<u8>,
+    /// The state itself. Shared and immutable: what a successor receives
+    /// may be a mapping of the memfd the predecessor wrote it to, read in
+    /// place (`From<Vec<u8>>` for a state built in memory).
+    pub bytes: bytes::Bytes,
     /// Descriptors the state refers to (by index into this vector).
     pub fds: Vec<OwnedFd>,
 }

@@ -461,10 +461,12 @@ impl VnodeLayer {
     }
 
     /// Use references to the vnodes of the mount that the front end holds
-    /// (external count above 0), with those counts, in one walk of the
-    /// table: a live upgrade's snapshot of a million nodes, which
-    /// `ext_held` and then a `lookup_cached` of each would look up twice.
-    pub fn ext_held_refs(&self, mnt: &Mount) -> Vec<(VnodeRef, u64)> {
+    /// (external count above 0), with their inode numbers and those
+    /// counts, in one walk of the table: a live upgrade's snapshot of a
+    /// million nodes, which `ext_held` and then a `lookup_cached` of each
+    /// would look up twice (the inode number is read while the vnode is
+    /// in the cache: reading it afterwards costs a million misses more).
+    pub fn ext_held_refs(&self, mnt: &Mount) -> Vec<(Ino, VnodeRef, u64)> {
         self.refs_of_mount(mnt, |ext| ext > 0)
     }
 
@@ -475,19 +477,20 @@ impl VnodeLayer {
     pub fn unheld_refs(&self, mnt: &Mount) -> Vec<VnodeRef> {
         self.refs_of_mount(mnt, |ext| ext == 0)
             .into_iter()
-            .map(|(vp, _)| vp)
+            .map(|(_, vp, _)| vp)
             .collect()
     }
 
     /// Use references to the vnodes of `mnt` whose external count passes
-    /// `want` (checked again once referenced), with those counts. The
+    /// `want` (checked again once referenced), with their inode numbers
+    /// and those counts. The
     /// shards are split among threads: a million vnodes are a million
     /// cache misses, and a live upgrade's requests wait for them.
     fn refs_of_mount(
         &self,
         mnt: &Mount,
         want: impl Fn(u64) -> bool + Sync,
-    ) -> Vec<(VnodeRef, u64)> {
+    ) -> Vec<(Ino, VnodeRef, u64)> {
         let n = self.table.shard_count();
         let threads = std::thread::available_parallelism()
             .map_or(1, |t| t.get())
@@ -505,14 +508,23 @@ impl VnodeLayer {
                     }
                 }
             });
-            taken
-                .into_iter()
-                .filter_map(|t| {
+            let mut out = Vec::with_capacity(taken.len());
+            let mut taken = taken.into_iter().peekable();
+            while taken.peek().is_some() {
+                // A batch's vnodes read first, their misses overlapping
+                // (`each_of_mount`): this thread's half of a million
+                // vnodes left the cache long ago.
+                let batch: Vec<_> = taken.by_ref().take(32).collect();
+                for (vp, _) in &batch {
+                    std::hint::black_box(vp.ext.load(Ordering::Relaxed));
+                }
+                out.extend(batch.into_iter().filter_map(|t| {
                     let vp = self.finish(t).ok()?;
                     let count = vp.ext_count();
-                    want(count).then_some((vp, count))
-                })
-                .collect::<Vec<_>>()
+                    want(count).then(|| (vp.ino(), vp, count))
+                }));
+            }
+            out
         };
         if threads == 1 {
             return walk(0..n);

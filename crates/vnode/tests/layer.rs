@@ -649,7 +649,10 @@ fn held_and_unheld_walks_split_a_mount_exactly_and_skip_other_mounts() {
     let mut held: Vec<(u64, u64)> = layer
         .ext_held_refs(&m)
         .iter()
-        .map(|(vp, n)| (vp.ino(), *n))
+        .map(|(ino, vp, n)| {
+            assert_eq!(*ino, vp.ino());
+            (*ino, *n)
+        })
         .collect();
     held.sort_unstable();
     let want: Vec<(u64, u64)> = (1..=20_000u64)

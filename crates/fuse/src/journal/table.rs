@@ -62,7 +62,7 @@ impl Table {
         let fd = rustix::fs::memfd_create("uvfs-journal", rustix::fs::MemfdFlags::CLOEXEC)?;
         let len = HEADER + cap * SLOT;
         rustix::fs::ftruncate(&fd, len as u64)?;
-        let mut t = Table::map(fd, cap)?;
+        let mut t = Table::map(fd, cap, false)?;
         let h = t.bytes_mut(0, HEADER);
         h[0..8].copy_from_slice(MAGIC);
         h[8..12].copy_from_slice(&(SLOT as u32).to_le_bytes());
@@ -76,7 +76,10 @@ impl Table {
     /// recovering a million nodes pays while requests wait).
     pub fn open(fd: OwnedFd, mut each: impl FnMut(Slot)) -> std::io::Result<Table> {
         let cap = check(&fd)?;
-        let mut t = Table::map(fd, cap)?;
+        // Its pages mapped in one call: the scan below reads every one,
+        // and a successor does it while requests wait (a million nodes'
+        // table faulted in a page at a time took most of 20 ms).
+        let mut t = Table::map(fd, cap, true)?;
         let (mut live, mut tombs) = (0, 0);
         for b in t.mem[HEADER..].chunks_exact(SLOT) {
             match b[15] {
@@ -94,7 +97,7 @@ impl Table {
         Ok(t)
     }
 
-    fn map(fd: OwnedFd, cap: usize) -> std::io::Result<Table> {
+    fn map(fd: OwnedFd, cap: usize, populate: bool) -> std::io::Result<Table> {
         let len = HEADER + cap * SLOT;
         // SAFETY: a new shared mapping of a memfd of `len` bytes (made so,
         // or checked by `check`), at an address the kernel chooses: it
@@ -105,7 +108,10 @@ impl Table {
                 std::ptr::null_mut(),
                 len,
                 rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
-                rustix::mm::MapFlags::SHARED,
+                match populate {
+                    true => rustix::mm::MapFlags::SHARED | rustix::mm::MapFlags::POPULATE,
+                    false => rustix::mm::MapFlags::SHARED,
+                },
                 &fd,
                 0,
             )?;

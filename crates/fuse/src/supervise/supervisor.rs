@@ -6,6 +6,7 @@ use super::frame;
 use crate::upgrade::predecessor::{parse_reply, Started};
 use crate::upgrade::state::{monotonic_ns, ServerState, VERSION};
 use crate::upgrade::wire;
+use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
@@ -57,7 +58,7 @@ struct Watched {
 }
 
 /// A frame of the link: bytes and descriptors.
-type Frame = (Vec<u8>, Vec<OwnedFd>);
+type Frame = (Bytes, Vec<OwnedFd>);
 
 fn invalid(why: impl Into<String>) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, why.into())
@@ -146,7 +147,7 @@ pub fn run(fd_arg: &str, setup: impl FnOnce(&[u8])) -> std::io::Result<()> {
 /// first, `dev` if it is already held, then the file system's).
 fn hello(
     sock: UnixStream,
-    b: &[u8],
+    b: &Bytes,
     mut fds: Vec<OwnedFd>,
     dev: Option<OwnedFd>,
 ) -> std::io::Result<Watched> {
@@ -157,7 +158,7 @@ fn hello(
     let head: serde_json::Value =
         serde_json::from_slice(b.get(5..5 + n).ok_or_else(|| invalid("short hello"))?)
             .map_err(|e| invalid(format!("hello: {e}")))?;
-    let base = ServerState::decode(&b[5 + n..])?;
+    let base = ServerState::decode(&b.slice(5 + n..))?;
     if fds.is_empty() {
         return Err(invalid("hello without the connection"));
     }

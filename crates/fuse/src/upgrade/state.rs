@@ -147,7 +147,7 @@ pub(crate) struct ServerState {
     pub fs_format: String,
     /// (Written last, after the nodes.)
     #[serde(skip)]
-    pub fs_bytes: Vec<u8>,
+    pub fs_bytes: bytes::Bytes,
     /// Descriptors of the file system's state.
     pub fs_fds: u32,
     /// The embedding program's own state (the CLI's mount options).
@@ -213,8 +213,10 @@ impl ServerState {
     }
 
     /// Reads a state written by [`encode`](Self::encode) of this very
-    /// version; anything else is refused.
-    pub fn decode(b: &[u8]) -> std::io::Result<ServerState> {
+    /// version; anything else is refused. The file system's bytes are
+    /// `b`'s own (a slice of it, not a copy: tens of megabytes that
+    /// requests would wait for).
+    pub fn decode(b: &bytes::Bytes) -> std::io::Result<ServerState> {
         let head = MAGIC.len() + 4;
         if b.len() < head || &b[..MAGIC.len()] != MAGIC {
             return Err(eproto("not a uvfs server state".into()));
@@ -260,7 +262,7 @@ impl ServerState {
                 count: u64_at(r, 16),
             })
             .collect();
-        s.fs_bytes = b[nodes + 8..].to_vec();
+        s.fs_bytes = b.slice(nodes + 8..);
         Ok(s)
     }
 }
@@ -312,7 +314,7 @@ impl From<previous::V4> for ServerState {
             parked_at_ns: s.parked_at_ns,
             counters: s.counters,
             fs_format: s.fs_format,
-            fs_bytes: s.fs_bytes,
+            fs_bytes: s.fs_bytes.into(),
             fs_fds: s.fs_fds,
             app: s.app,
             journal: s.journal,
@@ -374,7 +376,7 @@ mod tests {
             parked_at_ns: 5,
             counters: vec![("requests".into(), 10)],
             fs_format: "uvfs-memfs/1".into(),
-            fs_bytes: vec![0; 100],
+            fs_bytes: vec![0; 100].into(),
             fs_fds: 0,
             app: b"{}".to_vec(),
             journal: false,
@@ -388,7 +390,7 @@ mod tests {
     #[test]
     fn a_state_reads_back_as_written() {
         let s = sample();
-        assert_eq!(ServerState::decode(&s.encode().unwrap()).unwrap(), s);
+        assert_eq!(ServerState::decode(&s.encode().unwrap().into()).unwrap(), s);
     }
 
     /// `s` as the build of version 4 sent it: magic, version, bincode.
@@ -432,7 +434,7 @@ mod tests {
             parked_at_ns: s.parked_at_ns,
             counters: s.counters.clone(),
             fs_format: s.fs_format.clone(),
-            fs_bytes: s.fs_bytes.clone(),
+            fs_bytes: s.fs_bytes.to_vec(),
             fs_fds: s.fs_fds,
             app: s.app.clone(),
             journal: s.journal,
@@ -452,13 +454,13 @@ mod tests {
         let mut s = sample();
         s.nodes.reverse();
         let old = encode_v4(&s);
-        let got = ServerState::decode(&old).unwrap();
+        let got = ServerState::decode(&old.clone().into()).unwrap();
         s.nodes.reverse();
         // What version 4 had not: no backing file of a closed file is
         // left waited for.
         s.written.clear();
         assert_eq!(got, s);
-        assert!(ServerState::decode(&old[..old.len() - 3]).is_err());
+        assert!(ServerState::decode(&old[..old.len() - 3].to_vec().into()).is_err());
     }
 
     #[test]
@@ -480,10 +482,12 @@ mod tests {
         let good = sample().encode().unwrap();
         let mut other = good.clone();
         other[MAGIC.len()..MAGIC.len() + 4].copy_from_slice(&(VERSION + 1).to_le_bytes());
-        let e = ServerState::decode(&other).unwrap_err();
+        let e = ServerState::decode(&other.clone().into()).unwrap_err();
         assert!(e.to_string().contains("version"), "{e}");
-        assert!(ServerState::decode(b"something else entirely").is_err());
-        assert!(ServerState::decode(&good[..good.len() - 10]).is_err());
-        assert!(ServerState::decode(&good[..MAGIC.len()]).is_err());
+        assert!(
+            ServerState::decode(&bytes::Bytes::from_static(b"something else entirely")).is_err()
+        );
+        assert!(ServerState::decode(&good[..good.len() - 10].to_vec().into()).is_err());
+        assert!(ServerState::decode(&good[..MAGIC.len()].to_vec().into()).is_err());
     }
 }

@@ -29,6 +29,10 @@ pub struct Handoff {
     pub(crate) link: Option<OwnedFd>,
     /// Descriptors the crashed server's file system had kept.
     kept: Vec<uvfs_vfs::KeptFd>,
+    /// When the state was in and read, ms after the predecessor parked:
+    /// logged at the first `mark` (the program sets its logger up only
+    /// once it has the options the state carries).
+    received_ms: std::cell::Cell<Option<(u64, u64)>>,
 }
 
 fn invalid(why: impl Into<String>) -> std::io::Error {
@@ -50,6 +54,7 @@ pub fn receive(fd_arg: &str) -> std::io::Result<Handoff> {
     });
     wire::send(&sock, hello.to_string().as_bytes(), &[])?;
     let (bytes, mut fds) = wire::recv(&sock)?;
+    let t_in = monotonic_ns();
     let mut state = match ServerState::decode(&bytes) {
         Ok(s) => s,
         Err(e) => {
@@ -104,10 +109,9 @@ pub fn receive(fd_arg: &str) -> std::io::Result<Handoff> {
         })
         .collect();
     let dev = fds.pop();
-    let ms = monotonic_ns().saturating_sub(state.parked_at_ns) / 1_000_000;
-    log::debug!(
-        "taking over: state received and read at +{ms} ms ({} nodes)",
-        state.nodes.len()
+    let received_ms = (
+        t_in.saturating_sub(state.parked_at_ns) / 1_000_000,
+        monotonic_ns().saturating_sub(state.parked_at_ns) / 1_000_000,
     );
     let fs = Saved {
         format: state.fs_format.clone(),
@@ -124,6 +128,7 @@ pub fn receive(fd_arg: &str) -> std::io::Result<Handoff> {
         resumable,
         link,
         kept,
+        received_ms: std::cell::Cell::new(Some(received_ms)),
     })
 }
 
@@ -135,6 +140,12 @@ impl Handoff {
     /// Logs that the hand-over reached `what`, with the time since the
     /// predecessor parked its request loops.
     pub fn mark(&self, what: &str) {
+        if let Some((got, read)) = self.received_ms.take() {
+            log::debug!(
+                "taking over: state received at +{got} ms, read at +{read} ms ({} nodes)",
+                self.state.nodes.len()
+            );
+        }
         let ms = monotonic_ns().saturating_sub(self.state.parked_at_ns) / 1_000_000;
         log::debug!("taking over: {what} at +{ms} ms");
     }

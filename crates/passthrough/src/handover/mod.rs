@@ -54,7 +54,7 @@ const MAX_DEPTH: usize = 4096;
 pub(crate) struct KeptNodes {
     /// The saved state, whose node records (`table.rs`) are searched in
     /// place.
-    buf: Vec<u8>,
+    buf: uvfs_vfs::Bytes,
     runs: state::Runs,
     /// The mount the saved handles belong to, as this process's opener
     /// names it.

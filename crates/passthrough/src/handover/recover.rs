@@ -55,7 +55,7 @@ impl PassthroughFs {
             cfg,
             Saved {
                 format,
-                bytes,
+                bytes: bytes.into(),
                 fds: Vec::new(),
             },
         )?;

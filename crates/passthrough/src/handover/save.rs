@@ -147,7 +147,9 @@ impl PassthroughFs {
                 fds.push(dup(&*ofd)?);
             }
         }
+        let t0 = std::time::Instant::now();
         let (nodes, nodes_extra) = self.node_table(keep.nodes, &more)?;
+        let t_nodes = t0.elapsed();
         let extras = Extras::default();
         let mut remembered: Vec<[u8; REC]> = self
             .remembered
@@ -190,6 +192,7 @@ impl PassthroughFs {
             }
         }
         let remembered_extra = table::finish(&mut remembered, extras.into_inner());
+        let t_rem = t0.elapsed();
         let root_ident = self.root.ident();
         let state = State {
             root: RootId {
@@ -215,9 +218,16 @@ impl PassthroughFs {
                 &remembered_extra,
             ])
             .map_err(|_| Errno::EIO)?;
+        log::debug!(
+            "save: node table {} ms, remembered {} ms ({} records), encoded {} ms",
+            t_nodes.as_millis(),
+            t_rem.as_millis(),
+            remembered.len(),
+            t0.elapsed().as_millis()
+        );
         Ok(Saved {
             format: super::FORMAT.to_string(),
-            bytes,
+            bytes: bytes.into(),
             fds,
         })
     }
