@@ -352,6 +352,111 @@ fn kill_and_probe(m: &Mounted) {
         .expect("a write after the crash");
 }
 
+/// Nodes whose counts change while the node table is sent ahead of an
+/// upgrade (a program looking files up, creating and removing others
+/// meanwhile) are handed over with their counts of the moment the
+/// request loops parked: every node the kernel holds still answers
+/// (attributes are not cached, so each `stat` names its node), and no
+/// FORGET names a node the successor does not know.
+#[test]
+fn nodes_that_change_while_sent_ahead_are_handed_over_as_they_are_at_the_pause() {
+    if let Err(why) = common::can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let log = std::env::temp_dir().join(format!("uvfs-cli-ahead-{}.log", std::process::id()));
+    let log_arg = log.display().to_string();
+    let m = Mounted::new(
+        "ahead",
+        &[
+            "--transport",
+            "dev",
+            "--source",
+            "src",
+            "--entry-timeout",
+            "3600",
+            "--attr-timeout",
+            "0",
+            "--log-level",
+            "info,uvfs_fuse::upgrade=debug",
+            "--log-file",
+            &log_arg,
+        ],
+    );
+    const FILES: usize = 20_000;
+    const NEW: usize = 20_000;
+    for d in 0..20 {
+        let dir = m.src().join(format!("d{d}"));
+        fs::create_dir(&dir).unwrap();
+        for f in 0..FILES / 20 {
+            File::create(dir.join(format!("f{f}"))).unwrap();
+        }
+    }
+    fs::create_dir(m.src().join("new")).unwrap();
+    for f in 0..NEW {
+        File::create(m.src().join(format!("new/n{f}"))).unwrap();
+    }
+    fs::create_dir(m.mnt.join("churn")).unwrap();
+    for d in 0..20 {
+        for f in 0..FILES / 20 {
+            fs::metadata(m.mnt.join(format!("d{d}/f{f}"))).unwrap();
+        }
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mnt = m.mnt.clone();
+    let stopped = stop.clone();
+    // Looks files up for the first time (new nodes), and creates and
+    // removes others (nodes remembered, then forgotten), until stopped.
+    let program = std::thread::spawn(move || {
+        let mut looked_up = 0;
+        let mut i = 0;
+        while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+            if looked_up < NEW {
+                fs::metadata(mnt.join(format!("new/n{looked_up}"))).unwrap();
+                looked_up += 1;
+            }
+            let p = mnt.join(format!("churn/x{i}"));
+            File::create(&p).unwrap();
+            fs::remove_file(&p).unwrap();
+            i += 1;
+        }
+        looked_up
+    });
+    for g in 1..=5 {
+        replace(&m, Replace::Upgrade, g);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let looked_up = program.join().expect("the program failed");
+    // A node the successor lost would answer ESTALE (which the kernel
+    // hides from `stat` by looking the name up again).
+    let errors = m.counter("fuse.requests.errors");
+    for d in 0..20 {
+        for f in 0..FILES / 20 {
+            fs::metadata(m.mnt.join(format!("d{d}/f{f}"))).unwrap();
+        }
+    }
+    for f in 0..looked_up {
+        fs::metadata(m.mnt.join(format!("new/n{f}"))).unwrap();
+    }
+    assert_eq!(
+        m.counter("fuse.requests.errors"),
+        errors,
+        "nodes the kernel holds answered errors"
+    );
+    assert_eq!(m.counter("fuse.nodes.forget_excess"), 0);
+    assert!(m.counter("fuse.nodes") > (FILES + looked_up) as u64);
+    // The upgrades did send nodes ahead, and some changed meanwhile.
+    let text = fs::read_to_string(&log).unwrap();
+    let _ = fs::remove_file(&log);
+    let again: Vec<u64> = text
+        .lines()
+        .filter_map(|l| l.split(", ").find_map(|p| p.strip_suffix(" sent again)")))
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert_eq!(again.len(), 5, "{text}");
+    assert!(again.iter().sum::<u64>() > 0, "{again:?}");
+}
+
 /// A crash right after a live upgrade of a mount whose kernel holds many
 /// nodes: the upgraded server goes on writing its predecessor's crash
 /// journal (it is not journaled anew), and the server started after the

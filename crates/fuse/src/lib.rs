@@ -151,7 +151,10 @@
 //! Restart without unmounting:
 //! - `upgrade/`: live upgrade, a server handing its mount, its state and
 //!   its connection to a successor process; `lineage.rs` a server's place
-//!   in the line of servers of its mount (generation, restarts).
+//!   in the line of servers of its mount (generation, restarts);
+//!   `count_changes.rs` the nodes whose counts changed while the node
+//!   table was copied ahead of the hand-over (public only under
+//!   `--cfg loom`, for its model test).
 //! - `supervise/`: crash recovery, the supervisor process that holds the
 //!   connection and starts a new server when one dies; `journal/` what
 //!   the kernel knows of the server's nodes and open files, kept in shared
@@ -166,6 +169,10 @@ mod caps;
 mod changes;
 mod control;
 mod convert;
+#[cfg(not(loom))]
+mod count_changes;
+#[cfg(loom)]
+pub mod count_changes;
 mod daemon;
 #[cfg(not(loom))]
 mod entry_race;

@@ -95,6 +95,9 @@ pub struct NodeTable {
     /// keeps one (`journal/`): raised before the reply, lowered after the
     /// FORGET, as here.
     journal: OnceLock<Arc<Journal>>,
+    /// Nodes whose counts changed while a live upgrade copied the table
+    /// ahead of parking (`upgrade/`): told after every count change.
+    pub(crate) changes: crate::count_changes::CountChanges,
 }
 
 /// Adopted counts: (node id, count) sorted by id, one per id; a count of
@@ -158,6 +161,7 @@ impl NodeTable {
             any_adopted: AtomicBool::new(false),
             resolver: OnceLock::new(),
             journal: OnceLock::new(),
+            changes: Default::default(),
         }
     }
 
@@ -226,6 +230,7 @@ impl NodeTable {
         }
         drop(map);
         vp.ext_acquire(count);
+        self.changes.changed(id);
         Ok(vp)
     }
 
@@ -239,6 +244,7 @@ impl NodeTable {
             self.any_adopted.store(false, Ordering::Release);
         }
         vp.ext_acquire(count);
+        self.changes.changed(id);
         true
     }
 
@@ -260,6 +266,7 @@ impl NodeTable {
             j.remembered(vp.ino(), 1, Some(vp), vp.ext_count() == 0);
         }
         let mut new = vp.ext_acquire(1);
+        self.changes.changed(id);
         // A node the kernel held before the upgrade and names again: not
         // new, and its adopted count joins this one.
         if new && self.any_adopted.load(Ordering::Acquire) && self.merge_adopted(id, vp) {
@@ -307,6 +314,7 @@ impl NodeTable {
             }
             (before, n.min(before))
         };
+        self.changes.changed(id);
         self.lookups.fetch_sub(taken, Ordering::Relaxed);
         if let Some(j) = self.journal.get() {
             j.forgot(vp.ino(), taken);
@@ -354,6 +362,18 @@ impl NodeTable {
         Some(true)
     }
 
+    /// Node `id`'s vnode and count, if the kernel holds it (adopted nodes
+    /// not found yet aside).
+    pub fn held(&self, id: u64) -> Option<(VnodeRef, u64)> {
+        let vp = if id == ROOT_ID {
+            self.root.get()?
+        } else {
+            self.layer.lookup_cached(&self.mount, self.node_id(id))?
+        };
+        let count = vp.ext_count();
+        (count > 0).then_some((vp, count))
+    }
+
     /// Takes over `count` kernel references to node `id` counted by the
     /// server this one replaces, to be found by `resolver` when the
     /// kernel names it (see "Adopted nodes").
@@ -395,6 +415,32 @@ impl NodeTable {
         self.nodes.fetch_sub(live_before, Ordering::Relaxed);
         self.lookups.fetch_add(sum, Ordering::Relaxed);
         self.lookups.fetch_sub(sum_before, Ordering::Relaxed);
+        if live > 0 {
+            self.any_adopted.store(true, Ordering::Release);
+        }
+    }
+
+    /// [`adopt_all_lazily`](Self::adopt_all_lazily) of (id, count) pairs
+    /// sorted by id, one per id, none the root's, taken as they are when
+    /// nothing is adopted yet (no copy of a million pairs while requests
+    /// wait); counts of 0 are allowed and adopt nothing.
+    pub fn adopt_sorted(&self, nodes: Vec<(u64, u64)>) {
+        let ok = nodes.windows(2).all(|p| p[0].0 < p[1].0)
+            && nodes.binary_search_by_key(&ROOT_ID, |n| n.0).is_err();
+        let mut map = self.adopted.lock();
+        if !ok || !map.nodes.is_empty() {
+            drop(map);
+            return self.adopt_all_lazily(nodes.into_iter());
+        }
+        let (mut live, mut sum) = (0usize, 0u64);
+        for n in nodes.iter().filter(|n| n.1 > 0) {
+            live += 1;
+            sum += n.1;
+        }
+        map.live = live;
+        map.nodes = nodes;
+        self.nodes.fetch_add(live, Ordering::Relaxed);
+        self.lookups.fetch_add(sum, Ordering::Relaxed);
         if live > 0 {
             self.any_adopted.store(true, Ordering::Release);
         }

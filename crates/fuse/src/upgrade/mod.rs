@@ -7,6 +7,8 @@
 //! 1. The predecessor starts the successor binary with one end of a
 //!    socket pair and waits for its hello (a successor that cannot start
 //!    changes nothing).
+//!    A successor that says it takes them gets the nodes the kernel
+//!    holds first, while requests are still served (`ahead.rs`).
 //! 2. It parks its request loops (`fuser::Pauser`: requests meanwhile
 //!    wait in the kernel), waits for requests handed to other threads,
 //!    and saves its state: the nodes the kernel holds with their lookup
@@ -30,10 +32,13 @@
 //! # Pieces
 //! - `wire.rs`: frames with descriptors over the socket pair.
 //! - `state.rs`: the server's state and its versioned encoding.
+//! - `ahead.rs`: the nodes sent before the loops park, and the changes
+//!   that bring them up to date after.
 //! - `previous.rs`: the previous version's layout, still read.
 //! - `predecessor.rs`: the handing side, started from the control socket.
 //! - `successor.rs`: the taking side.
 
+mod ahead;
 pub(crate) mod predecessor;
 mod previous;
 pub(crate) mod state;

@@ -265,6 +265,12 @@ fn hand_over(
     // asked for: found now, before requests are parked (the file
     // system's state must cover them).
     inner.nodes.resolve_adopted();
+    // Stops recording count changes however this ends.
+    let _recording = Recording(&inner.nodes.changes);
+    let ahead = match hello.get("nodes_ahead").and_then(|v| v.as_bool()) {
+        Some(true) => Some(send_ahead(inner, child)?),
+        _ => None,
+    };
     let started = Instant::now();
     let parked_at_ns = monotonic_ns();
     ctx.pauser.park(PARK_LIMIT)?;
@@ -281,7 +287,7 @@ fn hand_over(
     let t_parked = started.elapsed();
     // `_nodes` holds the saved nodes' vnodes until the hand-over is over:
     // letting a million go is no work for requests to wait on.
-    let (state, fds, counts, _nodes) = save(inner, ctx, parked_at_ns, Some(ring))?;
+    let (state, fds, counts, _nodes) = save(inner, ctx, parked_at_ns, Some((ring, ahead)))?;
     let t_saved = started.elapsed();
     let head = state.encode_head()?;
     let t_encoded = started.elapsed();
@@ -348,6 +354,144 @@ fn hand_over(
     })
 }
 
+/// Held nodes found while serving, sorted by inode: (ino, id, vnode,
+/// count).
+type Found = Vec<(u64, u64, VnodeRef, u64)>;
+
+/// Every node the kernel holds, sorted by inode number (found from the
+/// node id, which is the inode number but for the root's swap,
+/// `nodes.rs`: reading it from each vnode again would cost a million
+/// cache misses), on as many threads as there are: the node ids then
+/// come sorted too, as the successor takes them
+/// (`NodeTable::adopt_all_lazily`), and so do the file system's records
+/// of them.
+fn find_held(inner: &Inner) -> Found {
+    let mut held: Found = inner
+        .nodes
+        .snapshot()
+        .into_iter()
+        .map(|(id, vp, count)| (inner.nodes.node_id(id), id, vp, count))
+        .collect();
+    use rayon::slice::ParallelSliceMut;
+    held.par_sort_unstable_by_key(|n| n.0);
+    held
+}
+
+/// Sends the successor the nodes the kernel holds while requests are
+/// still served, count changes recorded from before the walk on
+/// (`ahead.rs`); returns them once the successor has read them.
+fn send_ahead(inner: &Inner, child: &mut Started) -> std::io::Result<Found> {
+    let t0 = Instant::now();
+    inner.nodes.changes.start();
+    let held = find_held(inner);
+    let frame = super::ahead::encode(held.iter().map(|h| (h.1, h.0, h.3)));
+    let send = if frame.len() >= wire::SEALED_FROM {
+        wire::send_parts_sealed
+    } else {
+        wire::send_parts
+    };
+    send(&child.sock, &[&frame], &[])
+        .map_err(|e| err(e.kind(), format!("sending the nodes ahead: {e}")))?;
+    let read = parse_reply(&child.recv(TAKE_LIMIT, "while reading the nodes sent ahead")?)?;
+    if read.get("ahead").and_then(|v| v.as_u64()) != Some(held.len() as u64) {
+        return Err(err(
+            std::io::ErrorKind::InvalidData,
+            "successor: unexpected reply to the nodes sent ahead",
+        ));
+    }
+    log::debug!(
+        "hand-over: {} nodes sent ahead in {} ms",
+        held.len(),
+        t0.elapsed().as_millis()
+    );
+    Ok(held)
+}
+
+/// Count changes recorded until dropped.
+struct Recording<'a>(&'a crate::count_changes::CountChanges);
+
+impl Drop for Recording<'_> {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
+}
+
+/// The nodes sent ahead (`ahead`, sorted by inode) brought up to date
+/// with the loops parked: each node whose count changed since is read
+/// again. Returns every node held now, sorted by inode, and the changed
+/// ones' states (sorted by id; a count of 0: forgotten since).
+fn catch_up(inner: &Inner, mut ahead: Found) -> (Found, Vec<NodeState>) {
+    let mut changed: Vec<(u64, u64)> = inner
+        .nodes
+        .changes
+        .stop()
+        .into_iter()
+        .map(|id| (inner.nodes.node_id(id), id))
+        .collect();
+    changed.sort_unstable();
+    let mut states = Vec::with_capacity(changed.len());
+    let mut fresh: Found = Vec::new();
+    // Both in inode order: each changed node is looked for from where
+    // the last one was found, in steps that double (a few changes cost a
+    // binary search each, a storm of them, such as the FORGETs of a
+    // million nodes, one pass), and one sent ahead is read from the
+    // vnode already referenced, not looked up in the vnode table.
+    let mut at = 0;
+    for (ino, id) in changed {
+        at += gallop(&ahead[at..], |n| n.0, ino);
+        let count = match ahead.get_mut(at).filter(|n| n.0 == ino) {
+            Some(n) => {
+                n.3 = n.2.ext_count();
+                n.3
+            }
+            None => match inner.nodes.held(id) {
+                Some((vp, count)) => {
+                    fresh.push((ino, id, vp, count));
+                    count
+                }
+                None => 0,
+            },
+        };
+        states.push(NodeState { id, ino, count });
+    }
+    // By id, as the state's nodes are (the root's swap aside, the same).
+    states.sort_unstable_by_key(|n| n.id);
+    if fresh.is_empty() {
+        if ahead.iter().any(|n| n.3 == 0) {
+            ahead.retain(|n| n.3 > 0);
+        }
+        return (ahead, states);
+    }
+    fresh.sort_unstable_by_key(|n| n.0);
+    // One pass, moving the vnode references (no count touched): a
+    // million of them, against the few nodes new since.
+    let mut held = Vec::with_capacity(ahead.len() + fresh.len());
+    let mut fresh = fresh.into_iter().peekable();
+    for n in ahead {
+        while let Some(f) = fresh.next_if(|f| f.0 < n.0) {
+            held.push(f);
+        }
+        if n.3 > 0 {
+            held.push(n);
+        }
+    }
+    held.extend(fresh);
+    (held, states)
+}
+
+/// How many of `sorted`'s first entries have inodes below `ino`: a
+/// search whose cost grows with the log of that number, not of the
+/// slice's length.
+fn gallop<T>(sorted: &[T], key: impl Fn(&T) -> u64, ino: u64) -> usize {
+    let mut hi = 1;
+    while hi < sorted.len() && key(&sorted[hi - 1]) < ino {
+        hi *= 2;
+    }
+    let hi = hi.min(sorted.len());
+    let lo = hi / 2;
+    lo + sorted[lo..hi].partition_point(|n| key(n) < ino)
+}
+
 /// Parked request loops, unparked when dropped unless committed.
 struct Parked<'a>(&'a fuser::Pauser, bool);
 
@@ -385,42 +529,41 @@ pub(crate) fn base_state(
 /// The server's state (loops parked) and its descriptors: the
 /// connection's first, then the ring entries' (`ring`), the file
 /// system's, then the supervisor link's. Without `ring` (a supervisor's
-/// base state), no node or handle.
+/// base state), no node or handle. With nodes sent ahead, the state's
+/// nodes are those whose counts changed since (`ahead.rs`).
 fn save(
     inner: &Inner,
     ctx: &Upgradable,
     parked_at_ns: u64,
-    ring: Option<Vec<fuser::RingEntry>>,
+    ring: Option<(Vec<fuser::RingEntry>, Option<Found>)>,
 ) -> std::io::Result<SavedState> {
     let all = ring.is_some();
-    let ring = ring.unwrap_or_default();
+    let (ring, ahead) = ring.unwrap_or_default();
     let t0 = Instant::now();
-    let (held, (open, next_handle)) = match all {
-        true => (inner.nodes.snapshot(), inner.handles.snapshot()),
-        false => (Vec::new(), (Vec::new(), 0)),
+    let (open, next_handle) = match all {
+        true => inner.handles.snapshot(),
+        false => (Vec::new(), 0),
     };
-    // Sorted by inode number (found from the node id, which is the inode
-    // number but for the root's swap, `nodes.rs`: reading it from each
-    // vnode again would cost a million cache misses), on as many threads
-    // as there are: the node ids then come sorted too, as the successor
-    // takes them (`NodeTable::adopt_all_lazily`), and so do the file
-    // system's records of them.
-    let t_refs = t0.elapsed();
-    let mut held: Vec<(u64, u64, VnodeRef, u64)> = held
-        .into_iter()
-        .map(|(id, vp, count)| (inner.nodes.node_id(id), id, vp, count))
-        .collect();
-    {
-        use rayon::slice::ParallelSliceMut;
-        held.par_sort_unstable_by_key(|n| n.0);
-    }
+    let (held, changed) = match (all, ahead) {
+        (false, _) => (Vec::new(), None),
+        (true, None) => (find_held(inner), None),
+        (true, Some(ahead)) => {
+            let (held, changed) = catch_up(inner, ahead);
+            (held, Some(changed))
+        }
+    };
     let t_snap = t0.elapsed();
-    let mut nodes = Vec::with_capacity(held.len());
+    let mut nodes = Vec::with_capacity(if changed.is_some() { 0 } else { held.len() });
     let mut node_vps = Vec::with_capacity(held.len());
     for (ino, id, vp, count) in held {
-        nodes.push(NodeState { id, ino, count });
+        if changed.is_none() {
+            nodes.push(NodeState { id, ino, count });
+        }
         node_vps.push(vp);
     }
+    let held_count = node_vps.len();
+    let sent_ahead = changed.is_some();
+    let nodes = changed.unwrap_or(nodes);
     let open_pairs: Vec<(VnodeRef, uvfs_vfs::Fh)> =
         open.iter().map(|(_, f)| (f.vp.clone(), f.fh)).collect();
     let saved = inner
@@ -473,7 +616,7 @@ fn save(
     let fs_fds = saved.fds.len() as u32;
     fds.extend(saved.fds);
     let generation = inner.lineage.generation.load(Ordering::Relaxed) + 1;
-    let counts = (nodes.len(), handles.len());
+    let counts = (held_count, handles.len());
     let mut state = ServerState {
         negotiated: ctx.negotiated.clone(),
         no_opendir: inner.no_opendir.load(Ordering::Relaxed),
@@ -510,14 +653,36 @@ fn save(
     }
     if all {
         log::debug!(
-            "hand-over: nodes found at {} ms, sorted at {} ms, file system saved at {} ms, \
+            "hand-over: nodes found at {} ms ({} sent: {}), file system saved at {} ms, \
              handles at {} ms, all at {} ms",
-            t_refs.as_millis(),
             t_snap.as_millis(),
+            state.nodes.len(),
+            if sent_ahead {
+                "those changed since they were sent ahead"
+            } else {
+                "all"
+            },
             t_fs.as_millis(),
             t_nodes.as_millis(),
             t0.elapsed().as_millis()
         );
     }
     Ok((state, fds, counts, node_vps))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gallop;
+
+    #[test]
+    fn gallop_counts_the_entries_below_a_key_from_any_start() {
+        let sorted: Vec<u64> = (0..1000).map(|i| i * 3).collect();
+        for ino in 0..3010 {
+            let want = sorted.iter().filter(|&&k| k < ino).count();
+            assert_eq!(gallop(&sorted, |&k| k, ino), want, "{ino}");
+            let from = want.saturating_sub(5);
+            assert_eq!(from + gallop(&sorted[from..], |&k| k, ino), want, "{ino}");
+        }
+        assert_eq!(gallop(&[] as &[u64], |&k| k, 7), 0);
+    }
 }

@@ -29,6 +29,13 @@ pub struct Handoff {
     pub(crate) link: Option<OwnedFd>,
     /// Descriptors the crashed server's file system had kept.
     kept: Vec<uvfs_vfs::KeptFd>,
+    /// The nodes sent ahead, brought up to date with the state's (which
+    /// are then only those changed since: `ahead.rs`), until `import`
+    /// adopts them.
+    ahead: std::cell::Cell<Option<super::ahead::Ahead>>,
+    /// Whether nodes came ahead, and how many the kernel holds.
+    came_ahead: bool,
+    held: usize,
     /// When the state was in and read, ms after the predecessor parked:
     /// logged at the first `mark` (the program sets its logger up only
     /// once it has the options the state carries).
@@ -50,10 +57,29 @@ pub fn receive(fd_arg: &str) -> std::io::Result<Handoff> {
         "state_versions": super::state::READS,
         // The state may come in a sealed memfd (`wire::send_parts_sealed`).
         "frames_in_memfd": true,
+        // The nodes may come first, while the predecessor serves.
+        "nodes_ahead": true,
         "pid": std::process::id(),
     });
     wire::send(&sock, hello.to_string().as_bytes(), &[])?;
-    let (bytes, mut fds) = wire::recv(&sock)?;
+    let mut ahead = None;
+    let (bytes, mut fds) = loop {
+        let (bytes, fds) = wire::recv(&sock)?;
+        if !super::ahead::is_ahead(&bytes) {
+            break (bytes, fds);
+        }
+        match super::ahead::Ahead::decode(&bytes) {
+            Ok(a) => {
+                let sent = a.nodes.len() + usize::from(a.root.is_some());
+                reply(&sock, serde_json::json!({ "ahead": sent }))?;
+                ahead = Some(a);
+            }
+            Err(e) => {
+                let _ = reply(&sock, serde_json::json!({ "error": e.to_string() }));
+                return Err(e);
+            }
+        }
+    };
     let t_in = monotonic_ns();
     let mut state = match ServerState::decode(&bytes) {
         Ok(s) => s,
@@ -62,6 +88,9 @@ pub fn receive(fd_arg: &str) -> std::io::Result<Handoff> {
             return Err(e);
         }
     };
+    if let Some(a) = &mut ahead {
+        a.apply(&state.nodes);
+    }
     let want = 1
         + state.ring.len()
         + state.fs_fds as usize
@@ -113,6 +142,10 @@ pub fn receive(fd_arg: &str) -> std::io::Result<Handoff> {
         t_in.saturating_sub(state.parked_at_ns) / 1_000_000,
         monotonic_ns().saturating_sub(state.parked_at_ns) / 1_000_000,
     );
+    let held = match &ahead {
+        Some(a) => a.held(),
+        None => state.nodes.iter().filter(|n| n.count > 0).count(),
+    };
     let fs = Saved {
         format: state.fs_format.clone(),
         bytes: std::mem::take(&mut state.fs_bytes),
@@ -128,6 +161,9 @@ pub fn receive(fd_arg: &str) -> std::io::Result<Handoff> {
         resumable,
         link,
         kept,
+        came_ahead: ahead.is_some(),
+        held,
+        ahead: std::cell::Cell::new(ahead),
         received_ms: std::cell::Cell::new(Some(received_ms)),
     })
 }
@@ -142,8 +178,12 @@ impl Handoff {
     pub fn mark(&self, what: &str) {
         if let Some((got, read)) = self.received_ms.take() {
             log::debug!(
-                "taking over: state received at +{got} ms, read at +{read} ms ({} nodes)",
-                self.state.nodes.len()
+                "taking over: state received at +{got} ms, read at +{read} ms ({} nodes{})",
+                self.held,
+                match self.came_ahead {
+                    true => format!(", {} sent again", self.state.nodes.len()),
+                    false => String::new(),
+                }
             );
         }
         let ms = monotonic_ns().saturating_sub(self.state.parked_at_ns) / 1_000_000;
@@ -267,24 +307,23 @@ pub(crate) fn import(inner: &Inner, handoff: &Handoff) -> VfsResult<()> {
     };
     // Nodes are found when the kernel names them (`nodes.rs`, "Adopted
     // nodes"); the root now.
-    for n in &state.nodes {
-        if inner.nodes.node_id(n.ino) != n.id {
-            log::error!(
-                "node {} is inode {}, which is node {} here",
-                n.id,
-                n.ino,
-                inner.nodes.node_id(n.ino)
-            );
-            return Err(Errno::EPROTO);
+    if let Some(ahead) = handoff.ahead.take() {
+        // Each id was checked to be its inode number but for the
+        // sender's root swap (`Ahead::decode`): so with the same root,
+        // every id here is the same node.
+        let root = inner.fs.root()?;
+        if let Some((ino, count)) = ahead.root {
+            if ino != root.ino() {
+                log::error!("the root is inode {ino} in the state, {} here", root.ino());
+                return Err(Errno::EPROTO);
+            }
+            inner.nodes.adopt(&root, count);
         }
-        if n.id == crate::nodes::ROOT_ID {
-            inner.nodes.adopt(&inner.fs.root()?, n.count);
-        }
+        log::debug!("adopting {} nodes (sent ahead)", ahead.nodes.len());
+        inner.nodes.adopt_sorted(ahead.nodes);
+    } else {
+        adopt_listed(inner, state)?;
     }
-    log::debug!("adopting {} nodes", state.nodes.len());
-    inner
-        .nodes
-        .adopt_all_lazily(state.nodes.iter().map(|n| (n.id, n.count)));
     let fs = Arc::downgrade(&inner.fs);
     inner.nodes.set_resolver(Box::new(move |ino| {
         fs.upgrade().ok_or(Errno::ESTALE)?.vget(ino)
@@ -335,6 +374,30 @@ pub(crate) fn import(inner: &Inner, handoff: &Handoff) -> VfsResult<()> {
     let l = &inner.lineage;
     l.generation.store(state.generation, Ordering::Relaxed);
     l.restarts.store(state.restarts, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Adopts the nodes `state` lists, each checked to be the same node
+/// here, the root's count now.
+fn adopt_listed(inner: &Inner, state: &ServerState) -> VfsResult<()> {
+    for n in &state.nodes {
+        if inner.nodes.node_id(n.ino) != n.id {
+            log::error!(
+                "node {} is inode {}, which is node {} here",
+                n.id,
+                n.ino,
+                inner.nodes.node_id(n.ino)
+            );
+            return Err(Errno::EPROTO);
+        }
+        if n.id == crate::nodes::ROOT_ID {
+            inner.nodes.adopt(&inner.fs.root()?, n.count);
+        }
+    }
+    log::debug!("adopting {} nodes", state.nodes.len());
+    inner
+        .nodes
+        .adopt_all_lazily(state.nodes.iter().map(|n| (n.id, n.count)));
     Ok(())
 }
 
