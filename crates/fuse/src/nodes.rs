@@ -362,16 +362,13 @@ impl NodeTable {
         Some(true)
     }
 
-    /// Node `id`'s vnode and count, if the kernel holds it (adopted nodes
-    /// not found yet aside).
-    pub fn held(&self, id: u64) -> Option<(VnodeRef, u64)> {
-        let vp = if id == ROOT_ID {
-            self.root.get()?
-        } else {
-            self.layer.lookup_cached(&self.mount, self.node_id(id))?
-        };
-        let count = vp.ext_count();
-        (count > 0).then_some((vp, count))
+    /// Node `id`'s vnode if it is in the vnode cache, whether the kernel
+    /// holds it or not.
+    pub fn cached(&self, id: u64) -> Option<VnodeRef> {
+        match id {
+            ROOT_ID => self.root.get(),
+            _ => self.layer.lookup_cached(&self.mount, self.node_id(id)),
+        }
     }
 
     /// Takes over `count` kernel references to node `id` counted by the

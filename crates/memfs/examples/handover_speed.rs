@@ -50,6 +50,7 @@ fn main() {
         .save(&Keep {
             nodes: &[],
             open: &[],
+            ahead: None,
         })
         .expect("save");
     let save = t.elapsed();

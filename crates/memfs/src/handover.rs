@@ -666,6 +666,7 @@ mod tests {
             .save(&Keep {
                 nodes: &[],
                 open: &[],
+                ahead: None,
             })
             .unwrap();
         let state = saved::decode(&saved.bytes).unwrap();

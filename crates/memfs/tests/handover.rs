@@ -37,7 +37,12 @@ fn layer() -> Arc<VnodeLayer> {
 
 fn save(fs: &MemFs, nodes: &[VnodeRef]) -> Saved {
     let open: Vec<(VnodeRef, Fh)> = nodes.iter().map(|v| (v.clone(), Fh(0))).collect();
-    fs.save(&Keep { nodes, open: &open }).unwrap()
+    fs.save(&Keep {
+        nodes,
+        open: &open,
+        ahead: None,
+    })
+    .unwrap()
 }
 
 fn restore(saved: Saved, cfg: MemFsConfig) -> Arc<MemFs> {

@@ -366,6 +366,10 @@ impl FileSystem for PassthroughFs {
         self.do_save(keep)
     }
 
+    fn save_ahead(&self, nodes: &[VnodeRef]) -> VfsResult<Option<uvfs_vfs::Ahead>> {
+        self.do_save_ahead(nodes)
+    }
+
     fn journal_record(
         &self,
         ino: uvfs_vfs::Ino,

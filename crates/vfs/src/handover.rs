@@ -16,6 +16,19 @@
 //! - every kept `(vnode, fh)` pair's `fh` names the same open file or
 //!   directory (same access mode, same locks, same listing position).
 //!
+//! # Ahead of the pause
+//! `save` runs with every request waiting, and a million nodes are a
+//! million records to make. So the server may first call
+//! [`save_ahead`](crate::FileSystem::save_ahead) with the nodes the
+//! kernel knows while requests are still served, and then `save` with
+//! [`Keep::ahead`] set and `nodes` holding only the nodes known since
+//! that were not given to `save_ahead` (new ones, and ones known for a
+//! moment since). `save` must then cover both: every node given to
+//! `save_ahead` (known now or not) and `nodes`. What `save_ahead` makes
+//! must stay true while the server serves on (a node's identity, not
+//! its contents); a file system that cannot promise that for some node
+//! returns `None`, and then gets every node in `save`.
+//!
 //! The predecessor may still serve afterwards (a successor that fails to
 //! start leaves it in charge), so `save` changes nothing: it duplicates
 //! what it passes (`fds` are new descriptions' duplicates, never the
@@ -33,13 +46,25 @@ use std::os::fd::OwnedFd;
 pub use bytes::Bytes;
 
 /// What the server asks a file system to keep for its successor.
+#[derive(Default)]
 pub struct Keep<'a> {
     /// Nodes the kernel knows (it may name any of them in a request).
+    /// With `ahead`: only those not given to `save_ahead`.
     pub nodes: &'a [VnodeRef],
     /// Open files and directories: each vnode with the handle its open
     /// returned.
     pub open: &'a [(VnodeRef, Fh)],
+    /// What [`save_ahead`](crate::FileSystem::save_ahead) made of the
+    /// nodes the kernel knew a moment before, while requests were still
+    /// served.
+    pub ahead: Option<&'a Ahead>,
 }
+
+/// Part of a file system's state made ahead of
+/// [`save`](crate::FileSystem::save) while requests are still served
+/// ([`save_ahead`](crate::FileSystem::save_ahead)), handed back to `save`
+/// in [`Keep::ahead`]; the file system's own type, opaque to the server.
+pub type Ahead = Box<dyn std::any::Any + Send + Sync>;
 
 /// A file system's state for its successor.
 pub struct Saved {

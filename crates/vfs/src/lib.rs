@@ -158,7 +158,8 @@ pub use flags::{FallocMode, RenameFlags, XattrFlags, O_KILL_SUIDGID};
 pub use freeing::Freeing;
 pub use fsmount::FsMount;
 pub use handover::{
-    Bytes, FdKeeper, JournalRecord, Keep, KeptFd, RecoveredOpen, Recovery, Saved, JOURNAL_RECORD,
+    Ahead, Bytes, FdKeeper, JournalRecord, Keep, KeptFd, RecoveredOpen, Recovery, Saved,
+    JOURNAL_RECORD,
 };
 pub use lock::{FileLock, LOCK_TO_EOF};
 pub use name::{

@@ -592,6 +592,15 @@ pub trait FileSystem: Send + Sync + 'static {
         Err(Errno::EOPNOTSUPP)
     }
 
+    /// For a live upgrade, while requests are still served: the part of
+    /// `save`'s state for `nodes` that stays true while they stay known,
+    /// handed back to `save` in [`Keep::ahead`](crate::Keep::ahead) (see
+    /// [`crate::handover`], "Ahead of the pause"). The default, `None`:
+    /// nothing ahead, `save` gets every node.
+    fn save_ahead(&self, _nodes: &[VnodeRef]) -> VfsResult<Option<crate::Ahead>> {
+        Ok(None)
+    }
+
     /// For crash recovery: the record from which a server started after
     /// a crash finds inode `ino` again (`vp` if the caller has it; without
     /// it, only a node this process was handed by a predecessor and has

@@ -354,9 +354,17 @@ fn hand_over(
     })
 }
 
-/// Held nodes found while serving, sorted by inode: (ino, id, vnode,
-/// count).
-type Found = Vec<(u64, u64, VnodeRef, u64)>;
+/// Held nodes, sorted by inode number.
+#[derive(Default)]
+struct Found {
+    /// Each node's (inode, id, count).
+    keys: Vec<(u64, u64, u64)>,
+    /// Their vnodes, in the same order.
+    vps: Vec<VnodeRef>,
+    /// What the file system made of them while requests were served
+    /// (`FileSystem::save_ahead`).
+    fs: Option<uvfs_vfs::Ahead>,
+}
 
 /// Every node the kernel holds, sorted by inode number (found from the
 /// node id, which is the inode number but for the root's swap,
@@ -366,7 +374,7 @@ type Found = Vec<(u64, u64, VnodeRef, u64)>;
 /// (`NodeTable::adopt_all_lazily`), and so do the file system's records
 /// of them.
 fn find_held(inner: &Inner) -> Found {
-    let mut held: Found = inner
+    let mut held: Vec<(u64, u64, VnodeRef, u64)> = inner
         .nodes
         .snapshot()
         .into_iter()
@@ -374,17 +382,28 @@ fn find_held(inner: &Inner) -> Found {
         .collect();
     use rayon::slice::ParallelSliceMut;
     held.par_sort_unstable_by_key(|n| n.0);
-    held
+    let mut found = Found {
+        keys: Vec::with_capacity(held.len()),
+        vps: Vec::with_capacity(held.len()),
+        fs: None,
+    };
+    for (ino, id, vp, count) in held {
+        found.keys.push((ino, id, count));
+        found.vps.push(vp);
+    }
+    found
 }
 
 /// Sends the successor the nodes the kernel holds while requests are
 /// still served, count changes recorded from before the walk on
-/// (`ahead.rs`); returns them once the successor has read them.
+/// (`ahead.rs`), and has the file system make its part of the state
+/// for them (`FileSystem::save_ahead`); returns them once the successor
+/// has read them.
 fn send_ahead(inner: &Inner, child: &mut Started) -> std::io::Result<Found> {
     let t0 = Instant::now();
     inner.nodes.changes.start();
-    let held = find_held(inner);
-    let frame = super::ahead::encode(held.iter().map(|h| (h.1, h.0, h.3)));
+    let mut held = find_held(inner);
+    let frame = super::ahead::encode(held.keys.iter().map(|&(ino, id, count)| (id, ino, count)));
     let send = if frame.len() >= wire::SEALED_FROM {
         wire::send_parts_sealed
     } else {
@@ -392,16 +411,33 @@ fn send_ahead(inner: &Inner, child: &mut Started) -> std::io::Result<Found> {
     };
     send(&child.sock, &[&frame], &[])
         .map_err(|e| err(e.kind(), format!("sending the nodes ahead: {e}")))?;
+    drop(frame);
+    // While the successor reads them.
+    let t_sent = t0.elapsed();
+    held.fs = inner.fs.save_ahead(&held.vps).map_err(|e| {
+        err(
+            std::io::ErrorKind::Unsupported,
+            format!(
+                "the file system ({}) cannot hand its state over: {e}",
+                inner.fs.fs_type()
+            ),
+        )
+    })?;
+    let t_fs = t0.elapsed();
     let read = parse_reply(&child.recv(TAKE_LIMIT, "while reading the nodes sent ahead")?)?;
-    if read.get("ahead").and_then(|v| v.as_u64()) != Some(held.len() as u64) {
+    if read.get("ahead").and_then(|v| v.as_u64()) != Some(held.keys.len() as u64) {
         return Err(err(
             std::io::ErrorKind::InvalidData,
             "successor: unexpected reply to the nodes sent ahead",
         ));
     }
     log::debug!(
-        "hand-over: {} nodes sent ahead in {} ms",
-        held.len(),
+        "hand-over: {} nodes sent ahead at {} ms, the file system's part made at {} ms{}, \
+         read by the successor at {} ms",
+        held.keys.len(),
+        t_sent.as_millis(),
+        t_fs.as_millis(),
+        if held.fs.is_some() { "" } else { " (none)" },
         t0.elapsed().as_millis()
     );
     Ok(held)
@@ -416,11 +452,26 @@ impl Drop for Recording<'_> {
     }
 }
 
-/// The nodes sent ahead (`ahead`, sorted by inode) brought up to date
-/// with the loops parked: each node whose count changed since is read
-/// again. Returns every node held now, sorted by inode, and the changed
-/// ones' states (sorted by id; a count of 0: forgotten since).
-fn catch_up(inner: &Inner, mut ahead: Found) -> (Found, Vec<NodeState>) {
+/// The nodes sent ahead brought up to date with the loops parked.
+struct CaughtUp {
+    /// The changed nodes' states (sorted by id; a count of 0: forgotten
+    /// since), which the successor applies to what it read ahead.
+    states: Vec<NodeState>,
+    /// Nodes the kernel holds now.
+    held: usize,
+    /// The vnodes `FileSystem::save` gets: with the file system's part
+    /// made ahead, those of nodes not sent ahead that are cached now
+    /// (held or not: known for a moment since); without it, every node
+    /// held now, sorted by inode.
+    keep: Vec<VnodeRef>,
+    /// Every vnode referenced, kept until the hand-over is over.
+    refs: Vec<VnodeRef>,
+    fs: Option<uvfs_vfs::Ahead>,
+}
+
+/// Brings the nodes sent ahead up to date: each node whose count changed
+/// since is read again.
+fn catch_up(inner: &Inner, mut ahead: Found) -> CaughtUp {
     let mut changed: Vec<(u64, u64)> = inner
         .nodes
         .changes
@@ -430,7 +481,7 @@ fn catch_up(inner: &Inner, mut ahead: Found) -> (Found, Vec<NodeState>) {
         .collect();
     changed.sort_unstable();
     let mut states = Vec::with_capacity(changed.len());
-    let mut fresh: Found = Vec::new();
+    let mut fresh: Vec<(u64, VnodeRef, u64)> = Vec::new();
     // Both in inode order: each changed node is looked for from where
     // the last one was found, in steps that double (a few changes cost a
     // binary search each, a storm of them, such as the FORGETs of a
@@ -438,15 +489,16 @@ fn catch_up(inner: &Inner, mut ahead: Found) -> (Found, Vec<NodeState>) {
     // vnode already referenced, not looked up in the vnode table.
     let mut at = 0;
     for (ino, id) in changed {
-        at += gallop(&ahead[at..], |n| n.0, ino);
-        let count = match ahead.get_mut(at).filter(|n| n.0 == ino) {
+        at += gallop(&ahead.keys[at..], |n| n.0, ino);
+        let count = match ahead.keys.get_mut(at).filter(|n| n.0 == ino) {
             Some(n) => {
-                n.3 = n.2.ext_count();
-                n.3
+                n.2 = ahead.vps[at].ext_count();
+                n.2
             }
-            None => match inner.nodes.held(id) {
-                Some((vp, count)) => {
-                    fresh.push((ino, id, vp, count));
+            None => match inner.nodes.cached(id) {
+                Some(vp) => {
+                    let count = vp.ext_count();
+                    fresh.push((ino, vp, count));
                     count
                 }
                 None => 0,
@@ -456,27 +508,41 @@ fn catch_up(inner: &Inner, mut ahead: Found) -> (Found, Vec<NodeState>) {
     }
     // By id, as the state's nodes are (the root's swap aside, the same).
     states.sort_unstable_by_key(|n| n.id);
-    if fresh.is_empty() {
-        if ahead.iter().any(|n| n.3 == 0) {
-            ahead.retain(|n| n.3 > 0);
-        }
-        return (ahead, states);
+    let held =
+        ahead.keys.iter().filter(|n| n.2 > 0).count() + fresh.iter().filter(|n| n.2 > 0).count();
+    if ahead.fs.is_some() {
+        let keep: Vec<VnodeRef> = fresh.into_iter().map(|n| n.1).collect();
+        let mut refs = ahead.vps;
+        refs.extend(keep.iter().cloned());
+        return CaughtUp {
+            states,
+            held,
+            keep,
+            refs,
+            fs: ahead.fs,
+        };
     }
-    fresh.sort_unstable_by_key(|n| n.0);
-    // One pass, moving the vnode references (no count touched): a
-    // million of them, against the few nodes new since.
-    let mut held = Vec::with_capacity(ahead.len() + fresh.len());
-    let mut fresh = fresh.into_iter().peekable();
-    for n in ahead {
-        while let Some(f) = fresh.next_if(|f| f.0 < n.0) {
-            held.push(f);
+    // Every node held now, sorted by inode: one pass, moving the vnode
+    // references (no count touched), a million of them against the few
+    // nodes new since.
+    let mut keep = Vec::with_capacity(held);
+    let mut fresh = fresh.into_iter().filter(|n| n.2 > 0).peekable();
+    for (key, vp) in ahead.keys.iter().zip(ahead.vps) {
+        while let Some(f) = fresh.next_if(|f| f.0 < key.0) {
+            keep.push(f.1);
         }
-        if n.3 > 0 {
-            held.push(n);
+        if key.2 > 0 {
+            keep.push(vp);
         }
     }
-    held.extend(fresh);
-    (held, states)
+    keep.extend(fresh.map(|f| f.1));
+    CaughtUp {
+        states,
+        held,
+        keep,
+        refs: Vec::new(),
+        fs: None,
+    }
 }
 
 /// How many of `sorted`'s first entries have inodes below `ino`: a
@@ -544,26 +610,24 @@ fn save(
         true => inner.handles.snapshot(),
         false => (Vec::new(), 0),
     };
-    let (held, changed) = match (all, ahead) {
-        (false, _) => (Vec::new(), None),
-        (true, None) => (find_held(inner), None),
+    let (nodes, node_vps, refs, held_count, fs_ahead, sent_ahead) = match (all, ahead) {
+        (false, _) => (Vec::new(), Vec::new(), Vec::new(), 0, None, false),
+        (true, None) => {
+            let found = find_held(inner);
+            let nodes: Vec<NodeState> = found
+                .keys
+                .iter()
+                .map(|&(ino, id, count)| NodeState { id, ino, count })
+                .collect();
+            let n = nodes.len();
+            (nodes, found.vps, Vec::new(), n, None, false)
+        }
         (true, Some(ahead)) => {
-            let (held, changed) = catch_up(inner, ahead);
-            (held, Some(changed))
+            let c = catch_up(inner, ahead);
+            (c.states, c.keep, c.refs, c.held, c.fs, true)
         }
     };
     let t_snap = t0.elapsed();
-    let mut nodes = Vec::with_capacity(if changed.is_some() { 0 } else { held.len() });
-    let mut node_vps = Vec::with_capacity(held.len());
-    for (ino, id, vp, count) in held {
-        if changed.is_none() {
-            nodes.push(NodeState { id, ino, count });
-        }
-        node_vps.push(vp);
-    }
-    let held_count = node_vps.len();
-    let sent_ahead = changed.is_some();
-    let nodes = changed.unwrap_or(nodes);
     let open_pairs: Vec<(VnodeRef, uvfs_vfs::Fh)> =
         open.iter().map(|(_, f)| (f.vp.clone(), f.fh)).collect();
     let saved = inner
@@ -571,6 +635,7 @@ fn save(
         .save(&Keep {
             nodes: &node_vps,
             open: &open_pairs,
+            ahead: fs_ahead.as_ref(),
         })
         .map_err(|e| {
             err(
@@ -667,7 +732,9 @@ fn save(
             t0.elapsed().as_millis()
         );
     }
-    Ok((state, fds, counts, node_vps))
+    let mut kept = refs;
+    kept.extend(node_vps);
+    Ok((state, fds, counts, kept))
 }
 
 #[cfg(test)]

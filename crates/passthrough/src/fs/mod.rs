@@ -141,6 +141,9 @@ pub struct PassthroughFs {
     /// Typed (`KeptNodes`) by `handover`, which owns its layout; erased
     /// here so that this module does not depend on that one.
     pub(crate) kept: std::sync::OnceLock<Box<dyn std::any::Any + Send + Sync>>,
+    /// Nodes whose identity changed since a live upgrade made their
+    /// records ahead (`handover/save.rs`); `None` when none is under way.
+    pub(crate) idents_changed: parking_lot::Mutex<Option<Vec<uvfs_vfs::Ino>>>,
     /// Node ids are resolved from the source with no memory (`by_ino.rs`).
     by_ino: bool,
     /// The budget slot of `handles`' mount fd (a backing fd like any
@@ -295,6 +298,7 @@ impl PassthroughFs {
             counters: PtCounters::default(),
             remembered,
             kept: std::sync::OnceLock::new(),
+            idents_changed: Default::default(),
             by_ino,
             _mount_fd_slot: mount_fd_slot,
         }))

@@ -302,6 +302,11 @@ impl PassthroughFs {
                     self.inodes.drop_alias(dev, ino);
                 }
                 node.set_ident(ident, true);
+                // Under the lock `save_ahead` takes before it reads any
+                // identity: a change it did not read is recorded.
+                if let Some(ids) = self.idents_changed.lock().as_mut() {
+                    ids.push(node.id);
+                }
                 break (vp, node);
             }
             // The kernel may still send requests for the old file under

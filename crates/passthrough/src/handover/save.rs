@@ -38,6 +38,25 @@ fn entry_way(way: &Way) -> table::Way<'_> {
 /// names).
 type Extras = parking_lot::Mutex<Vec<(uvfs_vfs::Ino, Box<[u8]>)>>;
 
+/// Records not yet finished: sorted by id, one per id, their outside
+/// bytes apart (placed by `table::finish`).
+struct Records {
+    recs: Vec<[u8; REC]>,
+    extras: Vec<(uvfs_vfs::Ino, Box<[u8]>)>,
+    /// Whether a record is of a node found by its path, which a rename
+    /// changes (a node's handle never does).
+    paths: bool,
+}
+
+/// What `save_ahead` makes while requests are still served: the records
+/// of the nodes the kernel held and of the vnodes it had forgotten (the
+/// same whenever they are made: a node's identity changes only by
+/// `set_ident`, which records the node in `idents_changed`).
+pub(crate) struct SavedAhead {
+    nodes: Records,
+    unheld: Records,
+}
+
 fn record(node: &Node, extras: &Extras) -> [u8; REC] {
     let ident = node.ident();
     let e = Entry {
@@ -58,9 +77,9 @@ fn fd_index(fds: &[OwnedFd]) -> VfsResult<u32> {
 }
 
 impl PassthroughFs {
-    /// The records of `nodes` and `more`, sorted by id, one per id,
-    /// and their outside bytes.
-    fn node_table(&self, nodes: &[VnodeRef], more: &[Arc<Node>]) -> VfsResult<(Vec<u8>, Vec<u8>)> {
+    /// The records of `nodes` and `more`, sorted by id, one per id, not
+    /// finished.
+    fn records(&self, nodes: &[VnodeRef], more: &[Arc<Node>]) -> VfsResult<Records> {
         let mnt = self.mnt.id();
         let extras = Extras::default();
         let mut recs = vec![[0u8; REC]; nodes.len()];
@@ -99,8 +118,85 @@ impl PassthroughFs {
             recs.par_sort_unstable_by_key(table::id_of);
             recs.dedup_by_key(|r| table::id_of(r));
         }
-        let extra = table::finish(&mut recs, extras.into_inner());
-        Ok((recs.into_flattened(), extra))
+        let paths = recs.par_iter().any(table::is_path);
+        Ok(Records {
+            recs,
+            extras: extras.into_inner(),
+            paths,
+        })
+    }
+
+    /// The records of the vnodes cached that the kernel does not hold
+    /// (file handles of the mount may name them), not finished.
+    fn unheld_records(&self) -> Records {
+        let extras = Extras::default();
+        let mut recs = Vec::new();
+        for vp in self.layer.unheld_refs(&self.mnt) {
+            let Some(node) = vp.data::<Node>() else {
+                continue;
+            };
+            let ident = node.ident();
+            if let Way::Handle(h) = &ident.way {
+                let e = Entry {
+                    id: node.id,
+                    kind: ident.kind as u8,
+                    way: table::Way::Handle {
+                        htype: h.htype(),
+                        bytes: h.bytes(),
+                    },
+                };
+                recs.push(table::record(&e, &mut |id, b| {
+                    extras.lock().push((id, b.into()))
+                }));
+            }
+        }
+        Records {
+            recs,
+            extras: extras.into_inner(),
+            paths: false,
+        }
+    }
+
+    /// `FileSystem::save_ahead`: the records of `nodes` and of the
+    /// vnodes the kernel forgot, made while requests are served; none if
+    /// a node is found by its path (a rename would change its record).
+    pub(crate) fn do_save_ahead(&self, nodes: &[VnodeRef]) -> VfsResult<Option<uvfs_vfs::Ahead>> {
+        // Before any identity is read (`idents_changed`).
+        *self.idents_changed.lock() = Some(Vec::new());
+        let nodes = self.records(nodes, &[])?;
+        if nodes.paths {
+            *self.idents_changed.lock() = None;
+            return Ok(None);
+        }
+        let unheld = self.unheld_records();
+        Ok(Some(Box::new(SavedAhead { nodes, unheld })))
+    }
+
+    /// The handles of recycled nodes (`remembered.rs`), as records.
+    fn recycled_records(&self) -> Records {
+        let extras = Extras::default();
+        let recs = self
+            .remembered
+            .entries()
+            .iter()
+            .map(|(id, h)| {
+                // The type is not kept for a recycled node (unused).
+                let e = Entry {
+                    id: *id,
+                    kind: uvfs_vfs::VType::Reg as u8,
+                    way: table::Way::Handle {
+                        htype: h.htype(),
+                        bytes: h.bytes(),
+                    },
+                };
+                table::record(&e, &mut |id, b| extras.lock().push((id, b.into())))
+            })
+            .collect();
+        Records {
+            recs,
+            extras: extras.into_inner(),
+            paths: false,
+        }
     }
 
     pub(crate) fn do_save(&self, keep: &Keep<'_>) -> VfsResult<Saved> {
@@ -148,50 +244,35 @@ impl PassthroughFs {
             }
         }
         let t0 = std::time::Instant::now();
-        let (nodes, nodes_extra) = self.node_table(keep.nodes, &more)?;
-        let t_nodes = t0.elapsed();
-        let extras = Extras::default();
-        let mut remembered: Vec<[u8; REC]> = self
-            .remembered
-            .entries()
-            .iter()
-            .map(|(id, h)| {
-                // The type is not kept for a recycled node (unused).
-                let e = Entry {
-                    id: *id,
-                    kind: uvfs_vfs::VType::Reg as u8,
-                    way: table::Way::Handle {
-                        htype: h.htype(),
-                        bytes: h.bytes(),
-                    },
-                };
-                table::record(&e, &mut |id, b| extras.lock().push((id, b.into())))
-            })
-            .collect();
-        // Nodes the kernel forgot whose vnodes are still cached here (free,
-        // not recycled, so not in `remembered` yet): file handles of the
-        // mount may name them, so their handles go along too. (Those the
-        // kernel holds are the kept nodes above.)
-        for vp in self.layer.unheld_refs(&self.mnt) {
-            let Some(node) = vp.data::<Node>() else {
-                continue;
-            };
-            let ident = node.ident();
-            if let Way::Handle(h) = &ident.way {
-                let e = Entry {
-                    id: node.id,
-                    kind: ident.kind as u8,
-                    way: table::Way::Handle {
-                        htype: h.htype(),
-                        bytes: h.bytes(),
-                    },
-                };
-                remembered.push(table::record(&e, &mut |id, b| {
-                    extras.lock().push((id, b.into()))
-                }));
+        let ahead = match keep.ahead {
+            Some(a) => Some(a.downcast_ref::<SavedAhead>().ok_or(Errno::EINVAL)?),
+            None => None,
+        };
+        // Recording stops; nodes made ahead whose identity changed since
+        // are made again.
+        let changed = self.idents_changed.lock().take().unwrap_or_default();
+        let fresh = match ahead {
+            Some(_) => {
+                let mut vps = keep.nodes.to_vec();
+                vps.extend(
+                    changed
+                        .iter()
+                        .filter_map(|&id| self.layer.lookup_cached(&self.mnt, id)),
+                );
+                self.records(&vps, &more)?
             }
-        }
-        let remembered_extra = table::finish(&mut remembered, extras.into_inner());
+            None => self.records(keep.nodes, &more)?,
+        };
+        let t_nodes = t0.elapsed();
+        let recycled = self.recycled_records();
+        let unheld_now;
+        let unheld = match ahead {
+            Some(a) => &a.unheld,
+            None => {
+                unheld_now = self.unheld_records();
+                &unheld_now
+            }
+        };
         let t_rem = t0.elapsed();
         let root_ident = self.root.ident();
         let state = State {
@@ -210,20 +291,29 @@ impl PassthroughFs {
                 .collect(),
             runs: [0; 4],
         };
-        let bytes = state
-            .encode([
-                &nodes,
-                &nodes_extra,
-                remembered.as_flattened(),
-                &remembered_extra,
-            ])
-            .map_err(|_| Errno::EIO)?;
+        let base: &Records = match ahead {
+            Some(a) => &a.nodes,
+            None => &Records {
+                recs: Vec::new(),
+                extras: Vec::new(),
+                paths: false,
+            },
+        };
+        let bytes = encode(state, base, fresh, [&recycled, unheld]).map_err(|e| {
+            log::error!("saving the passthrough's state: {e}");
+            Errno::EIO
+        })?;
         log::debug!(
-            "save: node table {} ms, remembered {} ms ({} records), encoded {} ms",
+            "save: node table {} ms, remembered {} ms ({} records), encoded {} ms{}",
             t_nodes.as_millis(),
             t_rem.as_millis(),
-            remembered.len(),
-            t0.elapsed().as_millis()
+            recycled.recs.len() + unheld.recs.len(),
+            t0.elapsed().as_millis(),
+            if ahead.is_some() {
+                " (records made ahead)"
+            } else {
+                ""
+            }
         );
         Ok(Saved {
             format: super::FORMAT.to_string(),
@@ -231,4 +321,82 @@ impl PassthroughFs {
             fds,
         })
     }
+}
+
+/// The state's bytes, written once: the header's room kept (its length
+/// does not depend on the runs'), then the kept nodes' records (`base`,
+/// made ahead, and `fresh`, which replace any of the same id: both
+/// sorted, merged as they are copied), their outside bytes, the
+/// remembered handles' records and theirs, then the header over its
+/// room. A million records are copied once, not built and copied again.
+fn encode(
+    state: State,
+    base: &Records,
+    fresh: Records,
+    remembered: [&Records; 2],
+) -> Result<Vec<u8>, String> {
+    let hlen = state.header_len()?;
+    let replaced = |id: uvfs_vfs::Ino| fresh.recs.binary_search_by_key(&id, table::id_of).is_ok();
+    let dups = match base.recs.is_empty() {
+        true => 0,
+        false => fresh
+            .recs
+            .iter()
+            .filter(|r| {
+                base.recs
+                    .binary_search_by_key(&table::id_of(r), table::id_of)
+                    .is_ok()
+            })
+            .count(),
+    };
+    let nodes = base.recs.len() + fresh.recs.len() - dups;
+    let remembered_len: usize = remembered.iter().map(|r| r.recs.len()).sum();
+    let mut out = Vec::with_capacity(hlen + (nodes + remembered_len) * REC);
+    out.resize(hlen, 0);
+    let mut fresh_recs = fresh.recs.iter().peekable();
+    for r in &base.recs {
+        let id = table::id_of(r);
+        while let Some(f) = fresh_recs.next_if(|f| table::id_of(f) < id) {
+            out.extend_from_slice(f);
+        }
+        match fresh_recs.next_if(|f| table::id_of(f) == id) {
+            Some(f) => out.extend_from_slice(f),
+            None => out.extend_from_slice(r),
+        }
+    }
+    for f in fresh_recs {
+        out.extend_from_slice(f);
+    }
+    let mut extras = fresh.extras.clone();
+    extras.extend(base.extras.iter().filter(|(id, _)| !replaced(*id)).cloned());
+    let (recs, rest) = out[hlen..].as_chunks_mut::<REC>();
+    if !rest.is_empty() || recs.len() != nodes {
+        return Err(format!(
+            "{} node records where {nodes} were counted",
+            recs.len()
+        ));
+    }
+    let nodes_extra = table::finish(recs, extras);
+    out.extend_from_slice(&nodes_extra);
+    let at = out.len();
+    for r in remembered {
+        out.extend_from_slice(r.recs.as_flattened());
+    }
+    let extras: Vec<_> = remembered
+        .iter()
+        .flat_map(|r| r.extras.iter().cloned())
+        .collect();
+    let (recs, _) = out[at..].as_chunks_mut::<REC>();
+    let remembered_extra = table::finish(recs, extras);
+    out.extend_from_slice(&remembered_extra);
+    state.write_header(
+        &mut out[..hlen],
+        [
+            nodes * REC,
+            nodes_extra.len(),
+            remembered_len * REC,
+            remembered_extra.len(),
+        ],
+    )?;
+    Ok(out)
 }

@@ -165,6 +165,34 @@ impl State {
         Ok(out)
     }
 
+    /// The header's length: fixed by the state's lists, not by the runs'
+    /// lengths (integers are written fixed-width), so a state can be
+    /// written runs first, header last, with no copy of the runs.
+    pub fn header_len(&self) -> Result<usize, String> {
+        use bincode::Options;
+        options()
+            .serialized_size(self)
+            .map(|n| n as usize)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Writes the header, for runs of `lens` bytes that follow it, over
+    /// `out`, which must be [`header_len`](Self::header_len) long.
+    pub fn write_header(mut self, out: &mut [u8], lens: [usize; 4]) -> Result<(), String> {
+        use bincode::Options;
+        self.runs = lens.map(|l| l as u64);
+        let header = options().serialize(&self).map_err(|e| e.to_string())?;
+        if header.len() != out.len() {
+            return Err(format!(
+                "a header of {} bytes where {} were kept",
+                header.len(),
+                out.len()
+            ));
+        }
+        out.copy_from_slice(&header);
+        Ok(())
+    }
+
     /// Decodes the header, never allocating more than `bytes` could
     /// describe; the runs must fill the rest of `bytes` exactly.
     pub fn decode(bytes: &[u8]) -> Result<(State, Runs), String> {

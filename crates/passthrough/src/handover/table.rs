@@ -103,6 +103,11 @@ pub(crate) fn from_journal(id: Ino, j: &uvfs_vfs::JournalRecord) -> Option<[u8; 
     ok.then_some(r)
 }
 
+/// Whether record `r` is of a node found by its path.
+pub(crate) fn is_path(r: &[u8; REC]) -> bool {
+    r[9] == PATH
+}
+
 /// The id of a record.
 pub(crate) fn id_of(r: &[u8; REC]) -> Ino {
     u64_at(r, 0)

@@ -50,6 +50,7 @@ fn million_nodes_save_and_restore() {
         .save(&Keep {
             nodes: &vps,
             open: &[],
+            ahead: None,
         })
         .unwrap();
     let save = t.elapsed();
