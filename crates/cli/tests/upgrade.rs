@@ -352,6 +352,26 @@ fn kill_and_probe(m: &Mounted) {
         .expect("a write after the crash");
 }
 
+/// `files` empty files in 20 directories `dN` of `m`'s source.
+fn make_tree(m: &Mounted, files: usize) {
+    for d in 0..20 {
+        let dir = m.src().join(format!("d{d}"));
+        fs::create_dir(&dir).unwrap();
+        for f in 0..files / 20 {
+            File::create(dir.join(format!("f{f}"))).unwrap();
+        }
+    }
+}
+
+/// Stats every file of `make_tree` through the mount.
+fn stat_tree(m: &Mounted, files: usize) {
+    for d in 0..20 {
+        for f in 0..files / 20 {
+            fs::metadata(m.mnt.join(format!("d{d}/f{f}"))).unwrap();
+        }
+    }
+}
+
 /// Nodes whose counts change while the node table is sent ahead of an
 /// upgrade (a program looking files up, creating and removing others
 /// meanwhile) are handed over with their counts of the moment the
@@ -385,23 +405,13 @@ fn nodes_that_change_while_sent_ahead_are_handed_over_as_they_are_at_the_pause()
     );
     const FILES: usize = 20_000;
     const NEW: usize = 20_000;
-    for d in 0..20 {
-        let dir = m.src().join(format!("d{d}"));
-        fs::create_dir(&dir).unwrap();
-        for f in 0..FILES / 20 {
-            File::create(dir.join(format!("f{f}"))).unwrap();
-        }
-    }
+    make_tree(&m, FILES);
     fs::create_dir(m.src().join("new")).unwrap();
     for f in 0..NEW {
         File::create(m.src().join(format!("new/n{f}"))).unwrap();
     }
     fs::create_dir(m.mnt.join("churn")).unwrap();
-    for d in 0..20 {
-        for f in 0..FILES / 20 {
-            fs::metadata(m.mnt.join(format!("d{d}/f{f}"))).unwrap();
-        }
-    }
+    stat_tree(&m, FILES);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mnt = m.mnt.clone();
     let stopped = stop.clone();
@@ -430,11 +440,7 @@ fn nodes_that_change_while_sent_ahead_are_handed_over_as_they_are_at_the_pause()
     // A node the successor lost would answer ESTALE (which the kernel
     // hides from `stat` by looking the name up again).
     let errors = m.counter("fuse.requests.errors");
-    for d in 0..20 {
-        for f in 0..FILES / 20 {
-            fs::metadata(m.mnt.join(format!("d{d}/f{f}"))).unwrap();
-        }
-    }
+    stat_tree(&m, FILES);
     for f in 0..looked_up {
         fs::metadata(m.mnt.join(format!("new/n{f}"))).unwrap();
     }
@@ -481,19 +487,9 @@ fn a_crash_after_an_upgrade_with_many_nodes_recovers() {
         ],
     );
     const FILES: usize = 20_000;
-    for d in 0..20 {
-        let dir = m.src().join(format!("d{d}"));
-        fs::create_dir(&dir).unwrap();
-        for f in 0..FILES / 20 {
-            File::create(dir.join(format!("f{f}"))).unwrap();
-        }
-    }
+    make_tree(&m, FILES);
     // The kernel looks every file up and keeps it.
-    for d in 0..20 {
-        for f in 0..FILES / 20 {
-            fs::metadata(m.mnt.join(format!("d{d}/f{f}"))).unwrap();
-        }
-    }
+    stat_tree(&m, FILES);
     replace(&m, Replace::Upgrade, 1);
     kill_and_probe(&m);
     assert_eq!(m.counter("server.generation"), 2);

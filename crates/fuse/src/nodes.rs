@@ -401,6 +401,12 @@ impl NodeTable {
             }
             all = out;
         }
+        self.install(&mut map, all, (live_before, sum_before));
+    }
+
+    /// Makes `all` (sorted by id, one per id) the adopted counts, the
+    /// table's totals moved from what `before` (nodes, lookups) adopted.
+    fn install(&self, map: &mut Adopted, all: Vec<(u64, u64)>, before: (usize, u64)) {
         let (mut live, mut sum) = (0usize, 0u64);
         for n in all.iter().filter(|n| n.1 > 0) {
             live += 1;
@@ -409,9 +415,9 @@ impl NodeTable {
         map.live = live;
         map.nodes = all;
         self.nodes.fetch_add(live, Ordering::Relaxed);
-        self.nodes.fetch_sub(live_before, Ordering::Relaxed);
+        self.nodes.fetch_sub(before.0, Ordering::Relaxed);
         self.lookups.fetch_add(sum, Ordering::Relaxed);
-        self.lookups.fetch_sub(sum_before, Ordering::Relaxed);
+        self.lookups.fetch_sub(before.1, Ordering::Relaxed);
         if live > 0 {
             self.any_adopted.store(true, Ordering::Release);
         }
@@ -429,18 +435,7 @@ impl NodeTable {
             drop(map);
             return self.adopt_all_lazily(nodes.into_iter());
         }
-        let (mut live, mut sum) = (0usize, 0u64);
-        for n in nodes.iter().filter(|n| n.1 > 0) {
-            live += 1;
-            sum += n.1;
-        }
-        map.live = live;
-        map.nodes = nodes;
-        self.nodes.fetch_add(live, Ordering::Relaxed);
-        self.lookups.fetch_add(sum, Ordering::Relaxed);
-        if live > 0 {
-            self.any_adopted.store(true, Ordering::Release);
-        }
+        self.install(&mut map, nodes, (0, 0));
     }
 
     /// Sets how adopted nodes are found (once).

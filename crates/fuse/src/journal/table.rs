@@ -77,8 +77,8 @@ impl Table {
     pub fn open(fd: OwnedFd, mut each: impl FnMut(Slot)) -> std::io::Result<Table> {
         let cap = check(&fd)?;
         // Its pages mapped in one call: the scan below reads every one,
-        // and a successor does it while requests wait (a million nodes'
-        // table faulted in a page at a time took most of 20 ms).
+        // and a successor does it while requests wait, where faulting
+        // them in a page at a time costs a trap per page.
         let mut t = Table::map(fd, cap, true)?;
         let (mut live, mut tombs) = (0, 0);
         for b in t.mem[HEADER..].chunks_exact(SLOT) {

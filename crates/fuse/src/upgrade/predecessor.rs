@@ -414,15 +414,10 @@ fn send_ahead(inner: &Inner, child: &mut Started) -> std::io::Result<Found> {
     drop(frame);
     // While the successor reads them.
     let t_sent = t0.elapsed();
-    held.fs = inner.fs.save_ahead(&held.vps).map_err(|e| {
-        err(
-            std::io::ErrorKind::Unsupported,
-            format!(
-                "the file system ({}) cannot hand its state over: {e}",
-                inner.fs.fs_type()
-            ),
-        )
-    })?;
+    held.fs = inner
+        .fs
+        .save_ahead(&held.vps)
+        .map_err(|e| fs_refused(inner, e))?;
     let t_fs = t0.elapsed();
     let read = parse_reply(&child.recv(TAKE_LIMIT, "while reading the nodes sent ahead")?)?;
     if read.get("ahead").and_then(|v| v.as_u64()) != Some(held.keys.len() as u64) {
@@ -441,6 +436,17 @@ fn send_ahead(inner: &Inner, child: &mut Started) -> std::io::Result<Found> {
         t0.elapsed().as_millis()
     );
     Ok(held)
+}
+
+/// The file system's refusal to save its state, as the upgrade's error.
+fn fs_refused(inner: &Inner, e: uvfs_vfs::Errno) -> std::io::Error {
+    err(
+        std::io::ErrorKind::Unsupported,
+        format!(
+            "the file system ({}) cannot hand its state over: {e}",
+            inner.fs.fs_type()
+        ),
+    )
 }
 
 /// Count changes recorded until dropped.
@@ -637,15 +643,7 @@ fn save(
             open: &open_pairs,
             ahead: fs_ahead.as_ref(),
         })
-        .map_err(|e| {
-            err(
-                std::io::ErrorKind::Unsupported,
-                format!(
-                    "the file system ({}) cannot hand its state over: {e}",
-                    inner.fs.fs_type()
-                ),
-            )
-        })?;
+        .map_err(|e| fs_refused(inner, e))?;
     let t_fs = t0.elapsed();
     let handles: Vec<HandleState> = open
         .iter()

@@ -158,8 +158,8 @@ pub(crate) fn recv(sock: &UnixStream) -> std::io::Result<(Bytes, Vec<OwnedFd>)> 
 
 /// The payload of a frame sent by [`send_parts_sealed`]: `len` bytes of
 /// `memfd`, which must be sealed against change and of that size, mapped
-/// where it is (copying a million nodes' state out of it took 40 ms of
-/// an upgrade's pause; its pages are the sender's, shared).
+/// where it is: its pages are the sender's, shared, where a copy of tens
+/// of megabytes would be made while requests wait.
 fn map_sealed(memfd: OwnedFd, len: u64) -> std::io::Result<Bytes> {
     use rustix::fs::SealFlags;
     let sealed = SealFlags::WRITE | SealFlags::GROW | SealFlags::SHRINK;
