@@ -212,6 +212,7 @@ pub fn serve_successor(
     };
     let mountpoint = normalize_mountpoint(&cfg.mountpoint)?;
     handoff.taking()?;
+    inner.fs.taken_over();
     // Supervised by the predecessor's supervisor (or, first supervised
     // now): linked only once the connection is ours, so a successor that
     // fails before leaves the supervisor with the server it had.

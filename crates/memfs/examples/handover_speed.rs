@@ -19,6 +19,7 @@ fn main() {
     uvfs_process::alloc::mark_installed();
     let mut args = std::env::args().skip(1);
     let files: usize = args.next().map_or(100_000, |a| a.parse().expect("FILES"));
+    println!("at start: {}", memory());
     let mib: usize = args.next().map_or(1024, |a| a.parse().expect("MIB"));
     let each = (mib << 20) / files;
     let c = Ctx::ROOT;
@@ -45,6 +46,20 @@ fn main() {
         fs.bytes_used() >> 20,
         t.elapsed()
     );
+    println!("before the move: {}", memory());
+    let t = Instant::now();
+    assert!(fs.save_ahead(&[]).expect("save_ahead").is_none());
+    println!(
+        "pages moved to page files in {:.2?} (requests still served); {}",
+        t.elapsed(),
+        memory()
+    );
+    // As a request thread of the server does while it serves (the heap
+    // pages were this thread's), past the allocator's purge delay.
+    uvfs_process::alloc::return_freed_memory();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    uvfs_process::alloc::return_freed_memory();
+    println!("the heap collected: {}", memory());
     let t = Instant::now();
     let saved = fs
         .save(&Keep {
@@ -63,6 +78,8 @@ fn main() {
     )
     .expect("restore");
     let restore = t.elapsed();
+    fs.handed_over();
+    new.taken_over();
     assert_eq!(new.bytes_used(), fs.bytes_used());
     assert_eq!(new.inode_count(), fs.inode_count());
     println!(
@@ -70,13 +87,36 @@ fn main() {
         meta >> 10,
         save + restore
     );
-    // Removing every file: the original's pages are heap, the restored
-    // one's the page file's, given back to the system.
+    // Removing every file: the restored one's pages (the page files')
+    // are given back to the system; the original's, handed over, are not.
     for (which, f) in [("original", &fs), ("restored", &new)] {
         let t = Instant::now();
         remove_all(f, files);
         println!("removed every {which} file in {:.2?}", t.elapsed());
+        uvfs_process::alloc::return_freed_memory();
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        uvfs_process::alloc::return_freed_memory();
+        println!("  then: {}", memory());
     }
+}
+
+/// The process's anonymous (heap) and shared-memory (page file) resident
+/// sizes.
+fn memory() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<u64>().ok())
+            .map_or(0, |kb| kb >> 10)
+    };
+    format!(
+        "heap {} MiB, page files {} MiB resident",
+        field("RssAnon:"),
+        field("RssShmem:")
+    )
 }
 
 fn remove_all(fs: &MemFs, files: usize) {

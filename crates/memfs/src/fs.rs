@@ -64,6 +64,12 @@ pub struct MemFs {
     pub(crate) atime: crate::atime::AtimeCell,
     /// Nameless inodes a predecessor handed over (`handover.rs`).
     pub(crate) kept: Mutex<crate::kept::KeptInodes>,
+    /// Whether pages in page files are given back when dropped
+    /// (`pagefile.rs`, "Who gives pages back").
+    pub(crate) lease: Arc<crate::pagefile::Lease>,
+    /// A restored memfs's page files, until it takes the mount over and
+    /// gives back the pages none of its files took.
+    pub(crate) restored_files: Mutex<Vec<Arc<crate::pagefile::SharedFile>>>,
 }
 
 impl std::fmt::Debug for MemFs {
@@ -123,6 +129,8 @@ impl MemFs {
             ispace: Arc::new(Ispace::new(cfg.inode_limit)),
             atime: crate::atime::AtimeCell::new(cfg.atime),
             kept: Default::default(),
+            lease: crate::pagefile::Lease::new(true),
+            restored_files: Default::default(),
         }
     }
 

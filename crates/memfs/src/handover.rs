@@ -35,12 +35,15 @@ use crate::inode::{Body, Inode, Meta};
 use crate::ispace::INODE_COST;
 use crate::kept::Kept;
 use crate::pagefile::{self, SharedFile};
-use crate::pages::FileData;
-use crate::saved::{self, SavedBody, SavedEntry, SavedInode, State, FORMAT, FORMAT_V1};
+use crate::pages::{extend_runs, FileData, Placement};
+use crate::saved::{
+    self, SavedBody, SavedEntry, SavedInode, State, FORMAT, FORMAT_SHARED, FORMAT_V1,
+};
 use crate::table::ROOT_INO;
 use crate::xattr::{Xattrs, XATTR_NAME_MAX, XATTR_SIZE_MAX};
 use parking_lot::RwLock;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use uvfs_vfs::{Errno, Ino, Keep, Saved, VType, VfsResult, VnodeLayer, VnodeRef};
 
@@ -122,11 +125,34 @@ impl MemFs {
         let kept: Vec<Arc<Inode>> = kept.into_values().collect();
         let all: Vec<&Arc<Inode>> = linked.iter().chain(&kept).collect();
 
-        // The pages, in a page file per copying thread; each file's place.
-        let files: Vec<(usize, &FileData)> = (all.iter().enumerate())
-            .filter_map(|(i, inode)| Some((i, inode.file()?)))
-            .filter(|(_, f)| f.pages() > 0)
-            .collect();
+        // Files whose pages lie in order in a page file go on in it (the
+        // successor maps the same memory); the others' pages are copied,
+        // in a page file per copying thread.
+        let mut places: Vec<Option<Place>> = (0..all.len()).map(|_| None).collect();
+        let mut shared = SharedFiles::default();
+        let mut files: Vec<(usize, &FileData)> = Vec::new();
+        for (i, inode) in all.iter().enumerate() {
+            let Some(f) = inode.file() else { continue };
+            match f.placement() {
+                Placement::Empty => {}
+                Placement::InPlace {
+                    file,
+                    at,
+                    runs,
+                    reserved,
+                } => {
+                    places[i] = Some(Place {
+                        file: shared.number(&file),
+                        at,
+                        runs,
+                        reserved,
+                    });
+                }
+                Placement::Elsewhere => files.push((i, f)),
+            }
+        }
+        let (mut fds, mut pages) = shared.passed()?;
+        let sharing = !fds.is_empty();
         let total: u64 = files.iter().map(|(_, f)| f.pages()).sum();
         let groups = match total {
             0 => Vec::new(),
@@ -150,15 +176,13 @@ impl MemFs {
             let pages = w.pages();
             Ok((w.finish()?, pages, placed))
         })?;
-        let mut places: Vec<Option<Place>> = (0..all.len()).map(|_| None).collect();
-        let mut fds = Vec::with_capacity(copied.len());
-        let mut pages = Vec::with_capacity(copied.len());
-        for (file, (fd, n, placed)) in copied.into_iter().enumerate() {
+        for (fd, n, placed) in copied {
+            let file = fds.len() as u32;
             fds.push(fd);
             pages.push(n);
             for (i, at, runs, reserved) in placed {
                 places[i] = Some(Place {
-                    file: file as u32,
+                    file,
                     at,
                     runs,
                     reserved,
@@ -177,15 +201,71 @@ impl MemFs {
             pages,
         };
         let reserves = |s: &SavedInode| matches!(s.body, SavedBody::FileReserved { .. });
-        let format = match state.linked.iter().chain(&state.kept).any(reserves) {
-            true => FORMAT,
-            false => FORMAT_V1,
+        let format = match (
+            sharing,
+            state.linked.iter().chain(&state.kept).any(reserves),
+        ) {
+            (true, _) => FORMAT_SHARED,
+            (false, true) => FORMAT,
+            (false, false) => FORMAT_V1,
         };
         Ok(Saved {
             format: format.to_owned(),
             bytes: saved::encode(&state)?.into(),
             fds,
         })
+    }
+
+    /// `FileSystem::save_ahead`: moves the pages of files that are not
+    /// in order in a page file worth passing on (in the heap, or in one
+    /// mostly freed) to new page files, while requests are served, so
+    /// that `save` passes them on instead of copying them while
+    /// requests wait. Contents do not change; nothing is made for `save`.
+    pub(crate) fn move_pages_ahead(&self) -> VfsResult<()> {
+        let mut inodes = self.table.snapshot();
+        for k in self.kept.lock().0.values() {
+            if let Kept::Held(inode) = k {
+                inodes.push(inode.clone());
+            }
+        }
+        let mut placed: Vec<(&FileData, Option<Arc<SharedFile>>)> = Vec::new();
+        for inode in &inodes {
+            let Some(f) = inode.file() else { continue };
+            match f.placement() {
+                Placement::Empty => {}
+                Placement::InPlace { file, .. } => placed.push((f, Some(file))),
+                Placement::Elsewhere => placed.push((f, None)),
+            }
+        }
+        let keep = worth_keeping(placed.iter().filter_map(|(_, file)| file.as_ref()));
+        let moving: Vec<&FileData> = placed
+            .iter()
+            .filter(|(_, file)| {
+                !file
+                    .as_ref()
+                    .is_some_and(|sf| keep.contains(&Arc::as_ptr(sf)))
+            })
+            .map(|(f, _)| *f)
+            .collect();
+        let total: u64 = moving.iter().map(|f| f.pages()).sum();
+        if total == 0 {
+            return Ok(());
+        }
+        let groups = split(moving, copiers(total), |f| f.pages());
+        on_threads(groups, |group| {
+            let want: u64 = group.iter().map(|f| f.pages()).sum();
+            // Room for files that grow meanwhile; a file that finds no
+            // more room stays where it is, to be copied at the pause.
+            let dest = SharedFile::create(want + want / 16 + 16, &self.lease)?;
+            let mut next = 0;
+            for f in group {
+                if !f.migrate(&dest, &mut next)? {
+                    break;
+                }
+            }
+            Ok(())
+        })?;
+        Ok(())
     }
 
     /// A memfs on `layer` as a predecessor saved it (`FileSystem::save`),
@@ -198,7 +278,7 @@ impl MemFs {
         cfg: MemFsConfig,
         saved: Saved,
     ) -> VfsResult<Arc<MemFs>> {
-        if saved.format != FORMAT && saved.format != FORMAT_V1 {
+        if ![FORMAT_SHARED, FORMAT, FORMAT_V1].contains(&saved.format.as_str()) {
             return Err(Errno::EPROTO);
         }
         let state = saved::decode(&saved.bytes)?;
@@ -210,12 +290,16 @@ impl MemFs {
         if state.pages.len() != saved.fds.len() {
             return Err(Errno::EPROTO);
         }
-        let files = (saved.fds.iter().zip(&state.pages))
-            .map(|(fd, &n)| pagefile::SharedFile::open(fd, n))
+        // Not giving pages back until this process serves the mount
+        // (`pagefile.rs`, "Who gives pages back").
+        let lease = pagefile::Lease::new(false);
+        let files = (saved.fds.into_iter().zip(&state.pages))
+            .map(|(fd, &n)| SharedFile::open(fd, n, &lease))
             .collect::<VfsResult<Vec<_>>>()?;
-        drop(saved.fds);
 
-        let fs = MemFs::without_inodes(layer.clone(), &cfg);
+        let mut fs = MemFs::without_inodes(layer.clone(), &cfg);
+        fs.lease = lease;
+        *fs.restored_files.get_mut() = files.clone();
         fs.table.set_next_ino(state.next_ino);
         let weight = |s: &(&SavedInode, bool)| match &s.0.body {
             SavedBody::File { runs, .. } | SavedBody::FileReserved { runs, .. } => {
@@ -378,6 +462,15 @@ impl MemFs {
         })
     }
 
+    /// `FileSystem::taken_over`: takes the lease (`pagefile.rs`), and
+    /// gives back the pages of the page files no file of this memfs took.
+    pub(crate) fn take_lease(&self) {
+        self.lease.set(true);
+        for f in std::mem::take(&mut *self.restored_files.lock()) {
+            f.give_back_unclaimed();
+        }
+    }
+
     /// `vget` of a nameless inode a predecessor handed over.
     pub(crate) fn vget_kept(&self, ino: Ino) -> Option<VnodeRef> {
         let inode = {
@@ -402,6 +495,58 @@ impl MemFs {
     }
 }
 
+/// The page files a save passes on as they are, numbered in the order
+/// first met.
+#[derive(Default)]
+struct SharedFiles {
+    files: Vec<Arc<SharedFile>>,
+    numbers: HashMap<*const SharedFile, u32>,
+}
+
+impl SharedFiles {
+    fn number(&mut self, file: &Arc<SharedFile>) -> u32 {
+        let next = self.files.len() as u32;
+        *self.numbers.entry(Arc::as_ptr(file)).or_insert_with(|| {
+            self.files.push(file.clone());
+            next
+        })
+    }
+
+    /// Their descriptors (duplicates) and sizes in pages.
+    fn passed(&self) -> VfsResult<(Vec<OwnedFd>, Vec<u64>)> {
+        let fds = self
+            .files
+            .iter()
+            .map(|f| f.dup())
+            .collect::<VfsResult<_>>()?;
+        Ok((fds, self.files.iter().map(|f| f.pages()).collect()))
+    }
+}
+
+/// Most page files a memfs passes on: past that many, the smallest's
+/// pages move to a new one ahead of the pause.
+const MAX_PAGE_FILES: usize = 32;
+
+/// Of the page files `in_place` files lie in (one per file), those worth
+/// passing on as they are: at least half their pages in use (one mostly
+/// freed would carry its holes on forever), and the largest
+/// `MAX_PAGE_FILES` of those (each upgrade adds some).
+fn worth_keeping<'a>(
+    in_place: impl Iterator<Item = &'a Arc<SharedFile>>,
+) -> HashSet<*const SharedFile> {
+    let mut seen: HashMap<*const SharedFile, &Arc<SharedFile>> = HashMap::new();
+    for f in in_place {
+        seen.entry(Arc::as_ptr(f)).or_insert(f);
+    }
+    let mut dense: Vec<&Arc<SharedFile>> = seen
+        .into_values()
+        .filter(|f| f.live().saturating_mul(2) >= f.pages())
+        .collect();
+    dense.sort_unstable_by_key(|f| std::cmp::Reverse(f.live()));
+    dense.truncate(MAX_PAGE_FILES);
+    dense.into_iter().map(Arc::as_ptr).collect()
+}
+
 /// Where a file's pages went: page file, first page there, and the runs
 /// of indices they hold.
 #[derive(Default)]
@@ -411,14 +556,6 @@ struct Place {
     runs: Vec<(u64, u64)>,
     /// Of those, the pages preallocated and never written.
     reserved: Vec<(u64, u64)>,
-}
-
-/// Adds page `idx` (above every index in `runs`) to `runs`.
-fn extend_runs(runs: &mut Vec<(u64, u64)>, idx: u64) {
-    match runs.last_mut() {
-        Some((first, n)) if *first + *n == idx => *n += 1,
-        _ => runs.push((idx, 1)),
-    }
 }
 
 /// One inode's saved form (its pages already in a page file at `place`).

@@ -115,11 +115,16 @@ struct Freed(BTreeMap<u64, Page>);
 impl Drop for Freed {
     fn drop(&mut self) {
         let pages = std::mem::take(&mut self.0).into_values();
-        crate::pagefile::free_together(pages.filter_map(|p| match p.into_inner() {
-            PageBuf::Mapped { page, .. } => Some(page),
-            PageBuf::Heap { .. } => None,
-        }));
+        release(pages.map(RwLock::into_inner));
     }
+}
+
+/// Drops `pages`, those in page files given back together.
+fn release(pages: impl Iterator<Item = PageBuf>) {
+    crate::pagefile::free_together(pages.filter_map(|p| match p {
+        PageBuf::Mapped { page, .. } => Some(page),
+        PageBuf::Heap { .. } => None,
+    }));
 }
 
 /// A zeroed page, `written` by its first user (a write) or not (an
@@ -425,6 +430,84 @@ impl FileData {
         Ok(())
     }
 
+    /// Where the file's pages lie: all in one page file, in index order
+    /// one after another (as a restore or [`migrate`](Self::migrate) put
+    /// them), or not.
+    pub(crate) fn placement(&self) -> Placement {
+        let map = self.map.read();
+        let mut runs = Vec::new();
+        let mut reserved = Vec::new();
+        let mut first: Option<(Arc<SharedFile>, u64)> = None;
+        for (k, (&idx, page)) in map.iter().enumerate() {
+            let page = page.read();
+            let PageBuf::Mapped { page: mp, written } = &*page else {
+                return Placement::Elsewhere;
+            };
+            let (file, at) = mp.place();
+            match &first {
+                None => first = Some((file.clone(), at)),
+                Some((f, a)) if Arc::ptr_eq(f, file) && *a + k as u64 == at => {}
+                Some(_) => return Placement::Elsewhere,
+            }
+            extend_runs(&mut runs, idx);
+            if !written {
+                extend_runs(&mut reserved, idx);
+            }
+        }
+        match first {
+            None => Placement::Empty,
+            Some((file, at)) => Placement::InPlace {
+                file,
+                at,
+                runs,
+                reserved,
+            },
+        }
+    }
+
+    /// Moves the file's pages to `dest`, in index order from its page
+    /// `*next` on, as far as `dest` holds them, advancing `*next`; the
+    /// contents stay as they are. Returns whether every page moved.
+    ///
+    /// Runs while the file is served: each page moves under its own
+    /// lock, a run of them under the map lock held shared (so reads and
+    /// writes of existing pages go on; only adding or dropping pages
+    /// waits, for one run). A page added or dropped between runs may
+    /// leave the pages out of order, which [`placement`](Self::placement)
+    /// sees: such a file is copied at the pause instead.
+    pub(crate) fn migrate(&self, dest: &Arc<SharedFile>, next: &mut u64) -> VfsResult<bool> {
+        const RUN: usize = 256;
+        let mut from = 0u64;
+        loop {
+            let mut old = Vec::with_capacity(RUN);
+            {
+                let map = self.map.read();
+                let run: Vec<(&u64, &Page)> = map.range(from..).take(RUN).collect();
+                let Some(&(&last, _)) = run.last() else {
+                    return Ok(true);
+                };
+                if *next + run.len() as u64 > dest.pages() {
+                    return Ok(false);
+                }
+                dest.populate(*next, run.len() as u64);
+                for (_, page) in run.iter() {
+                    let mut page = page.write();
+                    let mut mp = dest.take(*next)?;
+                    *next += 1;
+                    mp.copy_from_slice(&page[..]);
+                    let written = page.is_data();
+                    old.push(std::mem::replace(
+                        &mut *page,
+                        PageBuf::Mapped { page: mp, written },
+                    ));
+                }
+                from = last + 1;
+            }
+            // The old memory goes after the locks do.
+            release(old.into_iter());
+        }
+    }
+
     /// A file of `size` bytes whose allocated pages are `runs` of
     /// consecutive indices `(first, count)`, found one after another in
     /// `file` from its page `at` and used there, charged to `budget`;
@@ -488,6 +571,31 @@ impl FileData {
             return Err(Errno::EINVAL);
         }
         Ok(f)
+    }
+}
+
+/// Where a file's pages lie ([`FileData::placement`]).
+pub(crate) enum Placement {
+    /// No pages.
+    Empty,
+    /// All in `file`, one after another from its page `at`, holding the
+    /// `runs` of page indices `(first, count)`; those in `reserved` were
+    /// preallocated and never written.
+    InPlace {
+        file: Arc<SharedFile>,
+        at: u64,
+        runs: Vec<(u64, u64)>,
+        reserved: Vec<(u64, u64)>,
+    },
+    /// Some in the heap, or not in order in one page file.
+    Elsewhere,
+}
+
+/// Adds page `idx` (above every index in `runs`) to `runs`.
+pub(crate) fn extend_runs(runs: &mut Vec<(u64, u64)>, idx: u64) {
+    match runs.last_mut() {
+        Some((first, n)) if *first + *n == idx => *n += 1,
+        _ => runs.push((idx, 1)),
     }
 }
 

@@ -19,6 +19,14 @@ pub const FORMAT: &str = "uvfs-memfs/2";
 /// this one in the common case. Both are read.
 pub const FORMAT_V1: &str = "uvfs-memfs/1";
 
+/// Format 2's bytes, in a state that passes on page files the sender's
+/// own files are still using (`pagefile.rs`, "Passed on, not copied
+/// again"): only a reader that gives no page back before it takes the
+/// mount over may take it (an older build's would free pages of a
+/// predecessor that serves on after a failed upgrade), so older builds
+/// must refuse it. Written only when some page file is passed on so.
+pub const FORMAT_SHARED: &str = "uvfs-memfs/3";
+
 /// A whole memfs.
 #[derive(Serialize, Deserialize, Debug)]
 pub(crate) struct State {

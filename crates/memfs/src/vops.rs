@@ -216,6 +216,21 @@ impl FileSystem for MemFs {
         self.save_state(keep)
     }
 
+    fn save_ahead(&self, _nodes: &[VnodeRef]) -> VfsResult<Option<uvfs_vfs::Ahead>> {
+        // Nothing for `save` to take back: the pages it would copy are
+        // where it passes them on from.
+        self.move_pages_ahead()?;
+        Ok(None)
+    }
+
+    fn handed_over(&self) {
+        self.lease.set(false);
+    }
+
+    fn taken_over(&self) {
+        self.take_lease();
+    }
+
     fn fallocate(
         &self,
         vp: &VnodeRef,

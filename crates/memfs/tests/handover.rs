@@ -359,7 +359,7 @@ fn another_format_or_a_broken_state_is_refused() {
     let (fs, gone, ..) = varied();
     let restore = |s: Saved| MemFs::restore(&layer(), cfg(None, None), s).map(drop);
     let mut other = save(&fs, std::slice::from_ref(&gone));
-    other.format = "uvfs-memfs/3".into();
+    other.format = "uvfs-memfs/4".into();
     assert_eq!(restore(other), Err(Errno::EPROTO));
     let mut nofd = save(&fs, &[]);
     nofd.fds.clear();
@@ -545,11 +545,17 @@ fn twins(seed: u64, steps: usize) {
             let saved = save(&b, &nodes);
             drop(nodes);
             let old = std::mem::replace(&mut b, restore(saved, conf()));
+            old.handed_over();
+            b.taken_over();
             for h in &mut held {
                 h.2 = b.vget(h.0).unwrap();
             }
             drop(old);
             restarts += 1;
+        } else if rng.u64(..40) == 0 {
+            // Pages moved to page files ahead of a later upgrade, while
+            // the operations go on.
+            assert_eq!(b.save_ahead(&[]).unwrap().map(drop), None);
         }
     }
     assert_eq!(dump(&a, false), dump(&b, false), "seed {seed} at the end");
@@ -557,6 +563,102 @@ fn twins(seed: u64, steps: usize) {
     assert_eq!(a.alive_count(), b.alive_count(), "seed {seed}");
     assert_eq!(a.statfs().unwrap(), b.statfs().unwrap(), "seed {seed}");
     assert!(restarts > 5, "seed {seed}: {restarts} restarts");
+}
+
+/// Allocated bytes of a memfd.
+fn allocated(fd: &std::os::fd::OwnedFd) -> u64 {
+    rustix::fs::fstat(fd).unwrap().st_blocks as u64 * 512
+}
+
+#[test]
+fn pages_moved_ahead_are_passed_on_and_only_the_serving_side_gives_them_back() {
+    let fs = MemFs::new(layer(), cfg(None, None));
+    let root = fs.root().unwrap();
+    let mut files = Vec::new();
+    for i in 0..8u8 {
+        let name = format!("f{i}");
+        let (f, _) = fs
+            .create(&C, &root, name.as_bytes(), 0o644, libc::O_RDWR)
+            .unwrap();
+        fs.write(&f, Fh(0), 0, &vec![i + 1; 3 * PAGE_SIZE]).unwrap();
+        files.push(f);
+    }
+    // A hole, and pages preallocated past the end.
+    fs.write(&files[1], Fh(0), 6 * PAGE, b"after a hole")
+        .unwrap();
+    let keep = FallocMode(FallocMode::KEEP_SIZE);
+    fs.fallocate(&files[2], Fh(0), keep, 8 * PAGE, 2 * PAGE)
+        .unwrap();
+    assert_eq!(fs.save_ahead(&[]).unwrap().map(drop), None);
+    // After the move: one file rewritten in place, one grown (a page in
+    // the heap again), one cut in the middle.
+    fs.write(&files[3], Fh(0), 10, b"in place").unwrap();
+    fs.write(&files[4], Fh(0), 3 * PAGE, b"grown").unwrap();
+    let punch = FallocMode(FallocMode::KEEP_SIZE | FallocMode::PUNCH_HOLE);
+    fs.fallocate(&files[5], Fh(0), punch, PAGE, PAGE).unwrap();
+    let before = dump(&fs, true);
+
+    // One page file passed on as it is, one with the copies of the two
+    // files changed since.
+    let saved = save(&fs, &[]);
+    assert_eq!(
+        saved.format, "uvfs-memfs/3",
+        "older builds would free shared pages"
+    );
+    assert_eq!(saved.fds.len(), 2);
+    let memfds: Vec<_> = saved.fds.iter().map(|f| f.try_clone().unwrap()).collect();
+    // 8 files of 3 pages, one more after a hole, 2 preallocated; less
+    // the page punched out.
+    let moved = allocated(&memfds[0]);
+    assert_eq!(moved, 26 * PAGE);
+    assert_eq!(allocated(&memfds[1]), 4 * PAGE + 2 * PAGE);
+
+    // A successor that fails before taking the mount over gives nothing
+    // back: the predecessor serves on from the same pages.
+    let failed = restore(saved, cfg(None, None));
+    for f in &files {
+        let v = failed.vget(f.ino()).unwrap();
+        let cut = SetAttr {
+            size: Some(0),
+            ..Default::default()
+        };
+        failed.setattr(&C, &v, &cut).unwrap();
+    }
+    drop(failed);
+    assert_eq!(dump(&fs, true), before);
+    assert_eq!(allocated(&memfds[0]), moved);
+
+    // Then one that does take it.
+    let second = restore(save(&fs, &[]), cfg(None, None));
+    fs.handed_over();
+    second.taken_over();
+    drop(files);
+    drop(fs);
+    assert_eq!(dump(&second, true), before);
+    // The old pages of the files copied at the pause (the grown one's 3,
+    // the 2 left in the cut one), which no file of the successor took,
+    // given back by it; nothing else.
+    let left = moved - 5 * PAGE;
+    assert_eq!(allocated(&memfds[0]), left);
+    let root = second.root().unwrap();
+    second.unlink(&C, &root, b"f0").unwrap();
+    assert_eq!(
+        allocated(&memfds[0]),
+        left - 3 * PAGE,
+        "the server gives back"
+    );
+
+    // And on to a third: the files now all in place, nothing copied.
+    let saved = save(&second, &[]);
+    let pages: u64 = saved.fds.iter().map(allocated).sum();
+    assert_eq!(saved.fds.len(), 2, "both page files passed on");
+    assert_eq!(pages, left - 3 * PAGE + 6 * PAGE);
+    let after = dump(&second, true);
+    let third = restore(saved, cfg(None, None));
+    second.handed_over();
+    third.taken_over();
+    drop(second);
+    assert_eq!(dump(&third, true), after);
 }
 
 #[test]

@@ -34,6 +34,18 @@
 //! what it passes (`fds` are new descriptions' duplicates, never the
 //! originals).
 //!
+//! # After the hand-over
+//! A state may share memory with the predecessor rather than copy it
+//! (memfs passes its page files on as they are). Then two rules keep
+//! either side from destroying what the other serves from: the
+//! predecessor, told [`handed_over`](crate::FileSystem::handed_over)
+//! once the successor has taken the mount, changes nothing shared any
+//! more (its own drops on the way out included); and the successor
+//! changes nothing shared beyond serving requests until told
+//! [`taken_over`](crate::FileSystem::taken_over), since until then a
+//! failure leaves the predecessor serving and the successor dropping
+//! what it restored.
+//!
 //! # Versions
 //! `format` names the encoding of `bytes` and its version. A successor
 //! restores only a format it knows exactly and refuses any other with

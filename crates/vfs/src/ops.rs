@@ -601,6 +601,17 @@ pub trait FileSystem: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// For a live upgrade, in the predecessor: the successor has taken
+    /// the mount over, and what `save` gave is its own (see
+    /// [`crate::handover`], "After the hand-over"). Not called when the
+    /// upgrade fails before that. The default does nothing.
+    fn handed_over(&self) {}
+
+    /// For a live upgrade, in the successor, once restored: the mount is
+    /// this process's from here on (see [`crate::handover`], "After the
+    /// hand-over"). The default does nothing.
+    fn taken_over(&self) {}
+
     /// For crash recovery: the record from which a server started after
     /// a crash finds inode `ino` again (`vp` if the caller has it; without
     /// it, only a node this process was handed by a predecessor and has

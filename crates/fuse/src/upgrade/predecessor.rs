@@ -333,6 +333,7 @@ fn hand_over(
         ));
     }
     parked.commit();
+    inner.fs.handed_over();
     let done = child
         .recv(TAKE_LIMIT, "after taking the connection")
         .and_then(|b| parse_reply(&b));
