@@ -66,6 +66,12 @@ pub const PASSTHROUGH: &str = "uvfs-passthrough";
 /// The passthrough with reads and writes served by the server
 /// (`--server-io`), as before the kernel did them on the source files.
 pub const PASSTHROUGH_SERVER_IO: &str = "uvfs-passthrough-server-io";
+/// The passthrough served through /dev/fuse (`--transport dev`), which
+/// a crash supervisor keeps a journal for, and the same without one
+/// (`--no-supervisor`): side by side, what the journal costs. Run only
+/// when `--fs` names them.
+pub const PASSTHROUGH_DEV: &str = "uvfs-passthrough-dev";
+pub const PASSTHROUGH_DEV_NOSUP: &str = "uvfs-passthrough-dev-unsupervised";
 pub const MEMFS: &str = "uvfs-memfs";
 pub const LIBFUSE: &str = "libfuse-passthrough_ll";
 pub const FBR: &str = "fuse-backend-rs";
@@ -80,6 +86,8 @@ pub const ALL_FS: [&str; 7] = [
     MEMFS,
     TMPFS,
 ];
+/// File systems `--fs` may name beside the default ones, run after them.
+pub const OPTIONAL_FS: [&str; 2] = [PASSTHROUGH_DEV, PASSTHROUGH_DEV_NOSUP];
 /// The peers the passthrough is held against.
 pub const PEERS: [&str; 2] = [LIBFUSE, FBR];
 
@@ -140,15 +148,14 @@ fn choose_fs(o: &SeqioOpts) -> io::Result<Vec<&'static str>> {
     let Some(wanted) = &o.fs else {
         return Ok(ALL_FS.to_vec());
     };
+    let known = || ALL_FS.into_iter().chain(OPTIONAL_FS);
     for w in wanted {
-        if !ALL_FS.contains(&w.as_str()) {
-            return Err(bad(format!("unknown --fs {w:?} ({})", ALL_FS.join(", "))));
+        if !known().any(|k| k == w.as_str()) {
+            let names: Vec<&str> = known().collect();
+            return Err(bad(format!("unknown --fs {w:?} ({})", names.join(", "))));
         }
     }
-    Ok(ALL_FS
-        .into_iter()
-        .filter(|a| wanted.iter().any(|w| w == a))
-        .collect())
+    Ok(known().filter(|a| wanted.iter().any(|w| w == a)).collect())
 }
 
 // ---------------------------------------------------------------------
@@ -250,11 +257,16 @@ fn setup(name: &'static str, o: &SeqioOpts, native: &Path, size: u64) -> Target 
             }
             return t;
         }
-        PASSTHROUGH | PASSTHROUGH_SERVER_IO => {
+        PASSTHROUGH | PASSTHROUGH_SERVER_IO | PASSTHROUGH_DEV | PASSTHROUGH_DEV_NOSUP => {
             let mut a = uvfs_args(o);
             a.extend(["--source".into(), native.display().to_string()]);
-            if name == PASSTHROUGH_SERVER_IO {
-                a.push("--server-io".into());
+            match name {
+                PASSTHROUGH_SERVER_IO => a.push("--server-io".into()),
+                PASSTHROUGH_DEV => a.extend(["--transport".into(), "dev".into()]),
+                PASSTHROUGH_DEV_NOSUP => {
+                    a.extend(["--transport", "dev", "--no-supervisor"].map(String::from))
+                }
+                _ => {}
             }
             ServerMount::start(&format!("seqio-{}", &name[5..]), &a).map(Server::Uvfs)
         }
@@ -538,6 +550,15 @@ mod tests {
         assert_eq!(choose_fs(&o).unwrap(), ALL_FS.to_vec());
         o.fs = Some(vec![MEMFS.into(), NATIVE.into()]);
         assert_eq!(choose_fs(&o).unwrap(), vec![NATIVE, MEMFS]);
+        o.fs = Some(vec![
+            PASSTHROUGH_DEV_NOSUP.into(),
+            MEMFS.into(),
+            PASSTHROUGH_DEV.into(),
+        ]);
+        assert_eq!(
+            choose_fs(&o).unwrap(),
+            vec![MEMFS, PASSTHROUGH_DEV, PASSTHROUGH_DEV_NOSUP]
+        );
         o.fs = Some(vec!["ext9".into()]);
         assert!(choose_fs(&o).is_err());
     }

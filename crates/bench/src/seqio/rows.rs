@@ -3,7 +3,10 @@
 //! failures fail the run.
 
 use super::passes::PassSample;
-use super::{MEMFS, NATIVE, PASSTHROUGH, PASSTHROUGH_SERVER_IO, PEERS, TMPFS};
+use super::{
+    MEMFS, NATIVE, PASSTHROUGH, PASSTHROUGH_DEV, PASSTHROUGH_DEV_NOSUP, PASSTHROUGH_SERVER_IO,
+    PEERS, TMPFS,
+};
 use crate::procstat::Peaks;
 use crate::report::{median, push_bar, BarGroup, Report, Row};
 use crate::row;
@@ -227,6 +230,12 @@ pub fn summary(r: &Report) -> Vec<String> {
             out.push(format!(
                 "uvfs-passthrough {op}: kernel I/O / server I/O = {:.2}x ({k:.0} vs {s:.0} MiB/s)",
                 k / s
+            ));
+        }
+        if let (Some(j), Some(n)) = (rate(PASSTHROUGH_DEV), rate(PASSTHROUGH_DEV_NOSUP)) {
+            out.push(format!(
+                "uvfs-passthrough-dev {op}: supervised / unsupervised = {:.3}x ({j:.0} vs {n:.0} MiB/s)",
+                j / n
             ));
         }
     }
