@@ -273,6 +273,12 @@ impl MemFs {
     /// the saved root's). `EPROTO` for a state of another format or one
     /// that is not a memfs; `ENOSPC` if `cfg`'s limits are below what the
     /// state holds.
+    ///
+    /// Its file data is the predecessor's memory, mapped: it gives no
+    /// page back to the system until told it serves the mount
+    /// (`FileSystem::taken_over`), and the predecessor must be told the
+    /// mount is the successor's (`FileSystem::handed_over`) before it
+    /// drops anything (`pagefile.rs`, "Who gives pages back").
     pub fn restore(
         layer: &Arc<VnodeLayer>,
         cfg: MemFsConfig,

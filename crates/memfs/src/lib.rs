@@ -23,8 +23,10 @@
 //! - `xattr.rs`: one inode's extended attributes; `acl.rs` the POSIX ACLs
 //!   among them; `iflags.rs` inode flags (`chattr`).
 //! - `handover.rs`: the whole file system saved for a live upgrade and
-//!   restored (`MemFs::restore`); `saved.rs` its encoding, `pagefile.rs`
-//!   the memfd its file pages travel in, `page.rs` the page both kinds of
+//!   restored (`MemFs::restore`), file pages moved to memfds ahead of
+//!   it; `saved.rs` its encoding, `pagefile.rs` the memfds ("page
+//!   files") file pages live in from then on and are passed on in, and
+//!   which process may give them back; `page.rs` the page both kinds of
 //!   storage hold, `kept.rs` the nameless inodes a predecessor handed
 //!   over.
 //!

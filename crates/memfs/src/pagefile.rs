@@ -18,7 +18,7 @@
 //! memory. Only pages in the heap are copied while requests wait.
 //!
 //! # Who gives pages back: the [`Lease`]
-//! With pages shared, a process that frees a page it no longer uses may
+//! With pages shared, a process that frees a page it is done with may
 //! free one the other process still uses. So only the process serving
 //! the mount gives pages back: a restored memfs holds no lease until it
 //! has taken the mount over (a successor that fails before that leaves
@@ -333,7 +333,7 @@ impl Drop for MappedPage {
 
 /// Gives `count` pages of `file` from `first` back to the system (the
 /// file's memory, not only the mapping's), if this process holds the
-/// lease; either way they are no longer in use.
+/// lease; either way they leave the count of pages in use.
 fn remove(file: &SharedFile, first: u32, count: u32) {
     file.live.fetch_sub(u64::from(count), Ordering::Relaxed);
     file.give_back(u64::from(first), u64::from(count));

@@ -703,3 +703,105 @@ fn a_nameless_file_not_asked_for_yet_goes_on_to_the_next_successor() {
     let v = third.vget(f.ino()).unwrap();
     assert_eq!(third.read(&v, Fh(0), 0, 10).unwrap(), b"kept");
 }
+
+/// Pages moved ahead while other threads write, cut, punch and grow the
+/// same files: every byte stays what the writes made it, before and
+/// after an upgrade.
+#[test]
+fn pages_move_ahead_while_the_files_are_written() {
+    let fs = MemFs::new(layer(), cfg(None, None));
+    let root = fs.root().unwrap();
+    let files: Vec<VnodeRef> = (0..4)
+        .map(|i| {
+            let name = format!("f{i}");
+            let (f, _) = fs
+                .create(&C, &root, name.as_bytes(), 0o644, libc::O_RDWR)
+                .unwrap();
+            f
+        })
+        .collect();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let moves = std::sync::atomic::AtomicU64::new(0);
+    // What each file holds: its writer's model.
+    let models: Vec<Vec<u8>> = std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                fs.save_ahead(&[]).unwrap();
+                moves.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+        let writers: Vec<_> = files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let (fs, moves) = (&fs, &moves);
+                s.spawn(move || {
+                    let mut rng = Rng::with_seed(i as u64 + 1);
+                    let mut model: Vec<u8> = Vec::new();
+                    // Until the mover has moved the files many times
+                    // (bounded, for a machine where it barely runs).
+                    let mut step = 0u32;
+                    while step < 2000
+                        || (moves.load(std::sync::atomic::Ordering::Relaxed) < 300
+                            && step < 400_000)
+                    {
+                        step += 1;
+                        let off = rng.u64(..16 * PAGE);
+                        let len = rng.u64(1..3 * PAGE);
+                        match rng.u8(..10) {
+                            0 => {
+                                let cut = SetAttr {
+                                    size: Some(off),
+                                    ..Default::default()
+                                };
+                                fs.setattr(&C, f, &cut).unwrap();
+                                model.resize(off as usize, 0);
+                            }
+                            1 => {
+                                let punch =
+                                    FallocMode(FallocMode::KEEP_SIZE | FallocMode::PUNCH_HOLE);
+                                fs.fallocate(f, Fh(0), punch, off, len).unwrap();
+                                let end = ((off + len) as usize).min(model.len());
+                                if (off as usize) < end {
+                                    model[off as usize..end].fill(0);
+                                }
+                            }
+                            _ => {
+                                let byte = (step % 251) as u8 + 1;
+                                let data = vec![byte; len as usize];
+                                assert_eq!(
+                                    fs.write(f, Fh(0), off, &data).unwrap() as usize,
+                                    data.len()
+                                );
+                                let end = (off + len) as usize;
+                                if model.len() < end {
+                                    model.resize(end, 0);
+                                }
+                                model[off as usize..end].copy_from_slice(&data);
+                            }
+                        }
+                    }
+                    model
+                })
+            })
+            .collect();
+        let models = writers.into_iter().map(|w| w.join().unwrap()).collect();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        models
+    });
+    assert!(moves.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    let contents = |f: &MemFs, vp: &VnodeRef| f.read(vp, Fh(0), 0, (19 * PAGE) as u32).unwrap();
+    for (vp, model) in files.iter().zip(&models) {
+        assert_eq!(contents(&fs, vp), *model, "file {}", vp.ino());
+    }
+    let new = restore(save(&fs, &[]), cfg(None, None));
+    fs.handed_over();
+    new.taken_over();
+    let inos: Vec<Ino> = files.iter().map(|f| f.ino()).collect();
+    drop(files);
+    drop(fs);
+    for (ino, model) in inos.into_iter().zip(&models) {
+        let v = new.vget(ino).unwrap();
+        assert_eq!(contents(&new, &v), *model, "file {ino} restored");
+    }
+}
