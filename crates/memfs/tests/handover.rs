@@ -730,6 +730,15 @@ fn pages_move_ahead_while_the_files_are_written() {
                 moves.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         });
+        // Stops the mover however the writers end (a writer's failed
+        // check included), so that the scope can end.
+        struct Stop<'a>(&'a std::sync::atomic::AtomicBool);
+        impl Drop for Stop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        let _stop = Stop(&stop);
         let writers: Vec<_> = files
             .iter()
             .enumerate()
@@ -742,10 +751,15 @@ fn pages_move_ahead_while_the_files_are_written() {
                     // (bounded, for a machine where it barely runs).
                     let mut step = 0u32;
                     while step < 2000
-                        || (moves.load(std::sync::atomic::Ordering::Relaxed) < 300
+                        || (moves.load(std::sync::atomic::Ordering::Relaxed) < 3000
                             && step < 400_000)
                     {
                         step += 1;
+                        // The file as this thread last left it: a move
+                        // that lost a write shows here, before the next
+                        // write can cover it.
+                        let now = fs.read(f, Fh(0), 0, (19 * PAGE) as u32).unwrap();
+                        assert!(now == model, "file {} changed under its writer", f.ino());
                         let off = rng.u64(..16 * PAGE);
                         let len = rng.u64(1..3 * PAGE);
                         match rng.u8(..10) {
@@ -785,9 +799,7 @@ fn pages_move_ahead_while_the_files_are_written() {
                 })
             })
             .collect();
-        let models = writers.into_iter().map(|w| w.join().unwrap()).collect();
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        models
+        writers.into_iter().map(|w| w.join().unwrap()).collect()
     });
     assert!(moves.load(std::sync::atomic::Ordering::Relaxed) > 0);
     let contents = |f: &MemFs, vp: &VnodeRef| f.read(vp, Fh(0), 0, (19 * PAGE) as u32).unwrap();
