@@ -115,12 +115,8 @@ impl MemFs {
                 kept.insert(inode.ino, inode.clone());
             }
         }
-        // Handed over to this process and not asked for since: the kernel
-        // may still know them.
-        for k in self.kept.lock().0.values() {
-            if let Kept::Held(inode) = k {
-                kept.entry(inode.ino).or_insert_with(|| inode.clone());
-            }
+        for inode in self.held_kept() {
+            kept.entry(inode.ino).or_insert(inode);
         }
         let kept: Vec<Arc<Inode>> = kept.into_values().collect();
         let all: Vec<&Arc<Inode>> = linked.iter().chain(&kept).collect();
@@ -223,11 +219,7 @@ impl MemFs {
     /// requests wait. Contents do not change; nothing is made for `save`.
     pub(crate) fn move_pages_ahead(&self) -> VfsResult<()> {
         let mut inodes = self.table.snapshot();
-        for k in self.kept.lock().0.values() {
-            if let Kept::Held(inode) = k {
-                inodes.push(inode.clone());
-            }
-        }
+        inodes.extend(self.held_kept());
         let mut placed: Vec<(&FileData, Option<Arc<SharedFile>>)> = Vec::new();
         for inode in &inodes {
             let Some(f) = inode.file() else { continue };
@@ -466,6 +458,18 @@ impl MemFs {
             }
             _ => return Err(Errno::EPROTO),
         })
+    }
+
+    /// Nameless inodes handed over to this process and not asked for
+    /// since: the kernel may still know them.
+    fn held_kept(&self) -> Vec<Arc<Inode>> {
+        let kept = self.kept.lock();
+        (kept.0.values())
+            .filter_map(|k| match k {
+                Kept::Held(inode) => Some(inode.clone()),
+                Kept::Lent(_) => None,
+            })
+            .collect()
     }
 
     /// `FileSystem::taken_over`: takes the lease (`pagefile.rs`), and

@@ -44,6 +44,23 @@ use uvfs_vfs::{Errno, VfsResult};
 /// The seal a page file carries: its pages stay mapped.
 const FIXED: SealFlags = SealFlags::SHRINK;
 
+/// An empty, sealable page file.
+fn new_memfd() -> VfsResult<OwnedFd> {
+    Ok(rustix::fs::memfd_create(
+        "uvfs-memfs-pages",
+        MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+    )?)
+}
+
+/// Fixes a page file's size for good: no shrinking (under a mapping),
+/// no growing, no unsealing.
+fn seal(fd: &OwnedFd) -> VfsResult<()> {
+    Ok(rustix::fs::fcntl_add_seals(
+        fd,
+        FIXED | SealFlags::GROW | SealFlags::SEAL,
+    )?)
+}
+
 /// A new page file being filled, front to back, through a buffer.
 ///
 /// Written with `pwrite`, not through a mapping: shmem zeroes a page it
@@ -63,12 +80,8 @@ const CHUNK: usize = 1 << 20;
 impl Writer {
     /// An empty page file.
     pub fn new() -> VfsResult<Writer> {
-        let fd = rustix::fs::memfd_create(
-            "uvfs-memfs-pages",
-            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
-        )?;
         Ok(Writer {
-            fd,
+            fd: new_memfd()?,
             buf: Vec::with_capacity(CHUNK),
             at: 0,
         })
@@ -105,7 +118,7 @@ impl Writer {
     /// Writes what is left, seals the file, and returns it.
     pub fn finish(mut self) -> VfsResult<OwnedFd> {
         self.flush()?;
-        rustix::fs::fcntl_add_seals(&self.fd, FIXED | SealFlags::GROW | SealFlags::SEAL)?;
+        seal(&self.fd)?;
         Ok(self.fd)
     }
 }
@@ -199,13 +212,10 @@ impl SharedFile {
     /// A new page file of `pages` pages, none allocated yet, for the
     /// server's own pages to move to while it serves (`FileData::migrate`).
     pub fn create(pages: u64, lease: &Arc<Lease>) -> VfsResult<Arc<SharedFile>> {
-        let fd = rustix::fs::memfd_create(
-            "uvfs-memfs-pages",
-            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
-        )?;
+        let fd = new_memfd()?;
         let len = pages.checked_mul(PAGE_SIZE as u64).ok_or(Errno::ENOMEM)?;
         rustix::fs::ftruncate(&fd, len)?;
-        rustix::fs::fcntl_add_seals(&fd, FIXED | SealFlags::GROW | SealFlags::SEAL)?;
+        seal(&fd)?;
         SharedFile::open(fd, pages, lease).map_err(|e| match e {
             Errno::EPROTO => Errno::EIO,
             e => e,
