@@ -16,7 +16,8 @@
 //!   kill to the new server's first answer (`uvfs stat`).
 //!
 //! Mounts are `--transport dev` unless `--transport uring` (FUSE over
-//! io_uring, whose queues the upgrade hands over too). Sources and scratch trees are made at run
+//! io_uring, whose queues the upgrade hands over too, and whose entries a
+//! server started after a crash takes over). Sources and scratch trees are made at run
 //! time under `--source-dir` (`/var/tmp`, a disk file system that has the
 //! file handles a passthrough needs) and removed after.
 //!
@@ -84,8 +85,7 @@ pub struct RestartOpts {
     #[arg(long, default_value = "/var/tmp")]
     pub source_dir: PathBuf,
     /// How the mounts are served: `dev` (/dev/fuse reads) or `uring`
-    /// (FUSE over io_uring; no crash configurations: such a mount has no
-    /// supervisor).
+    /// (FUSE over io_uring).
     #[arg(long, default_value = "dev", value_parser = ["dev", "uring"])]
     pub transport: String,
 }
@@ -513,11 +513,6 @@ fn measure(
 
 /// One configuration: its row, or the reason it could not be set up.
 fn run_config(c: Config, p: &Plan, base: &Path) -> io::Result<Result<Measured, String>> {
-    if c.crash() && p.uring {
-        return Ok(Err(
-            "an io_uring mount has no supervisor (a crash loses what its ring entries hold)".into(),
-        ));
-    }
     let tree = p.tree(c);
     let source = base.join(c.name());
     if c.passthrough() {

@@ -79,6 +79,9 @@ pub struct HandleTable {
     /// Where opens and releases are journaled for crash recovery, once
     /// a supervisor keeps one (`journal/`).
     journal: OnceLock<Arc<Journal>>,
+    /// Handles a crashed server's journal listed whose files are gone
+    /// (`upgrade::import`): struck from the journal once it is attached.
+    unrecovered: Mutex<Vec<u64>>,
 }
 
 impl Default for HandleTable {
@@ -87,6 +90,7 @@ impl Default for HandleTable {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             next: AtomicU64::new(1),
             journal: OnceLock::new(),
+            unrecovered: Mutex::new(Vec::new()),
         }
     }
 }
@@ -129,7 +133,17 @@ impl HandleTable {
                 j.opened(h, &f.journal_rec());
             }
         }
+        for h in std::mem::take(&mut *self.unrecovered.lock()) {
+            j.closed(h);
+        }
         let _ = self.journal.set(j);
+    }
+
+    /// Handle `h` of a crashed server could not be recovered (its file is
+    /// gone): not in the table, and struck from the journal it is
+    /// attached to next, so a later crash does not look for it again.
+    pub(crate) fn unrecovered(&self, h: u64) {
+        self.unrecovered.lock().push(h);
     }
 
     /// Whether `vp` is open for writing through some handle. A scan of

@@ -270,7 +270,7 @@ fn take_over(
     handoff.mark("nodes and handles imported");
     let negotiated = fuser::Negotiated::from_bytes(handoff.negotiated())?;
     // INIT agreed to io_uring queues once for the connection: this server
-    // serves them too (and, like the first, is not supervised).
+    // serves them too.
     inner.uring_on.store(
         negotiated.io_uring_payload.is_some(),
         std::sync::atomic::Ordering::Relaxed,
@@ -435,16 +435,6 @@ fn supervise(
     resumed: Option<crate::journal::Resumable>,
 ) {
     let r = (|| {
-        // A ring entry holds its request where no other process can answer
-        // it (the kernel resends only /dev/fuse's): a new server would leave
-        // the callers of those requests waiting forever, worse than a mount
-        // that fails them.
-        if inner.uring_on.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(std::io::Error::other(
-                "served through FUSE over io_uring, whose requests in flight no other process \
-                 can answer; mount with `--transport dev` for crash recovery",
-            ));
-        }
         let ctx = ctx.ok_or_else(|| {
             std::io::Error::other("the server cannot start a successor (no binary to start)")
         })?;
@@ -452,6 +442,11 @@ fn supervise(
         let exe = &ctx.successor.exe;
         let hello = crate::supervise::hello(std::process::id(), exe, &state.encode()?);
         let link = crate::supervise::Link::start(inner, exe, hello, fds, existing, resumed)?;
+        // io_uring entries (those taken over now, then each one the
+        // queues register) are kept before the kernel can give them a
+        // request: a server started after a crash answers from them.
+        session.set_ring_keeper(link.ring_keeper());
+        link.kept_all()?;
         // The request loops' clones, made now so the supervisor holds
         // what they read (a loop's requests in flight survive its death).
         let clones = session.clone_channels()?;

@@ -58,6 +58,8 @@ pub use crate::open_flags::OpenFlags;
 pub use crate::park::Pauser;
 #[cfg(target_os = "linux")]
 pub use crate::uring::RingEntry;
+#[cfg(target_os = "linux")]
+pub use crate::uring::RingKeeper;
 pub use crate::park::park_signal;
 pub use crate::passthrough::BackingId;
 pub use crate::poll_events::PollEvents;

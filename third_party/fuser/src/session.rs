@@ -306,6 +306,16 @@ impl<FS: Filesystem> Session<FS> {
         self.park.rings.set_root(root.to_path_buf());
     }
 
+    /// Keeps every FUSE-over-io_uring entry with `keeper` (a supervisor),
+    /// so that a session started after this process dies can take them
+    /// over (`RingEntry::recovered`): the entries taken over now at once,
+    /// those the queues register before the kernel knows them.
+    #[cfg(target_os = "linux")]
+    pub fn set_ring_keeper(&self, keeper: std::sync::Arc<dyn crate::uring::RingKeeper>) {
+        crate::uring::keep_adopted(&self.adopted, &*keeper);
+        self.park.rings.set_keeper(keeper);
+    }
+
     /// Takes over the ring entries a predecessor handed over
     /// (`Pauser::seal_rings` there): maps their buffers at the addresses
     /// the kernel knows. `run`'s queues then answer what they hold and

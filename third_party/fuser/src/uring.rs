@@ -65,9 +65,11 @@ use crate::session::SessionEventLoop;
 mod entry;
 mod handover;
 mod placement;
+mod recover;
 
-use entry::{COMMIT_ID, Entry, IN_HEADER, OP_IN_SIZE, OUT_HEADER};
+use entry::{COMMIT_ID, Entry, IN_HEADER, OP_IN_SIZE, OUT_HEADER, State};
 pub use handover::RingEntry;
+pub use recover::RingKeeper;
 pub(crate) use handover::RingCtl;
 use handover::{PARK, Phase, RELEASE, SEAL, SERVE};
 pub(crate) use placement::Activity;
@@ -238,6 +240,8 @@ pub(crate) struct Adopted {
     qid: u16,
     entry: Arc<Entry>,
     replied: bool,
+    /// Of a server that died (`recover.rs`), not one that handed over.
+    recovered: bool,
 }
 
 /// Maps the entries a predecessor's queues held (`RingEntry`) at their
@@ -250,9 +254,18 @@ pub(crate) fn adopt(entries: Vec<RingEntry>, payload_size: usize) -> io::Result<
                 qid: e.qid,
                 entry: Arc::new(Entry::adopt(e.memfd, e.addr, payload_size)?),
                 replied: e.replied,
+                recovered: e.recovered,
             })
         })
         .collect()
+}
+
+/// Gives `keeper` every entry of `adopted` (a resumed session's, before
+/// its queues start).
+pub(crate) fn keep_adopted(adopted: &[Adopted], keeper: &dyn RingKeeper) {
+    for a in adopted {
+        keeper.keep(a.qid, a.entry.addr(), a.entry.memfd());
+    }
 }
 
 impl std::fmt::Debug for Adopted {
@@ -261,6 +274,7 @@ impl std::fmt::Debug for Adopted {
             .field("qid", &self.qid)
             .field("addr", &self.entry.addr())
             .field("replied", &self.replied)
+            .field("recovered", &self.recovered)
             .finish()
     }
 }
@@ -382,6 +396,7 @@ pub(crate) fn run_queue<FS: Filesystem>(
         commit_ids: Vec::new(),
         live: Vec::new(),
         in_kernel: 0,
+        keeper: rings.keeper(),
     };
     let r = serve_queue(&se, &sender, &mut q, &shared, &activity, rings, adopted, resumed);
     if r.is_err() {
@@ -402,15 +417,24 @@ fn serve_queue<FS: Filesystem>(
     resumed: bool,
 ) -> io::Result<()> {
     let qid = q.qid;
-    // A predecessor's entries are this queue's once answered: only the
-    // rest is registered anew, so entries do not pile up over upgrades.
-    for _ in adopted.len()..INITIAL_ENTRIES {
-        q.register()?;
-    }
     // Leaked on purpose: the kernel may still complete the pending read
     // into it after the ring is closed (its cancellation is asynchronous).
     let efd_buf: &'static mut [u8; 8] = Box::leak(Box::new([0u8; 8]));
     q.arm_eventfd(shared, efd_buf)?;
+    // Requests this queue holds and has not dispatched (taken while
+    // parked, or adopted).
+    let mut held = Vec::new();
+    // A dead server's entries (`recover.rs`).
+    let (recovered, adopted): (Vec<_>, Vec<_>) = adopted.into_iter().partition(|a| a.recovered);
+    if !recovered.is_empty() {
+        let entries = recovered.into_iter().map(|a| a.entry).collect();
+        recover::take(q, entries, &mut held)?;
+    }
+    // A predecessor's entries are this queue's once answered: only the
+    // rest is registered anew, so entries do not pile up over upgrades.
+    for _ in (adopted.len() + q.entries.len())..INITIAL_ENTRIES {
+        q.register()?;
+    }
     let mut srv = Server {
         se,
         sender,
@@ -418,9 +442,6 @@ fn serve_queue<FS: Filesystem>(
         qid,
         request: Vec::with_capacity(q.payload_size + IN_HEADER + OP_IN_SIZE),
     };
-    // Requests this queue holds and has not dispatched (taken while
-    // parked, or adopted).
-    let mut held = Vec::new();
     for a in adopted {
         let idx = q.adopt(a.entry);
         if a.replied {
@@ -509,6 +530,13 @@ fn serve_queue<FS: Filesystem>(
                 q.live[idx] = false;
                 if is_gone(res) {
                     closing = true;
+                    continue;
+                }
+                q.let_go(idx);
+                if res == -libc::ENOENT {
+                    // A taken-over entry whose reply its dead server had
+                    // committed after all (`recover.rs`).
+                    log::debug!("fuse uring queue {qid}: entry {tag} held nothing to commit");
                 } else {
                     warn!(
                         "fuse uring queue {qid}: entry {tag} failed: {}",
@@ -518,6 +546,7 @@ fn serve_queue<FS: Filesystem>(
                 continue;
             }
             q.commit_ids[idx] = q.entries[idx].read_u64(COMMIT_ID);
+            q.entries[idx].set_state(State::Request);
             if mode == SERVE {
                 srv.serve(q, idx);
             } else {
@@ -551,6 +580,8 @@ struct Queue {
     live: Vec<bool>,
     /// Entries the kernel holds (registered or committed, not completed).
     in_kernel: usize,
+    /// Where entries are kept beyond this process (a supervisor).
+    keeper: Option<Arc<dyn RingKeeper>>,
 }
 
 impl Drop for Queue {
@@ -582,6 +613,11 @@ impl Queue {
 
     fn register(&mut self) -> io::Result<()> {
         let entry = Arc::new(Entry::new(self.payload_size)?);
+        // Kept before the kernel knows it: a server started after this one
+        // dies must be able to map every entry the kernel may answer from.
+        if let Some(k) = &self.keeper {
+            k.keep(self.qid, entry.addr(), entry.memfd());
+        }
         let idx = self.entries.len();
         let sqe = fuse_cmd(self.fuse_fd, CMD_REGISTER, self.qid, 0)
             .addr(Some(entry.iov.as_ptr() as u64))
@@ -593,6 +629,13 @@ impl Queue {
         self.push(&sqe)?;
         self.in_kernel += 1;
         Ok(())
+    }
+
+    /// The kernel let entry `idx` go: no one needs its buffers kept.
+    fn let_go(&self, idx: usize) {
+        if let Some(k) = &self.keeper {
+            k.forget(self.qid, self.entries[idx].addr());
+        }
     }
 
     /// A predecessor's entry holding a request: this queue's from now on.
@@ -613,6 +656,9 @@ impl Queue {
         )
         .build()
         .user_data(idx as u64);
+        // The state stays `Replied`: a server started after this one dies
+        // commits the reply again, which the kernel refuses (ENOENT) if
+        // this commit got there (`recover.rs`).
         self.push(&sqe)?;
         self.in_kernel += 1;
         Ok(())
@@ -641,6 +687,7 @@ impl Queue {
                     qid: self.qid,
                     addr: e.addr(),
                     replied: ready.list.contains(&idx),
+                    recovered: false,
                     memfd: e.dup_memfd()?,
                 });
             }

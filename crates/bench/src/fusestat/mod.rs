@@ -80,6 +80,9 @@ const PASSTHROUGH: &str = "uvfs-passthrough";
 const PASSTHROUGH_DEFAULT: &str = "uvfs-passthrough-default";
 /// Default options but `--no-watch` (no host-change watcher).
 const PASSTHROUGH_NOWATCH: &str = "uvfs-passthrough-nowatch";
+/// Default options but `--no-supervisor`: beside
+/// `uvfs-passthrough-default`, what crash recovery costs a default mount.
+const PASSTHROUGH_DEFAULT_NOSUP: &str = "uvfs-passthrough-default-unsupervised";
 const PASSTHROUGH_DEV: &str = "uvfs-passthrough-dev";
 /// `--transport dev` without its crash supervisor (`--no-supervisor`):
 /// beside `uvfs-passthrough-dev`, what keeping the crash journal costs.
@@ -89,9 +92,10 @@ const PASSTHROUGH_NORA: &str = "uvfs-passthrough-noreadahead";
 /// The passthrough without directory attribute refresh.
 const PASSTHROUGH_NOREF: &str = "uvfs-passthrough-norefresh";
 /// The passthrough servers, as `--fs` names them.
-const PASSTHROUGHS: [&str; 7] = [
+const PASSTHROUGHS: [&str; 8] = [
     PASSTHROUGH_DEFAULT,
     PASSTHROUGH_NOWATCH,
+    PASSTHROUGH_DEFAULT_NOSUP,
     PASSTHROUGH,
     PASSTHROUGH_DEV,
     PASSTHROUGH_DEV_NOSUP,
@@ -294,6 +298,7 @@ fn options_of(name: &str) -> Option<&'static str> {
     match name {
         PASSTHROUGH_DEFAULT => Some("default"),
         PASSTHROUGH_NOWATCH => Some("no-watch"),
+        PASSTHROUGH_DEFAULT_NOSUP => Some("no-supervisor"),
         _ => None,
     }
 }

@@ -5,8 +5,8 @@
 
 use super::{
     FuseStatOpts, FBR, FBR_FH, GOFUSE, LIBFUSE, MEMFS, MEMFS_DEV, MEMFS_NOREF, NATIVE, PASSTHROUGH,
-    PASSTHROUGHS, PASSTHROUGH_DEFAULT, PASSTHROUGH_DEV, PASSTHROUGH_DEV_NOSUP, PASSTHROUGH_NORA,
-    PASSTHROUGH_NOREF, PASSTHROUGH_NOWATCH, PEERS, TMPFS,
+    PASSTHROUGHS, PASSTHROUGH_DEFAULT, PASSTHROUGH_DEFAULT_NOSUP, PASSTHROUGH_DEV,
+    PASSTHROUGH_DEV_NOSUP, PASSTHROUGH_NORA, PASSTHROUGH_NOREF, PASSTHROUGH_NOWATCH, PEERS, TMPFS,
 };
 use crate::fuse_mount::{ScratchDir, ServerMount, Tmpfs};
 use crate::peers::{PeerKind, PeerMount, PeerOptions};
@@ -70,12 +70,18 @@ pub(super) fn server_args(
     name: &str,
 ) -> Vec<String> {
     // What a user types: the source, and the flag that names the row.
-    if name == PASSTHROUGH_DEFAULT || name == PASSTHROUGH_NOWATCH {
+    if name == PASSTHROUGH_DEFAULT
+        || name == PASSTHROUGH_NOWATCH
+        || name == PASSTHROUGH_DEFAULT_NOSUP
+    {
         let mut a: Vec<String> = source
             .map(|s| vec!["--source".into(), s.display().to_string()])
             .unwrap_or_default();
         if name == PASSTHROUGH_NOWATCH {
             a.push("--no-watch".into());
+        }
+        if name == PASSTHROUGH_DEFAULT_NOSUP {
+            a.push("--no-supervisor".into());
         }
         return a;
     }
@@ -139,6 +145,7 @@ pub(super) fn choose_fs(
         NATIVE,
         PASSTHROUGH_DEFAULT,
         PASSTHROUGH_NOWATCH,
+        PASSTHROUGH_DEFAULT_NOSUP,
         PASSTHROUGH,
         PASSTHROUGH_DEV,
         PASSTHROUGH_DEV_NOSUP,
@@ -155,6 +162,7 @@ pub(super) fn choose_fs(
             .iter()
             .filter(|&&a| {
                 ![
+                    PASSTHROUGH_DEFAULT_NOSUP,
                     PASSTHROUGH_DEV,
                     PASSTHROUGH_DEV_NOSUP,
                     PASSTHROUGH_NORA,
@@ -238,6 +246,7 @@ pub(super) fn build_target(
         }
         PASSTHROUGH_DEFAULT
         | PASSTHROUGH_NOWATCH
+        | PASSTHROUGH_DEFAULT_NOSUP
         | PASSTHROUGH
         | PASSTHROUGH_DEV
         | PASSTHROUGH_DEV_NOSUP

@@ -5,7 +5,7 @@
 use super::frame;
 use crate::journal::Journal;
 use crate::server::Inner;
-use crate::upgrade::wire;
+use crate::upgrade::{kept_ring, wire};
 use parking_lot::Mutex;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -62,6 +62,21 @@ impl FdKeeper for Tx {
     }
 }
 
+impl fuser::RingKeeper for Tx {
+    fn keep(&self, qid: u16, addr: u64, memfd: std::os::fd::BorrowedFd<'_>) {
+        FdKeeper::keep(
+            self,
+            kept_ring::key(addr),
+            &kept_ring::meta(qid, addr),
+            memfd,
+        );
+    }
+
+    fn forget(&self, _qid: u16, addr: u64) {
+        FdKeeper::forget(self, kept_ring::key(addr));
+    }
+}
+
 impl Link {
     /// Starts a supervisor from `exe` for the mount `inner` serves (or
     /// links to `existing`, a predecessor's), tells it the server's base
@@ -102,11 +117,22 @@ impl Link {
         // Before requests are served: every count and open so far.
         inner.nodes.attach_journal(journal.clone(), fill);
         inner.handles.attach_journal(journal.clone(), fill);
-        // Descriptors holding locks, those held now first; then what a
-        // predecessor (or this one's crashed one) kept is done with.
+        // Descriptors holding locks, those held now first (`kept_all`
+        // then says what a predecessor, or a crashed one, kept is done
+        // with).
         inner.fs.keep_fds_with(tx.clone());
-        tx.send(&[frame::KEPT_ALL], &[])?;
         Ok(Link { tx, journal })
+    }
+
+    /// Says the server kept all it holds (its file system's descriptors,
+    /// its ring entries): what a predecessor kept is done with.
+    pub(crate) fn kept_all(&self) -> std::io::Result<()> {
+        self.tx.send(&[frame::KEPT_ALL], &[])
+    }
+
+    /// Where the io_uring queues keep their entries (`fuser::RingKeeper`).
+    pub(crate) fn ring_keeper(&self) -> Arc<dyn fuser::RingKeeper> {
+        self.tx.clone()
     }
 
     /// The journal.

@@ -37,8 +37,10 @@
 //! - `previous.rs`: the previous version's layout, still read.
 //! - `predecessor.rs`: the handing side, started from the control socket.
 //! - `successor.rs`: the taking side.
+//! - `kept_ring.rs`: how a supervisor files a server's io_uring entries.
 
 mod ahead;
+pub(crate) mod kept_ring;
 pub(crate) mod predecessor;
 mod previous;
 pub(crate) mod state;

@@ -121,22 +121,35 @@ pub fn receive(fd_arg: &str) -> std::io::Result<Handoff> {
         }
     };
     let kept_fds = fds.split_off(1 + state.ring.len() + state.fs_fds as usize);
-    let kept = std::mem::take(&mut state.kept)
+    // A crashed server's io_uring entries are kept beside its file
+    // system's descriptors (`supervise::Link`).
+    let (ring_kept, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut state.kept)
         .into_iter()
         .zip(kept_fds)
         .map(|((key, meta), fd)| uvfs_vfs::KeptFd { key, meta, fd })
-        .collect();
+        .partition(|k| super::kept_ring::parse(&k.meta).is_some());
     let fs_fds = fds.split_off(1 + state.ring.len());
-    let ring = std::mem::take(&mut state.ring)
+    let mut ring: Vec<_> = std::mem::take(&mut state.ring)
         .into_iter()
         .zip(fds.split_off(1))
         .map(|((qid, addr, replied), memfd)| fuser::RingEntry {
             qid,
             addr,
             replied,
+            recovered: false,
             memfd,
         })
         .collect();
+    ring.extend(ring_kept.into_iter().filter_map(|k| {
+        let (qid, addr) = super::kept_ring::parse(&k.meta)?;
+        Some(fuser::RingEntry {
+            qid,
+            addr,
+            replied: false,
+            recovered: true,
+            memfd: k.fd,
+        })
+    }));
     let dev = fds.pop();
     let received_ms = (
         t_in.saturating_sub(state.parked_at_ns) / 1_000_000,
@@ -328,9 +341,28 @@ pub(crate) fn import(inner: &Inner, handoff: &Handoff) -> VfsResult<()> {
     inner.nodes.set_resolver(Box::new(move |ino| {
         fs.upgrade().ok_or(Errno::ESTALE)?.vget(ino)
     }));
+    let mut lost = 0;
     for h in &state.handles {
-        let vp =
-            vget(h.ino).inspect_err(|e| log::error!("handle {} (inode {}): {e}", h.fh, h.ino))?;
+        let vp = match vget(h.ino) {
+            Ok(vp) => vp,
+            // After a crash, a file the journal says is open may be gone
+            // from the source (removed while its RELEASE, which the kernel
+            // sends in the background, was still on its way): the file
+            // system left that open out, and so does the table, so the
+            // kernel's next request on it gets EBADF. A live upgrade
+            // hands over only what its predecessor holds: there it is a
+            // fault, and the predecessor serves on.
+            Err(e) if handoff.recovering() => {
+                log::warn!("open handle {} (inode {}) not recovered: {e}", h.fh, h.ino);
+                inner.handles.unrecovered(h.fh);
+                lost += 1;
+                continue;
+            }
+            Err(e) => {
+                log::error!("handle {} (inode {}): {e}", h.fh, h.ino);
+                return Err(e);
+            }
+        };
         if h.kernel_writer {
             if let Some(node) = h.backing_node {
                 // Its backing file, if still open, is in `written`.
@@ -349,6 +381,11 @@ pub(crate) fn import(inner: &Inner, handoff: &Handoff) -> VfsResult<()> {
                 backing_id: h.backing_id,
             },
             state.next_handle,
+        );
+    }
+    if lost > 0 {
+        log::warn!(
+            "{lost} open handles of the crashed server are gone: requests on them get EBADF"
         );
     }
     for &(node, files) in &state.written {

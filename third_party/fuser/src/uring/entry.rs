@@ -10,6 +10,10 @@ use std::io;
 use std::io::IoSlice;
 use std::os::fd::AsRawFd;
 use std::os::fd::OwnedFd;
+use std::sync::atomic::{Ordering, fence};
+
+/// The kernel's mark of a resent request's id (`FUSE_UNIQUE_RESEND`).
+pub(super) const UNIQUE_RESEND: u64 = 1 << 63;
 
 /// `struct fuse_uring_req_header`: `in_out[128]`, `op_in[128]`,
 /// `struct fuse_uring_ent_in_out` (flags, commit_id, payload_sz, ...).
@@ -17,12 +21,35 @@ pub(super) const HEADER_SIZE: usize = 288;
 const OP_IN: usize = 128;
 pub(super) const OP_IN_SIZE: usize = 128;
 pub(super) const COMMIT_ID: usize = 256 + 8;
-const PAYLOAD_SZ: usize = 256 + 16;
+pub(super) const PAYLOAD_SZ: usize = 256 + 16;
 /// `struct fuse_in_header` and `struct fuse_out_header`.
 pub(super) const IN_HEADER: usize = 40;
 pub(super) const OUT_HEADER: usize = 16;
 /// The header buffer's page; the payload follows it.
 const HEADER_PAGE: usize = 4096;
+/// Where in the header page (past the 288 bytes the kernel reads and
+/// writes) the entry's `State` is kept, for a server started after this
+/// one dies (`recover.rs`).
+const STATE_AT: usize = 2048;
+
+/// What an entry's buffers hold, as its server last said: a server that
+/// dies leaves this behind in the memfd, and the next one (`recover.rs`)
+/// reads it to tell a request still to answer from a reply written, or
+/// half written, or an entry the kernel may have given a request the dead
+/// server never saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub(super) enum State {
+    /// Never handed to the kernel (or from a build without states).
+    New = 0,
+    /// The kernel put a request in it; no reply written yet.
+    Request = 1,
+    /// A reply is being written over the request: neither is whole.
+    Replying = 2,
+    /// A whole reply is written; its commit may or may not have reached
+    /// the kernel (committing it again is refused, harmlessly, if it did).
+    Replied = 3,
+}
 
 /// One entry's buffers, shared with the kernel (see the module docs of
 /// `uring` for who may touch them when).
@@ -152,6 +179,32 @@ impl Entry {
         self.memfd.try_clone()
     }
 
+    /// The buffers' memfd, for a keeper.
+    pub(super) fn memfd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.memfd)
+    }
+
+    fn state_word(&self) -> &std::sync::atomic::AtomicU32 {
+        // SAFETY: STATE_AT + 4 <= HEADER_PAGE, inside the mapped header
+        // page, 4-aligned (the page is); the kernel never touches bytes
+        // past HEADER_SIZE, and every access to the word is atomic.
+        unsafe { &*self.header.add(STATE_AT).cast::<std::sync::atomic::AtomicU32>() }
+    }
+
+    /// What the buffers hold, as the last server to serve the entry said.
+    pub(super) fn state(&self) -> State {
+        match self.state_word().load(Ordering::Acquire) {
+            1 => State::Request,
+            2 => State::Replying,
+            3 => State::Replied,
+            _ => State::New,
+        }
+    }
+
+    pub(super) fn set_state(&self, s: State) {
+        self.state_word().store(s as u32, Ordering::Release);
+    }
+
     pub(super) fn read_u32(&self, at: usize) -> u32 {
         u32::from_ne_bytes(self.read_header(at))
     }
@@ -168,6 +221,14 @@ impl Entry {
         // header page; the caller owns the entry (module docs).
         unsafe { std::ptr::copy_nonoverlapping(self.header.add(at), b.as_mut_ptr(), N) };
         b
+    }
+
+    /// Writes `b` into the header page at `at`.
+    pub(super) fn write_header(&self, at: usize, b: &[u8]) {
+        assert!(at + b.len() <= HEADER_SIZE, "header write out of bounds");
+        // SAFETY: in bounds of the mapped header page (asserted); `b` is
+        // caller memory, never an entry's; the caller owns the entry.
+        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), self.header.add(at), b.len()) };
     }
 
     /// The request the kernel put in this entry, in the layout a read of
@@ -205,6 +266,10 @@ impl Entry {
     pub(super) fn write_reply(&self, data: &[IoSlice<'_>]) -> io::Result<()> {
         let total: usize = data.iter().map(|d| d.len()).sum();
         self.fits(total)?;
+        // Marked before the first byte lands: a server started after this
+        // one dies mid-copy must not take the mix for a request.
+        self.set_state(State::Replying);
+        fence(Ordering::Release);
         let mut at = 0usize;
         for d in data {
             let mut rest = &d[..];
@@ -226,12 +291,25 @@ impl Entry {
                 rest = &rest[n..];
             }
         }
-        let payload_sz = ((total - OUT_HEADER) as u32).to_ne_bytes();
-        // SAFETY: PAYLOAD_SZ + 4 <= HEADER_SIZE.
-        unsafe {
-            std::ptr::copy_nonoverlapping(payload_sz.as_ptr(), self.header.add(PAYLOAD_SZ), 4)
-        };
+        self.write_header(PAYLOAD_SZ, &((total - OUT_HEADER) as u32).to_ne_bytes());
+        // A request served again after a crash carries the resend mark in
+        // its id (`recover.rs`), which the kernel's copy of it lacks: a
+        // reply naming the marked id would be refused.
+        let unique = self.read_u64(8) & !UNIQUE_RESEND;
+        self.write_header(8, &unique.to_ne_bytes());
+        self.set_state(State::Replied);
         Ok(())
+    }
+
+    /// Writes a reply of just an error into the buffers, for request
+    /// `unique`.
+    pub(super) fn write_error(&self, errno: i32, unique: u64) {
+        let mut h = [0u8; OUT_HEADER];
+        h[0..4].copy_from_slice(&(OUT_HEADER as u32).to_ne_bytes());
+        h[4..8].copy_from_slice(&(-errno).to_ne_bytes());
+        h[8..16].copy_from_slice(&unique.to_ne_bytes());
+        // Fits: the header alone, no payload.
+        let _ = self.write_reply(&[IoSlice::new(&h)]);
     }
 }
 

@@ -55,6 +55,9 @@ pub struct RingEntry {
     /// Its reply is written and only needs committing; otherwise the
     /// request is still in it, unanswered, to be served.
     pub replied: bool,
+    /// Of a server that died (kept by a supervisor): what it holds is
+    /// read from its buffers (`recover.rs`); `replied` is not used.
+    pub recovered: bool,
     /// Its buffers.
     pub memfd: OwnedFd,
 }
@@ -96,6 +99,18 @@ pub(crate) struct RingCtl {
     changed: Condvar,
     /// The mount's root, for the requests `fill` and `nudge` make.
     root: Mutex<Option<PathBuf>>,
+    /// Where queues keep their entries beyond this process.
+    keeper: Mutex<Option<Keeper>>,
+}
+
+/// A [`super::RingKeeper`], shown by name only.
+#[derive(Clone)]
+struct Keeper(Arc<dyn super::RingKeeper>);
+
+impl std::fmt::Debug for Keeper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RingKeeper")
+    }
 }
 
 /// Fillers started per queue at most in one parking.
@@ -114,6 +129,15 @@ impl RingCtl {
 
     pub(crate) fn root(&self) -> Option<PathBuf> {
         self.root.lock().clone()
+    }
+
+    /// Queues started from now on keep their entries with `k`.
+    pub(crate) fn set_keeper(&self, k: Arc<dyn super::RingKeeper>) {
+        *self.keeper.lock() = Some(Keeper(k));
+    }
+
+    pub(super) fn keeper(&self) -> Option<Arc<dyn super::RingKeeper>> {
+        self.keeper.lock().as_ref().map(|k| k.0.clone())
     }
 
     pub(super) fn command(&self) -> u8 {
