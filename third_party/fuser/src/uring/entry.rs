@@ -34,9 +34,8 @@ const STATE_AT: usize = 2048;
 
 /// What an entry's buffers hold, as its server last said: a server that
 /// dies leaves this behind in the memfd, and the next one (`recover.rs`)
-/// reads it to tell a request still to answer from a reply written, or
-/// half written, or an entry the kernel may have given a request the dead
-/// server never saw.
+/// reads it (with the header) to tell a request still to answer from a
+/// reply written, or half written, or nothing owed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u32)]
 pub(super) enum State {
