@@ -29,7 +29,18 @@ HANDLES=${HANDLES:-10000}
 PASSED=0
 FAILED=0
 pass() { echo "PASS: $* [at ${SECONDS}s]"; PASSED=$((PASSED + 1)); }
-fail() { echo "FAIL: $* [at ${SECONDS}s]"; FAILED=$((FAILED + 1)); }
+# Each failure is said again, with what explains it (what `note` saved),
+# at the end: a CI report that keeps only the tail still shows which
+# step failed and why.
+FAILURES=""
+fail() {
+    echo "FAIL: $* [at ${SECONDS}s]"
+    FAILED=$((FAILED + 1))
+    FAILURES+="FAIL: $*"$'\n'"$(cat "$WORK/why" 2>/dev/null)"$'\n'
+    rm -f "$WORK/why"
+}
+# note: stdin shown now and kept for the failure that follows it.
+note() { tee -a "$WORK/why"; }
 counter() { "$UVFS" stat --json "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)['counters']['$2'])"; }
 
 [ -x "$UVFS" ] || cargo build --release -p uvfs-cli || exit 1
@@ -93,8 +104,8 @@ fsx_across() {
     if [ "$ok" = 1 ] && [ "$r1" = 0 ] && [ "$r2" = 0 ] && [ "$gen" = $((gen0 + n)) ]; then
         pass "$label: fsx (both op mixes) across $n $restarts, $(tail -1 "$WORK/$restarts.log")"
     else
-        tail -n 5 "$WORK/fsx1.log" "$WORK/fsx2.log" "$WORK/$restarts.log"
-        [ -f "$WORK/crash.log" ] && grep -E "ERROR|WARN" "$WORK/crash.log" | tail -10
+        tail -n 5 "$WORK/fsx1.log" "$WORK/fsx2.log" "$WORK/$restarts.log" | note
+        [ -f "$WORK/crash.log" ] && grep -E "ERROR|WARN" "$WORK/crash.log" | tail -10 | note
         fail "$label: fsx across $restarts ($restarts ok=$ok, fsx $r1/$r2, generation $gen)"
     fi
 }
@@ -106,13 +117,14 @@ fsx_across() {
 handles_across() {
     local what=$1
     shift
-    if python3 "$ROOT/scripts/handles-check.py" save "$MNT" "$HANDLES" "$WORK/handles.json" &&
+    if { python3 "$ROOT/scripts/handles-check.py" save "$MNT" "$HANDLES" "$WORK/handles.json" &&
         sync && echo 3 > /proc/sys/vm/drop_caches &&
         "$@" > /dev/null &&
         echo 3 > /proc/sys/vm/drop_caches &&
         python3 "$ROOT/scripts/handles-check.py" check "$MNT" "$WORK/handles.json" &&
         rm "$SRC/h/f7" &&
-        python3 "$ROOT/scripts/handles-check.py" gone "$MNT" "$WORK/handles.json" 7; then
+        python3 "$ROOT/scripts/handles-check.py" gone "$MNT" "$WORK/handles.json" 7; } 2>&1 | note; then
+        rm -f "$WORK/why"
         pass "passthrough: $HANDLES file handles open the right files after drop_caches and $what; a removed file's answers ESTALE"
     else
         fail "passthrough: file handles across $what"
@@ -140,8 +152,9 @@ for fs in memfs passthrough; do
     if [ "$(echo "$summary" | sed -n 's/^Summary: \([0-9]*\) failed.*/\1/p')" = 0 ] && [ "$n" -gt 0 ]; then
         pass "$fs: pjdfstest with $n upgrades while it ran: $summary"
     else
-        grep -B1 -A6 'FAILED$' "$WORK/pjd.log" | head -40
-        cat "$WORK/pjd-up.log" 2>/dev/null | tail -5
+        grep -B1 -A6 'FAILED$' "$WORK/pjd.log" | head -40 | note
+        tail -5 "$WORK/pjd-up.log" 2>/dev/null | note
+        [ -n "$summary" ] || tail -5 "$WORK/pjd.log" | note
         fail "$fs: pjdfstest across upgrades (${summary:-no summary}, $n upgrades)"
     fi
     rm -rf "$MNT/pjd"
@@ -160,4 +173,5 @@ if grep -q " $MNT " /proc/mounts; then
 fi
 
 echo "upgrade-ci: $PASSED passed, $FAILED failed"
+[ -n "$FAILURES" ] && printf 'upgrade-ci: what failed, again:\n%s' "$FAILURES"
 [ "$FAILED" = 0 ]
