@@ -206,6 +206,10 @@ impl PassthroughFs {
     }
 
     pub(crate) fn do_statfs(&self) -> VfsResult<StatFs> {
+        // The space of files removed through this server is given back
+        // by last closes left to the closing thread (`closer.rs`): done
+        // before the count, as a local `rm` then `df` would see it.
+        crate::closer::CLOSER.flush();
         let fd = self.fd_of(&self.root)?;
         // fstatfs accepts O_PATH fds.
         let s = rustix::fs::fstatfs(fd.as_fd())?;

@@ -1,4 +1,5 @@
-//! Which changes free a large file's blocks (`FileSystem::may_free_much`).
+//! Which changes free a large file's blocks (`FileSystem::may_free_much`),
+//! and the removals whose last close is left to `closer.rs`.
 //!
 //! A backing file system frees a file's blocks when its last link goes
 //! and nothing holds it open, inside that `unlinkat`, `renameat` or
@@ -38,21 +39,28 @@ fn regular(st: &crate::sys::Statx) -> bool {
 
 /// Whether removing the name `st` describes ends a large file.
 fn last_link_of_large(st: &crate::sys::Statx) -> bool {
-    regular(st) && st.stx_nlink == 1 && allocated(st) >= LARGE_FREE
+    last_link_with_storage(st) && allocated(st) >= LARGE_FREE
+}
+
+/// Whether removing the name `st` describes ends a file that holds
+/// storage, which its last close then frees.
+fn last_link_with_storage(st: &crate::sys::Statx) -> bool {
+    regular(st) && st.stx_nlink == 1 && allocated(st) > 0
 }
 
 impl PassthroughFs {
     /// For a removal of `name` in `dfd` (described by `st`) that ends a
-    /// large file: an `O_PATH` fd of it, to be held across the removal and
-    /// given to [`close_held`](Self::close_held) after it (`closer.rs`
-    /// says why). None for anything else, or when the closer has no room.
-    pub(crate) fn hold_large(
+    /// file holding storage: an `O_PATH` fd of it, to be held across the
+    /// removal and given to [`close_held`](Self::close_held) after it
+    /// (`closer.rs` says why). None for anything else, or when the closer
+    /// has no room.
+    pub(crate) fn hold_freed(
         &self,
         dfd: BorrowedFd<'_>,
         name: &CStr,
         st: &crate::sys::Statx,
     ) -> Option<OwnedFd> {
-        if !last_link_of_large(st) || !CLOSER.reserve(1) {
+        if !last_link_with_storage(st) || !CLOSER.reserve(1) {
             return None;
         }
         let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
@@ -65,7 +73,7 @@ impl PassthroughFs {
         }
     }
 
-    /// After the removal: closes what [`hold_large`](Self::hold_large)
+    /// After the removal: closes what [`hold_freed`](Self::hold_freed)
     /// held, on the closing thread.
     pub(crate) fn close_held(&self, fd: OwnedFd) {
         self.counters

@@ -81,6 +81,17 @@ impl PassthroughFs {
             self.counters.stale.fetch_add(1, Ordering::Relaxed);
             return Err(Errno::ESTALE);
         }
+        // Removed by the mount and open through it nowhere: what the open
+        // found is the closing thread's last hold on the file
+        // (`closer.rs`), gone at any moment; the open comes after the
+        // removal, as when that hold is gone already (`gone` above).
+        if node.kind() == VType::Reg
+            && node.nameless_by_mount()
+            && node.open_count() == 0
+            && sys::statx_fd(f.as_fd())?.stx_nlink == 0
+        {
+            return Err(Errno::ENOENT);
+        }
         let fh = self.opens.insert(res.into_fd(f), node)?;
         // Truncated as root, who keeps set-uid: drop it as the caller's
         // own O_TRUNC would have (`create` truncates as the caller).

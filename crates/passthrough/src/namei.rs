@@ -130,7 +130,7 @@ impl PassthroughFs {
         let dfd = self.fd_of(&dnode)?;
         let st = sys::statx_at(dfd.as_fd(), &cname, rustix::fs::AtFlags::empty()).ok();
         let doomed = st.as_ref().and_then(|st| self.doomed(st));
-        let held = st.and_then(|st| self.hold_large(dfd.as_fd(), &cname, &st));
+        let held = st.and_then(|st| self.hold_freed(dfd.as_fd(), &cname, &st));
         let flags = AtFlags::from_bits_retain(flags as u32);
         let res = rustix::fs::unlinkat(&dfd, &cname, flags).map_err(Errno::from);
         self.removed(doomed, res.is_ok());
@@ -247,7 +247,7 @@ impl PassthroughFs {
             sys::statx_at(d2.as_fd(), &c2, rustix::fs::AtFlags::empty()).ok()
         };
         let replaced = target.as_ref().and_then(|st| self.doomed(st));
-        let held = target.and_then(|st| self.hold_large(d2.as_fd(), &c2, &st));
+        let held = target.and_then(|st| self.hold_freed(d2.as_fd(), &c2, &st));
         let raw_flags = rustix::fs::RenameFlags::from_bits_retain(flags.0);
         let res = rustix::fs::renameat_with(&d1, &c1, &d2, &c2, raw_flags).map_err(Errno::from);
         self.removed(replaced, res.is_ok());

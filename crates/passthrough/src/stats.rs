@@ -101,7 +101,7 @@ impl PassthroughFs {
             (
                 "passthrough.closes.deferred",
                 ld(&c.closes_deferred),
-                "Removed large files whose last close came after the reply (closer.rs)",
+                "Removed files holding storage whose last close came after the reply (closer.rs)",
             ),
             (
                 "passthrough.lookups.own_mount",

@@ -85,6 +85,33 @@ impl DropLater {
         // (Otherwise `item` drops here, at the end of this call.)
     }
 
+    /// Returns once every value handed to the thread before this call is
+    /// dropped (a wait bounded by `max_pending` weight). For an answer
+    /// that must see their drops done, as a file system's free space
+    /// must see the frees of the files removed before it was asked.
+    pub fn flush(&'static self) {
+        if self.pending() == 0 {
+            return;
+        }
+        /// Dropped on the thread after everything queued before it.
+        struct Mark(std::sync::mpsc::SyncSender<()>);
+        impl Drop for Mark {
+            fn drop(&mut self) {
+                let _ = self.0.try_send(());
+            }
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let sent = {
+            let q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            q.as_ref()
+                .is_some_and(|q| q.send((0, Box::new(Mark(tx)))).is_ok())
+        };
+        if sent {
+            // An error means the thread is gone, and with it what it held.
+            let _ = rx.recv();
+        }
+    }
+
     /// Weight dropped on the thread so far.
     pub fn done(&self) -> u64 {
         self.done.load(Ordering::Relaxed)
@@ -169,5 +196,33 @@ mod tests {
         }
         assert!(D.reserve(3), "room given back");
         D.unreserve(3);
+    }
+
+    static F: DropLater = DropLater::new("droplater-flush", 10);
+
+    #[test]
+    fn a_flush_returns_once_what_was_queued_before_it_is_dropped() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        // Nothing queued: at once.
+        F.flush();
+        let (go, gate) = std::sync::mpsc::channel::<()>();
+        F.drop_later(Gate(gate), 1);
+        F.drop_later(Probe(seen.clone()), 1);
+        let flushed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let waiter = {
+            let flushed = flushed.clone();
+            std::thread::spawn(move || {
+                F.flush();
+                flushed.store(true, std::sync::atomic::Ordering::SeqCst);
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            !flushed.load(std::sync::atomic::Ordering::SeqCst),
+            "returned while a value queued before it was still waiting"
+        );
+        go.send(()).unwrap();
+        waiter.join().unwrap();
+        assert_eq!(seen.lock().unwrap().len(), 1, "the later value dropped too");
     }
 }
