@@ -791,90 +791,137 @@ fn again<T>(lost: &std::sync::atomic::AtomicU64, mut op: impl FnMut() -> std::io
     }
 }
 
-/// Threads write, read back, stat and look up files of an io_uring
-/// passthrough on every CPU while its server is killed with SIGKILL
-/// several times: every thread goes on (none is left waiting for a
-/// request the dead server's ring held), every read gives back what was
+/// Load on an io_uring mount while its server is replaced: threads
+/// (two per CPU) write, read back, stat and look up files in a loop, each
+/// counting its rounds; calls the kernel cancelled with a dead ring are
+/// tried again and counted (`cancelled`). Every read must give back what
+/// was written, and any other failure panics the thread.
+struct Stress {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    progress: std::sync::Arc<Vec<std::sync::atomic::AtomicU64>>,
+    cancelled: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    done: std::sync::mpsc::Receiver<usize>,
+    threads: usize,
+}
+
+impl Stress {
+    fn start(m: &Mounted) -> Stress {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        use std::sync::Arc;
+        let stop = Arc::new(AtomicBool::new(false));
+        let cancelled = Arc::new(AtomicU64::new(0));
+        let threads = 2 * std::thread::available_parallelism().map_or(2, |n| n.get());
+        let progress: Arc<Vec<AtomicU64>> =
+            Arc::new((0..threads).map(|_| AtomicU64::new(0)).collect());
+        let (done_tx, done) = std::sync::mpsc::channel();
+        for t in 0..threads {
+            let (stop, progress, done_tx, lost) = (
+                stop.clone(),
+                progress.clone(),
+                done_tx.clone(),
+                cancelled.clone(),
+            );
+            let p = m.mnt.join(format!("stress{t}"));
+            std::thread::spawn(move || {
+                let mut f = again(&lost, || {
+                    OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .create(true)
+                        .truncate(true)
+                        .open(&p)
+                });
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let rec = n.to_le_bytes();
+                    let at = n % 64 * 8;
+                    again(&lost, || f.seek(SeekFrom::Start(at)));
+                    again(&lost, || f.write_all(&rec));
+                    let mut back = [0u8; 8];
+                    again(&lost, || f.seek(SeekFrom::Start(at)));
+                    again(&lost, || f.read_exact(&mut back));
+                    assert_eq!(back, rec, "thread {t}, record {n}");
+                    again(&lost, || fs::metadata(&p));
+                    // A lookup the kernel must ask for.
+                    let none = p.with_extension(format!("none{n}"));
+                    loop {
+                        match fs::metadata(&none) {
+                            Err(e) if cancelled_by_the_crash(&e) => {
+                                lost.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(e) => {
+                                assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
+                                break;
+                            }
+                            Ok(_) => panic!("{} exists", none.display()),
+                        }
+                    }
+                    n += 1;
+                    progress[t].store(n, Ordering::Relaxed);
+                }
+                done_tx.send(t).unwrap();
+            });
+        }
+        let s = Stress {
+            stop,
+            progress,
+            cancelled,
+            done,
+            threads,
+        };
+        s.moving("every thread to make progress");
+        s
+    }
+
+    /// Waits until every thread's count moved on.
+    fn moving(&self, what: &str) {
+        use std::sync::atomic::Ordering;
+        let before: Vec<u64> = self
+            .progress
+            .iter()
+            .map(|p| p.load(Ordering::Relaxed))
+            .collect();
+        wait_for(what, || {
+            self.progress
+                .iter()
+                .zip(&before)
+                .all(|(p, b)| p.load(Ordering::Relaxed) > *b)
+        });
+    }
+
+    /// Stops the threads; every one must come back (a thread waiting on
+    /// a lost request never does). Returns the calls cancelled.
+    fn stop(self, across: &str) -> u64 {
+        use std::sync::atomic::Ordering;
+        self.stop.store(true, Ordering::Relaxed);
+        for _ in 0..self.threads {
+            // A generous bound.
+            self.done
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("a thread hung on a request across the {across}"));
+        }
+        self.cancelled.load(Ordering::Relaxed)
+    }
+}
+
+/// Load on an io_uring passthrough while its server is killed with
+/// SIGKILL several times: every thread goes on (none is left waiting for
+/// a request the dead server's ring held), every read gives back what was
 /// written, and no call fails but those the kernel cancelled with the
 /// dead ring (at most one per entry a queue keeps armed, per crash).
 #[test]
 fn requests_in_flight_across_io_uring_crashes_all_get_answers() {
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    use std::sync::Arc;
     let Some(m) = uring_mount("crash-uring-stress", &["--source", "src"]) else {
         return;
     };
     assert_eq!(m.counter("server.supervised"), 1);
-    let stop = Arc::new(AtomicBool::new(false));
-    let eintr = Arc::new(AtomicU64::new(0));
-    let threads = 2 * std::thread::available_parallelism().map_or(2, |n| n.get());
-    let progress: Arc<Vec<AtomicU64>> = Arc::new((0..threads).map(|_| AtomicU64::new(0)).collect());
-    let (done_tx, done_rx) = std::sync::mpsc::channel();
-    for t in 0..threads {
-        let (stop, progress, done_tx, eintr) = (
-            stop.clone(),
-            progress.clone(),
-            done_tx.clone(),
-            eintr.clone(),
-        );
-        let p = m.mnt.join(format!("stress{t}"));
-        std::thread::spawn(move || {
-            let mut f = again(&eintr, || {
-                OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .open(&p)
-            });
-            let mut n = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                let rec = n.to_le_bytes();
-                let at = n % 64 * 8;
-                again(&eintr, || f.seek(SeekFrom::Start(at)));
-                again(&eintr, || f.write_all(&rec));
-                let mut back = [0u8; 8];
-                again(&eintr, || f.seek(SeekFrom::Start(at)));
-                again(&eintr, || f.read_exact(&mut back));
-                assert_eq!(back, rec, "thread {t}, record {n}");
-                again(&eintr, || fs::metadata(&p));
-                // A lookup the kernel must ask for.
-                let none = p.with_extension(format!("none{n}"));
-                loop {
-                    match fs::metadata(&none) {
-                        Err(e) if cancelled_by_the_crash(&e) => {
-                            eintr.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Err(e) => {
-                            assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
-                            break;
-                        }
-                        Ok(_) => panic!("{} exists", none.display()),
-                    }
-                }
-                n += 1;
-                progress[t].store(n, Ordering::Relaxed);
-            }
-            done_tx.send(t).unwrap();
-        });
-    }
-    drop(done_tx);
-    let moving = |what: &str| all_move(&progress, what);
-    moving("every thread to make progress");
+    let load = Stress::start(&m);
     for g in 1..=5 {
         common::kill_server(&m);
         assert_eq!(m.counter("server.generation"), g);
-        moving("every thread to go on after the crash");
+        load.moving("every thread to go on after the crash");
     }
-    stop.store(true, Ordering::Relaxed);
-    for _ in 0..threads {
-        // A generous bound: a thread waiting on a lost request never
-        // comes back.
-        done_rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("a thread hung on a request across the crashes");
-    }
-    let lost = eintr.load(Ordering::Relaxed);
+    let lost = load.stop("crashes");
     eprintln!("{lost} calls cancelled by the kernel across 5 crashes");
     // Queues keep a few entries armed (fuser's uring.rs); far more
     // cancelled calls would mean requests lost some other way.
@@ -884,26 +931,13 @@ fn requests_in_flight_across_io_uring_crashes_all_get_answers() {
     still_serves(&m, "after");
 }
 
-/// Waits until every thread's count in `progress` moved on.
-fn all_move(progress: &[std::sync::atomic::AtomicU64], what: &str) {
-    use std::sync::atomic::Ordering;
-    let before: Vec<u64> = progress.iter().map(|p| p.load(Ordering::Relaxed)).collect();
-    wait_for(what, || {
-        progress
-            .iter()
-            .zip(&before)
-            .all(|(p, b)| p.load(Ordering::Relaxed) > *b)
-    });
-}
-
-/// Threads stat, read and write files of an io_uring mount in a loop on
-/// every CPU while its server is upgraded several times: every one of
-/// them goes on (none is left waiting on a request that no server
-/// holds), and the files hold what was written.
+/// The same load on io_uring mounts while their server is upgraded
+/// several times: every thread goes on (none is left waiting on a
+/// request that no server holds), the files hold what was written, and
+/// no call fails at all (an upgrade's predecessor is alive: nothing is
+/// cancelled).
 #[test]
 fn requests_in_flight_across_io_uring_upgrades_all_get_answers() {
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    use std::sync::Arc;
     for (tag, args) in [
         ("upgrade-uring-stress-memfs", &[][..]),
         ("upgrade-uring-stress-pt", &["--source", "src"][..]),
@@ -911,56 +945,13 @@ fn requests_in_flight_across_io_uring_upgrades_all_get_answers() {
         let Some(m) = uring_mount(tag, args) else {
             return;
         };
-        let stop = Arc::new(AtomicBool::new(false));
-        let threads = 2 * std::thread::available_parallelism().map_or(2, |n| n.get());
-        let progress: Arc<Vec<AtomicU64>> =
-            Arc::new((0..threads).map(|_| AtomicU64::new(0)).collect());
-        let (done_tx, done_rx) = std::sync::mpsc::channel();
-        for t in 0..threads {
-            let (stop, progress, done_tx) = (stop.clone(), progress.clone(), done_tx.clone());
-            let p = m.mnt.join(format!("stress{t}"));
-            std::thread::spawn(move || {
-                let mut f = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .open(&p)
-                    .unwrap();
-                let mut n = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    let rec = n.to_le_bytes();
-                    f.seek(SeekFrom::Start(n % 64 * 8)).unwrap();
-                    f.write_all(&rec).unwrap();
-                    let mut back = [0u8; 8];
-                    f.seek(SeekFrom::Start(n % 64 * 8)).unwrap();
-                    f.read_exact(&mut back).unwrap();
-                    assert_eq!(back, rec);
-                    fs::metadata(&p).unwrap();
-                    // A lookup the kernel must ask for.
-                    assert!(fs::metadata(p.with_extension(format!("none{n}"))).is_err());
-                    n += 1;
-                    progress[t].store(n, Ordering::Relaxed);
-                }
-                done_tx.send(t).unwrap();
-            });
-        }
-        drop(done_tx);
-        let moving = |what: &str| all_move(&progress, what);
-        moving("every thread to make progress");
+        let load = Stress::start(&m);
         for g in 1..=5 {
             let out = upgrade(&m.mnt, None).expect("upgrade under load");
             assert!(out.contains(&format!("generation {g}")), "{out}");
-            moving("every thread to go on after the upgrade");
+            load.moving("every thread to go on after the upgrade");
         }
-        stop.store(true, Ordering::Relaxed);
-        for _ in 0..threads {
-            // A generous bound: a thread waiting on a lost request never
-            // comes back.
-            done_rx
-                .recv_timeout(Duration::from_secs(60))
-                .expect("a thread hung on a request across the upgrades");
-        }
+        assert_eq!(load.stop("upgrades"), 0, "calls cancelled across upgrades");
         assert_eq!(m.counter("server.generation"), 5);
         still_serves(&m, "after");
     }
