@@ -91,8 +91,10 @@ pub struct MountOpts {
     #[arg(long)]
     pub source: Option<PathBuf>,
     /// Passthrough: most backing fds open at once (cached, in use, open
-    /// files); default three quarters of RLIMIT_NOFILE's hard limit, at
-    /// most that limit less 128 (kept for FUSE channels and the like).
+    /// files of every caller); default RLIMIT_NOFILE's hard limit (raised
+    /// to fs.nr_open where allowed) less 1024 + 80 per CPU (at most a
+    /// quarter of it), at most that limit less 128 (kept for FUSE channels
+    /// and the like).
     #[arg(long)]
     pub fd_budget: Option<usize>,
     /// Have the kernel send OPENDIR/RELEASEDIR for every directory open

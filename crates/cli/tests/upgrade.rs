@@ -334,6 +334,25 @@ fn programs_notice_nothing_across_crashes_of_a_passthrough() {
     programs_notice_nothing(&m, Replace::Kill);
 }
 
+/// A server the supervisor started after a crash, replaced by a live
+/// upgrade, is waited for: no zombie stays behind until unmount.
+#[test]
+fn a_server_started_after_a_crash_and_upgraded_away_leaves_no_zombie() {
+    if let Err(why) = common::can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let m = Mounted::new("crash-reap", &["--source", "src"]);
+    common::kill_server(&m);
+    let restarted = server_pid(&m);
+    upgrade(&m.mnt, None).unwrap();
+    assert_ne!(server_pid(&m), restarted);
+    // A zombie keeps its /proc entry; a process waited for loses it.
+    let proc = std::path::PathBuf::from(format!("/proc/{restarted}"));
+    common::wait_for("the replaced server to be waited for", || !proc.exists());
+    common::still_serves(&m, "after-reap");
+}
+
 /// Kills the server of `m` with SIGKILL, then writes a new file through
 /// the mount (a request the new server must answer whatever the kernel
 /// caches) on another thread, so that a recovery that never ends fails

@@ -18,12 +18,18 @@
 //! - what the kernel or the client falls back from: ENOSYS, EOPNOTSUPP
 //!   (an operation or mode not served), EXDEV (a rename, link or copy
 //!   across file systems);
-//! - EROFS from a read-only server: its promise kept.
+//! - EROFS from a read-only server: its promise kept;
+//! - EFBIG: a size or offset past what a file may have (the caller's
+//!   request, checked before anything changed);
+//! - per request: ENOTTY to an IOCTL (a command this file has not: every
+//!   `isatty` probe of a file), ENXIO to an LSEEK (`SEEK_DATA` or
+//!   `SEEK_HOLE` past the end).
 
 use uvfs_vfs::Errno;
 
-/// Whether answering `e` is the file system working as asked.
-pub fn ordinary(e: Errno, read_only: bool) -> bool {
+/// Whether answering `e` to request `op` is the file system working as
+/// asked.
+pub fn ordinary(op: &str, e: Errno, read_only: bool) -> bool {
     const ORDINARY: &[Errno] = &[
         Errno::ENOENT,
         Errno::EEXIST,
@@ -41,13 +47,17 @@ pub fn ordinary(e: Errno, read_only: bool) -> bool {
         Errno::EOPNOTSUPP,
         Errno::ENOTSUP,
         Errno::EXDEV,
+        Errno::EFBIG,
     ];
-    ORDINARY.contains(&e) || (read_only && e == Errno::EROFS)
+    ORDINARY.contains(&e)
+        || (read_only && e == Errno::EROFS)
+        || (op == "ioctl" && e == Errno::ENOTTY)
+        || (op == "lseek" && e == Errno::ENXIO)
 }
 
 /// Logs request `op` about node `node` answered `e`, unless ordinary.
 pub fn note(op: &str, node: u64, e: Errno, read_only: bool) {
-    if ordinary(e, read_only) {
+    if ordinary(op, e, read_only) {
         return;
     }
     let name = e.name().unwrap_or("errno");
@@ -70,12 +80,23 @@ mod tests {
             Errno::ENOSPC,
             Errno::ESTALE,
         ] {
-            assert!(!ordinary(e, false), "{e:?}");
+            assert!(!ordinary("write", e, false), "{e:?}");
         }
-        for e in [Errno::ENOENT, Errno::EEXIST, Errno::ENODATA, Errno::EAGAIN] {
-            assert!(ordinary(e, false), "{e:?}");
+        for e in [
+            Errno::ENOENT,
+            Errno::EEXIST,
+            Errno::ENODATA,
+            Errno::EAGAIN,
+            Errno::EFBIG,
+        ] {
+            assert!(ordinary("write", e, false), "{e:?}");
         }
-        assert!(!ordinary(Errno::EROFS, false));
-        assert!(ordinary(Errno::EROFS, true));
+        assert!(!ordinary("write", Errno::EROFS, false));
+        assert!(ordinary("write", Errno::EROFS, true));
+        // Ordinary only as the answer of the request that asks for it.
+        assert!(ordinary("ioctl", Errno::ENOTTY, false));
+        assert!(!ordinary("read", Errno::ENOTTY, false));
+        assert!(ordinary("lseek", Errno::ENXIO, false));
+        assert!(!ordinary("open", Errno::ENXIO, false));
     }
 }

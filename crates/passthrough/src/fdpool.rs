@@ -23,6 +23,17 @@
 //! Only when a whole sweep finds nothing to take does the reservation fail
 //! (`EMFILE`): then every fd is an open file or in active use.
 //!
+//! # Open files' share
+//! Every process's open files on the mount are this server's fds, out of
+//! one budget, where natively each process has a limit of its own. So
+//! that the processes holding the most files open cannot starve the
+//! others of `ls` and `stat` (a lookup needs a directory's fd and the new
+//! node's), new opens of files leave [`FdPool::name_reserve`] fds to
+//! everything else (lookups, attributes, directory listings): past that share an OPEN is refused with `ENFILE` ("too many open
+//! files in system": the mount's limit, not the caller's). Opens handed
+//! over by a predecessor are taken back whatever the share
+//! ([`FdPool::reserve_handed_over`]): refusing them would fail an upgrade.
+//!
 //! The ring holds `Weak`s, so a node freed with its vnode leaves a dead
 //! entry behind; dead entries are dropped when met and the ring is
 //! compacted whenever it has grown to twice its live size.
@@ -72,6 +83,9 @@ pub struct PoolCounters {
     pub second_chances: AtomicU64,
     /// Reservations refused because nothing could be evicted.
     pub exhausted: AtomicU64,
+    /// Opens refused because open files had taken their share of the
+    /// budget (`ENFILE`).
+    pub opens_refused: AtomicU64,
     /// Idle cached fds given back because more than [`CACHED_FDS`] were
     /// cached (of `evictions`).
     pub trimmed: AtomicU64,
@@ -145,12 +159,23 @@ impl FdPool {
         })
     }
 
-    /// The default budget for a process allowed `nofile` descriptors:
-    /// three quarters of it, leaving the rest to the FUSE channels, the
-    /// control socket and whatever the process opens outside the pool.
-    pub fn default_budget(nofile: u64) -> usize {
+    /// The default budget for a process allowed `nofile` descriptors on
+    /// a machine of `cpus` possible CPUs: all but what the process keeps
+    /// outside the pool (FUSE channels, the control socket, an io_uring
+    /// queue's up to 64 entry buffers per CPU, the closing thread's 32),
+    /// at most a quarter. The budget caps how many files all callers
+    /// together hold open, so every fd kept out of it for nothing is one
+    /// open refused.
+    pub fn default_budget(nofile: u64, cpus: usize) -> usize {
         let n = usize::try_from(nofile).unwrap_or(usize::MAX / 4);
-        (n / 4 * 3).max(MIN_BUDGET)
+        let outside = (1024 + 80 * cpus).min(n / 4).max(RESERVED_FDS);
+        n.saturating_sub(outside).max(MIN_BUDGET)
+    }
+
+    /// Fds that new opens leave to lookups, attributes and listings: a
+    /// sixteenth of the budget, between 2 (a lookup's two) and 256.
+    pub fn name_reserve(&self) -> usize {
+        (self.budget / 16).clamp(2, 256)
     }
 
     /// The largest budget that keeps the pool's promise (the kernel never
@@ -194,8 +219,29 @@ impl FdPool {
         self.reserve_kind(false)
     }
 
-    /// Like [`FdPool::reserve`], for an open file or directory.
+    /// Like [`FdPool::reserve`], for a new open file or directory:
+    /// `ENFILE` if open files already hold all but
+    /// [`name_reserve`](Self::name_reserve) of the budget.
     pub fn reserve_open(self: &Arc<Self>) -> VfsResult<Reservation> {
+        // A count, not a claim: concurrent opens may pass together and
+        // take a few of the reserve, never more than one per thread.
+        if self.open_files.load(Ordering::Relaxed) + self.name_reserve() >= self.budget {
+            self.counters.opens_refused.fetch_add(1, Ordering::Relaxed);
+            return Err(Errno::ENFILE);
+        }
+        self.reserve_kind(true)
+    }
+
+    /// Like [`FdPool::reserve_open`], for a directory being listed: within
+    /// the whole budget, as `ls` is what the reserve keeps working.
+    pub fn reserve_opendir(self: &Arc<Self>) -> VfsResult<Reservation> {
+        self.reserve_kind(true)
+    }
+
+    /// Like [`FdPool::reserve_open`], for an open file a predecessor
+    /// handed over (or a crashed server's journal listed): within the
+    /// budget, whatever the share.
+    pub fn reserve_handed_over(self: &Arc<Self>) -> VfsResult<Reservation> {
         self.reserve_kind(true)
     }
 
@@ -370,6 +416,7 @@ mod tests {
         // Nothing cached, so nothing to evict: refused, not exceeded.
         assert_eq!(pool.reserve().err(), Some(Errno::EMFILE));
         assert_eq!(pool.counters.exhausted.load(Ordering::Relaxed), 1);
+        assert_eq!(pool.reserve_handed_over().err(), Some(Errno::EMFILE));
         drop(fds);
         assert_eq!(pool.used(), 0);
         let r = pool.reserve_open().unwrap();
@@ -377,5 +424,42 @@ mod tests {
         drop(r);
         assert_eq!((pool.used(), pool.open_files()), (0, 0));
         assert_eq!(pool.max_used(), MIN_BUDGET);
+    }
+
+    #[test]
+    fn open_files_leave_the_name_reserve_to_lookups() {
+        let pool = FdPool::new(64);
+        let reserve = pool.name_reserve();
+        assert!(reserve >= 2);
+        let opens: Vec<Fd> = std::iter::from_fn(|| pool.reserve_open().ok())
+            .map(|r| r.into_fd(devnull()))
+            .collect();
+        assert_eq!(opens.len(), 64 - reserve);
+        assert_eq!(pool.reserve_open().err(), Some(Errno::ENFILE));
+        assert!(pool.counters.opens_refused.load(Ordering::Relaxed) >= 1);
+        // What the opens left, lookups get, all of it.
+        let names: Vec<Fd> = (0..reserve)
+            .map(|_| pool.reserve().unwrap().into_fd(devnull()))
+            .collect();
+        assert_eq!(pool.used(), 64);
+        drop(names);
+        // A handed-over open is taken within the budget, past the share.
+        let handed = pool.reserve_handed_over().unwrap().into_fd(devnull());
+        assert_eq!(pool.open_files(), 64 - reserve + 1);
+        drop((handed, opens));
+        assert_eq!((pool.used(), pool.open_files()), (0, 0));
+    }
+
+    #[test]
+    fn the_default_budget_keeps_room_outside_the_pool() {
+        // This machine's limit: a few hundred fds short of it, not a
+        // quarter.
+        assert_eq!(FdPool::default_budget(20_000, 2), 20_000 - 1184);
+        // Small limits keep a quarter; many CPUs keep room for their
+        // queues' buffers.
+        assert_eq!(FdPool::default_budget(1024, 2), 768);
+        assert_eq!(FdPool::default_budget(20_000, 64), 15_000);
+        assert!(FdPool::default_budget(20_000, 2) <= FdPool::max_budget(20_000));
+        assert_eq!(FdPool::default_budget(0, 1), MIN_BUDGET);
     }
 }

@@ -110,7 +110,7 @@ impl PassthroughFs {
             return Err(Errno::ENOTDIR);
         }
         let fd = self.fd_of(&node)?;
-        let res = self.pool.reserve_open()?;
+        let res = self.pool.reserve_opendir()?;
         let d = self.reading(libc::O_RDONLY | libc::O_DIRECTORY, |f| {
             self.open_to_read(&node, f, |f| sys::openat(fd.as_fd(), c".", f))
         })?;

@@ -18,6 +18,9 @@ struct Held {
     ofd: Arc<Fd>,
     /// The handle it was made through (whose RELEASE ends an OFD owner).
     fh: Fh,
+    /// The process that took the owner's first lock (0 if not known: an
+    /// owner handed over), which F_GETLK names as the holder.
+    pid: u32,
 }
 
 /// Node id -> lock owner -> the owner's open file description.
@@ -91,13 +94,21 @@ impl PosixLocks {
         }
     }
 
-    /// The owner's description, `made` (through `fh`) if it has none yet.
-    pub(crate) fn get_or_insert(&self, node: Ino, owner: u64, fh: Fh, made: Arc<Fd>) -> Arc<Fd> {
+    /// The owner's description, `made` (through `fh`, by process `pid`)
+    /// if it has none yet.
+    pub(crate) fn get_or_insert(
+        &self,
+        node: Ino,
+        owner: u64,
+        fh: Fh,
+        pid: u32,
+        made: Arc<Fd>,
+    ) -> Arc<Fd> {
         let mut m = self.map.lock();
         let mut new = false;
         let h = m.entry(node).or_default().entry(owner).or_insert_with(|| {
             new = true;
-            Held { ofd: made, fh }
+            Held { ofd: made, fh, pid }
         });
         let ofd = h.ofd.clone();
         // Kept before a lock is taken on it (the caller locks after).
@@ -134,6 +145,18 @@ impl PosixLocks {
         m.get(&node).map_or_else(Vec::new, |o| {
             o.iter()
                 .map(|(&owner, h)| (owner, h.fh, h.ofd.clone()))
+                .collect()
+        })
+    }
+
+    /// The process and description of each of `node`'s lock owners but
+    /// `except` (who may hold a lock another owner asks about).
+    pub(crate) fn others(&self, node: Ino, except: u64) -> Vec<(u32, Arc<Fd>)> {
+        let m = self.map.lock();
+        m.get(&node).map_or_else(Vec::new, |o| {
+            o.iter()
+                .filter(|(&owner, _)| owner != except)
+                .map(|(_, h)| (h.pid, h.ofd.clone()))
                 .collect()
         })
     }

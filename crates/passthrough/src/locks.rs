@@ -130,7 +130,8 @@ impl PassthroughFs {
             Some(d) => d,
             None => {
                 let d = self.lock_description(&node)?;
-                self.posix_locks.get_or_insert(node.id, owner, fh, d)
+                self.posix_locks
+                    .get_or_insert(node.id, owner, fh, lock.pid, d)
             }
         };
         fcntl_lock(&ofd, libc::F_OFD_SETLK, &mut fl).map_err(|e| {
@@ -168,13 +169,48 @@ impl PassthroughFs {
             Ok(0) | Err(_) => LOCK_TO_EOF,
             Ok(n) => start + n - 1,
         };
+        // A classic lock's holder is named by the kernel; an OFD lock's
+        // (-1) is not, and every lock taken through the mount is one of
+        // ours: named by its owner's process.
+        let pid = match u32::try_from(fl.l_pid) {
+            Ok(pid) => pid,
+            Err(_) => self.holder_pid(node.id, owner, lock, &fl).unwrap_or(0),
+        };
         Ok(FileLock {
             start,
             end,
             typ: i32::from(fl.l_type),
-            // A classic lock's holder is named; an OFD lock's (-1) is not.
-            pid: u32::try_from(fl.l_pid).unwrap_or(0),
+            pid,
         })
+    }
+
+    /// The process of the lock owner (other than `asking`) holding
+    /// `found`, the conflict F_GETLK met for `lock`: asked again through
+    /// each owner's description, which its own locks never conflict with,
+    /// the holder's meets something else or nothing. None for a lock held
+    /// outside the mount (an OFD lock on the host) or where two owners
+    /// hold the same lock.
+    fn holder_pid(
+        &self,
+        node: uvfs_vfs::Ino,
+        asking: u64,
+        lock: &FileLock,
+        found: &libc::flock,
+    ) -> Option<u32> {
+        let same = |a: &libc::flock| {
+            (a.l_type, a.l_start, a.l_len) == (found.l_type, found.l_start, found.l_len)
+        };
+        self.posix_locks
+            .others(node, asking)
+            .into_iter()
+            .find(|(_, ofd)| {
+                let Ok(mut probe) = to_flock(lock) else {
+                    return false;
+                };
+                fcntl_lock(ofd, libc::F_OFD_GETLK, &mut probe).is_ok() && !same(&probe)
+            })
+            .map(|(pid, _)| pid)
+            .filter(|&pid| pid != 0)
     }
 
     /// Gives `keeper` every description holding locks now, and each one

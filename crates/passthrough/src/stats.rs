@@ -94,6 +94,11 @@ impl PassthroughFs {
                 "Requests refused with EMFILE (nothing evictable)",
             ),
             (
+                "passthrough.fds.opens_refused",
+                ld(&pc.opens_refused),
+                "Opens refused with ENFILE: open files held all the fd budget but what lookups need",
+            ),
+            (
                 "passthrough.fds.unlinked",
                 ld(&c.unlinked),
                 "Cached fds given back because their file lost its last name",

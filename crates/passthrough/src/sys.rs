@@ -305,10 +305,27 @@ pub(crate) fn seek(fd: BorrowedFd<'_>, offset: u64) -> VfsResult<()> {
     Ok(())
 }
 
-/// Raises the soft `RLIMIT_NOFILE` to the hard limit; returns the soft
-/// limit now in force.
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit, and both to the
+/// kernel's ceiling (`fs.nr_open`) where the server may
+/// (CAP_SYS_RESOURCE): every caller's open files on the mount are this
+/// process's fds. Returns the soft limit now in force.
 pub fn raise_nofile_limit() -> u64 {
     use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let ceiling = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok());
+    if let (Some(ceiling), Some(max)) = (ceiling, getrlimit(Resource::Nofile).maximum) {
+        if max < ceiling {
+            // Refused without the capability: the limits stay as they were.
+            let _ = setrlimit(
+                Resource::Nofile,
+                Rlimit {
+                    current: Some(ceiling),
+                    maximum: Some(ceiling),
+                },
+            );
+        }
+    }
     let rl = getrlimit(Resource::Nofile);
     let Some(current) = rl.current else {
         return u64::MAX;
@@ -324,6 +341,19 @@ pub fn raise_nofile_limit() -> u64 {
         }
     }
     current
+}
+
+/// CPUs the kernel may bring up (one past the highest in
+/// /sys/devices/system/cpu/possible, "0-3" or "0-3,8-11"): an io_uring
+/// connection has a queue for each; 1 if unreadable.
+pub fn possible_cpus_bound() -> usize {
+    std::fs::read_to_string("/sys/devices/system/cpu/possible")
+        .ok()
+        .and_then(|s| {
+            let last = s.trim().rsplit([',', '-']).next()?;
+            last.parse::<usize>().ok()
+        })
+        .map_or(1, |highest| highest + 1)
 }
 
 #[cfg(test)]

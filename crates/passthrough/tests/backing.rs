@@ -180,6 +180,61 @@ fn fd_budget_is_never_exceeded_with_thousands_of_files() {
 }
 
 #[test]
+fn open_files_leave_lookups_their_share_of_the_budget() {
+    const BUDGET: usize = 64;
+    let e = env_with(
+        "share",
+        1 << 12,
+        PassthroughConfig {
+            fd_budget: Some(BUDGET),
+            no_handles: false,
+            no_dir_readahead: false,
+            no_atime: false,
+            watch: false,
+            keep_timeouts: false,
+            no_diratime: false,
+        },
+    );
+    for d in 0..8 {
+        let dir = e.src.path().join(format!("d{d}"));
+        std::fs::create_dir(&dir).unwrap();
+        for f in 0..8 {
+            std::fs::write(dir.join(format!("f{f}")), format!("{d}/{f}")).unwrap();
+        }
+    }
+    // Callers open one file until the mount refuses: ENFILE, the mount's
+    // limit, not the caller's own (EMFILE).
+    let vp = e.lookup(&e.lookup(&e.root, "d0").unwrap(), "f0").unwrap();
+    let mut fhs = Vec::new();
+    let err = loop {
+        match e.fs.open(&ROOT, &vp, libc::O_RDONLY) {
+            Ok(fh) => fhs.push(fh),
+            Err(err) => break err,
+        }
+    };
+    assert_eq!(err, Errno::ENFILE);
+    let reserve = e.fs.pool().name_reserve();
+    assert_eq!(fhs.len(), BUDGET - reserve);
+    // Everyone else still looks up, stats and lists: names never seen,
+    // in directories whose fds are not cached.
+    for d in 1..8 {
+        let dir = e.lookup(&e.root, &format!("d{d}")).unwrap();
+        assert_eq!(e.names(&dir).len(), 8 + 2);
+        for f in 0..8 {
+            let vp = e.lookup(&dir, &format!("f{f}")).unwrap();
+            assert_eq!(e.fs.getattr(&vp).unwrap().size, 3);
+        }
+    }
+    assert!(e.fs.pool().max_used() <= BUDGET);
+    for fh in fhs {
+        e.fs.release(&vp, fh).unwrap();
+    }
+    // Room again.
+    let fh = e.fs.open(&ROOT, &vp, libc::O_RDONLY).unwrap();
+    e.fs.release(&vp, fh).unwrap();
+}
+
+#[test]
 fn fds_the_server_reserves_come_out_of_the_budget() {
     const BUDGET: usize = 8;
     let e = env_with(
@@ -261,13 +316,6 @@ fn fallback_without_handles_follows_renames() {
 #[test]
 fn a_budget_beyond_the_fd_limit_is_refused() {
     let src = common::TempDir::new("toobig");
-    let mut rl = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `rl` is a valid rlimit to write to.
-    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) }, 0);
-    let hard = rl.rlim_max as usize;
     let with = |budget| {
         let layer = uvfs_vnode::VnodeLayer::new(uvfs_vnode::Config::with_limit(64));
         uvfs_passthrough::PassthroughFs::new(
@@ -284,6 +332,16 @@ fn a_budget_beyond_the_fd_limit_is_refused() {
             },
         )
     };
+    // The limit as a server leaves it (raised to fs.nr_open where this
+    // process may).
+    assert!(with(uvfs_passthrough::fdpool::MIN_BUDGET).is_ok());
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `rl` is a valid rlimit to write to.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) }, 0);
+    let hard = rl.rlim_max as usize;
     // The kernel would refuse fds the pool believes it has: refused up
     // front, with the limit named.
     let Err(err) = with(hard) else {

@@ -103,8 +103,18 @@ pub fn run(fd_arg: &str, setup: impl FnOnce(&[u8])) -> std::io::Result<()> {
                     w.old_kept = old;
                     w.pending = pending;
                     // A server this process started: its status is ours to
-                    // read when it dies.
-                    w.child = child.filter(|c| c.id() == w.pid);
+                    // read when it dies. One it started that has just
+                    // handed the mount to a successor exits now: waited
+                    // for aside, or it would stay a zombie until unmount.
+                    match child {
+                        Some(c) if c.id() == w.pid => w.child = Some(c),
+                        Some(mut c) => {
+                            let _ = std::thread::Builder::new()
+                                .name("uvfs-reap".into())
+                                .spawn(move || c.wait());
+                        }
+                        None => {}
+                    }
                     log::info!("supervising the server (pid {})", w.pid);
                 }
                 Some(&frame::TABLE) => w.journal = fds.into_iter().next(),

@@ -198,7 +198,7 @@ impl PassthroughFs {
         let nofile = sys::raise_nofile_limit();
         let budget = cfg
             .fd_budget
-            .unwrap_or_else(|| FdPool::default_budget(nofile));
+            .unwrap_or_else(|| FdPool::default_budget(nofile, sys::possible_cpus_bound()));
         if budget > FdPool::max_budget(nofile) {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,

@@ -95,9 +95,9 @@ impl PassthroughFs {
 
     /// A lock owner's description the supervisor kept.
     fn adopt_owner(&self, node: Ino, owner: u64, fh: Fh, fd: OwnedFd) -> Result<(), Errno> {
-        let res = self.pool.reserve_open()?;
+        let res = self.pool.reserve_handed_over()?;
         self.posix_locks
-            .get_or_insert(node, owner, fh, Arc::new(res.into_fd(fd)));
+            .get_or_insert(node, owner, fh, 0, Arc::new(res.into_fd(fd)));
         Ok(())
     }
 
@@ -114,7 +114,7 @@ impl PassthroughFs {
         if let Some(f) = kept {
             let st = sys::statx_fd(f.as_fd())?;
             if (sys::stx_dev(&st), st.stx_ino) == (node.dev(), node.ino) {
-                let res = self.pool.reserve_open()?;
+                let res = self.pool.reserve_handed_over()?;
                 if !self.opens.insert_as(o.fh, res.into_fd(f), node, Some(vp)) {
                     return Err(Errno::EEXIST);
                 }
@@ -125,7 +125,7 @@ impl PassthroughFs {
             }
         }
         let fd = self.fd_of(&node)?;
-        let res = self.pool.reserve_open()?;
+        let res = self.pool.reserve_handed_over()?;
         let f = if o.dir || node.kind() == VType::Dir {
             sys::openat(fd.as_fd(), c".", libc::O_RDONLY | libc::O_DIRECTORY)?
         } else {

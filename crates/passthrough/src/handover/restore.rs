@@ -220,7 +220,7 @@ impl PassthroughFs {
         if o.orphan {
             node.set_orphan(true);
         }
-        let res = self.pool.reserve_open().map_err(err)?;
+        let res = self.pool.reserve_handed_over().map_err(err)?;
         if !self
             .opens
             .insert_as(Fh(o.fh), res.into_fd(fd), node, Some(vp))
@@ -248,10 +248,10 @@ impl PassthroughFs {
         }
         let res = self
             .pool
-            .reserve_open()
+            .reserve_handed_over()
             .map_err(|e| RestoreError::sys(&what, e))?;
         self.posix_locks
-            .get_or_insert(l.node, l.owner, Fh(l.fh), Arc::new(res.into_fd(fd)));
+            .get_or_insert(l.node, l.owner, Fh(l.fh), 0, Arc::new(res.into_fd(fd)));
         Ok(())
     }
 }
