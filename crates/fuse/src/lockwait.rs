@@ -14,6 +14,16 @@
 //! for anything else must still be answered), and one thread serves every
 //! waiting lock.
 //!
+//! # Deadlocks
+//!
+//! The kernel answers `EDEADLK` to a local POSIX lock wait that would
+//! close a cycle (A waits for B, who waits for A); a file system that
+//! keeps its locks elsewhere (the passthrough's OFD locks on its source)
+//! gets no such check. So a SETLKW about to be parked follows the chain:
+//! the owner holding what it waits for (`FileSystem::lock_holder`), that
+//! owner's own parked wait, its holder... and is answered `EDEADLK` if
+//! the chain comes back to it.
+//!
 //! # Interrupts
 //!
 //! A process waiting in `fcntl(F_SETLKW)` or `flock` that gets a signal
@@ -153,6 +163,14 @@ impl LockWaiter {
             p.reply.error(errno(Errno::ENOLCK));
             return;
         }
+        // Decided under the state lock, so that two waits closing one
+        // cycle together cannot both miss it (the second to park sees the
+        // first).
+        if !p.flock && closes_a_cycle(&**fs, &st.parked, &p) {
+            drop(st);
+            p.reply.error(errno(Errno::EDEADLK));
+            return;
+        }
         st.parked.push(p);
         st.arrived = true;
         self.shared.cv.notify_one();
@@ -198,6 +216,32 @@ impl Drop for LockWaiter {
         self.shared.state.lock().shutdown = true;
         self.shared.cv.notify_all();
     }
+}
+
+/// Most waits followed from a new one (the kernel's bound for POSIX
+/// locks, `MAX_DEADLK_ITERATIONS`).
+const MAX_CHAIN: usize = 10;
+
+/// Whether `p`'s wait would close a cycle of POSIX lock waits: the owner
+/// holding what it waits for waits here for what an owner holds who ...
+/// holds what `p`'s owner holds. The owner whose wait would close it is
+/// answered `EDEADLK`, as the kernel answers for local locks (each owner
+/// waits for one lock at a time: a process waits in one `fcntl`).
+fn closes_a_cycle(fs: &dyn FileSystem, parked: &[Parked], p: &Parked) -> bool {
+    let mut holder = fs.lock_holder(&p.vp, p.owner, &p.lock);
+    for _ in 0..MAX_CHAIN {
+        let Some(h) = holder else {
+            return false;
+        };
+        if h == p.owner {
+            return true;
+        }
+        let Some(w) = parked.iter().find(|q| q.owner == h && !q.flock) else {
+            return false;
+        };
+        holder = fs.lock_holder(&w.vp, w.owner, &w.lock);
+    }
+    false
 }
 
 /// The waiter thread: answers grants, tries every parked request, pauses,

@@ -149,14 +149,14 @@ impl PosixLocks {
         })
     }
 
-    /// The process and description of each of `node`'s lock owners but
-    /// `except` (who may hold a lock another owner asks about).
-    pub(crate) fn others(&self, node: Ino, except: u64) -> Vec<(u32, Arc<Fd>)> {
+    /// Each of `node`'s lock owners but `except` (who may hold a lock
+    /// another owner asks about): (owner, its process, its description).
+    pub(crate) fn others(&self, node: Ino, except: u64) -> Vec<(u64, u32, Arc<Fd>)> {
         let m = self.map.lock();
         m.get(&node).map_or_else(Vec::new, |o| {
             o.iter()
                 .filter(|(&owner, _)| owner != except)
-                .map(|(_, h)| (h.pid, h.ofd.clone()))
+                .map(|(&owner, h)| (owner, h.pid, h.ofd.clone()))
                 .collect()
         })
     }

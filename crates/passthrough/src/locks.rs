@@ -174,7 +174,9 @@ impl PassthroughFs {
         // ours: named by its owner's process.
         let pid = match u32::try_from(fl.l_pid) {
             Ok(pid) => pid,
-            Err(_) => self.holder_pid(node.id, owner, lock, &fl).unwrap_or(0),
+            Err(_) => self
+                .holder(node.id, owner, lock, &fl)
+                .map_or(0, |(_, pid)| pid),
         };
         Ok(FileLock {
             start,
@@ -184,33 +186,47 @@ impl PassthroughFs {
         })
     }
 
-    /// The process of the lock owner (other than `asking`) holding
-    /// `found`, the conflict F_GETLK met for `lock`: asked again through
-    /// each owner's description, which its own locks never conflict with,
-    /// the holder's meets something else or nothing. None for a lock held
-    /// outside the mount (an OFD lock on the host) or where two owners
-    /// hold the same lock.
-    fn holder_pid(
+    /// The lock owner (other than `asking`) holding `found`, the conflict
+    /// F_GETLK met for `lock`, and its process (0 if not known): asked
+    /// again through each owner's description, which its own locks never
+    /// conflict with, the holder's meets something else or nothing. None
+    /// for a lock held outside the mount (an OFD lock on the host) or
+    /// where two owners hold the same lock.
+    fn holder(
         &self,
         node: uvfs_vfs::Ino,
         asking: u64,
         lock: &FileLock,
         found: &libc::flock,
-    ) -> Option<u32> {
+    ) -> Option<(u64, u32)> {
         let same = |a: &libc::flock| {
             (a.l_type, a.l_start, a.l_len) == (found.l_type, found.l_start, found.l_len)
         };
         self.posix_locks
             .others(node, asking)
             .into_iter()
-            .find(|(_, ofd)| {
+            .find(|(_, _, ofd)| {
                 let Ok(mut probe) = to_flock(lock) else {
                     return false;
                 };
                 fcntl_lock(ofd, libc::F_OFD_GETLK, &mut probe).is_ok() && !same(&probe)
             })
-            .map(|(pid, _)| pid)
-            .filter(|&pid| pid != 0)
+            .map(|(owner, pid, _)| (owner, pid))
+    }
+
+    /// The owner through the mount holding the lock that keeps `owner`
+    /// from `lock` (`FileSystem::lock_holder`); None if nothing conflicts
+    /// or the holder is outside the mount.
+    pub(crate) fn do_lock_holder(&self, vp: &VnodeRef, owner: u64, lock: &FileLock) -> Option<u64> {
+        let node = self.node_of(vp).ok()?;
+        let ofd = self.posix_locks.get(node.id, owner)?;
+        let mut fl = to_flock(lock).ok()?;
+        fcntl_lock(&ofd, libc::F_OFD_GETLK, &mut fl).ok()?;
+        // Nothing in the way, or a classic lock of a process on the host.
+        if i32::from(fl.l_type) == libc::F_UNLCK || fl.l_pid >= 0 {
+            return None;
+        }
+        self.holder(node.id, owner, lock, &fl).map(|(o, _)| o)
     }
 
     /// Gives `keeper` every description holding locks now, and each one

@@ -52,6 +52,10 @@ impl FileSystem for PassthroughFs {
         self.do_getlk(vp, owner, lock)
     }
 
+    fn lock_holder(&self, vp: &VnodeRef, owner: u64, lock: &FileLock) -> Option<u64> {
+        self.do_lock_holder(vp, owner, lock)
+    }
+
     fn setlk(
         &self,
         vp: &VnodeRef,

@@ -544,6 +544,17 @@ pub trait FileSystem: Send + Sync + 'static {
         Err(Errno::ENOSYS)
     }
 
+    /// The POSIX lock owner (one of this mount's callers) holding the
+    /// lock that keeps `owner` from taking `lock`, if the file system can
+    /// tell. The server follows such holders' own waits and answers
+    /// `EDEADLK` to a wait that would close a cycle, as the kernel does
+    /// for local POSIX locks. None (the default): not known, no deadlock
+    /// is detected (a file system whose `setlk` finds them itself needs
+    /// none).
+    fn lock_holder(&self, _vp: &VnodeRef, _owner: u64, _lock: &FileLock) -> Option<u64> {
+        None
+    }
+
     /// Takes, changes or drops `lock` without waiting (`EAGAIN` while
     /// another holder's lock conflicts; the server does the waiting). With
     /// `flock` it is a `flock(2)` lock, held by the open file `fh`;

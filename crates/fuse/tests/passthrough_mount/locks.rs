@@ -90,6 +90,73 @@ fn lock_waiter_runs_anywhere() {
     assert_eq!(i64::from(cpus), online, "the lock-wait thread's CPUs");
 }
 
+/// Two processes each holding a byte of one file through the mount and
+/// then waiting for the other's: the second to wait is answered EDEADLK
+/// (as natively, where the passthrough's locks on the source, OFD locks,
+/// get no such check from the kernel), and the first gets its lock once
+/// the second lets go.
+#[test]
+fn a_deadlock_between_two_lock_waits_is_refused() {
+    use std::io::Write;
+    let Some(t) = Pt::new("deadlock") else { return };
+    std::fs::write(t.src("f"), b"0123456789").unwrap();
+    let script = r#"
+import fcntl, os, sys
+mine, theirs = int(sys.argv[1]), int(sys.argv[2])
+fd = os.open(sys.argv[3], os.O_RDWR)
+fcntl.lockf(fd, fcntl.LOCK_EX, 1, mine)
+print("held", flush=True)
+sys.stdin.readline()
+try:
+    fcntl.lockf(fd, fcntl.LOCK_EX, 1, theirs)
+    print("got", flush=True)
+except OSError as e:
+    print("errno", e.errno, flush=True)
+sys.stdin.read()
+"#;
+    let spawn = |mine: u32, theirs: u32| {
+        Command::new("python3")
+            .args(["-c", script, &mine.to_string(), &theirs.to_string()])
+            .arg(t.m("f"))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let waiting = || {
+        t.mount.as_ref().unwrap().report(false)["counters"]["fuse.locks.waiting"]
+            .as_u64()
+            .unwrap()
+    };
+    let (mut a, mut b) = (spawn(0, 1), spawn(1, 0));
+    assert_eq!(said(&mut a), "held");
+    assert_eq!(said(&mut b), "held");
+    writeln!(a.stdin.as_mut().unwrap()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while waiting() != 1 {
+        assert!(Instant::now() < deadline, "the first wait was not parked");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Read aside: a deadlock missed would leave both waiting for ever.
+    let out = b.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(out).read_line(&mut line);
+        let _ = tx.send(line.trim().to_string());
+    });
+    writeln!(b.stdin.as_mut().unwrap()).unwrap();
+    let Ok(answer) = rx.recv_timeout(Duration::from_secs(30)) else {
+        let _ = (a.kill(), b.kill());
+        panic!("a deadlock left both waiters waiting");
+    };
+    assert_eq!(answer, format!("errno {}", libc::EDEADLK));
+    assert!(release(b).success());
+    assert_eq!(said(&mut a), "got", "the first waiter was not granted");
+    assert!(release(a).success());
+}
+
 /// Lets a locker go (closes its stdin) and waits for it.
 fn release(mut c: std::process::Child) -> std::process::ExitStatus {
     drop(c.stdin.take());
