@@ -187,12 +187,7 @@ fn open_files_leave_lookups_their_share_of_the_budget() {
         1 << 12,
         PassthroughConfig {
             fd_budget: Some(BUDGET),
-            no_handles: false,
-            no_dir_readahead: false,
-            no_atime: false,
-            watch: false,
-            keep_timeouts: false,
-            no_diratime: false,
+            ..PassthroughConfig::default()
         },
     );
     for d in 0..8 {

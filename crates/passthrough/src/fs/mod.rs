@@ -28,9 +28,10 @@ const MAX_REOPEN_DEPTH: usize = 4096;
 /// How to build a passthrough mount.
 #[derive(Clone, Debug, Default)]
 pub struct PassthroughConfig {
-    /// Most fds open at once (cached, borrowed, open files); `None`: three
-    /// quarters of `RLIMIT_NOFILE` (raised to its hard limit first). More
-    /// than `FdPool::max_budget` allows is refused (`InvalidInput`).
+    /// Most fds open at once (cached, borrowed, open files); `None`:
+    /// `FdPool::default_budget` of `RLIMIT_NOFILE` (raised to its hard
+    /// limit first, and to `fs.nr_open` where allowed). More than
+    /// `FdPool::max_budget` allows is refused (`InvalidInput`).
     pub fd_budget: Option<usize>,
     /// Never use file handles (every node reopens through its parent).
     pub no_handles: bool,
