@@ -29,9 +29,10 @@
 //! that the processes holding the most files open cannot starve the
 //! others of `ls` and `stat` (a lookup needs a directory's fd and the new
 //! node's), new opens of files leave [`FdPool::name_reserve`] fds to
-//! everything else (lookups, attributes, directory listings): past that share an OPEN is refused with `ENFILE` ("too many open
-//! files in system": the mount's limit, not the caller's). Opens handed
-//! over by a predecessor are taken back whatever the share
+//! everything else (lookups, attributes, directory listings): past that
+//! share an OPEN is refused with `ENFILE` ("too many open files in
+//! system": the mount's limit, not the caller's). Opens handed over by a
+//! predecessor are taken back whatever the share
 //! ([`FdPool::reserve_handed_over`]): refusing them would fail an upgrade.
 //!
 //! The ring holds `Weak`s, so a node freed with its vnode leaves a dead
