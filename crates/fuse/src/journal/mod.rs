@@ -349,7 +349,7 @@ pub(crate) struct Resumable {
 pub(crate) fn read(fd: OwnedFd) -> std::io::Result<(Contents, Resumable)> {
     // Room for every slot the table can hold: growing a vector of a
     // million entries copies it about twice over.
-    let most = Table::max_live(table::check(&fd)?);
+    let most = Table::max_live(table::check(&fd)?.0);
     let mut c = Contents {
         nodes: Vec::with_capacity(most),
         opens: Vec::new(),
