@@ -419,7 +419,13 @@ fn mount_with(o: &MountOpts, mut handoff: Option<uvfs_fuse::upgrade::Handoff>) -
                     }
                 }
             }
-            None => uvfs_passthrough::PassthroughFs::new(layer.clone(), &src, pt_cfg)?,
+            None => {
+                let fs = uvfs_passthrough::PassthroughFs::new(layer.clone(), &src, pt_cfg)?;
+                if !o.no_supervisor && !fs.uses_handles() {
+                    warn_recovery_without_handles();
+                }
+                fs
+            }
         };
         let cfg = ServeConfig {
             mountpoint,
@@ -682,4 +688,16 @@ mod tests {
             assert!(parse_inodes(Some(bad)).is_err(), "{bad}");
         }
     }
+}
+
+/// A server started after a crash finds the nodes the kernel holds by
+/// their file handles (the journal's records): without open_by_handle_at,
+/// which needs CAP_DAC_READ_SEARCH, the mount stays up but those nodes
+/// answer ESTALE. Said once at mount, as each feature that is off.
+fn warn_recovery_without_handles() {
+    log::warn!(
+        "crash recovery partial: opening files by handle needs CAP_DAC_READ_SEARCH, \
+         so if the server dies, files, directories and working directories in use \
+         then answer ESTALE (the mount stays up; paths walked anew work)"
+    );
 }

@@ -92,6 +92,12 @@ fn a_detached_mount_logs_start_options_features_off_errors_and_stop() {
     );
     assert!(has(&["options:", "threads=", "watcher=false"]), "{text}");
     assert!(has(&["host-change watcher off (--no-watch)"]), "{text}");
+    // Without CAP_DAC_READ_SEARCH a crash's new server cannot find the
+    // kernel's nodes by handle: said at mount.
+    assert!(
+        has(&["WARN", "crash recovery partial", "CAP_DAC_READ_SEARCH"]),
+        "{text}"
+    );
     assert!(has(&["WARN", "open on node", "EACCES"]), "{text}");
     let refusals = text.lines().filter(|l| l.contains("EACCES")).count();
     assert!((1..=12).contains(&refusals), "{refusals} lines:\n{text}");

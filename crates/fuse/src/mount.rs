@@ -525,7 +525,8 @@ fn start_around(
                 log::warn!("directory attribute refresh off: {e}");
             }
         }
-        (false, ..) => log::info!("directory attribute refresh off (--no-dir-refresh)"),
+        // Asked off, or turned off by `uvfs mount` (which said why).
+        (false, ..) => log::info!("directory attribute refresh off"),
         (_, false, ..) => log::info!(
             "directory attribute refresh off: the attribute timeout is under {:?}",
             crate::refresh::MIN_ATTR_TIMEOUT

@@ -85,7 +85,10 @@ impl PassthroughFs {
         let ino = match d.name {
             b"." => dir.id,
             b".." if dir.id == self.root.id => self.root.id,
-            _ => self.inodes.newest_id(dir.dev(), d.ino),
+            _ => self.inodes.listed_id(dir.dev(), d.ino, || {
+                let n = sys::cstr(d.name).ok()?;
+                Some(crate::handle::Handle::of_name(fd, &n).ok()?.generation())
+            }),
         };
         let kind = dtype(d.dtype)
             .or_else(|| {

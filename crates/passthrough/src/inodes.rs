@@ -114,24 +114,52 @@ impl InodeMap {
 
     /// The id of the file of generation `gen` at (dev, ino): its alias if
     /// it has one, else `node_id`.
+    ///
+    /// An alias of another generation is dropped: two files cannot be at
+    /// (dev, ino) at once, so the aliased one is gone from the source,
+    /// and listings (`listed_id`) must stop naming its alias for the file
+    /// there now (they did for the server's life: `find -inum` of a
+    /// file's `st_ino` missed it).
     pub fn id_of(&self, dev: u64, ino: u64, gen: u64) -> Ino {
         if self.any_alias.load(Ordering::Acquire) {
-            let f = self.foreign.lock();
-            if let Some(&(g, id)) = f.aliases.get(&(dev, ino)) {
-                if g == gen {
-                    return id;
-                }
+            let mut f = self.foreign.lock();
+            match f.aliases.get(&(dev, ino)) {
+                Some(&(g, id)) if g == gen => return id,
+                Some(_) => self.forget_alias(&mut f, dev, ino),
+                None => {}
             }
         }
         self.node_id(dev, ino)
     }
 
     /// The id the newest file seen at (dev, ino) has (an alias, if one
-    /// was made), for callers that know no generation: directory
-    /// listings' `d_ino`, renames finding the nodes they move.
+    /// was made), for callers that know no generation: renames finding
+    /// the nodes they move.
     pub fn newest_id(&self, dev: u64, ino: u64) -> Ino {
         self.alias_of(dev, ino)
             .unwrap_or_else(|| self.node_id(dev, ino))
+    }
+
+    /// A directory entry's `d_ino`: `newest_id`, except that where (dev,
+    /// ino) has an alias, `gen_now` (the entry's file's generation, if it
+    /// can be had) says whether the alias is still that file's; if not,
+    /// the alias is dropped as `id_of` drops it. Costs listings nothing
+    /// while no alias exists (one atomic load).
+    pub fn listed_id(&self, dev: u64, ino: u64, gen_now: impl FnOnce() -> Option<u64>) -> Ino {
+        let Some(id) = self.alias_of(dev, ino) else {
+            return self.node_id(dev, ino);
+        };
+        let Some(gen) = gen_now() else {
+            return id;
+        };
+        self.id_of(dev, ino, gen)
+    }
+
+    fn forget_alias(&self, f: &mut Foreign, dev: u64, ino: u64) {
+        f.aliases.remove(&(dev, ino));
+        if f.aliases.is_empty() {
+            self.any_alias.store(false, Ordering::Release);
+        }
     }
 
     fn alias_of(&self, dev: u64, ino: u64) -> Option<Ino> {
@@ -166,10 +194,7 @@ impl InodeMap {
     pub fn drop_alias(&self, dev: u64, ino: u64) {
         if self.any_alias.load(Ordering::Acquire) {
             let mut f = self.foreign.lock();
-            f.aliases.remove(&(dev, ino));
-            if f.aliases.is_empty() {
-                self.any_alias.store(false, Ordering::Release);
-            }
+            self.forget_alias(&mut f, dev, ino);
         }
     }
 

@@ -416,8 +416,65 @@ fn a_reused_inode_number_the_kernel_still_remembers_gets_an_alias() {
     std::fs::remove_dir_all(&new_path).unwrap();
     e.fs.drop_idle_fds();
     let third = mkdir_reusing(e.src.path(), "third", ino);
-    let t = e.lookup(&e.root, third.file_name().unwrap().to_str().unwrap());
+    let third_name = third.file_name().unwrap().to_str().unwrap().to_owned();
+    // Listed before any lookup of it: the alias of the file gone from
+    // that number is not the new file's.
+    let entry = e
+        .entries(&e.root)
+        .into_iter()
+        .find(|(n, _)| *n == third_name);
+    assert_eq!(entry.map(|(_, i)| i), Some(ino));
+    let t = e.lookup(&e.root, &third_name);
     assert_eq!(t.unwrap().ino(), ino);
+}
+
+#[test]
+fn a_file_at_an_aliased_inode_number_is_listed_as_it_stats() {
+    use std::os::unix::fs::MetadataExt;
+    let e = env_with(
+        "alias-listed",
+        4096,
+        PassthroughConfig {
+            no_dir_readahead: true,
+            ..Default::default()
+        },
+    );
+    std::fs::create_dir(e.src.path().join("old")).unwrap();
+    let ino = std::fs::metadata(e.src.path().join("old")).unwrap().ino();
+    let old = e.lookup(&e.root, "old").unwrap();
+    assert!(old.ext_acquire(1));
+    std::fs::remove_dir(e.src.path().join("old")).unwrap();
+    e.fs.drop_idle_fds();
+    // The second file at the number gets an alias (the kernel holds the
+    // first), and is removed in turn.
+    let second = mkdir_reusing(e.src.path(), "second", ino);
+    let s = e
+        .lookup(&e.root, second.file_name().unwrap().to_str().unwrap())
+        .unwrap();
+    assert_ne!(s.ino(), ino);
+    drop(s);
+    std::fs::remove_dir(&second).unwrap();
+    e.fs.drop_idle_fds();
+    // The third is looked up (another alias: the kernel still holds the
+    // first), then listed: the listing names the id it stats with.
+    let third = mkdir_reusing(e.src.path(), "third", ino);
+    let name = third.file_name().unwrap().to_str().unwrap().to_owned();
+    let t = e.lookup(&e.root, &name).unwrap();
+    assert_ne!(t.ino(), ino);
+    let entry = e.entries(&e.root).into_iter().find(|(n, _)| *n == name);
+    assert_eq!(entry.map(|(_, i)| i), Some(t.ino()));
+    // Listed again once the kernel let the first go and the number's
+    // newest file was looked up anew: its own number, everywhere.
+    old.ext_release(1);
+    drop((old, t));
+    std::fs::remove_dir(&third).unwrap();
+    e.fs.drop_idle_fds();
+    let fourth = mkdir_reusing(e.src.path(), "fourth", ino);
+    let name = fourth.file_name().unwrap().to_str().unwrap().to_owned();
+    let entry = e.entries(&e.root).into_iter().find(|(n, _)| *n == name);
+    assert_eq!(entry.map(|(_, i)| i), Some(ino));
+    assert_eq!(e.lookup(&e.root, &name).unwrap().ino(), ino);
+    assert_eq!(std::fs::metadata(&fourth).unwrap().ino(), ino);
 }
 
 #[test]
