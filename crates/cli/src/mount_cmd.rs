@@ -587,6 +587,18 @@ fn installed_exe() -> std::io::Result<std::path::PathBuf> {
     }
 }
 
+/// A server started after a crash finds the nodes the kernel holds by
+/// their file handles (the journal's records): without open_by_handle_at,
+/// which needs CAP_DAC_READ_SEARCH, the mount stays up but those nodes
+/// answer ESTALE. Said once at mount, as each feature that is off.
+fn warn_recovery_without_handles() {
+    log::warn!(
+        "crash recovery partial: opening files by handle needs CAP_DAC_READ_SEARCH, \
+         so if the server dies, files, directories and working directories in use \
+         then answer ESTALE (the mount stays up; paths walked anew work)"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -688,16 +700,4 @@ mod tests {
             assert!(parse_inodes(Some(bad)).is_err(), "{bad}");
         }
     }
-}
-
-/// A server started after a crash finds the nodes the kernel holds by
-/// their file handles (the journal's records): without open_by_handle_at,
-/// which needs CAP_DAC_READ_SEARCH, the mount stays up but those nodes
-/// answer ESTALE. Said once at mount, as each feature that is off.
-fn warn_recovery_without_handles() {
-    log::warn!(
-        "crash recovery partial: opening files by handle needs CAP_DAC_READ_SEARCH, \
-         so if the server dies, files, directories and working directories in use \
-         then answer ESTALE (the mount stays up; paths walked anew work)"
-    );
 }

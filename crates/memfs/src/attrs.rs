@@ -152,7 +152,9 @@ impl MemFs {
     }
 
     pub(crate) fn do_statfs(&self) -> VfsResult<StatFs> {
-        let used = self.budget.used();
+        // Removed files' data that only waits for the kernel to let
+        // them go is free space (`orphans.rs`).
+        let used = self.budget.used().saturating_sub(self.orphans.pages());
         let blocks = match self.budget.limit() {
             u64::MAX => used + UNLIMITED_BLOCKS,
             l => l,

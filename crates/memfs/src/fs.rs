@@ -6,7 +6,6 @@
 use crate::budget::Budget;
 use crate::dir::Directory;
 use crate::inode::{Body, Inode, Meta};
-use crate::io_lock;
 use crate::ispace::Ispace;
 use crate::pages::PAGE_SIZE;
 use crate::table::{InodeTable, ROOT_INO};
@@ -70,6 +69,9 @@ pub struct MemFs {
     /// A restored memfs's page files, until it takes the mount over and
     /// gives back the pages none of its files took.
     pub(crate) restored_files: Mutex<Vec<Arc<crate::pagefile::SharedFile>>>,
+    /// Removed files the kernel still holds, whose data stays until it
+    /// lets them go or the space is wanted (`orphans.rs`).
+    pub(crate) orphans: Arc<crate::orphans::Orphans>,
 }
 
 impl std::fmt::Debug for MemFs {
@@ -82,28 +84,27 @@ impl std::fmt::Debug for MemFs {
 }
 
 /// The vnode layer's callbacks into memfs.
-struct Hooks;
+struct Hooks {
+    orphans: Arc<crate::orphans::Orphans>,
+}
 
 impl FsHooks for Hooks {
-    /// The last user of an unlinked file is gone: its data goes now, not
-    /// when the vnode is eventually recycled, so the space is free again
-    /// at once; and the vnode (with the inode it keeps alive) is recycled
-    /// as soon as the kernel forgets it too, instead of waiting in the LRU.
+    /// The last user of an unlinked file is gone: the vnode (with the
+    /// inode it keeps alive, data and all) is recycled as soon as the
+    /// kernel forgets it too, instead of waiting in the LRU. Until then
+    /// the kernel may open it again (an `O_PATH` descriptor, a fanotify
+    /// event): its data stays, counted free and given up if the space is
+    /// wanted first (`orphans.rs`).
     fn inactive(&self, vp: &Vnode) {
-        let Some(inode) = vp.data::<Inode>() else {
+        let Some(inode) = vp.data_arc::<Inode>() else {
             return;
         };
-        if inode.nlink() == 0 {
-            vp.recycle_when_free();
+        if inode.nlink() != 0 {
+            return;
         }
-        if let Some(f) = inode.file() {
-            if inode.nlink() == 0 && f.pages() + f.size() > 0 {
-                let _g = io_lock::lock_write(vp, 0..u64::MAX);
-                // A user that raced in after the last one left sees an
-                // empty file; it could reach an unlinked file only through
-                // a handle the kernel keeps without an open (O_PATH).
-                let _ = f.truncate(0);
-            }
+        vp.recycle_when_free();
+        if inode.file().is_some_and(|f| f.pages() > 0) && vp.hold_count() > 0 {
+            self.orphans.add(inode.ino, Arc::downgrade(&inode));
         }
     }
 }
@@ -118,7 +119,13 @@ impl MemFs {
     /// A memfs mounted on `layer` with no inode yet, its inode budget
     /// holding the root's cost.
     pub(crate) fn without_inodes(layer: Arc<VnodeLayer>, cfg: &MemFsConfig) -> MemFs {
-        let mnt = layer.mount("memfs", Arc::new(Hooks));
+        let orphans = Arc::new(crate::orphans::Orphans::default());
+        let mnt = layer.mount(
+            "memfs",
+            Arc::new(Hooks {
+                orphans: orphans.clone(),
+            }),
+        );
         let limit = cfg.size_limit.map_or(u64::MAX, |b| b / PAGE_SIZE as u64);
         MemFs {
             layer,
@@ -131,6 +138,7 @@ impl MemFs {
             kept: Default::default(),
             lease: crate::pagefile::Lease::new(true),
             restored_files: Default::default(),
+            orphans,
         }
     }
 
@@ -176,6 +184,26 @@ impl MemFs {
     /// Inodes in memory, linked or kept alive by a vnode after unlink.
     pub fn alive_count(&self) -> usize {
         self.ispace.alive()
+    }
+
+    /// Runs `op`, which may need `bytes` of new data space: first frees
+    /// the data of removed files nobody has open (`orphans.rs`) if less
+    /// is free (so a write is not cut short where tmpfs would not cut
+    /// it), and runs it once more if it still ran out of space and such
+    /// data was freed meanwhile.
+    pub(crate) fn with_orphans_reclaimed<T>(
+        &self,
+        bytes: u64,
+        op: impl Fn() -> VfsResult<T>,
+    ) -> VfsResult<T> {
+        let free = self.budget.limit().saturating_sub(self.budget.used());
+        if free.saturating_mul(PAGE_SIZE as u64) < bytes {
+            self.orphans.reclaim(&self.layer, &self.mnt);
+        }
+        match op() {
+            Err(Errno::ENOSPC) if self.orphans.reclaim(&self.layer, &self.mnt) => op(),
+            r => r,
+        }
     }
 
     /// Takes `bytes` of inode space (`ispace.rs`), or fails with `ENOSPC`.

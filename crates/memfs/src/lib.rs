@@ -49,6 +49,7 @@ mod io_lock;
 mod ispace;
 mod kept;
 mod namei;
+mod orphans;
 mod page;
 mod pagefile;
 mod pages;

@@ -121,7 +121,7 @@ impl FileSystem for MemFs {
     }
 
     fn write(&self, vp: &VnodeRef, _fh: Fh, offset: u64, data: &[u8]) -> VfsResult<u32> {
-        self.do_write(vp, offset, data)
+        self.with_orphans_reclaimed(data.len() as u64, || self.do_write(vp, offset, data))
     }
 
     fn seek_data(&self, vp: &VnodeRef, _fh: Fh, offset: u64, hole: bool) -> VfsResult<u64> {
@@ -239,7 +239,7 @@ impl FileSystem for MemFs {
         offset: u64,
         len: u64,
     ) -> VfsResult<()> {
-        self.do_fallocate(vp, mode, offset, len)
+        self.with_orphans_reclaimed(len, || self.do_fallocate(vp, mode, offset, len))
     }
 
     fn copy_file_range(
@@ -253,7 +253,9 @@ impl FileSystem for MemFs {
         len: u64,
         flags: u32,
     ) -> VfsResult<u64> {
-        self.do_copy_file_range(vp_in, off_in, vp_out, off_out, len, flags)
+        self.with_orphans_reclaimed(len, || {
+            self.do_copy_file_range(vp_in, off_in, vp_out, off_out, len, flags)
+        })
     }
 
     fn short_of_space(&self) -> bool {
