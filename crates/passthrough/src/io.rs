@@ -318,6 +318,11 @@ impl PassthroughFs {
         self.opens.remove(fh)?;
         // Its flock locks go with it, the supervisor's duplicate too.
         if of.kept.load(std::sync::atomic::Ordering::Relaxed) {
+            // Unlocked, not only closed: the first open of a file is the
+            // one the kernel does its I/O through (`backing_file`), and
+            // the kernel holds that description while any open of the
+            // file remains; closing ours would leave the lock held.
+            let _ = rustix::fs::flock(&of.fd, rustix::fs::FlockOperation::NonBlockingUnlock);
             self.posix_locks
                 .keeper
                 .forget(crate::kept::Kept::Open { node: node.id, fh });

@@ -8,8 +8,10 @@
 //! * A `flock(2)` lock belongs to the open file. Each FUSE handle is one
 //!   kernel open file and has its own backing fd (`open.rs`), so the lock
 //!   goes on that fd as it is: dup'd and inherited descriptors share the
-//!   handle, and the lock goes when its last one closes (RELEASE closes
-//!   the fd).
+//!   handle, and the lock goes when its last one closes (RELEASE unlocks
+//!   and closes the fd: closing alone is not enough where the kernel does
+//!   the file's I/O through that fd's description and holds it while
+//!   other opens of the file remain).
 //! * A POSIX record lock belongs to a process (the kernel's lock owner id),
 //!   whatever descriptor it used, and every close of any descriptor of the
 //!   file drops all of that owner's locks on it. Each (node, owner) gets an

@@ -418,3 +418,57 @@ for i in range(n):
     let out = py(&t.src("db"), "check").wait_with_output().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "900 ok");
 }
+
+fn flock_nb(f: &std::fs::File, op: libc::c_int) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor this process owns.
+    if unsafe { libc::flock(f.as_raw_fd(), op | libc::LOCK_NB) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[test]
+fn a_flock_goes_with_its_open_file_though_the_file_stays_open() {
+    // The first open of a file is the one whose source descriptor the
+    // kernel reads and writes through (kernel I/O), and it keeps that
+    // description while any open of the file remains: a flock taken
+    // through that first open must still go when it closes (it stayed
+    // held until the file's last close, and `flock FILE cmd` run by two
+    // shells in turn hung for good).
+    let Some(t) = Pt::new("flock-first") else {
+        return;
+    };
+    std::fs::write(t.src("f"), b"x").unwrap();
+    let mnt = t.m("f");
+    let rw = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&mnt)
+            .unwrap()
+    };
+    for round in 0..3 {
+        let first = rw();
+        flock_nb(&first, libc::LOCK_EX).unwrap();
+        // Another open while it is held, kept past its close.
+        let other = std::fs::File::open(&mnt).unwrap();
+        drop(first);
+        // The RELEASE that drops it is sent after the close returns.
+        let next = rw();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while let Err(e) = flock_nb(&next, libc::LOCK_EX) {
+            assert_eq!(e.raw_os_error(), Some(libc::EWOULDBLOCK), "{e}");
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: a flock outlived its open file"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // And on the source, for its other users, once let go.
+        flock_nb(&next, libc::LOCK_UN).unwrap();
+        let host = std::fs::File::open(t.src("f")).unwrap();
+        flock_nb(&host, libc::LOCK_EX).unwrap();
+        drop((host, next, other));
+    }
+}
