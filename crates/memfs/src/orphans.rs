@@ -25,37 +25,59 @@
 use crate::inode::Inode;
 use crate::io_lock;
 use parking_lot::Mutex;
+use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use uvfs_vfs::{Ino, Mount, VnodeLayer};
 
 /// Removed files whose data stays while the kernel holds them.
 #[derive(Default)]
 pub(crate) struct Orphans {
-    /// Dead entries (the kernel let the file go, its data went with it)
-    /// are dropped whenever the list is read.
-    list: Mutex<Vec<(Ino, Weak<Inode>)>>,
+    list: Mutex<List>,
+}
+
+/// Every removed file (`rm` of any file with data) is listed until the
+/// kernel's FORGET lets it go, which may lag a `rm -rf` by thousands:
+/// dead entries are dropped once the map doubled since the last sweep,
+/// so adding stays O(1) amortized.
+#[derive(Default)]
+struct List {
+    by_ino: HashMap<Ino, Weak<Inode>>,
+    swept_at: usize,
+}
+
+impl List {
+    fn sweep(&mut self) {
+        self.by_ino.retain(|_, w| w.strong_count() > 0);
+        self.swept_at = self.by_ino.len();
+    }
+
+    /// The live ones (sweeping first).
+    fn live(&mut self) -> Vec<(Ino, Arc<Inode>)> {
+        self.sweep();
+        self.by_ino
+            .iter()
+            .filter_map(|(ino, w)| Some((*ino, w.upgrade()?)))
+            .collect()
+    }
 }
 
 impl Orphans {
     /// `inode` lost its last name and its last user while something
-    /// still holds its vnode.
-    /// (Again, after `reclaim` looked at it: listed once.)
+    /// still holds its vnode (again, after `reclaim` looked at it).
     pub(crate) fn add(&self, ino: Ino, inode: Weak<Inode>) {
         let mut l = self.list.lock();
-        l.retain(|(_, w)| w.strong_count() > 0);
-        if !l.iter().any(|(i, _)| *i == ino) {
-            l.push((ino, inode));
+        if l.by_ino.len() >= 2 * l.swept_at.max(64) {
+            l.sweep();
         }
+        l.by_ino.insert(ino, inode);
     }
 
     /// Pages the orphans' data holds.
     pub(crate) fn pages(&self) -> u64 {
-        let mut l = self.list.lock();
-        l.retain(|(_, w)| w.strong_count() > 0);
-        l.iter()
-            .filter_map(|(_, w)| w.upgrade())
-            .filter(|i| i.nlink() == 0)
-            .filter_map(|i| i.file().map(|f| f.pages()))
+        let live = self.list.lock().live();
+        live.iter()
+            .filter(|(_, i)| i.nlink() == 0)
+            .filter_map(|(_, i)| i.file().map(|f| f.pages()))
             .sum()
     }
 
@@ -63,13 +85,7 @@ impl Orphans {
     /// was freed. Called with no lock of any file held (a write that ran
     /// out of space has let its own go).
     pub(crate) fn reclaim(&self, layer: &VnodeLayer, mnt: &Mount) -> bool {
-        let taken: Vec<(Ino, Arc<Inode>)> = {
-            let mut l = self.list.lock();
-            l.retain(|(_, w)| w.strong_count() > 0);
-            l.iter()
-                .filter_map(|(ino, w)| Some((*ino, w.upgrade()?)))
-                .collect()
-        };
+        let taken = self.list.lock().live();
         let mut freed = false;
         for (ino, inode) in taken {
             let Some(f) = inode.file() else { continue };
