@@ -359,7 +359,15 @@ impl Server {
         });
         match r {
             Ok(n) => reply.written(n),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => {
+                reply.error(errno(e));
+                // Written back from the kernel's cache, which still shows
+                // it: the cache must not outlive the refusal.
+                if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
+                    self.inner
+                        .forget_unwritten(ino.0, offset, data.len() as u64);
+                }
+            }
         }
     }
 }

@@ -146,6 +146,7 @@ impl Server {
                 handles: HandleTable::default(),
                 timeouts,
                 notifier: Default::default(),
+                unwritten: Default::default(),
                 counters: RequestCounters::default(),
                 evict: Default::default(),
                 server_opendir,

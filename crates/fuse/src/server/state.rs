@@ -39,6 +39,9 @@ pub struct Inner {
     /// kernel makes through us without dropping what it cached
     /// (`fileattr.rs`, a file's first writable open with kernel I/O).
     pub(crate) notifier: std::sync::OnceLock<fuser::Notifier>,
+    /// Where `forget_unwritten` sends its ranges (its thread, made on
+    /// the first).
+    pub(crate) unwritten: std::sync::OnceLock<std::sync::mpsc::Sender<(u64, i64, i64)>>,
     /// Counters.
     pub counters: RequestCounters,
     /// Kernel-forget of cold nodes over the vnode limit.
@@ -128,6 +131,35 @@ impl Inner {
             // ENOENT: the kernel holds nothing of the node to drop.
             let _ = n.inval_inode(INodeNo(node), -1, 0);
         }
+    }
+
+    /// Makes the kernel drop the pages of `len` bytes at `offset` of
+    /// node `node` that it wrote back from its cache and this server
+    /// refused (a mapping's stores into a full memfs: `msync` says
+    /// ENOSPC, but the pages stayed cached, and reads showed data that
+    /// was never stored until they were evicted). Sent from a thread of
+    /// its own after the reply: the kernel's invalidation waits for the
+    /// writeback of those pages, which waits for the reply.
+    pub(crate) fn forget_unwritten(&self, node: u64, offset: u64, len: u64) {
+        let Some(n) = self.notifier.get() else { return };
+        let tx = self.unwritten.get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel::<(u64, i64, i64)>();
+            let n = n.clone();
+            let spawned = std::thread::Builder::new()
+                .name("uvfs-unwritten".into())
+                .spawn(move || {
+                    for (node, offset, len) in rx {
+                        // ENOENT: the kernel holds nothing of it now.
+                        let _ = n.inval_inode(INodeNo(node), offset, len);
+                    }
+                });
+            if let Err(e) = spawned {
+                log::warn!("refused writes' pages stay cached: no thread for them: {e}");
+            }
+            tx
+        });
+        let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let _ = tx.send((node, clamp(offset), clamp(len.max(1))));
     }
 
     /// Registers an open file of node `node` and decides how its I/O is

@@ -296,3 +296,55 @@ fn running_program_is_text_busy() {
         assert_eq!(fs::read(&prog).unwrap(), fs::read("/bin/sleep").unwrap());
     }
 }
+
+#[test]
+fn mapped_stores_a_full_memfs_refused_are_not_shown_as_stored() {
+    // tmpfs raises SIGBUS at such a store; through FUSE the kernel takes
+    // it into its cache and writes it back later, and memfs refuses the
+    // WRITE (ENOSPC, which `msync` reports). The refused pages must not
+    // stay cached: reads would show data memfs never stored (until
+    // evicted), and `O_DIRECT` readers another content.
+    let Some(m) = Mnt::new(Some(256 * 1024)) else {
+        return;
+    };
+    let mut big = fs::File::create(m.p("big")).unwrap();
+    let chunk = vec![7u8; 16 * 1024];
+    while big.write(&chunk).is_ok() {}
+    drop(big);
+    let script = r#"
+import mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+os.ftruncate(fd, 65536)
+m = mmap.mmap(fd, 65536, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+m[:] = b"\xab" * 65536
+try:
+    m.flush()
+    print("msync ok", flush=True)
+except OSError as e:
+    print("msync errno", e.errno, flush=True)
+m.close()
+os.close(fd)
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(m.p("mapped"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert_eq!(said, format!("msync errno {}", libc::ENOSPC), "{out:?}");
+    // What reads show is what memfs holds: nothing was stored.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let data = fs::read(m.p("mapped")).unwrap();
+        assert_eq!(data.len(), 65536);
+        if data.iter().all(|&b| b == 0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} bytes read as stored that memfs refused",
+            data.iter().filter(|&&b| b != 0).count()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
