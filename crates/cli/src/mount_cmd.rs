@@ -7,8 +7,10 @@
 //! /dev/null, its log in `--log-file` or the system log: uvfs-logger);
 //! it exits 1 with the reason if mounting fails.
 //! `--foreground` serves in the calling process instead. Either way
-//! SIGINT, SIGTERM or SIGHUP unmount cleanly, and `umount MNT` (or
-//! `fusermount3 -u MNT`) stops the server.
+//! SIGINT, SIGTERM or SIGHUP unmount cleanly (and stop the server even
+//! where a copy of the mount in another mount namespace keeps the
+//! connection up), and `umount MNT` (or `fusermount3 -u MNT`) stops the
+//! server.
 
 use crate::mount_opts::{FsKind, MountOpts, StatOpts, Transport, UmountOpts, UpgradeOpts};
 use std::io;

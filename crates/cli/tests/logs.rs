@@ -192,3 +192,75 @@ fn without_a_system_log_a_detached_server_logs_beside_its_control_socket() {
     let _ = fs::remove_file(&log);
     let _ = fs::remove_dir_all(&d);
 }
+
+#[test]
+fn sigterm_stops_a_server_whose_mount_lives_on_in_another_namespace() {
+    // A copy of the mount in a private mount namespace keeps the
+    // connection up after the unmount here: the server (and its
+    // supervisor) stop anyway, saying why, instead of serving the copy
+    // for ever.
+    if let Err(why) = common::can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let d = scratch("namespace");
+    let (mnt, log) = (d.join("mnt"), d.join("server.log"));
+    let out = Command::new(env!("CARGO_BIN_EXE_uvfs"))
+        .arg("mount")
+        .arg("--source")
+        .arg(d.join("src"))
+        .arg(&mnt)
+        .arg("--log-file")
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "uvfs mount: {out:?}");
+    wait_for("the supervisor", || {
+        fs::read_to_string(&log).is_ok_and(|l| l.contains("supervising the server"))
+    });
+    let pid = |what: &str| {
+        let l = fs::read_to_string(&log).unwrap();
+        let line = l
+            .lines()
+            .find(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("no {what:?} in {l}"))
+            .to_string();
+        line.split("(pid ")
+            .nth(1)
+            .unwrap()
+            .split(')')
+            .next()
+            .unwrap()
+            .parse::<i32>()
+            .unwrap()
+    };
+    let server = pid("serving passthrough of");
+    let mut copy = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sleep", "60"])
+        .spawn()
+        .unwrap();
+    // The namespace exists once `sleep` runs in it.
+    wait_for("the namespace's copy", || {
+        fs::read_to_string(format!("/proc/{}/mountinfo", copy.id()))
+            .is_ok_and(|m| m.contains(&mnt.display().to_string()))
+            && fs::read_link(format!("/proc/{}/exe", copy.id())).is_ok_and(|e| e.ends_with("sleep"))
+    });
+    // SAFETY: kill(2) of the server this test started.
+    assert_eq!(unsafe { libc::kill(server, libc::SIGTERM) }, 0);
+    let gone = |p: i32| {
+        !Path::new(&format!("/proc/{p}")).exists()
+            || fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| s.contains(") Z "))
+    };
+    wait_for("the server to stop", || gone(server));
+    wait_for("the supervisor to stop", || {
+        fs::read_to_string(&log).is_ok_and(|l| l.contains("left on purpose"))
+    });
+    let _ = copy.kill();
+    let _ = copy.wait();
+    let text = fs::read_to_string(&log).unwrap();
+    let _ = fs::remove_dir_all(&d);
+    assert!(
+        text.contains("a copy of the mount lives in another mount namespace"),
+        "{text}"
+    );
+}

@@ -318,6 +318,12 @@ impl Unmounter {
     pub fn detach(&mut self) -> std::io::Result<()> {
         self.0.detach()
     }
+
+    /// Whether the connection is still up (a mount of it remains
+    /// somewhere, if not here).
+    pub fn connected(&self) -> bool {
+        self.0.alive()
+    }
 }
 
 /// Unmounts whatever is mounted on `mountpoint` (`uvfs umount`): with

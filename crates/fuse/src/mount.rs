@@ -222,7 +222,7 @@ pub fn serve_successor(
         supervise(&inner, &mut session, upgradable.as_deref(), link, resumed);
         handoff.mark("linked to the supervisor");
     }
-    signals.on_signal(&mountpoint, Unmounter(km))?;
+    signals.on_signal(&mountpoint, Unmounter(km), leaver(&inner))?;
     // Requests the predecessor read and did not answer (a lock wait)
     // come again, now to these loops.
     if let Err(e) = session.notifier().resend() {
@@ -332,10 +332,22 @@ fn start(
     cfg: &ServeConfig,
     signals: BlockedSignals,
 ) -> std::io::Result<Started> {
-    let (session, unmounter, control, _) = mount(fs, layer, cfg)?;
+    let (session, unmounter, control, inner) = mount(fs, layer, cfg)?;
     let mountpoint = normalize_mountpoint(&cfg.mountpoint)?;
-    signals.on_signal(&mountpoint, unmounter)?;
+    signals.on_signal(&mountpoint, unmounter, leaver(&inner))?;
     Ok((session, control))
+}
+
+/// How the signal thread ends a server whose connection outlives its
+/// unmount here (`signals.rs`): the supervisor told first, so that it
+/// ends too rather than start another server.
+fn leaver(inner: &Arc<Inner>) -> Box<dyn FnOnce() + Send> {
+    let inner = inner.clone();
+    Box::new(move || {
+        if let Some(bye) = inner.bye.get() {
+            bye();
+        }
+    })
 }
 
 type Mounted = (
@@ -452,6 +464,9 @@ fn supervise(
         let clones = session.clone_channels()?;
         link.clones(&clones)?;
         let _ = inner.journal.set(link.journal().clone());
+        let link = Arc::new(link);
+        let l = link.clone();
+        let _ = inner.bye.set(Box::new(move || l.bye()));
         let _ = ctx.link.set(Box::new(move || link.dup()));
         Ok::<_, std::io::Error>(())
     })();

@@ -32,6 +32,10 @@ pub fn taken() -> Option<i32> {
     }
 }
 
+/// How long a server whose mount is gone here waits for its connection
+/// to end before it stops anyway (`BlockedSignals::on_signal`).
+pub const LEAVE_AFTER: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// SIGINT, SIGTERM and SIGHUP as a signal set.
 fn termination_signals() -> libc::sigset_t {
     // SAFETY: all-zero bytes are a valid (if unspecified) sigset_t, which
@@ -106,8 +110,22 @@ impl BlockedSignals {
     }
 
     /// Waits for a termination signal on a new thread and then unmounts;
-    /// if the mount is busy, detaches it lazily.
-    pub fn on_signal(self, mountpoint: &Path, mut unmounter: Unmounter) -> std::io::Result<()> {
+    /// if the mount is busy, detaches it lazily (and serves its last
+    /// users).
+    ///
+    /// Unmounted here, the connection normally ends at once and the
+    /// server with it. A copy of the mount in another mount namespace (an
+    /// `unshare -m` made while it was mounted, with private propagation)
+    /// keeps the connection up, and the server would serve it for ever:
+    /// after [`LEAVE_AFTER`] the server calls `leave` (which tells its
+    /// supervisor) and exits, as libfuse's servers do on SIGTERM; the
+    /// copies then answer ENOTCONN.
+    pub fn on_signal(
+        self,
+        mountpoint: &Path,
+        mut unmounter: Unmounter,
+        leave: Box<dyn FnOnce() + Send>,
+    ) -> std::io::Result<()> {
         let mp = mountpoint.display().to_string();
         self.wait_on_thread("uvfs-signals", move |sig| {
             TAKEN.store(sig, Ordering::Relaxed);
@@ -117,6 +135,22 @@ impl BlockedSignals {
                 if let Err(e) = unmounter.detach() {
                     log::error!("lazy unmount failed: {e}");
                 }
+                return;
+            }
+            let deadline = std::time::Instant::now() + LEAVE_AFTER;
+            while unmounter.connected() {
+                if std::time::Instant::now() >= deadline {
+                    log::warn!(
+                        "{mp} is unmounted here, but the connection is still up {LEAVE_AFTER:?} \
+                         later: a copy of the mount lives in another mount namespace. \
+                         Stopping anyway ({}); the copies answer ENOTCONN",
+                        name(sig)
+                    );
+                    leave();
+                    log::logger().flush();
+                    std::process::exit(0);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
             }
         })
     }

@@ -147,6 +147,7 @@ impl Server {
                 timeouts,
                 notifier: Default::default(),
                 unwritten: Default::default(),
+                bye: Default::default(),
                 counters: RequestCounters::default(),
                 evict: Default::default(),
                 server_opendir,

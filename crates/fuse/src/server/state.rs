@@ -42,6 +42,9 @@ pub struct Inner {
     /// Where `forget_unwritten` sends its ranges (its thread, made on
     /// the first).
     pub(crate) unwritten: std::sync::OnceLock<std::sync::mpsc::Sender<(u64, i64, i64)>>,
+    /// Tells the supervisor, if any, that this server leaves on purpose
+    /// (it then ends instead of starting another).
+    pub(crate) bye: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
     /// Counters.
     pub counters: RequestCounters,
     /// Kernel-forget of cold nodes over the vnode limit.

@@ -134,7 +134,10 @@ pub fn run(fd_arg: &str, setup: impl FnOnce(&[u8])) -> std::io::Result<()> {
                 }
                 Some(&frame::KEPT_ALL) => w.old_kept.clear(),
                 Some(&frame::BYE) => {
-                    log::debug!("the server (pid {}) left on purpose", w.pid);
+                    log::info!(
+                        "the server (pid {}) left on purpose: supervisor done",
+                        w.pid
+                    );
                     return Ok(());
                 }
                 _ => log::warn!("supervisor: unknown frame from the server"),
