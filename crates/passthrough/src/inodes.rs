@@ -114,19 +114,13 @@ impl InodeMap {
 
     /// The id of the file of generation `gen` at (dev, ino): its alias if
     /// it has one, else `node_id`.
-    ///
-    /// An alias of another generation is dropped: two files cannot be at
-    /// (dev, ino) at once, so the aliased one is gone from the source,
-    /// and listings (`listed_id`) must stop naming its alias for the file
-    /// there now (they did for the server's life: `find -inum` of a
-    /// file's `st_ino` missed it).
     pub fn id_of(&self, dev: u64, ino: u64, gen: u64) -> Ino {
         if self.any_alias.load(Ordering::Acquire) {
-            let mut f = self.foreign.lock();
-            match f.aliases.get(&(dev, ino)) {
-                Some(&(g, id)) if g == gen => return id,
-                Some(_) => self.forget_alias(&mut f, dev, ino),
-                None => {}
+            let f = self.foreign.lock();
+            if let Some(&(g, id)) = f.aliases.get(&(dev, ino)) {
+                if g == gen {
+                    return id;
+                }
             }
         }
         self.node_id(dev, ino)
@@ -142,17 +136,19 @@ impl InodeMap {
 
     /// A directory entry's `d_ino`: `newest_id`, except that where (dev,
     /// ino) has an alias, `gen_now` (the entry's file's generation, if it
-    /// can be had) says whether the alias is still that file's; if not,
-    /// the alias is dropped as `id_of` drops it. Costs listings nothing
-    /// while no alias exists (one atomic load).
+    /// can be had) says whether the alias is that file's: if not, the
+    /// file there now is another, which takes the number (or an alias of
+    /// its own when looked up, if the kernel still holds the number's
+    /// first file). Costs listings nothing while no alias exists (one
+    /// atomic load).
     pub fn listed_id(&self, dev: u64, ino: u64, gen_now: impl FnOnce() -> Option<u64>) -> Ino {
-        let Some(id) = self.alias_of(dev, ino) else {
+        if self.alias_of(dev, ino).is_none() {
             return self.node_id(dev, ino);
-        };
-        let Some(gen) = gen_now() else {
-            return id;
-        };
-        self.id_of(dev, ino, gen)
+        }
+        match gen_now() {
+            Some(gen) => self.id_of(dev, ino, gen),
+            None => self.newest_id(dev, ino),
+        }
     }
 
     fn forget_alias(&self, f: &mut Foreign, dev: u64, ino: u64) {
@@ -195,6 +191,17 @@ impl InodeMap {
         if self.any_alias.load(Ordering::Acquire) {
             let mut f = self.foreign.lock();
             self.forget_alias(&mut f, dev, ino);
+        }
+    }
+
+    /// Forgets the alias of (dev, ino) unless it is the alias of the file
+    /// of generation `gen` (the one there now, which holds the number).
+    pub fn drop_stale_alias(&self, dev: u64, ino: u64, gen: u64) {
+        if self.any_alias.load(Ordering::Acquire) {
+            let mut f = self.foreign.lock();
+            if f.aliases.get(&(dev, ino)).is_some_and(|&(g, _)| g != gen) {
+                self.forget_alias(&mut f, dev, ino);
+            }
         }
     }
 

@@ -282,6 +282,12 @@ impl PassthroughFs {
                 Ok((kind, node))
             })?;
             if let Some(node) = fresh {
+                // The number's own node was gone (the kernel let its file
+                // go): an alias made for an older file behind the number
+                // is obsolete, and listings would go on naming it.
+                if id == self.inodes.node_id(dev, ino) {
+                    self.inodes.drop_stale_alias(dev, ino, gen);
+                }
                 break (vp, node);
             }
             let node = self.node_of(&vp)?;
