@@ -7,8 +7,8 @@
 //! it without an open: an `O_PATH` descriptor, a fanotify event waiting
 //! to be read (which opens the file when it is), `/proc/PID/fd` of such
 //! a descriptor. Each holds the kernel's inode, so the server's node,
-//! and opens it again later. memfs used to free a removed file's data
-//! at its last close, and those got an empty file, silently.
+//! and opens it again later. Freed at the file's last close, the data
+//! would be gone for those: an empty file, silently.
 //!
 //! # Why it is not counted as used
 //! The kernel holds every removed file for a moment: the FORGET that

@@ -13,11 +13,10 @@
 //! build makes ([`MAGIC`]) place each run of [`GROUP`] consecutive keys
 //! in consecutive slots from one hashed start, so that the nodes of a
 //! directory (on most file systems, inode numbers made together) share
-//! cache lines and pages. Hashing every key alone (the previous
-//! build's tables, [`MAGIC_SPREAD`], still written on until they grow)
-//! made each cold LOOKUP of a walk miss the cache and the TLB in a
-//! table of megabytes: almost half of what the journal cost a walk's
-//! server (docs/results.md, after "The journal's cost").
+//! cache lines and pages. Hashing every key alone ([`MAGIC_SPREAD`]
+//! tables, still read and written where they put their keys until they
+//! grow) makes each cold LOOKUP of a walk miss the cache and the TLB in
+//! a table of megabytes (docs/results.md, after "The journal's cost").
 //!
 //! # Crash consistency
 //! Writers hold the journal's lock, so a slot is only ever torn by the
@@ -37,7 +36,7 @@ pub(crate) const HEADER: usize = 64;
 pub(crate) const SLOT: usize = 16 + JOURNAL_RECORD;
 /// Tables whose keys are placed in runs of [`GROUP`].
 const MAGIC: &[u8; 8] = b"uvfsjrn2";
-/// Tables whose keys are each placed alone (builds before 2026-11-30).
+/// Tables whose keys are each placed alone (the previous layout).
 const MAGIC_SPREAD: &[u8; 8] = b"uvfsjrn1";
 /// Consecutive keys placed together. Eight slots are 320 bytes: five
 /// cache lines. Longer runs overlap each other more often, and linear

@@ -139,8 +139,8 @@ impl Inner {
     /// Makes the kernel drop the pages of `len` bytes at `offset` of
     /// node `node` that it wrote back from its cache and this server
     /// refused (a mapping's stores into a full memfs: `msync` says
-    /// ENOSPC, but the pages stayed cached, and reads showed data that
-    /// was never stored until they were evicted). Sent from a thread of
+    /// ENOSPC, and the pages, still cached, would show data that was
+    /// never stored until evicted). Sent from a thread of
     /// its own after the reply: the kernel's invalidation waits for the
     /// writeback of those pages, which waits for the reply.
     pub(crate) fn forget_unwritten(&self, node: u64, offset: u64, len: u64) {
