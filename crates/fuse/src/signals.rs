@@ -117,7 +117,7 @@ impl BlockedSignals {
     /// server with it. A copy of the mount in another mount namespace (an
     /// `unshare -m` made while it was mounted, with private propagation)
     /// keeps the connection up, and the server would serve it for ever:
-    /// after [`LEAVE_AFTER`] the server calls `leave` (which tells its
+    /// after `LEAVE_AFTER` (3 s) the server calls `leave` (which tells its
     /// supervisor) and exits, as libfuse's servers do on SIGTERM; the
     /// copies then answer ENOTCONN.
     pub fn on_signal(
