@@ -19,6 +19,7 @@
 #      (ENOSPC past them), unmount with `fusermount3 -u`;
 #   2. passthrough of a directory in the user's home: the features needing
 #      CAP_SYS_ADMIN (watcher, kernel I/O) turned off with one line each,
+#      and crash recovery by handle (CAP_DAC_READ_SEARCH) said partial,
 #      pjdfstest, fsx, a walk of files made on the host side, `uvfs stat`
 #      with XDG_RUNTIME_DIR set (socket in $XDG_RUNTIME_DIR/uvfs),
 #      unmount with `uvfs umount`;
@@ -176,9 +177,10 @@ PY
         echo "  its stderr:"; echo "$err" | sed 's/^/    /'
         echo "$err" | grep -q "host-change watcher off: fanotify needs CAP_SYS_ADMIN" &&
             echo "$err" | grep -q "kernel I/O on the source's files off" &&
-            [ "$(echo "$err" | grep -c .)" = 2 ] &&
-            pass "passthrough: watcher and kernel I/O turned off, one line each" ||
-            fail "passthrough: stderr not the two expected lines"
+            echo "$err" | grep -q "crash recovery partial: opening files by handle needs CAP_DAC_READ_SEARCH" &&
+            [ "$(echo "$err" | grep -c .)" = 3 ] &&
+            pass "passthrough: watcher, kernel I/O and crash recovery by handle said off, one line each" ||
+            fail "passthrough: stderr not the three expected lines"
     else
         fail "passthrough mount (exit $rc): $err"
     fi
