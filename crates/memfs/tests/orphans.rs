@@ -69,7 +69,8 @@ fn a_removed_files_data_goes_when_the_space_is_wanted() {
     let (f, kernel) = held_file(&fs, b"kept", &data);
     fs.unlink(&C, &root, b"kept").unwrap();
     drop(f);
-    // 3 MiB more in a 4 MiB memfs: written whole, in one call, as on
+    // As much again, which only fits once the removed file's data is
+    // given up: written whole, in one call, as on
     // tmpfs after `rm`, though the kernel has not let the first go.
     let (g, gh) = fs.create(&C, &root, b"next", 0o644, libc::O_RDWR).unwrap();
     assert_eq!(fs.write(&g, gh, 0, &data).unwrap() as usize, data.len());
@@ -91,7 +92,7 @@ fn a_removed_file_open_again_keeps_its_data_whatever_space_is_wanted() {
     // Opened again (through /proc/PID/fd of its O_PATH descriptor).
     let again = kernel.get().unwrap();
     let fh = fs.open(&C, &again, libc::O_RDONLY).unwrap();
-    // No room for 3 MiB more: the open file is not given up.
+    // No room for as much again: the open file is not given up.
     let (g, gh) = fs.create(&C, &root, b"next", 0o644, libc::O_RDWR).unwrap();
     let wrote = fs.write(&g, gh, 0, &data).unwrap() as usize;
     assert!(wrote <= MIB as usize, "{wrote}");

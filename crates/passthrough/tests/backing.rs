@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{env, env_with, ROOT};
+use common::{env, env_with, Env, ROOT};
 use uvfs_passthrough::PassthroughConfig;
 use uvfs_vfs::{Ctx, Errno, FileSystem, VType};
 
@@ -364,14 +364,15 @@ fn mkdir_reusing(dir: &std::path::Path, name: &str, ino: u64) -> std::path::Path
     panic!("the backing file system (of {dir:?}) reused no inode number: run on ext4");
 }
 
-#[test]
-fn a_reused_inode_number_the_kernel_still_remembers_gets_an_alias() {
+/// An environment without directory readahead (after a listing it may
+/// hold a listed subdirectory open for a moment, and a removed
+/// directory's inode number is free for reuse only once it is closed),
+/// and a directory "old" the kernel remembers (a process's cwd, say),
+/// removed on the source: its inode number is free for the next file.
+fn removed_but_remembered(tag: &str) -> (Env, uvfs_vfs::VnodeRef, u64) {
     use std::os::unix::fs::MetadataExt;
-    // No readahead: after a listing it may hold a listed subdirectory
-    // open for a moment, and a removed directory's inode number is free
-    // for reuse only once it is closed.
     let e = env_with(
-        "alias",
+        tag,
         4096,
         PassthroughConfig {
             no_dir_readahead: true,
@@ -381,11 +382,16 @@ fn a_reused_inode_number_the_kernel_still_remembers_gets_an_alias() {
     std::fs::create_dir(e.src.path().join("old")).unwrap();
     let ino = std::fs::metadata(e.src.path().join("old")).unwrap().ino();
     let old = e.lookup(&e.root, "old").unwrap();
-    let old_gen = e.fs.generation(&old);
-    // The kernel remembers it (a process's cwd, say).
     assert!(old.ext_acquire(1));
     std::fs::remove_dir(e.src.path().join("old")).unwrap();
     e.fs.drop_idle_fds();
+    (e, old, ino)
+}
+
+#[test]
+fn a_reused_inode_number_the_kernel_still_remembers_gets_an_alias() {
+    let (e, old, ino) = removed_but_remembered("alias");
+    let old_gen = e.fs.generation(&old);
     let new_path = mkdir_reusing(e.src.path(), "new", ino);
     let new_name = new_path.file_name().unwrap().to_str().unwrap().to_owned();
     let new = e.lookup(&e.root, &new_name).unwrap();
@@ -431,20 +437,7 @@ fn a_reused_inode_number_the_kernel_still_remembers_gets_an_alias() {
 #[test]
 fn a_file_at_an_aliased_inode_number_is_listed_as_it_stats() {
     use std::os::unix::fs::MetadataExt;
-    let e = env_with(
-        "alias-listed",
-        4096,
-        PassthroughConfig {
-            no_dir_readahead: true,
-            ..Default::default()
-        },
-    );
-    std::fs::create_dir(e.src.path().join("old")).unwrap();
-    let ino = std::fs::metadata(e.src.path().join("old")).unwrap().ino();
-    let old = e.lookup(&e.root, "old").unwrap();
-    assert!(old.ext_acquire(1));
-    std::fs::remove_dir(e.src.path().join("old")).unwrap();
-    e.fs.drop_idle_fds();
+    let (e, old, ino) = removed_but_remembered("alias-listed");
     // The second file at the number gets an alias (the kernel holds the
     // first), and is removed in turn.
     let second = mkdir_reusing(e.src.path(), "second", ino);

@@ -280,6 +280,15 @@ fn locks_meet_the_sources_other_users() {
 
 /// `fcntl(fd, cmd)` with an OFD lock of type `typ` on bytes 0..10; the
 /// type it answers (`F_UNLCK` from F_OFD_GETLK where nothing conflicts).
+/// `path` opened for reading and writing.
+fn open_rw(path: &Path) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap()
+}
+
 fn ofd_lock(f: &std::fs::File, cmd: libc::c_int, typ: libc::c_int) -> std::io::Result<i32> {
     use std::os::fd::AsRawFd;
     // SAFETY: `flock` is a plain C struct; all-zero bytes are a valid value.
@@ -307,13 +316,7 @@ fn an_ofd_lock_goes_with_its_open_file() {
             .as_u64()
             .unwrap()
     };
-    let rw = || {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&mnt)
-            .unwrap()
-    };
+    let rw = || open_rw(&mnt);
     // Kept open throughout: the file is never closed by all its users.
     let other = rw();
 
@@ -441,13 +444,7 @@ fn a_flock_goes_with_its_open_file_though_the_file_stays_open() {
     };
     std::fs::write(t.src("f"), b"x").unwrap();
     let mnt = t.m("f");
-    let rw = || {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&mnt)
-            .unwrap()
-    };
+    let rw = || open_rw(&mnt);
     for round in 0..3 {
         let first = rw();
         flock_nb(&first, libc::LOCK_EX).unwrap();
