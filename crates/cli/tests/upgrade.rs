@@ -353,6 +353,44 @@ fn a_server_started_after_a_crash_and_upgraded_away_leaves_no_zombie() {
     common::still_serves(&m, "after-reap");
 }
 
+/// A file opened with `O_NOFOLLOW` (as SQLite opens its databases) is
+/// reopened by the server started after a crash like any other: its
+/// flags once refused the reopening through `/proc/self/fd` (ELOOP), and
+/// every later FSYNC (and with `--server-io` every read and write) of the
+/// open file answered EBADF.
+#[test]
+fn a_file_opened_without_following_links_survives_a_crash() {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    if let Err(why) = common::can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    for (tag, extra) in [
+        ("crash-nofollow", None),
+        ("crash-nofollow-io", Some("--server-io")),
+    ] {
+        let mut args = vec!["--transport", "dev", "--source", "src"];
+        args.extend(extra);
+        let m = Mounted::new(tag, &args);
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(m.mnt.join("db"))
+            .unwrap();
+        f.write_all_at(b"before", 0).unwrap();
+        common::kill_server(&m);
+        f.write_all_at(b"after", 6).unwrap();
+        f.sync_all()
+            .expect("fsync of the open file after the crash");
+        let mut back = [0u8; 11];
+        f.read_exact_at(&mut back, 0).unwrap();
+        assert_eq!(&back, b"beforeafter", "{tag}");
+        assert_eq!(fs::read(m.src().join("db")).unwrap(), b"beforeafter");
+    }
+}
+
 /// Kills the server of `m` with SIGKILL, then writes a new file through
 /// the mount (a request the new server must answer whatever the kernel
 /// caches) on another thread, so that a recovery that never ends fails

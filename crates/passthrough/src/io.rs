@@ -59,11 +59,7 @@ impl PassthroughFs {
         };
         let fd = self.fd_of(&node).map_err(gone)?;
         let res = self.pool.reserve_open()?;
-        let f = self
-            .reading(flags & !STRIP, |f| {
-                self.open_to_read(&node, f, |f| sys::reopen(fd.as_fd(), f))
-            })
-            .map_err(gone)?;
+        let f = self.reopen_file(&node, fd.as_fd(), flags).map_err(gone)?;
         drop(fd);
         // The kernel opens by a name it caches until the entry times out;
         // a file removed behind the server's back meanwhile is still
@@ -123,6 +119,21 @@ impl PassthroughFs {
     /// needs the file's owner or CAP_FOWNER: a server without them for this
     /// file (in a user namespace, say) opens it as it can rather than
     /// failing the caller.
+    /// `node`'s file (`fd`, its cached descriptor) opened anew as an OPEN
+    /// with `flags` asks, less what only the caller's path walk or the
+    /// creation meant (`STRIP`): `O_NOFOLLOW` on `/proc/self/fd/N` would
+    /// refuse the magic link itself (ELOOP).
+    pub(crate) fn reopen_file(
+        &self,
+        node: &crate::node::Node,
+        fd: BorrowedFd<'_>,
+        flags: libc::c_int,
+    ) -> VfsResult<OwnedFd> {
+        self.reading(flags & !STRIP, |f| {
+            self.open_to_read(node, f, |f| sys::reopen(fd, f))
+        })
+    }
+
     fn reading(
         &self,
         flags: libc::c_int,

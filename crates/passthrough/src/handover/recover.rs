@@ -129,8 +129,8 @@ impl PassthroughFs {
         let f = if o.dir || node.kind() == VType::Dir {
             sys::openat(fd.as_fd(), c".", libc::O_RDONLY | libc::O_DIRECTORY)?
         } else {
-            let strip = libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_NOCTTY;
-            sys::reopen(fd.as_fd(), o.flags & !strip)?
+            // Opened as the first OPEN was, but not truncated again.
+            self.reopen_file(&node, fd.as_fd(), o.flags & !libc::O_TRUNC)?
         };
         drop(fd);
         if !self.opens.insert_as(o.fh, res.into_fd(f), node, Some(vp)) {
