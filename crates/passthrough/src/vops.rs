@@ -32,6 +32,10 @@ impl FileSystem for PassthroughFs {
         self.watch.start(sink);
     }
 
+    fn successor_running(&self, pid: Option<u32>) {
+        self.watch.successor_running(pid);
+    }
+
     fn watch_status(&self) -> Option<uvfs_vfs::WatchStatus> {
         Some(self.watch_status())
     }

@@ -612,6 +612,17 @@ pub trait FileSystem: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// For a live upgrade, in the predecessor: process `pid` (the
+    /// successor, just started) may change the file system's backing
+    /// store as this process does, from the hand-over on, while this one
+    /// still reads what it was told of changes; `None` once the upgrade
+    /// failed and that process is gone. A watcher of changes made behind
+    /// the mount's back must take the successor's for the mount's own:
+    /// told to the kernel as foreign, they would invalidate names the
+    /// successor has just made (a working directory among them). The
+    /// default does nothing.
+    fn successor_running(&self, _pid: Option<u32>) {}
+
     /// For a live upgrade, in the predecessor: the successor has taken
     /// the mount over, and what `save` gave is its own (see
     /// [`crate::handover`], "After the hand-over"). Not called when the

@@ -118,6 +118,7 @@ fn try_upgrade(
     };
     let exe = binary.unwrap_or_else(|| ctx.successor.exe.clone());
     let mut child = Started::spawn(&exe)?;
+    inner.fs.successor_running(Some(child.pid()));
     let r = hand_over(inner, ctx, &mut child);
     match &r {
         Ok(rep) => {
@@ -133,7 +134,12 @@ fn try_upgrade(
             );
             child.leave();
         }
-        Err(e) => log::warn!("upgrade to {} failed, serving on: {e}", exe.display()),
+        Err(e) => {
+            // Killed and reaped with `child` (its pid may be reused).
+            drop(child);
+            inner.fs.successor_running(None);
+            log::warn!("upgrade to {} failed, serving on: {e}", exe.display())
+        }
     }
     r
 }

@@ -39,7 +39,7 @@ use fanotify::{Event, Events, Fid, Group};
 use layout::Layout;
 use rustix::event::{PollFd, PollFlags, Timespec};
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use uvfs_vfs::{ChangeSink, Ino, Mount, VnodeLayer, WatchStatus};
@@ -75,6 +75,9 @@ const WATCH_NICE: i32 = -10;
 /// Entries of the source sampled to learn its handles' layout.
 const SAMPLES: usize = 64;
 
+/// No process (fanotify reports pid 0 for kernel threads, -1 never).
+const NO_PID: i32 = -1;
+
 /// A passthrough's watcher, or why it has none.
 pub(crate) struct Watch {
     shared: Option<Arc<Shared>>,
@@ -91,6 +94,14 @@ struct Shared {
     inodes: Arc<InodeMap>,
     /// This process: its changes are the mount's own.
     pid: i32,
+    /// A live upgrade's successor, from its start until the upgrade
+    /// fails (`NO_PID` otherwise): its changes are the mount's own too.
+    /// This watcher reads on past the hand-over, to pass on host changes
+    /// made before the successor's watcher started (`WATCHER_DRAIN` in
+    /// the FUSE server); taken for a host's, the successor's first
+    /// `mkdir`s were invalidated in the kernel behind it, and a program
+    /// whose working directory was one of them found `getcwd` failing.
+    successor: AtomicI32,
     /// Reading events now (cleared when the thread stops).
     running: AtomicBool,
     stop: AtomicBool,
@@ -141,6 +152,7 @@ impl Watch {
                 mnt,
                 inodes,
                 pid: rustix::process::getpid().as_raw_nonzero().get(),
+                successor: AtomicI32::new(NO_PID),
                 running: AtomicBool::new(false),
                 stop: AtomicBool::new(false),
                 counters: Counters::default(),
@@ -166,6 +178,14 @@ impl Watch {
             .spawn(move || run(&sh2, &*sink));
         if spawned.is_err() {
             sh.running.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// A live upgrade's successor `pid` runs (`None`: no more).
+    pub(crate) fn successor_running(&self, pid: Option<u32>) {
+        if let Some(sh) = &self.shared {
+            let pid = pid.and_then(|p| i32::try_from(p).ok()).unwrap_or(NO_PID);
+            sh.successor.store(pid, Ordering::SeqCst);
         }
     }
 
@@ -371,7 +391,7 @@ impl Shared {
             return false;
         }
         c.events.fetch_add(1, Ordering::Relaxed);
-        if ev.pid == self.pid {
+        if ev.pid == self.pid || ev.pid == self.successor.load(Ordering::SeqCst) {
             c.own.fetch_add(1, Ordering::Relaxed);
             return true;
         }

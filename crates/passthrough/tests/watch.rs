@@ -1,0 +1,108 @@
+//! The host-change watcher (fanotify, as root) tells apart the changes
+//! made behind the mount's back from the mount's own, a live upgrade's
+//! successor's included. Skipped (with a message) where the source
+//! cannot be watched.
+
+mod common;
+
+use common::env_with;
+use parking_lot::Mutex;
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use uvfs_passthrough::PassthroughConfig;
+use uvfs_vfs::{ChangeSink, FileSystem, Ino};
+
+/// The names reported changed.
+#[derive(Default)]
+struct Names(Mutex<Vec<Vec<u8>>>);
+
+impl ChangeSink for Names {
+    fn entry_changed(&self, _dir: Ino, name: &[u8]) {
+        self.0.lock().push(name.to_vec());
+    }
+    fn inode_changed(&self, _ino: Ino, _data: bool) {}
+    fn everything_changed(&self) {}
+}
+
+/// `mkdir PATH` run by a process whose pid is known before it acts.
+struct Mkdir(std::process::Child);
+
+impl Mkdir {
+    fn ready(path: &std::path::Path) -> Mkdir {
+        Mkdir(
+            Command::new("sh")
+                .arg("-c")
+                .arg("read go && exec mkdir \"$0\"")
+                .arg(path)
+                .stdin(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        )
+    }
+
+    fn go(mut self) {
+        writeln!(self.0.stdin.take().unwrap()).unwrap();
+        assert!(self.0.wait().unwrap().success());
+    }
+}
+
+/// A live upgrade's successor makes directories while the predecessor's
+/// watcher still reads (it lives on briefly after the hand-over): taken
+/// for the host's, they were invalidated in the kernel behind the
+/// successor, and a program whose working directory was one of them
+/// found `getcwd` failing (ENOENT). A change by anyone else is still
+/// reported, during the upgrade and after it failed.
+#[test]
+fn a_successors_changes_are_the_mounts_own() {
+    let e = env_with(
+        "watch-successor",
+        1000,
+        PassthroughConfig {
+            watch: true,
+            ..PassthroughConfig::default()
+        },
+    );
+    let names = Arc::new(Names::default());
+    e.fs.watch(names.clone());
+    if !e.fs.watch_status().active {
+        eprintln!(
+            "skipped: the source cannot be watched here ({:?})",
+            e.fs.watch_status().why_not
+        );
+        return;
+    }
+    // The kernel holds the root: changes in it are worth reporting.
+    e.root.ext_acquire(1);
+    let src = e.src.path();
+    let reported = |name: &[u8]| names.0.lock().iter().any(|n| n == name);
+    let wait_reported = |name: &[u8]| {
+        let t0 = Instant::now();
+        while !reported(name) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "the host's {} never reported",
+                String::from_utf8_lossy(name)
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+
+    let successor = Mkdir::ready(&src.join("by-successor"));
+    e.fs.successor_running(Some(successor.0.id()));
+    successor.go();
+    Mkdir::ready(&src.join("by-host")).go();
+    // Events are read in order: the successor's came first.
+    wait_reported(b"by-host");
+    assert!(
+        !reported(b"by-successor"),
+        "the successor's mkdir was reported"
+    );
+
+    // The upgrade failed: that process is nobody's now.
+    let again = Mkdir::ready(&src.join("after-failure"));
+    e.fs.successor_running(None);
+    again.go();
+    wait_reported(b"after-failure");
+}
