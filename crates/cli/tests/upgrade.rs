@@ -391,6 +391,62 @@ fn a_file_opened_without_following_links_survives_a_crash() {
     }
 }
 
+/// Files given an alias (their inode number reused on the host while the
+/// kernel still remembered the old file: `inodes.rs`) stay reachable
+/// across a crash under the ids the kernel holds: the new server knew
+/// only the aliases of the state saved at mount, and answered `ESTALE`
+/// for every one made since although its file was there.
+#[test]
+fn files_with_aliases_made_since_the_mount_survive_a_crash() {
+    use std::os::unix::fs::MetadataExt;
+    if let Err(why) = common::can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    // Without the watcher the kernel keeps the old names for a second,
+    // so that it still remembers the removed directories.
+    let m = Mounted::new(
+        "crash-alias",
+        &["--transport", "dev", "--no-watch", "--source", "src"],
+    );
+    let n = 200;
+    for i in 0..n {
+        fs::create_dir(m.src().join(format!("d{i}"))).unwrap();
+    }
+    for i in 0..n {
+        fs::metadata(m.mnt.join(format!("d{i}"))).unwrap();
+    }
+    // Removed and made again on the host: most take a freed number back.
+    for i in 0..n {
+        fs::remove_dir(m.src().join(format!("d{i}"))).unwrap();
+    }
+    for i in 0..n {
+        fs::create_dir(m.src().join(format!("e{i}"))).unwrap();
+    }
+    let dirs: Vec<File> = (0..n)
+        .map(|i| File::open(m.mnt.join(format!("e{i}"))).unwrap())
+        .collect();
+    let aliases = m.counter("passthrough.aliases");
+    if aliases == 0 {
+        eprintln!("skipped: the source's file system reused no inode number");
+        return;
+    }
+    let inos: Vec<u64> = dirs.iter().map(|d| d.metadata().unwrap().ino()).collect();
+    common::kill_server(&m);
+    // Past the second the kernel caches names and attributes for here:
+    // every call below asks the new server.
+    std::thread::sleep(Duration::from_millis(1100));
+    for (i, d) in dirs.iter().enumerate() {
+        let md = d
+            .metadata()
+            .unwrap_or_else(|e| panic!("e{i} after the crash ({aliases} aliases): {e}"));
+        assert_eq!(md.ino(), inos[i], "e{i}");
+        let by_name = fs::metadata(m.mnt.join(format!("e{i}"))).unwrap();
+        assert_eq!(by_name.ino(), inos[i], "e{i} by its name");
+        File::create(m.mnt.join(format!("e{i}/in"))).unwrap();
+    }
+}
+
 /// Kills the server of `m` with SIGKILL, then writes a new file through
 /// the mount (a request the new server must answer whatever the kernel
 /// caches) on another thread, so that a recovery that never ends fails

@@ -185,6 +185,34 @@ impl InodeMap {
         id
     }
 
+    /// For a server started after a crash: node id `id`, which the kernel
+    /// holds, is never handed to another file. Ids made since the state
+    /// the crashed server saved at mount are not in it; numbering from
+    /// that state's next id would give a held id to a second file.
+    pub fn keep_held(&self, id: Ino) {
+        if id >= FOREIGN_BASE {
+            let mut f = self.foreign.lock();
+            f.next = f.next.max(id.saturating_add(1));
+        }
+    }
+
+    /// For a server started after a crash: `id`, held by the kernel, is
+    /// the alias the crashed server gave the file of generation `gen` at
+    /// (dev, ino) (a journal record says so); false if `id` cannot be
+    /// one (not in the foreign range, or (dev, ino) not on the source
+    /// root's device). A newer alias of (dev, ino) that the state saved
+    /// at mount held is replaced, as `make_alias` would have.
+    pub fn adopt_alias(&self, dev: u64, ino: u64, gen: u64, id: Ino) -> bool {
+        if id < FOREIGN_BASE || !self.own(dev, ino) {
+            return false;
+        }
+        let mut f = self.foreign.lock();
+        self.any_alias.store(true, Ordering::Release);
+        f.aliases.insert((dev, ino), (gen, id));
+        f.next = f.next.max(id.saturating_add(1));
+        true
+    }
+
     /// Forgets the alias of (dev, ino): `node_id` names its newest file
     /// again (the kernel no longer remembers the file that blocked it).
     pub fn drop_alias(&self, dev: u64, ino: u64) {
@@ -270,6 +298,26 @@ impl InodeMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_held_after_a_crash_are_not_numbered_again() {
+        let m = InodeMap::new(7);
+        let first = m.node_id(8, 1);
+        // Held by the kernel, numbered by the crashed server after its
+        // saved state: an alias on the root's device, a foreign file.
+        let alias = first + 5;
+        m.keep_held(first + 9);
+        assert!(m.adopt_alias(7, 40, 3, alias));
+        assert_eq!(m.id_of(7, 40, 3), alias);
+        assert_eq!(m.id_of(7, 40, 4), 40, "another file at the number");
+        assert_eq!(m.node_id(8, 2), first + 10);
+        // Not an alias: outside the foreign range, or another device.
+        assert!(!m.adopt_alias(7, 41, 3, 41));
+        assert!(!m.adopt_alias(8, 41, 3, first + 20));
+        // Lower ids leave the numbering where it is.
+        m.keep_held(first + 1);
+        assert_eq!(m.node_id(8, 3), first + 11);
+    }
 
     #[test]
     fn ids_are_stable_and_unique() {

@@ -4,7 +4,7 @@
 
 use super::restore::RestoreError;
 use super::state::{tables, State};
-use super::table::{from_journal, REC};
+use super::table::{from_journal, handle_in, REC};
 use crate::fs::{PassthroughConfig, PassthroughFs};
 use crate::kept::Kept;
 use crate::sys;
@@ -59,6 +59,11 @@ impl PassthroughFs {
                 fds: Vec::new(),
             },
         )?;
+        // Ids numbered since the base state was saved (aliases of reused
+        // inode numbers, other devices' files): the kernel holds them.
+        for (ino, r) in &rec.nodes {
+            fs.adopt_held(*ino, r);
+        }
         // Descriptions the supervisor kept (their locks still held): an
         // open file's is used as it is, not reopened.
         let mut open_fds = std::collections::HashMap::new();
@@ -91,6 +96,35 @@ impl PassthroughFs {
             log::warn!("{lost} open files of the crashed server could not be opened again");
         }
         Ok(fs)
+    }
+
+    /// Node `id`, held by the kernel, is never numbered for another file;
+    /// if its record is that of an alias the crashed server made (a file
+    /// on the root's device whose inode number `id` is not), the alias is
+    /// made again, so the file is found under `id` by its handle and by
+    /// its name. Without it such a node answered `ESTALE` after the crash
+    /// although its file was there (only the base state's aliases were
+    /// known).
+    fn adopt_held(&self, id: Ino, r: &uvfs_vfs::JournalRecord) {
+        self.inodes.keep_held(id);
+        if id < crate::inodes::FOREIGN_BASE {
+            return;
+        }
+        let Some((htype, bytes)) = from_journal(id, r)
+            .as_ref()
+            .and_then(|f| handle_in(f).map(|(t, b)| (t, b.to_vec())))
+        else {
+            return;
+        };
+        let h = crate::handle::Handle::from_parts(htype, self.handles.mount_id(), &bytes);
+        // A file gone since answers ESTALE on first use, as before.
+        let Ok(fd) = self.handles.open(&h, libc::O_PATH) else {
+            return;
+        };
+        if let Ok(st) = sys::statx_fd(fd.as_fd()) {
+            self.inodes
+                .adopt_alias(sys::stx_dev(&st), st.stx_ino, h.generation(), id);
+        }
     }
 
     /// A lock owner's description the supervisor kept.

@@ -103,6 +103,19 @@ pub(crate) fn from_journal(id: Ino, j: &uvfs_vfs::JournalRecord) -> Option<[u8; 
     ok.then_some(r)
 }
 
+/// The handle (type, bytes) that record `r` keeps in place, if it is of
+/// a node found by a handle.
+pub(crate) fn handle_in(r: &[u8; REC]) -> Option<(i32, &[u8])> {
+    let t = Table {
+        recs: r,
+        extra: &[],
+    };
+    match t.get(0)?.way {
+        Way::Handle { htype, bytes } => Some((htype, bytes)),
+        _ => None,
+    }
+}
+
 /// Whether record `r` is of a node found by its path.
 pub(crate) fn is_path(r: &[u8; REC]) -> bool {
     r[9] == PATH
