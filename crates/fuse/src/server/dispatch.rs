@@ -453,6 +453,23 @@ impl Filesystem for Server {
         Server::lseek(self, req, ino, fh, offset, whence, reply)
     }
 
+    /// Files are always ready, as on a local file system: ENOSYS, which
+    /// the kernel takes once for the whole mount (it stops asking and
+    /// reports every file ready), and no log line (fuser's default warns;
+    /// `epoll` on a regular file, as Go's runtime tries, is no error).
+    fn poll(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _ph: fuser::PollNotifier,
+        _events: fuser::PollEvents,
+        _flags: fuser::PollFlags,
+        reply: fuser::ReplyPoll,
+    ) {
+        reply.error(fuser::Errno::ENOSYS);
+    }
+
     fn destroy(&mut self) {
         self.inner.handles.clear();
         self.inner.backings.clear();
