@@ -233,12 +233,7 @@ fn mount_with(o: &MountOpts, mut handoff: Option<uvfs_fuse::upgrade::Handoff>) -
         ));
     }
     if let Some(s) = &source {
-        if !s.is_dir() {
-            return Err(io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("--source {} is not a directory", s.display()),
-            ));
-        }
+        must_be_dir(s, "--source ")?;
     }
     if o.threads == 0 || o.vnodes == 0 {
         return Err(io::Error::new(
@@ -332,11 +327,8 @@ fn mount_with(o: &MountOpts, mut handoff: Option<uvfs_fuse::upgrade::Handoff>) -
     let mountpoint = std::path::absolute(&o.mountpoint)?;
     // A successor must not touch the mount: its server (the predecessor)
     // is parked until the successor serves.
-    if !taking_over && !mountpoint.is_dir() {
-        return Err(io::Error::new(
-            io::ErrorKind::NotFound,
-            format!("{} is not a directory", mountpoint.display()),
-        ));
+    if !taking_over {
+        must_be_dir(&mountpoint, "")?;
     }
     if let Some(s) = source.as_ref().filter(|_| !taking_over) {
         if mountpoint_inside_source(
@@ -374,124 +366,156 @@ fn mount_with(o: &MountOpts, mut handoff: Option<uvfs_fuse::upgrade::Handoff>) -
         }
         r
     };
-    let signals = BlockedSignals::block()?;
-    uvfs_fuse::set_memory_release(uvfs_process::alloc::return_freed_memory)?;
-    let layer = VnodeLayer::new(Config::with_limit(o.vnodes));
-    // The kernel leaves a FUSE file's atime to its server: the file
-    // system applies the mount's atime flags itself.
-    let atime = AtimeRule::from_mount_flags(o.mount_flags);
-    let successor = Some(uvfs_fuse::upgrade::Successor {
-        exe: installed_exe()?,
-        app: successor_app,
-    });
-    let saved = handoff.as_mut().and_then(|h| h.take_fs());
-    if let Some(src) = source {
-        let pt_cfg = uvfs_passthrough::PassthroughConfig {
-            fd_budget: o.fd_budget,
-            no_handles: false,
-            no_dir_readahead: o.no_dir_readahead,
-            no_atime: o.read_only || atime.files == Atime::Never,
-            no_diratime: atime.dirs == Atime::Never,
-            watch: watched,
-            keep_timeouts: explicit,
+    // Anything that fails from here on is told to the waiting parent,
+    // which prints it (the child's stderr goes on to the terminal only
+    // until then, and the two printed over each other).
+    let rest = || -> io::Result<()> {
+        let signals = BlockedSignals::block()?;
+        uvfs_fuse::set_memory_release(uvfs_process::alloc::return_freed_memory)?;
+        let layer = VnodeLayer::new(Config::with_limit(o.vnodes));
+        // The kernel leaves a FUSE file's atime to its server: the file
+        // system applies the mount's atime flags itself.
+        let atime = AtimeRule::from_mount_flags(o.mount_flags);
+        let successor = Some(uvfs_fuse::upgrade::Successor {
+            exe: installed_exe()?,
+            app: successor_app,
+        });
+        let saved = handoff.as_mut().and_then(|h| h.take_fs());
+        if let Some(src) = source {
+            let pt_cfg = uvfs_passthrough::PassthroughConfig {
+                fd_budget: o.fd_budget,
+                no_handles: false,
+                no_dir_readahead: o.no_dir_readahead,
+                no_atime: o.read_only || atime.files == Atime::Never,
+                no_diratime: atime.dirs == Atime::Never,
+                watch: watched,
+                keep_timeouts: explicit,
+            };
+            let recovery = handoff.as_mut().and_then(|h| h.take_recovery());
+            let fs: std::sync::Arc<dyn uvfs_vfs::FileSystem> = match saved {
+                Some(saved) => {
+                    let r = match recovery {
+                        Some(rec) => uvfs_passthrough::PassthroughFs::recover(
+                            layer.clone(),
+                            &src,
+                            pt_cfg,
+                            saved,
+                            rec,
+                        ),
+                        None => uvfs_passthrough::PassthroughFs::restore(
+                            layer.clone(),
+                            &src,
+                            pt_cfg,
+                            saved,
+                        ),
+                    };
+                    match r {
+                        Ok(fs) => fs,
+                        Err(e) => {
+                            let e = io::Error::new(
+                                io::ErrorKind::InvalidData,
+                                format!("restoring the passthrough: {e}"),
+                            );
+                            return fail_takeover(handoff, e);
+                        }
+                    }
+                }
+                None => {
+                    let fs = uvfs_passthrough::PassthroughFs::new(layer.clone(), &src, pt_cfg)
+                        .map_err(|e| {
+                            io::Error::new(e.kind(), format!("serving {}: {e}", src.display()))
+                        })?;
+                    if !o.no_supervisor && !fs.uses_handles() {
+                        warn_recovery_without_handles();
+                    }
+                    fs
+                }
+            };
+            let cfg = ServeConfig {
+                mountpoint,
+                threads: o.threads,
+                timeouts,
+                fsname: o
+                    .fsname
+                    .clone()
+                    .unwrap_or_else(|| src.display().to_string()),
+                control: true,
+                server_opendir: o.opendir,
+                uring,
+                read_only: o.read_only,
+                mount_flags: o.mount_flags,
+                kernel_io,
+                dir_refresh,
+                allow_other: o.allow_other,
+                successor,
+                supervise: !o.no_supervisor,
+            };
+            crate::mount_log::start(o, &cfg, Some(&src), watched);
+            return match handoff {
+                Some(h) => uvfs_fuse::serve_successor(fs, layer, &cfg, h, signals),
+                None => serve(fs, layer, &cfg, signals, &mut ready),
+            };
+        }
+        let uid = rustix::process::getuid().as_raw();
+        let gid = rustix::process::getgid().as_raw();
+        let mem_cfg = MemFsConfig {
+            size_limit,
+            root_mode: o.mode.unwrap_or(0o755),
+            root_uid: o.uid.unwrap_or(uid),
+            root_gid: o.gid.unwrap_or(gid),
+            inode_limit,
+            atime,
         };
-        let recovery = handoff.as_mut().and_then(|h| h.take_recovery());
         let fs: std::sync::Arc<dyn uvfs_vfs::FileSystem> = match saved {
-            Some(saved) => {
-                let r = match recovery {
-                    Some(rec) => uvfs_passthrough::PassthroughFs::recover(
-                        layer.clone(),
-                        &src,
-                        pt_cfg,
-                        saved,
-                        rec,
-                    ),
-                    None => {
-                        uvfs_passthrough::PassthroughFs::restore(layer.clone(), &src, pt_cfg, saved)
-                    }
-                };
-                match r {
-                    Ok(fs) => fs,
-                    Err(e) => {
-                        let e = io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            format!("restoring the passthrough: {e}"),
-                        );
-                        return fail_takeover(handoff, e);
-                    }
-                }
-            }
-            None => {
-                let fs = uvfs_passthrough::PassthroughFs::new(layer.clone(), &src, pt_cfg)?;
-                if !o.no_supervisor && !fs.uses_handles() {
-                    warn_recovery_without_handles();
-                }
-                fs
-            }
+            Some(saved) => match restored("memfs", MemFs::restore(&layer, mem_cfg, saved)) {
+                Ok(fs) => fs,
+                Err(e) => return fail_takeover(handoff, e),
+            },
+            None => MemFs::new(layer.clone(), mem_cfg),
         };
         let cfg = ServeConfig {
             mountpoint,
             threads: o.threads,
             timeouts,
-            fsname: o
-                .fsname
-                .clone()
-                .unwrap_or_else(|| src.display().to_string()),
+            fsname: o.fsname.clone().unwrap_or_else(|| "uvfs-memfs".into()),
             control: true,
             server_opendir: o.opendir,
             uring,
-            read_only: o.read_only,
+            read_only: false,
             mount_flags: o.mount_flags,
-            kernel_io,
+            kernel_io: false,
             dir_refresh,
             allow_other: o.allow_other,
             successor,
-            supervise: !o.no_supervisor,
+            supervise: false,
         };
-        crate::mount_log::start(o, &cfg, Some(&src), watched);
-        return match handoff {
+        crate::mount_log::start(o, &cfg, None, false);
+        match handoff {
             Some(h) => uvfs_fuse::serve_successor(fs, layer, &cfg, h, signals),
             None => serve(fs, layer, &cfg, signals, &mut ready),
-        };
+        }
+    };
+    let r = rest();
+    if let Err(e) = &r {
+        // Once mounted the parent has its answer, and this does nothing.
+        ready.report(&Err(io::Error::new(e.kind(), e.to_string())));
     }
-    let uid = rustix::process::getuid().as_raw();
-    let gid = rustix::process::getgid().as_raw();
-    let mem_cfg = MemFsConfig {
-        size_limit,
-        root_mode: o.mode.unwrap_or(0o755),
-        root_uid: o.uid.unwrap_or(uid),
-        root_gid: o.gid.unwrap_or(gid),
-        inode_limit,
-        atime,
+    r
+}
+
+/// `Ok` if `p` is a directory; else says what it is instead (missing,
+/// another kind of file, or out of reach: EACCES on a parent).
+fn must_be_dir(p: &Path, what: &str) -> io::Result<()> {
+    let why = match std::fs::metadata(p) {
+        Ok(md) if md.is_dir() => return Ok(()),
+        Ok(_) => "is not a directory".to_string(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => "does not exist".to_string(),
+        Err(e) => format!("cannot be reached: {e}"),
     };
-    let fs: std::sync::Arc<dyn uvfs_vfs::FileSystem> = match saved {
-        Some(saved) => match restored("memfs", MemFs::restore(&layer, mem_cfg, saved)) {
-            Ok(fs) => fs,
-            Err(e) => return fail_takeover(handoff, e),
-        },
-        None => MemFs::new(layer.clone(), mem_cfg),
-    };
-    let cfg = ServeConfig {
-        mountpoint,
-        threads: o.threads,
-        timeouts,
-        fsname: o.fsname.clone().unwrap_or_else(|| "uvfs-memfs".into()),
-        control: true,
-        server_opendir: o.opendir,
-        uring,
-        read_only: false,
-        mount_flags: o.mount_flags,
-        kernel_io: false,
-        dir_refresh,
-        allow_other: o.allow_other,
-        successor,
-        supervise: false,
-    };
-    crate::mount_log::start(o, &cfg, None, false);
-    match handoff {
-        Some(h) => uvfs_fuse::serve_successor(fs, layer, &cfg, h, signals),
-        None => serve(fs, layer, &cfg, signals, &mut ready),
-    }
+    Err(io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("{what}{} {why}", p.display()),
+    ))
 }
 
 /// A file system restored from a predecessor's state, or why not.
@@ -668,10 +692,7 @@ mod tests {
             opts(Some(FsKind::Passthrough), Some("/tmp")),
         ] {
             let e = refused(o);
-            assert!(
-                e.contains("/nonexistent-mountpoint is not a directory"),
-                "{e}"
-            );
+            assert!(e.contains("/nonexistent-mountpoint does not exist"), "{e}");
         }
     }
 

@@ -274,16 +274,47 @@ pub fn request_upgrade(
     mountpoint: &Path,
     binary: Option<&Path>,
 ) -> std::io::Result<serde_json::Value> {
-    let mut s = connect(mountpoint)?;
-    s.set_read_timeout(Some(Duration::from_secs(300)))?;
     let line = match binary {
         Some(b) => format!("upgrade {}\n", std::path::absolute(b)?.display()),
         None => "upgrade\n".into(),
     };
-    s.write_all(line.as_bytes())?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf)?;
+    let buf = ask(mountpoint, &line, Duration::from_secs(300))?;
     serde_json::from_str(&buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+/// Sends `line` to the server of `mountpoint` and reads its whole answer.
+/// A request left waiting in a server's queue when that server handed
+/// the mount over (an upgrade running, or two asked at once) is reset
+/// unread, and asked again of the successor, which binds the socket anew.
+fn ask(mountpoint: &Path, line: &str, limit: Duration) -> std::io::Result<String> {
+    let mut tries = 0;
+    loop {
+        let mut s = connect(mountpoint)?;
+        s.set_read_timeout(Some(limit))?;
+        let mut buf = String::new();
+        let r = s
+            .write_all(line.as_bytes())
+            .and_then(|()| s.read_to_string(&mut buf));
+        let unread = match &r {
+            Ok(_) => buf.is_empty(),
+            Err(e) => matches!(
+                e.kind(),
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+            ),
+        };
+        tries += 1;
+        if !unread || tries == 5 {
+            return match r {
+                Ok(_) if buf.is_empty() => Err(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "the server closed the connection without an answer",
+                )),
+                Ok(_) => Ok(buf),
+                Err(e) => Err(e),
+            };
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Tells the server of `mountpoint` that the mount's flags changed
@@ -291,11 +322,7 @@ pub fn request_upgrade(
 /// from the kernel and applies the atime flags (`FileSystem::remounted`).
 /// Returns once it has.
 pub fn notify_remounted(mountpoint: &Path) -> std::io::Result<()> {
-    let mut s = connect(mountpoint)?;
-    s.set_read_timeout(Some(Duration::from_secs(30)))?;
-    s.write_all(b"remounted\n")?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf)?;
+    let buf = ask(mountpoint, "remounted\n", Duration::from_secs(30))?;
     let v: serde_json::Value = serde_json::from_str(&buf)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
     match v.get("error").and_then(|e| e.as_str()) {
@@ -307,11 +334,8 @@ pub fn notify_remounted(mountpoint: &Path) -> std::io::Result<()> {
 /// Asks the server of `mountpoint` for its report (`check` purges the
 /// mount's name cache first to verify vnode accounting).
 pub fn query(mountpoint: &Path, check: bool) -> std::io::Result<serde_json::Value> {
-    let mut s = connect(mountpoint)?;
-    s.set_read_timeout(Some(Duration::from_secs(30)))?;
-    s.write_all(if check { b"check\n" } else { b"stats\n" })?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf)?;
+    let line = if check { "check\n" } else { "stats\n" };
+    let buf = ask(mountpoint, line, Duration::from_secs(30))?;
     serde_json::from_str(&buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
@@ -319,32 +343,69 @@ pub fn query(mountpoint: &Path, check: bool) -> std::io::Result<serde_json::Valu
 /// `mountpoint`.
 fn connect(mountpoint: &Path) -> std::io::Result<UnixStream> {
     let paths = socket_paths(mountpoint)?;
-    let mut first_err = None;
-    let mut conn = None;
-    for p in &paths {
-        match UnixStream::connect(p) {
-            Ok(s) => {
-                conn = Some(s);
-                break;
-            }
-            Err(e) => {
-                first_err.get_or_insert(e);
+    let deadline = std::time::Instant::now() + REFUSED_FOR;
+    loop {
+        let mut first_err = None;
+        for p in &paths {
+            match UnixStream::connect(p) {
+                Ok(s) => return Ok(s),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
             }
         }
-    }
-    let Some(s) = conn else {
         let e = first_err.unwrap_or_else(|| std::io::ErrorKind::NotFound.into());
-        let looked: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
-        return Err(std::io::Error::new(
-            e.kind(),
+        // A socket nobody listens on, of a mount still there: its server
+        // died and a supervisor is starting the next (milliseconds), or
+        // a successor is binding it anew.
+        let refused = e.kind() == std::io::ErrorKind::ConnectionRefused;
+        if !refused
+            || std::time::Instant::now() >= deadline
+            || crate::mountinfo::mount_entry(&normalize_mountpoint(mountpoint)?).is_none()
+        {
+            return Err(no_server(mountpoint, &paths, e));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// How long a refused control socket of a mount still there is tried
+/// again (a supervisor's new server answers within tens of milliseconds).
+const REFUSED_FOR: Duration = Duration::from_secs(3);
+
+/// Why no server answered for `mountpoint` (its sockets `looked`, the
+/// first error `e`), in the terms of what is mounted there.
+fn no_server(mountpoint: &Path, looked: &[PathBuf], e: std::io::Error) -> std::io::Error {
+    let at = normalize_mountpoint(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
+    let shown = mountpoint.display();
+    let entry = crate::mountinfo::mount_entry(&at);
+    let me = rustix::process::getuid().as_raw();
+    let why = match (&entry, crate::mountinfo::owner_of(&at)) {
+        (None, _) => format!("nothing is mounted on {shown}"),
+        (Some(m), _) if !m.fstype.starts_with("fuse.uvfs") && m.fstype != "fuse" => {
+            format!("{shown} is a {} mount, not a uvfs one", m.fstype)
+        }
+        (Some(_), Some(uid)) if uid != me => format!(
+            "{shown} is served by user {uid}'s uvfs server: only that user (or root) may \
+             reach it"
+        ),
+        _ if e.kind() == std::io::ErrorKind::ConnectionRefused => format!(
+            "the uvfs server of {shown} does not answer ({e}): it has died, and no \
+             supervisor started another"
+        ),
+        _ => {
+            let looked: Vec<String> = looked.iter().map(|p| p.display().to_string()).collect();
             format!(
-                "no uvfs server of this user for {} ({}): {e}",
-                mountpoint.display(),
-                looked.join(", ")
-            ),
-        ));
+                "no uvfs server of this user for {shown} (looked for {}): {e}",
+                if looked.is_empty() {
+                    "a control socket in a runtime directory this user trusts".to_string()
+                } else {
+                    looked.join(", ")
+                }
+            )
+        }
     };
-    Ok(s)
+    std::io::Error::new(e.kind(), why)
 }
 
 #[cfg(test)]

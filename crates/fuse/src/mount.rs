@@ -541,7 +541,10 @@ fn start_around(
             }
         }
         // Asked off, or turned off by `uvfs mount` (which said why).
-        (false, ..) => log::info!("directory attribute refresh off"),
+        (false, ..) => log::info!(
+            "directory attribute refresh off: --no-dir-refresh, or a server without \
+             CAP_SYS_ADMIN (it may not clone the mount)"
+        ),
         (_, false, ..) => log::info!(
             "directory attribute refresh off: the attribute timeout is under {:?}",
             crate::refresh::MIN_ATTR_TIMEOUT
