@@ -32,6 +32,15 @@
 //!   after the first is due. (While the clone is open, "our connection is
 //!   alive" does not mean "our mount is on the mountpoint": `kmount.rs`
 //!   checks the device before unmounting by path.)
+//! - Held as the thread's own working directory, not as a descriptor:
+//!   the thread unshares its file system context (`unshare(CLONE_FS)`)
+//!   and enters the clone. Tools that find a mount's users (`fuser -m`,
+//!   `lsof`) read processes' descriptors and working directories, not
+//!   threads', and the clone keeps nobody's mount busy; held as a
+//!   descriptor it made the server one of its own mount's users, and
+//!   `fuser -km` killed it with the programs (memfs's contents with it).
+//!   The thread leaves once the mount is gone, and its end lets the clone
+//!   go. (Where the thread cannot unshare, it keeps the descriptor.)
 //! - By path, from the names the kernel was handed (`DirNames`), resolved
 //!   with `RESOLVE_CACHED`: a component the kernel no longer caches (it
 //!   forgot it, or the entry expired) fails with EAGAIN instead of being
@@ -56,7 +65,7 @@ use rustix::fs::AtFlags;
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::io::{PipeReader, PipeWriter};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -308,7 +317,13 @@ impl Refresher {
             }
         })?;
         self.counters.clones.fetch_add(1, Ordering::Relaxed);
-        let kept = Arc::new(Kept(Mutex::new(Some((Arc::new(clone), reserved)))));
+        let kept = Arc::new(Kept {
+            held: Mutex::new(Some(Held::Fd {
+                fd: Arc::new(clone),
+                _budget: reserved,
+            })),
+            shared: self.shared.clone(),
+        });
         let (ending_rx, ending) = std::io::pipe()?;
         let watched = kept.clone();
         std::thread::Builder::new()
@@ -343,21 +358,77 @@ enum Outcome {
     Unknown,
 }
 
-/// The private clone of the mount every batch stats through (see "How"),
-/// with its fd's share of the file system's budget. Emptied once the
-/// mount is gone; a batch under way keeps its own reference until it ends.
-struct Kept(Mutex<Option<(Arc<OwnedFd>, FdReservation)>>);
+/// The private clone of the mount every batch stats through (see "How").
+/// Emptied once the mount is gone; a batch under way keeps its own
+/// reference until it ends.
+struct Kept {
+    held: Mutex<Option<Held>>,
+    /// The thread's queue: closed to make it leave the clone.
+    shared: Arc<Shared>,
+}
+
+/// How the clone is held.
+enum Held {
+    /// A descriptor, with its share of the file system's fd budget.
+    Fd {
+        fd: Arc<OwnedFd>,
+        _budget: FdReservation,
+    },
+    /// The refreshing thread's working directory.
+    Cwd,
+}
+
+/// Where a batch resolves paths: the clone.
+enum Dir {
+    Fd(Arc<OwnedFd>),
+    Cwd,
+}
+
+impl Dir {
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Dir::Fd(fd) => fd.as_fd(),
+            Dir::Cwd => rustix::fs::CWD,
+        }
+    }
+}
 
 impl Kept {
-    fn get(&self) -> Option<Arc<OwnedFd>> {
-        self.0.lock().as_ref().map(|(fd, _)| fd.clone())
+    fn get(&self) -> Option<Dir> {
+        match self.held.lock().as_ref()? {
+            Held::Fd { fd, .. } => Some(Dir::Fd(fd.clone())),
+            Held::Cwd => Some(Dir::Cwd),
+        }
+    }
+
+    /// On the refreshing thread: holds the clone as its own working
+    /// directory from now on, if it can (see "How").
+    fn enter(&self) {
+        let mut held = self.held.lock();
+        let Some(Held::Fd { fd, .. }) = held.as_ref() else {
+            return;
+        };
+        // SAFETY: FS alone (root, working directory, umask) becomes this
+        // thread's own; the descriptor table stays shared, so every fd
+        // any thread holds stays valid everywhere.
+        let own = unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::FS) };
+        if own.is_ok() && rustix::process::fchdir(&**fd).is_ok() {
+            let was = held.replace(Held::Cwd);
+            drop(held);
+            drop(was);
+        }
     }
 
     /// Lets the clone go. Taken out under the lock, dropped outside it:
     /// closing the last reference may end an unmounted superblock, which
-    /// waits for its connection's requests.
+    /// waits for its connection's requests. A clone held as the thread's
+    /// working directory goes when the thread, told to, leaves.
     fn close(&self) {
-        let kept = self.0.lock().take();
+        let kept = self.held.lock().take();
+        if matches!(kept, Some(Held::Cwd)) {
+            self.shared.q.lock().closed = true;
+            self.shared.bell.notify_all();
+        }
         drop(kept);
     }
 }
@@ -378,6 +449,7 @@ struct Thread {
 impl Thread {
     fn run(self) {
         crate::threads::detach_from_creator();
+        self.kept.enter();
         while let Some(batch) = self.next_batch() {
             let n = batch.len() as u64;
             let Some(fs) = self.fs.upgrade() else {
@@ -394,7 +466,7 @@ impl Thread {
             };
             for id in batch {
                 let c = &self.counters;
-                let counter = match refresh(&clone, self.dev, id, &self.names) {
+                let counter = match refresh(clone.fd(), self.dev, id, &self.names) {
                     Outcome::Refreshed => &c.refreshed,
                     Outcome::Uncached => &c.uncached,
                     Outcome::Stale => &c.stale,
@@ -496,7 +568,11 @@ fn clone_mount(mountpoint: &CString, dev: u64) -> std::io::Result<OwnedFd> {
 }
 
 /// (device, inode number) of `path` at `dir` by statx with `flags`.
-fn stat_at(dir: &OwnedFd, path: &std::ffi::CStr, flags: AtFlags) -> std::io::Result<(u64, u64)> {
+fn stat_at(
+    dir: impl AsFd,
+    path: &std::ffi::CStr,
+    flags: AtFlags,
+) -> std::io::Result<(u64, u64)> {
     let st = rustix::fs::statx(
         dir,
         path,
@@ -510,7 +586,7 @@ fn stat_at(dir: &OwnedFd, path: &std::ffi::CStr, flags: AtFlags) -> std::io::Res
 }
 
 /// Stats directory node `id` through `clone` (see "How").
-fn refresh(clone: &OwnedFd, dev: u64, id: u64, names: &DirNames) -> Outcome {
+fn refresh(clone: BorrowedFd<'_>, dev: u64, id: u64, names: &DirNames) -> Outcome {
     let Some(path) = names.path(id) else {
         return Outcome::Unknown;
     };
@@ -531,7 +607,7 @@ fn refresh(clone: &OwnedFd, dev: u64, id: u64, names: &DirNames) -> Outcome {
 
 /// `path` below `dir` as an O_PATH fd, resolved from the dentry cache
 /// alone: EAGAIN if any component would need a lookup or revalidation.
-fn open_cached(dir: &OwnedFd, path: &std::ffi::CStr) -> std::io::Result<OwnedFd> {
+fn open_cached(dir: BorrowedFd<'_>, path: &std::ffi::CStr) -> std::io::Result<OwnedFd> {
     use rustix::fs::{openat2, Mode, OFlags, ResolveFlags};
     Ok(openat2(
         dir,

@@ -110,6 +110,44 @@ fn a_listed_directory_is_then_stat_ed_from_the_kernel_cache() {
     }
 }
 
+/// Devices of what `/proc/self/<what>` links lead to (`fd/*`, `cwd`,
+/// `task/*/cwd`).
+fn devices_of(links: &[PathBuf]) -> Vec<u64> {
+    use std::os::unix::fs::MetadataExt;
+    links
+        .iter()
+        .filter_map(|l| fs::metadata(l).ok())
+        .map(|m| m.dev())
+        .collect()
+}
+
+fn entries(dir: &str, then: &str) -> Vec<PathBuf> {
+    fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path().join(then))
+        .collect()
+}
+
+/// The refresher's clone of the mount is no descriptor and no process
+/// working directory: `fuser -m` and `lsof`, which look there for a
+/// mount's users, counted the server itself, and `fuser -km` killed it
+/// with the programs. (The server runs in this test's process, which
+/// holds nothing in the mount when it looks.)
+#[test]
+fn the_server_is_not_one_of_its_mounts_users() {
+    use std::os::unix::fs::MetadataExt;
+    let Some(dir) = scratch() else { return };
+    let m = serve(&dir, true);
+    make_and_list(&dir, 2);
+    wait_refreshed(&m, 2);
+    let dev = fs::metadata(&dir).unwrap().dev();
+    let users = devices_of(&entries("/proc/self/fd", ""));
+    assert!(!users.contains(&dev), "a descriptor on the mount");
+    assert_ne!(devices_of(&[PathBuf::from("/proc/self/cwd")]), vec![dev]);
+    // Held by the refreshing thread as its own working directory.
+    assert!(devices_of(&entries("/proc/self/task", "cwd")).contains(&dev));
+}
+
 #[test]
 fn a_directory_renamed_through_the_mount_is_refreshed_by_its_new_name() {
     let Some(dir) = scratch() else { return };

@@ -86,10 +86,13 @@ impl PassthroughFs {
                 VType::Reg => {}
                 _ => return Err(Errno::EINVAL),
             }
-            let size = i64::try_from(size).map_err(|_| Errno::EFBIG)?;
-            let p = sys::proc_path(fd.as_fd());
-            // SAFETY: `p` is NUL-terminated; truncate only reads it.
-            sys::cvt(unsafe { libc::truncate64(p.as_ptr(), size) })?;
+            i64::try_from(size).map_err(|_| Errno::EFBIG)?;
+            // Opened for writing, as truncate(2) by path checks: the
+            // same refusals (ETXTBSY of a running program, EPERM of an
+            // append-only or immutable file), a lease broken alike.
+            let res = self.pool.reserve()?;
+            let f = res.into_fd(sys::reopen(fd.as_fd(), libc::O_WRONLY)?);
+            rustix::fs::ftruncate(f.as_fd(), size)?;
         }
         if set.atime.is_some() || set.mtime.is_some() {
             let ts = Timestamps {
