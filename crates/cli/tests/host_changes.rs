@@ -383,3 +383,79 @@ fn a_mapping_that_outlives_its_file_still_moves_mtime_at_once() {
         "attributes not cached again after the mapping's end"
     );
 }
+
+/// Directories moved back and forth on the host while two threads list
+/// their parents through a default mount (FUSE over io_uring where the
+/// kernel has it): every listing ends. A READDIRPLUS entry the kernel
+/// cannot link (a directory it knows moved) makes it force a FORGET,
+/// sent as an ordinary request that then comes through a ring; left
+/// uncommitted, the listing that sent it waited for good, holding its
+/// directory (and the watcher, invalidating a name there, behind it).
+#[test]
+fn listings_racing_host_moves_of_directories_all_end() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    if let Err(why) = can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let m = Mounted::new("move-race", &["--source", "src"]);
+    let src = m.src();
+    for d in ["a", "b"] {
+        fs::create_dir(src.join(d)).unwrap();
+    }
+    for i in 0..20 {
+        fs::create_dir(src.join(format!("a/d{i}"))).unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let listed = Arc::new(AtomicU64::new(0));
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    for _ in 0..2 {
+        let (mnt, stop, listed, done) =
+            (m.mnt.clone(), stop.clone(), listed.clone(), done_tx.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                for d in ["a", "b"] {
+                    for e in fs::read_dir(mnt.join(d)).into_iter().flatten().flatten() {
+                        let _ = e.metadata();
+                    }
+                }
+                listed.fetch_add(1, Ordering::Relaxed);
+            }
+            let _ = done.send(());
+        });
+    }
+    let started = Instant::now();
+    let mut n = 0usize;
+    while started.elapsed() < Duration::from_secs(4) {
+        let (i, from, to) = (n % 20, ["a", "b"][(n / 20) % 2], ["b", "a"][(n / 20) % 2]);
+        let _ = fs::rename(
+            src.join(format!("{from}/d{i}")),
+            src.join(format!("{to}/d{i}")),
+        );
+        n += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for _ in 0..2 {
+        if done_rx.recv_timeout(Duration::from_secs(30)).is_err() {
+            // Free the hung threads, so that this process can end.
+            let minor = m
+                .mnt
+                .metadata()
+                .map(|md| libc::minor(md.dev()))
+                .unwrap_or(0);
+            let abort = format!("/sys/fs/fuse/connections/{minor}/abort");
+            if !Path::new(&abort).exists() {
+                let _ = std::process::Command::new("mount")
+                    .args(["-t", "fusectl", "fusectl", "/sys/fs/fuse/connections"])
+                    .status();
+            }
+            let _ = fs::write(&abort, b"1");
+            panic!(
+                "a listing never ended ({} listings, {n} host moves)",
+                listed.load(Ordering::Relaxed)
+            );
+        }
+    }
+    assert!(listed.load(Ordering::Relaxed) > 0);
+}

@@ -568,11 +568,7 @@ fn clone_mount(mountpoint: &CString, dev: u64) -> std::io::Result<OwnedFd> {
 }
 
 /// (device, inode number) of `path` at `dir` by statx with `flags`.
-fn stat_at(
-    dir: impl AsFd,
-    path: &std::ffi::CStr,
-    flags: AtFlags,
-) -> std::io::Result<(u64, u64)> {
+fn stat_at(dir: impl AsFd, path: &std::ffi::CStr, flags: AtFlags) -> std::io::Result<(u64, u64)> {
     let st = rustix::fs::statx(
         dir,
         path,

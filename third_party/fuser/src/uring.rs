@@ -22,7 +22,9 @@
 //! request. The kernel switches the connection to the rings only once
 //! every CPU's queue has an entry; until then (or if a queue cannot be
 //! set up) requests keep coming through /dev/fuse. FORGETs, INTERRUPTs and
-//! notifications always use /dev/fuse, so the classic loops keep running.
+//! notifications use /dev/fuse, so the classic loops keep running; but a
+//! FORGET the kernel forces (after a READDIRPLUS entry it could not link)
+//! is sent as an ordinary request, and may come through a ring.
 //!
 //! Entries' buffers are memfds, so a live upgrade's successor can take
 //! them over (`uring/handover.rs`).
@@ -318,10 +320,26 @@ impl<FS: Filesystem> Server<'_, FS> {
         });
         match parsed {
             Some(req) => {
-                if let Ok(Operation::Destroy(_)) = req.request.operation() {
+                let op = req.request.operation();
+                if let Ok(Operation::Destroy(_)) = op {
                     let _ = req.reply::<ReplyEmpty>().ok();
-                } else {
-                    req.dispatch(self.se);
+                    return;
+                }
+                // Sent with no reply expected: a FORGET the kernel forces
+                // when it cannot link an entry of a READDIRPLUS reply (a
+                // directory moved behind its back). Over /dev/fuse such a
+                // request ends once read; in a ring entry it ends only at
+                // the entry's commit, and the READDIRPLUS that sent it
+                // waits for that, holding its directory's lock: never
+                // committed, the lister hung for good, and the entry was
+                // lost to its queue.
+                let noreply = matches!(
+                    op,
+                    Ok(Operation::Forget(_) | Operation::BatchForget(_) | Operation::Interrupt(_))
+                );
+                req.dispatch(self.se);
+                if noreply {
+                    let _ = reply.send(&[IoSlice::new(&out_header(entry.read_u64(8), 0))]);
                 }
             }
             None => {
@@ -331,15 +349,21 @@ impl<FS: Filesystem> Server<'_, FS> {
                     "fuse uring queue {}: malformed request in entry {idx}",
                     self.qid
                 );
-                let unique = entry.read_u64(8);
-                let mut h = [0u8; OUT_HEADER];
-                h[0..4].copy_from_slice(&(OUT_HEADER as u32).to_ne_bytes());
-                h[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
-                h[8..16].copy_from_slice(&unique.to_ne_bytes());
+                let h = out_header(entry.read_u64(8), -libc::EIO);
                 let _ = reply.send(&[IoSlice::new(&h)]);
             }
         }
     }
+}
+
+/// A reply's header alone: request `unique` answered `error` (0 or a
+/// negated errno), no payload.
+fn out_header(unique: u64, error: i32) -> [u8; OUT_HEADER] {
+    let mut h = [0u8; OUT_HEADER];
+    h[0..4].copy_from_slice(&(OUT_HEADER as u32).to_ne_bytes());
+    h[4..8].copy_from_slice(&error.to_ne_bytes());
+    h[8..16].copy_from_slice(&unique.to_ne_bytes());
+    h
 }
 
 /// Serves queue `qid` until the connection ends or the session is handed
