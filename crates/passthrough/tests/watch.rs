@@ -106,3 +106,61 @@ fn a_successors_changes_are_the_mounts_own() {
     again.go();
     wait_reported(b"after-failure");
 }
+
+/// A file the mount has looked at and the host then removes is no longer
+/// pinned by the server's cached descriptor, whether or not the kernel
+/// still holds its node: the host's `rm` frees its space (`df` did not
+/// move while the mount was up). A file open through the mount keeps it.
+#[test]
+fn a_file_removed_on_the_host_is_not_pinned_by_the_server() {
+    let e = env_with(
+        "watch-removed",
+        1000,
+        PassthroughConfig {
+            watch: true,
+            ..PassthroughConfig::default()
+        },
+    );
+    e.fs.watch(Arc::new(Names::default()));
+    if !e.fs.watch_status().active {
+        eprintln!("skipped: the source cannot be watched here");
+        return;
+    }
+    let src = e.src.path();
+    std::fs::write(src.join("idle"), b"data").unwrap();
+    std::fs::write(src.join("open"), b"data").unwrap();
+    // Read once (as `cat` does), then idle.
+    let idle = e.lookup(&e.root, "idle").unwrap();
+    let fh = e.fs.open(&common::ROOT, &idle, libc::O_RDONLY).unwrap();
+    assert_eq!(e.fs.read(&idle, fh, 0, 10).unwrap(), b"data");
+    e.fs.release(&idle, fh).unwrap();
+    e.fs.getattr(&idle).unwrap();
+    assert_eq!(common::held_deleted(src), Vec::<String>::new());
+    // Held by the kernel (its node counted) and not: both let go.
+    idle.ext_acquire(1);
+    let open = e.lookup(&e.root, "open").unwrap();
+    let fh = e.fs.open(&common::ROOT, &open, libc::O_RDONLY).unwrap();
+    // By another process: this one's changes are the mount's own.
+    let rm = Command::new("rm")
+        .arg(src.join("idle"))
+        .arg(src.join("open"))
+        .status()
+        .unwrap();
+    assert!(rm.success());
+    let t0 = Instant::now();
+    // The open file's own descriptor, and its node's.
+    let only_open = || {
+        let held = common::held_deleted(src);
+        !held.is_empty() && held.iter().all(|h| h.ends_with("/open (deleted)"))
+    };
+    while !only_open() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "still pinned: {:?}",
+            common::held_deleted(src)
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(e.fs.read(&open, fh, 0, 10).unwrap(), b"data");
+    e.fs.release(&open, fh).unwrap();
+}

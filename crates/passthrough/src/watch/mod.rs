@@ -377,7 +377,17 @@ impl Shared {
             lost |= !self.event(&ev, sink);
         }
         if lost || events.malformed {
-            self.counters.overflows.fetch_add(1, Ordering::Relaxed);
+            let n = self.counters.overflows.fetch_add(1, Ordering::Relaxed) + 1;
+            // Said, as a host's burst that outran the watcher costs the
+            // mount every cached name: at the first time and then at
+            // each power of two.
+            if n.is_power_of_two() {
+                log::warn!(
+                    "host-change watcher: events lost ({n} times so far: the host changed \
+                     files faster than they were read); the kernel forgets every cached name \
+                     and attribute of the mount"
+                );
+            }
             sink.everything_changed();
         }
         n
@@ -404,6 +414,9 @@ impl Shared {
         let Some(obj) = ev.obj.or(ev.dir.map(|d| d.0)) else {
             return false;
         };
+        if ev.mask & (libc::FAN_ATTRIB | libc::FAN_DELETE_SELF) != 0 {
+            self.drop_deleted(obj);
+        }
         let data = ev.mask & fanotify::DATA != 0;
         let closed = ev.mask & libc::FAN_CLOSE_WRITE != 0;
         self.each_held(obj, |id, sure| {
@@ -415,6 +428,35 @@ impl Shared {
             }
             sink.inode_changed(id, data)
         })
+    }
+
+    /// A file removed on the host (its link count's change comes as
+    /// `FAN_ATTRIB`) gives back the descriptor its cached node keeps,
+    /// held by the kernel or not, unless it is open through the mount:
+    /// an idle `O_PATH` descriptor pins the deleted file, its blocks and
+    /// its inode (a host's `rm` of a file the mount had read freed no
+    /// space while the mount was up).
+    fn drop_deleted(&self, fid: Fid<'_>) {
+        for ino in self.layout.inos(fid.htype, fid.bytes) {
+            let Some(id) = self.inodes.known_id(self.dev, ino) else {
+                continue;
+            };
+            let Some(vp) = self.layer.lookup_cached(&self.mnt, id) else {
+                continue;
+            };
+            let Some(node) = vp.data_arc::<crate::node::Node>() else {
+                continue;
+            };
+            let gone = node.ino == ino
+                && node.dev() == self.dev
+                && node.open_count() == 0
+                && node
+                    .cached_fd()
+                    .is_some_and(|fd| sys::statx_fd(fd.as_fd()).is_ok_and(|st| st.stx_nlink == 0));
+            if gone {
+                node.uncache_unlinked();
+            }
+        }
     }
 
     /// Runs `f` for the node of `fid` if the kernel holds it (for each
