@@ -219,28 +219,34 @@ fn a_removed_directory_the_kernel_holds_keeps_its_node_when_its_number_is_reused
     let Some(t) = Pt::with_timeouts("reuse", Duration::ZERO) else {
         return;
     };
-    std::fs::create_dir(t.src("old")).unwrap();
-    // Held through the mount as a shell's cwd would be: by the kernel
-    // alone (an O_PATH open sends no OPENDIR, so no fd of the server's
-    // pins the inode, as a directory open through the server would).
-    let old = {
-        use std::os::unix::fs::OpenOptionsExt;
-        std::fs::File::options()
-            .read(true)
-            .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
-            .open(t.m("old"))
-            .unwrap()
-    };
-    let ino = std::fs::metadata(t.src("old")).unwrap().ino();
-    std::fs::remove_dir(t.src("old")).unwrap();
-    // No fd of the server's may pin the removed inode.
-    t.fs.drop_idle_fds();
-    // ext4 hands the freed number to the next directory made.
-    let name = (0..64)
-        .map(|i| format!("new{i}"))
-        .find(|n| {
-            std::fs::create_dir(t.src(n)).unwrap();
-            std::fs::metadata(t.src(n)).unwrap().ino() == ino
+    // ext4 hands a freed number to the next directory made; a test making
+    // files at the same moment may take it first, so a few rounds are
+    // tried, each with a directory of its own.
+    let (old, ino, name) = (0..5)
+        .find_map(|round| {
+            let old_name = format!("old{round}");
+            std::fs::create_dir(t.src(&old_name)).unwrap();
+            // Held through the mount as a shell's cwd would be: by the
+            // kernel alone (an O_PATH open sends no OPENDIR, so no fd of
+            // the server's pins the inode, as a directory open through the
+            // server would).
+            let old = {
+                use std::os::unix::fs::OpenOptionsExt;
+                std::fs::File::options()
+                    .read(true)
+                    .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+                    .open(t.m(&old_name))
+                    .unwrap()
+            };
+            let ino = std::fs::metadata(t.src(&old_name)).unwrap().ino();
+            std::fs::remove_dir(t.src(&old_name)).unwrap();
+            // No fd of the server's may pin the removed inode.
+            t.fs.drop_idle_fds();
+            let name = (0..64).map(|i| format!("new{round}-{i}")).find(|n| {
+                std::fs::create_dir(t.src(n)).unwrap();
+                std::fs::metadata(t.src(n)).unwrap().ino() == ino
+            })?;
+            Some((old, ino, name))
         })
         .expect("the source file system (/var/tmp) reused no inode number");
     // The kernel meets the new directory while it still holds the old one.
