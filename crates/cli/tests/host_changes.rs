@@ -256,6 +256,101 @@ fn a_source_renamed_or_removed_under_the_mount_stays_coherent() {
     fs::create_dir(m.src()).unwrap(); // for the drop's cleanup
 }
 
+/// A file system mounted on the host (`mount`'s command), unmounted
+/// (lazily: a failed test leaves nothing mounted) when dropped.
+struct HostMount(PathBuf);
+
+impl HostMount {
+    fn tmpfs(at: &Path) -> Option<HostMount> {
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "uvfs-test"])
+            .arg(at)
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| HostMount(at.to_path_buf()))
+    }
+
+    /// Unmounts it as the host would (not lazily): busy while anything
+    /// holds a file of it.
+    fn unmount(self) {
+        shows("the host's umount", || {
+            std::process::Command::new("umount")
+                .arg(&self.0)
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        });
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for HostMount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[test]
+fn file_systems_mounted_on_the_host_inside_the_source_show_at_once() {
+    if let Err(why) = can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let m = Mounted::new("host-mounts", &["--source", "src"]);
+    if !watched(&m) {
+        return;
+    }
+    let (src, mnt) = (m.src(), m.mnt.clone());
+    fs::create_dir_all(src.join("d/under")).unwrap();
+    fs::write(src.join("d/under/covered"), b"").unwrap();
+    let names = |p: &Path| -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(p)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    // The kernel caches the directory, its entry and its listing.
+    assert!(meta(&mnt.join("d/under/covered")).is_some());
+    assert_eq!(names(&mnt.join("d/under")), ["covered"]);
+    // The host's making of them told to the kernel before the mount: no
+    // late invalidation may refresh the mountpoint by chance.
+    settled(&m);
+    let Some(tmp) = HostMount::tmpfs(&src.join("d/under")) else {
+        eprintln!("skipped: the host cannot mount a tmpfs here");
+        return;
+    };
+    // Written on the tmpfs: no event of the source's file system.
+    fs::write(src.join("d/under/on-tmpfs"), b"x").unwrap();
+    let under = mnt.join("d/under");
+    let mode = |p: &Path| meta(p).map(|m| m.mode() & 0o7777);
+    // The mountpoint as the host sees it now: the tmpfs's root (its
+    // attributes, its listing), with no lookup in it first.
+    shows("a host mount", || {
+        names(&under) == ["on-tmpfs"] && mode(&under) == Some(0o1777)
+    });
+    assert!(meta(&under.join("on-tmpfs")).is_some());
+    assert!(meta(&under.join("covered")).is_none());
+    // Nothing holds a file of it open: the server's idle descriptors of
+    // its files do not keep it busy.
+    tmp.unmount();
+    let covered_mode = mode(&src.join("d/under"));
+    assert_ne!(covered_mode, Some(0o1777));
+    shows("a host unmount", || {
+        names(&under) == ["covered"] && mode(&under) == covered_mode
+    });
+    assert!(meta(&under.join("covered")).is_some());
+    assert!(meta(&under.join("on-tmpfs")).is_none());
+    assert_eq!(m.counter("fuse.changes.failed"), 0);
+}
+
 /// A watched passthrough mount named `name` with a 4096-byte file
 /// `mapped` that the kernel does the I/O of, open read-write and mapped
 /// shared and writable (the caller unmaps it); None (said why) where this

@@ -122,6 +122,9 @@ pub(crate) enum Evict {
 pub(crate) trait FdHolder: Send + Sync {
     /// The evictor's step (called with the ring locked).
     fn try_evict(&self) -> Evict;
+
+    /// The device of the file the fd is of.
+    fn dev(&self) -> u64;
 }
 
 #[derive(Default)]
@@ -336,6 +339,39 @@ impl FdPool {
             }
         }
         false
+    }
+
+    /// Gives back the cached fds of files not on device `dev` that were
+    /// not used since the last call (the first call clears their
+    /// referenced bits): called now and then, it keeps such an fd for
+    /// about as long as its file is in use. An idle fd of a file on
+    /// another file system mounted inside the source would otherwise keep
+    /// that file system busy, and the host's `umount` of it failing, for
+    /// as long as the node is cached.
+    pub(crate) fn evict_idle_off(&self, dev: u64) -> usize {
+        let mut taken = Vec::new();
+        {
+            let mut r = self.clock.lock();
+            for _ in 0..r.q.len() {
+                let Some(w) = r.q.pop_front() else { break };
+                let Some(node) = w.upgrade() else { continue };
+                if node.dev() == dev {
+                    r.q.push_back(w);
+                    continue;
+                }
+                match node.try_evict() {
+                    Evict::NoFd => {}
+                    Evict::Referenced | Evict::Busy => r.q.push_back(w),
+                    Evict::Taken(fd) => taken.push(fd),
+                }
+            }
+        }
+        let n = taken.len();
+        drop(taken);
+        self.counters
+            .evictions
+            .fetch_add(n as u64, Ordering::Relaxed);
+        n
     }
 
     /// Closes every idle cached fd (tests, and `uvfs` diagnostics).

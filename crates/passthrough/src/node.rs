@@ -439,6 +439,10 @@ impl std::fmt::Debug for Node {
 }
 
 impl FdHolder for Node {
+    fn dev(&self) -> u64 {
+        Node::dev(self)
+    }
+
     /// The evictor's step (called with the ring locked).
     fn try_evict(&self) -> Evict {
         let Some(mut g) = self.state.try_lock() else {

@@ -265,6 +265,7 @@ impl PassthroughFs {
                 layer.clone(),
                 mnt.clone(),
                 inodes.clone(),
+                pool.clone(),
             )
         } else {
             crate::watch::Watch::off("host changes are not watched (--no-watch)")

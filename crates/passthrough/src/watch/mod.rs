@@ -20,7 +20,8 @@
 //!
 //! # What it cannot see
 //! Files on other file systems mounted inside the source: their nodes get
-//! the short timeout ([`Watch::cache_limit`]). Writes through a shared
+//! the short timeout ([`Watch::cache_limit`]); the mounts themselves, as
+//! they come and go, are read from the mount table (`mounts.rs`). Writes through a shared
 //! mapping (no event): the front end answers the attributes of a file
 //! the kernel writes on its source file with no timeout while it may be
 //! mapped, which it learns from the `FAN_CLOSE_WRITE` that the end of
@@ -32,13 +33,17 @@
 
 mod fanotify;
 mod layout;
+mod mounts;
 
 use crate::inodes::InodeMap;
 use crate::sys;
 use fanotify::{Event, Events, Fid, Group};
 use layout::Layout;
+use mounts::MountTable;
+use parking_lot::Mutex;
 use rustix::event::{PollFd, PollFlags, Timespec};
 use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -72,6 +77,12 @@ const STREAM_WINDOW: Duration = Duration::from_millis(10);
 /// for one to use up its slice.
 const WATCH_NICE: i32 = -10;
 
+/// How often the cached fds of files on other file systems mounted inside
+/// the source are given back if unused since the last time
+/// (`FdPool::evict_idle_off`): an idle one kept the host from unmounting
+/// such a file system.
+const FOREIGN_IDLE: Duration = Duration::from_millis(250);
+
 /// Entries of the source sampled to learn its handles' layout.
 const SAMPLES: usize = 64;
 
@@ -89,9 +100,12 @@ struct Shared {
     layout: Layout,
     /// The watched file system (the source root's device).
     dev: u64,
+    /// The source root's inode number.
+    root_ino: u64,
     layer: Arc<VnodeLayer>,
     mnt: Arc<Mount>,
     inodes: Arc<InodeMap>,
+    pool: Arc<crate::fdpool::FdPool>,
     /// This process: its changes are the mount's own.
     pid: i32,
     /// A live upgrade's successor, from its start until the upgrade
@@ -102,6 +116,9 @@ struct Shared {
     /// `mkdir`s were invalidated in the kernel behind it, and a program
     /// whose working directory was one of them found `getcwd` failing.
     successor: AtomicI32,
+    /// The mountpoints under the source, taken by the thread at its
+    /// start (`None` where the table cannot be read).
+    mounts: Mutex<Option<MountTable>>,
     /// Reading events now (cleared when the thread stops).
     running: AtomicBool,
     stop: AtomicBool,
@@ -138,21 +155,35 @@ impl Watch {
         layer: Arc<VnodeLayer>,
         mnt: Arc<Mount>,
         inodes: Arc<InodeMap>,
+        pool: Arc<crate::fdpool::FdPool>,
     ) -> Watch {
         let (group, layout) = match setup(root_fd, root_ino) {
             Ok(s) => s,
             Err(why) => return Watch::off(why),
         };
+        let source = std::fs::read_link(std::ffi::OsStr::from_bytes(
+            sys::proc_path(root_fd).as_bytes(),
+        ));
+        let mounts = source.ok().and_then(MountTable::new);
+        if mounts.is_none() {
+            log::warn!(
+                "file systems mounted on the host inside the source show only when their \
+                 names expire: the mount table cannot be read"
+            );
+        }
         Watch {
             shared: Some(Arc::new(Shared {
                 group,
                 layout,
                 dev,
+                root_ino,
                 layer,
                 mnt,
                 inodes,
+                pool,
                 pid: rustix::process::getpid().as_raw_nonzero().get(),
                 successor: AtomicI32::new(NO_PID),
+                mounts: Mutex::new(mounts),
                 running: AtomicBool::new(false),
                 stop: AtomicBool::new(false),
                 counters: Counters::default(),
@@ -321,9 +352,19 @@ fn run(sh: &Shared, sink: &dyn ChangeSink) {
     prefer_this_thread();
     let mut buf = vec![0u8; READ_BUF];
     let mut pace = Pace::new(Instant::now());
+    let mut mounts = sh.mounts.lock().take();
+    let mut swept = Instant::now();
     while !sh.stop.load(Ordering::SeqCst) {
+        // (Nothing to do while no file of another file system was seen.)
+        if swept.elapsed() >= FOREIGN_IDLE && sh.inodes.foreign_count() > 0 {
+            sh.pool.evict_idle_off(sh.dev);
+            swept = Instant::now();
+        }
         let group = sh.group.fd();
-        let mut pfd = [PollFd::new(&group, PollFlags::IN)];
+        let mut pfd = vec![PollFd::new(&group, PollFlags::IN)];
+        if let Some(t) = &mounts {
+            pfd.push(PollFd::new(t.file(), PollFlags::PRI));
+        }
         let timeout = Timespec {
             tv_sec: POLL_MS / 1000,
             tv_nsec: (POLL_MS % 1000) * 1_000_000,
@@ -331,6 +372,15 @@ fn run(sh: &Shared, sink: &dyn ChangeSink) {
         if let Err(e) = rustix::event::poll(&mut pfd, Some(&timeout)) {
             if e != rustix::io::Errno::INTR {
                 break;
+            }
+        }
+        let remounted = pfd
+            .get(1)
+            .is_some_and(|p| p.revents().intersects(PollFlags::PRI | PollFlags::ERR));
+        drop(pfd);
+        if remounted {
+            if let Some(t) = &mut mounts {
+                sh.mounts_changed(t, sink);
             }
         }
         // Each read's events are reported as they come: on a busy file
@@ -367,6 +417,57 @@ fn run(sh: &Shared, sink: &dyn ChangeSink) {
 }
 
 impl Shared {
+    /// The mount table changed (anywhere in this mount namespace): each
+    /// mountpoint under the source that came or went is a changed name in
+    /// its parent directory, if the kernel holds that directory.
+    fn mounts_changed(&self, table: &mut MountTable, sink: &dyn ChangeSink) {
+        if let Some(path) = self.source_path() {
+            table.set_source(path);
+        }
+        let changed = table.changed();
+        for (rel, came) in &changed {
+            let (parent, name) = mounts::parent_and_name(rel);
+            log::info!(
+                "a file system was {} {} in the source on the host: its name is looked up again",
+                if *came {
+                    "mounted on"
+                } else {
+                    "unmounted from"
+                },
+                String::from_utf8_lossy(rel)
+            );
+            let Ok(st) = rustix::fs::statx(
+                rustix::fs::CWD,
+                table.source().join(parent),
+                rustix::fs::AtFlags::empty(),
+                rustix::fs::StatxFlags::INO,
+            ) else {
+                continue;
+            };
+            let Some(dir) = self.inodes.known_id(sys::stx_dev(&st), st.stx_ino) else {
+                continue;
+            };
+            if self.layer.ext_count_of(&self.mnt, dir) > 0 {
+                self.counters.invalidations.fetch_add(1, Ordering::Relaxed);
+                sink.entry_changed(dir, name);
+            }
+        }
+        if !changed.is_empty() {
+            sink.batch_done();
+        }
+    }
+
+    /// Where the source root is now (the host may have moved it since the
+    /// mount), from the root node's descriptor.
+    fn source_path(&self) -> Option<std::path::PathBuf> {
+        let id = self.inodes.known_id(self.dev, self.root_ino)?;
+        let root = self.layer.lookup_cached(&self.mnt, id)?;
+        let node = root.data_arc::<crate::node::Node>()?;
+        let fd = node.cached_fd()?;
+        let proc = sys::proc_path(fd.as_fd());
+        std::fs::read_link(std::ffi::OsStr::from_bytes(proc.as_bytes())).ok()
+    }
+
     /// The events of one read; how many there were.
     fn batch(&self, buf: &[u8], sink: &dyn ChangeSink) -> usize {
         let mut events = Events::new(buf);
