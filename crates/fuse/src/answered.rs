@@ -5,8 +5,8 @@
 //! have. Those are *ordinary* and not logged; every other error answered
 //! is logged at `warn` with the request, the node it was about and the
 //! errno, so that a source that refuses the server (EACCES, EPERM), a
-//! failing disk (EIO), a full one (ENOSPC) or a bug (EINVAL, ESTALE,
-//! EBADF) leaves a trace. The logger's rate limit (per request and errno)
+//! failing disk (EIO), a full one (ENOSPC) or a bug (EINVAL, EBADF, ESTALE
+//! on an open file) leaves a trace. The logger's rate limit (per request and errno)
 //! keeps a client that repeats a failing request from flooding the log.
 //!
 //! Ordinary:
@@ -21,6 +21,11 @@
 //! - EROFS from a read-only server: its promise kept;
 //! - EFBIG: a size or offset past what a file may have (the caller's
 //!   request, checked before anything changed);
+//! - ESTALE to a request naming a node by what the kernel remembers of it
+//!   (not an open handle): a file the host removed or replaced behind a
+//!   passthrough, which the kernel looks up again (its path walks retry a
+//!   stale answer); a host replacing a file while programs open it
+//!   through the mount logged a warning per race;
 //! - per request: ENOTTY to an IOCTL (a command this file has not: every
 //!   `isatty` probe of a file), ENXIO to an LSEEK (`SEEK_DATA` or
 //!   `SEEK_HOLE` past the end).
@@ -49,8 +54,27 @@ pub fn ordinary(op: &str, e: Errno, read_only: bool) -> bool {
         Errno::EXDEV,
         Errno::EFBIG,
     ];
+    /// Requests on an open handle: ESTALE there is no cue to look again.
+    const ON_HANDLE: &[&str] = &[
+        "read",
+        "write",
+        "readdir",
+        "readdirplus",
+        "fsync",
+        "fsyncdir",
+        "flush",
+        "release",
+        "releasedir",
+        "fallocate",
+        "copy_file_range",
+        "lseek",
+        "getlk",
+        "setlk",
+        "ioctl",
+    ];
     ORDINARY.contains(&e)
         || (read_only && e == Errno::EROFS)
+        || (e == Errno::ESTALE && !ON_HANDLE.contains(&op))
         || (op == "ioctl" && e == Errno::ENOTTY)
         || (op == "lseek" && e == Errno::ENXIO)
 }
@@ -97,6 +121,10 @@ mod tests {
         assert!(ordinary("ioctl", Errno::ENOTTY, false));
         assert!(!ordinary("read", Errno::ENOTTY, false));
         assert!(ordinary("lseek", Errno::ENXIO, false));
+        // A file replaced on the host: the kernel looks it up again.
+        assert!(ordinary("open", Errno::ESTALE, false));
+        assert!(ordinary("getattr", Errno::ESTALE, false));
+        assert!(!ordinary("read", Errno::ESTALE, false));
         assert!(!ordinary("open", Errno::ENXIO, false));
     }
 }
