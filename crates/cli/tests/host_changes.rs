@@ -256,6 +256,52 @@ fn a_source_renamed_or_removed_under_the_mount_stays_coherent() {
     fs::create_dir(m.src()).unwrap(); // for the drop's cleanup
 }
 
+#[test]
+fn working_directories_follow_a_host_move_of_their_ancestor() {
+    if let Err(why) = can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let m = Mounted::new("cwd-moved", &["--source", "src"]);
+    if !watched(&m) {
+        return;
+    }
+    let (src, mnt) = (m.src(), m.mnt.clone());
+    fs::create_dir_all(src.join("a/b/c")).unwrap();
+    fs::create_dir_all(src.join("d")).unwrap();
+    // Processes working in the mount, below the directory the host moves
+    // and in the directory itself.
+    let working = |dir: &Path| {
+        std::process::Command::new("sleep")
+            .arg("60")
+            .current_dir(dir)
+            .spawn()
+            .unwrap()
+    };
+    let mut below = working(&mnt.join("a/b/c"));
+    let mut itself = working(&mnt.join("d"));
+    let cwd = |c: &std::process::Child| fs::read_link(format!("/proc/{}/cwd", c.id())).ok();
+    shows("the working directories", || {
+        cwd(&below) == Some(mnt.join("a/b/c")) && cwd(&itself) == Some(mnt.join("d"))
+    });
+    settled(&m);
+    fs::rename(src.join("a"), src.join("moved")).unwrap();
+    fs::rename(src.join("d"), src.join("e")).unwrap();
+    // The paths `getcwd` answers (what /proc shows): the new ones, with
+    // nothing looked up through the mount meanwhile.
+    let ok = (0..5000).any(|_| {
+        std::thread::sleep(Duration::from_millis(1));
+        cwd(&below) == Some(mnt.join("moved/b/c")) && cwd(&itself) == Some(mnt.join("e"))
+    });
+    let seen = (cwd(&below), cwd(&itself));
+    for c in [&mut below, &mut itself] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    assert!(ok, "working directories after the host's moves: {seen:?}");
+    assert!(m.counter("fuse.refresh.followed") >= 1);
+}
+
 /// A file system mounted on the host (`mount`'s command), unmounted
 /// (lazily: a failed test leaves nothing mounted) when dropped.
 struct HostMount(PathBuf);

@@ -63,6 +63,9 @@ pub(crate) struct KernelCache {
 #[derive(Default)]
 struct Batch {
     names: HashSet<(u64, Box<[u8]>)>,
+    /// Names directories were moved to: looked up again after the names
+    /// were invalidated (`Refresher::moved_in`).
+    moved_in: Vec<(u64, Box<[u8]>)>,
     /// node id -> contents too.
     inodes: HashMap<u64, bool>,
 }
@@ -197,6 +200,14 @@ impl ChangeSink for Sink {
         self.0.batch.lock().names.insert((id, name.into()));
     }
 
+    fn dir_moved_in(&self, dir: Ino, name: &[u8]) {
+        let Some(i) = self.0.inner.upgrade() else {
+            return;
+        };
+        let id = i.nodes.node_id(dir);
+        self.0.batch.lock().moved_in.push((id, name.into()));
+    }
+
     fn inode_changed(&self, ino: Ino, data: bool) {
         let Some(i) = self.0.inner.upgrade() else {
             return;
@@ -248,6 +259,13 @@ impl ChangeSink for Sink {
             .fetch_add(inodes.len() as u64, Ordering::Relaxed);
         let names: Vec<_> = b.names.into_iter().collect();
         c.send_names(&names);
+        // The kernel moves a directory's entry (and with it the paths of
+        // the processes working below it) only when the new name is
+        // looked up: done from the refresher's thread, after the old name
+        // was dropped above.
+        for (dir, name) in b.moved_in {
+            i.refresh.moved_in(dir, name);
+        }
         // A reply about a directory of the batch, under way or just sent,
         // may carry a name this batch just invalidated there, and reach
         // the dcache after the invalidation: that directory's names go

@@ -223,6 +223,9 @@ pub struct RefreshCounters {
     pub unavailable: AtomicU64,
     /// Directories queued and not yet dealt with (a gauge).
     pub waiting: AtomicU64,
+    /// Names directories were moved to on the host, looked up so that
+    /// the kernel moved the directory's entry there.
+    pub followed: AtomicU64,
 }
 
 /// The queue of listed directories and the thread that refreshes them.
@@ -247,6 +250,9 @@ struct Shared {
 struct Queue {
     /// Directory node id -> when to stat it.
     due: HashMap<u64, Instant>,
+    /// (directory node id, name) a directory was moved to on the host:
+    /// looked up at once ([`Refresher::moved_in`]).
+    moved: Vec<(u64, Box<[u8]>)>,
     /// The server's state is gone (or the thread found it cannot work):
     /// the thread leaves and nothing more is queued.
     closed: bool,
@@ -289,6 +295,24 @@ impl Refresher {
         if was_empty {
             self.shared.bell.notify_one();
         }
+    }
+
+    /// A directory was moved on the host to `name` in directory node
+    /// `dir`, whose old name the kernel was just told to drop: looks the
+    /// new name up through the clone. The kernel moves a directory's
+    /// entry only when its new name is looked up (`d_splice_alias` finds
+    /// the old entry); until then `getcwd` of a process working below it
+    /// answers the old path, which no longer exists.
+    pub fn moved_in(&self, dir: u64, name: Box<[u8]>) {
+        if !self.running() {
+            return;
+        }
+        let mut q = self.shared.q.lock();
+        if q.closed || q.moved.len() >= MAX_PENDING {
+            return;
+        }
+        q.moved.push((dir, name));
+        self.shared.bell.notify_one();
     }
 
     /// Starts the thread for the mount just made on `mountpoint`, whose
@@ -450,7 +474,7 @@ impl Thread {
     fn run(self) {
         crate::threads::detach_from_creator();
         self.kept.enter();
-        while let Some(batch) = self.next_batch() {
+        while let Some((batch, moved)) = self.next_batch() {
             let n = batch.len() as u64;
             let Some(fs) = self.fs.upgrade() else {
                 return;
@@ -464,6 +488,11 @@ impl Thread {
                 self.counters.waiting.fetch_sub(n, Ordering::Relaxed);
                 continue;
             };
+            for (dir, name) in moved {
+                if follow(clone.fd(), self.dev, dir, &name, &self.names) {
+                    self.counters.followed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
             for id in batch {
                 let c = &self.counters;
                 let counter = match refresh(clone.fd(), self.dev, id, &self.names) {
@@ -485,12 +514,16 @@ impl Thread {
 
     /// Waits for directories to be due (with no timeout while none is
     /// queued: an idle server costs no wakeups), gathers, and takes those
-    /// due. None once closed.
-    fn next_batch(&self) -> Option<Vec<u64>> {
+    /// due, with the moved directories' names (taken at once). None once
+    /// closed.
+    fn next_batch(&self) -> Option<Batch> {
         let mut q = self.shared.q.lock();
         loop {
             if q.closed {
                 return None;
+            }
+            if !q.moved.is_empty() {
+                return Some((Vec::new(), std::mem::take(&mut q.moved)));
             }
             let Some(first) = q.due.values().min().copied() else {
                 self.shared.bell.wait(&mut q);
@@ -510,10 +543,13 @@ impl Thread {
                 }
                 !take
             });
-            return Some(batch);
+            return Some((batch, Vec::new()));
         }
     }
 }
+
+/// Directories due for a refresh, and names directories were moved to.
+type Batch = (Vec<u64>, Vec<(u64, Box<[u8]>)>);
 
 /// Lets `kept` go once no mount of device `dev` is left in this process's
 /// mount table (unmounted, detached: the clone alone would keep the
@@ -601,6 +637,37 @@ fn refresh(clone: BorrowedFd<'_>, dev: u64, id: u64, names: &DirNames) -> Outcom
     checked(open_cached(clone, &path).and_then(|fd| stat_at(&fd, c"", AtFlags::EMPTY_PATH)))
 }
 
+/// Looks `name` up in directory node `dir` through `clone` (see
+/// [`Refresher::moved_in`]): the directory's path from the dentry cache
+/// alone, checked to be the node, then a real lookup of the name. Whether
+/// the name was found.
+fn follow(clone: BorrowedFd<'_>, dev: u64, dir: u64, name: &[u8], names: &DirNames) -> bool {
+    let Some(path) = names.path(dir) else {
+        return false;
+    };
+    let Ok(name) = CString::new(name) else {
+        return false;
+    };
+    let opened;
+    let parent = if path.is_empty() {
+        clone
+    } else {
+        let Some(fd) = CString::new(path)
+            .ok()
+            .and_then(|p| open_cached(clone, &p).ok())
+        else {
+            return false;
+        };
+        opened = fd;
+        opened.as_fd()
+    };
+    if !matches!(stat_at(parent, c"", AtFlags::EMPTY_PATH), Ok((d, ino)) if d == dev && ino == dir)
+    {
+        return false;
+    }
+    stat_at(parent, &name, AtFlags::STATX_DONT_SYNC).is_ok()
+}
+
 /// `path` below `dir` as an O_PATH fd, resolved from the dentry cache
 /// alone: EAGAIN if any component would need a lookup or revalidation.
 fn open_cached(dir: BorrowedFd<'_>, path: &std::ffi::CStr) -> std::io::Result<OwnedFd> {
@@ -631,6 +698,7 @@ impl Counted for Refresher {
             ("fuse.refresh.clones", &c.clones, "Private clones of the mount opened for refreshing (one per mount)"),
             ("fuse.refresh.unavailable", &c.unavailable, "Batches dropped: no fd to spare, or the mount is gone"),
             ("fuse.refresh.waiting", &c.waiting, "Listed directories queued and not yet dealt with"),
+            ("fuse.refresh.followed", &c.followed, "Names directories were moved to on the host, looked up so that the paths of processes working below them follow"),
         ] {
             out.put(name, v.load(Ordering::Relaxed), d);
         }

@@ -510,7 +510,13 @@ impl Shared {
             let Some((dir, name)) = ev.dir else {
                 return false;
             };
-            return self.each_held(dir, |id, _| sink.entry_changed(id, name));
+            let dir_moved_in = ev.mask & libc::FAN_MOVED_TO != 0 && ev.mask & libc::FAN_ONDIR != 0;
+            return self.each_held(dir, |id, _| {
+                sink.entry_changed(id, name);
+                if dir_moved_in {
+                    sink.dir_moved_in(id, name);
+                }
+            });
         }
         let Some(obj) = ev.obj.or(ev.dir.map(|d| d.0)) else {
             return false;
