@@ -49,9 +49,17 @@ impl PassthroughFs {
         // reached us) and finds the file gone: it comes after the removal,
         // and sees what ext4 would show it then, no file. ESTALE would make
         // the kernel look again once, and a second race of the same kind
-        // reached the caller as ESTALE (seen under TSan's stress).
+        // reached the caller as ESTALE (seen under TSan's stress). After a
+        // rename over the name, though, the name still leads to a file,
+        // which the caller must get (ENOENT failed 9% of the opens of a
+        // file replaced in a loop, the way editors and package managers
+        // save): ESTALE, so the kernel looks the name up again.
         let gone = |e: Errno| {
-            if e == Errno::ESTALE && node.kind() == VType::Reg && node.nameless_by_mount() {
+            if e == Errno::ESTALE
+                && node.kind() == VType::Reg
+                && node.nameless_by_mount()
+                && !node.replaced_by_mount()
+            {
                 Errno::ENOENT
             } else {
                 e
@@ -86,7 +94,11 @@ impl PassthroughFs {
             && node.open_count() == 0
             && sys::statx_fd(f.as_fd())?.stx_nlink == 0
         {
-            return Err(Errno::ENOENT);
+            return Err(if node.replaced_by_mount() {
+                Errno::ESTALE
+            } else {
+                Errno::ENOENT
+            });
         }
         let fh = self.opens.insert(res.into_fd(f), node)?;
         // Truncated as root, who keeps set-uid: drop it as the caller's

@@ -133,7 +133,7 @@ impl PassthroughFs {
         let held = st.and_then(|st| self.hold_freed(dfd.as_fd(), &cname, &st));
         let flags = AtFlags::from_bits_retain(flags as u32);
         let res = rustix::fs::unlinkat(&dfd, &cname, flags).map_err(Errno::from);
-        self.removed(doomed, res.is_ok());
+        self.removed(doomed, res.is_ok(), false);
         if let Some(fd) = held {
             self.close_held(fd);
         }
@@ -168,8 +168,9 @@ impl PassthroughFs {
         Some(Doomed { vp, node, regular })
     }
 
-    /// After the removal `doomed` was taken for: done (`ok`) or refused.
-    fn removed(&self, doomed: Option<Doomed>, ok: bool) {
+    /// After the removal `doomed` was taken for: done (`ok`) or refused;
+    /// `replaced`: a rename over the name, which still leads to a file.
+    fn removed(&self, doomed: Option<Doomed>, ok: bool, replaced: bool) {
         let Some(Doomed { vp, node, regular }) = doomed else {
             return;
         };
@@ -189,7 +190,7 @@ impl PassthroughFs {
             // Before its fd goes: an OPEN already on its way by the name
             // the kernel still caches must see a removal of ours, not one
             // behind our back (`do_open`).
-            node.mark_removed();
+            node.mark_removed(replaced);
         }
         // Counted only when a cached fd actually went.
         if regular && node.uncache_unlinked() {
@@ -250,7 +251,7 @@ impl PassthroughFs {
         let held = target.and_then(|st| self.hold_freed(d2.as_fd(), &c2, &st));
         let raw_flags = rustix::fs::RenameFlags::from_bits_retain(flags.0);
         let res = rustix::fs::renameat_with(&d1, &c1, &d2, &c2, raw_flags).map_err(Errno::from);
-        self.removed(replaced, res.is_ok());
+        self.removed(replaced, res.is_ok(), true);
         if let Some(fd) = held {
             self.close_held(fd);
         }

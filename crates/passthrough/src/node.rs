@@ -31,6 +31,7 @@
 //! | `ORPHAN` | set before the mount removes a directory or special file's last name |
 //! | `UNLINKED` | set when the file lost its last name while open, cleared by the last release |
 //! | `REMOVED` | set once the mount removed the file's last name (open or not), cleared only when the node is rebound to another file |
+//! | `REPLACED` | with `REMOVED`, when the removal was a rename of another file over the name (which still leads to a file) |
 
 use crate::fdpool::{Evict, Fd, FdHolder};
 use crate::handle::Handle;
@@ -112,11 +113,12 @@ const ON_RING: u32 = 1 << 6;
 const UNLINKED: u32 = 1 << 7;
 const ORPHAN: u32 = 1 << 8;
 const REMOVED: u32 = 1 << 9;
-/// The open count, in the bits above the flags: up to 4,194,303 open
+const REPLACED: u32 = 1 << 10;
+/// The open count, in the bits above the flags: up to 2,097,151 open
 /// files on one node. Each holds an fd of the server's, so a server
-/// reaches that only past 4 million open fds (the kernel's default
+/// reaches that only past 2 million open fds (the kernel's default
 /// `nr_open` is 1,048,576); past it, opens are refused (`Node::opened`).
-const OPENS_SHIFT: u32 = 10;
+const OPENS_SHIFT: u32 = 11;
 const OPEN_ONE: u32 = 1 << OPENS_SHIFT;
 const OPENS_MAX: u32 = u32::MAX >> OPENS_SHIFT;
 
@@ -254,7 +256,7 @@ impl Node {
         drop(old);
         if file_changed {
             // Another file now: the old one's removal says nothing of it.
-            self.bits.fetch_and(!REMOVED, Ordering::SeqCst);
+            self.bits.fetch_and(!(REMOVED | REPLACED), Ordering::SeqCst);
         }
     }
 
@@ -360,9 +362,21 @@ impl Node {
         self.has(ORPHAN | UNLINKED | REMOVED, Ordering::SeqCst)
     }
 
-    /// The mount removed the file's last name (unlink, or a rename over it).
-    pub fn mark_removed(&self) {
-        self.bits.fetch_or(REMOVED, Ordering::SeqCst);
+    /// The mount removed the file's last name: an unlink, or (`replaced`)
+    /// a rename of another file over it.
+    pub fn mark_removed(&self, replaced: bool) {
+        let bits = if replaced {
+            REMOVED | REPLACED
+        } else {
+            REMOVED
+        };
+        self.bits.fetch_or(bits, Ordering::SeqCst);
+    }
+
+    /// Whether the mount removed the file's last name by renaming another
+    /// file over it: the name the kernel resolved still leads to a file.
+    pub fn replaced_by_mount(&self) -> bool {
+        self.has(REPLACED, Ordering::SeqCst)
     }
 
     /// Reads the node's lock word without taking it, to bring it into
@@ -488,7 +502,7 @@ mod tests {
         assert!(!n.pinned() && !n.nameless_by_mount() && !n.is_orphan());
         assert!(n.opened() && n.opened());
         n.set_orphan(true);
-        n.mark_removed();
+        n.mark_removed(false);
         n.set_ident(
             Ident {
                 kind: VType::Dir,

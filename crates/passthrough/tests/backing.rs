@@ -52,6 +52,37 @@ fn an_open_that_lost_the_race_with_our_own_unlink_finds_no_file() {
 }
 
 #[test]
+fn an_open_that_lost_the_race_with_our_own_rename_over_the_name_looks_again() {
+    // The kernel resolved the name, then the mount renamed another file
+    // over it before the OPEN arrived (a save by rename, done in a loop):
+    // the name still leads to a file, so the kernel is to look it up again
+    // (ESTALE) and open that one; ENOENT would fail the caller's open of a
+    // name that never stopped existing.
+    let e = env("raced-rename");
+    std::fs::write(e.src.path().join("f"), b"old").unwrap();
+    std::fs::write(e.src.path().join("f.tmp"), b"new").unwrap();
+    let f = e.lookup(&e.root, "f").unwrap();
+    e.fs.rename(
+        &ROOT,
+        &e.root,
+        b"f.tmp",
+        &e.root,
+        b"f",
+        uvfs_vfs::RenameFlags::default(),
+    )
+    .unwrap();
+    e.fs.drop_idle_fds();
+    assert_eq!(
+        e.fs.open(&ROOT, &f, libc::O_RDONLY).err(),
+        Some(Errno::ESTALE)
+    );
+    // Looked up again: the new file, which opens.
+    let again = e.lookup(&e.root, "f").unwrap();
+    let fh = e.fs.open(&ROOT, &again, libc::O_RDONLY).unwrap();
+    e.fs.release(&again, fh).unwrap();
+}
+
+#[test]
 fn open_unlinked_file_keeps_working() {
     let e = env("unlinked");
     let (f, fh) =

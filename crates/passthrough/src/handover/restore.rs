@@ -215,7 +215,7 @@ impl PassthroughFs {
         }
         let node = self.node_of(&vp).map_err(err)?;
         if o.removed {
-            node.mark_removed();
+            node.mark_removed(false);
         }
         if o.orphan {
             node.set_orphan(true);
