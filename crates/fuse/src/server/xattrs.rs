@@ -51,9 +51,15 @@ impl Server {
         Self::reply_xattr(reply, size, r);
     }
 
-    pub(super) fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+    pub(super) fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let (pid, uid) = (req.pid(), req.uid());
         let r = self.guard(Op::Listxattr, ino.0, |i| {
             i.fs.listxattr(&i.nodes.get(ino.0)?)
+        });
+        let r = r.map(|list| {
+            hide_trusted(list, || {
+                crate::caller_caps::has_cap(pid, uid, crate::caller_caps::CAP_SYS_ADMIN)
+            })
         });
         Self::reply_xattr(reply, size, r);
     }
@@ -63,5 +69,45 @@ impl Server {
             i.fs.removexattr(&ctx(req), &i.nodes.get(ino.0)?, name(n))
         });
         Self::reply_empty(reply, r);
+    }
+}
+
+/// The names of `list` (NUL-terminated, one after another) a caller may
+/// see: `trusted.*` names only if it holds `CAP_SYS_ADMIN` (`capable`,
+/// asked only when the list has such a name), as ext4 and tmpfs list
+/// them. The kernel refuses reading and writing those attributes without
+/// it, but leaves listing to the file system, and the server, which runs
+/// as root, lists everything it finds: their names were shown to every
+/// user.
+fn hide_trusted(list: Vec<u8>, capable: impl FnOnce() -> bool) -> Vec<u8> {
+    const TRUSTED: &[u8] = b"trusted.";
+    let names = || list.split(|&b| b == 0).filter(|n| !n.is_empty());
+    if !names().any(|n| n.starts_with(TRUSTED)) || capable() {
+        return list;
+    }
+    let mut out = Vec::with_capacity(list.len());
+    for n in names().filter(|n| !n.starts_with(TRUSTED)) {
+        out.extend_from_slice(n);
+        out.push(0);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hide_trusted;
+
+    #[test]
+    fn trusted_names_are_listed_to_the_capable_only() {
+        let list = b"user.a\0trusted.secret\0security.selinux\0trusted.x\0".to_vec();
+        assert_eq!(
+            hide_trusted(list.clone(), || false),
+            b"user.a\0security.selinux\0"
+        );
+        assert_eq!(hide_trusted(list.clone(), || true), list);
+        // Without such a name the caller is not even asked about.
+        let plain = b"user.a\0".to_vec();
+        assert_eq!(hide_trusted(plain.clone(), || unreachable!()), plain);
+        assert!(hide_trusted(b"trusted.only\0".to_vec(), || false).is_empty());
     }
 }
