@@ -18,6 +18,19 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use uvfs_vfs::{Errno, Freeing, RenameFlags, VType};
 
+/// What a file handle leads to (`.` of its node): a file with no name
+/// left answers ESTALE, as ext4 refuses a handle of a deleted file
+/// (open or not); memfs opened one in a third of the tries right after
+/// its unlink, while the kernel's FORGET was on its way.
+fn by_handle(
+    found: uvfs_vfs::VfsResult<(uvfs_vfs::VnodeRef, uvfs_vfs::Attr)>,
+) -> uvfs_vfs::VfsResult<Option<(uvfs_vfs::VnodeRef, uvfs_vfs::Attr)>> {
+    match found {
+        Ok((_, a)) if a.nlink == 0 => Err(Errno::ESTALE),
+        r => r.map(Some),
+    }
+}
+
 impl Server {
     pub(super) fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
         self.inner.throttle_new_nodes();
@@ -30,7 +43,7 @@ impl Server {
                 // FUSE_EXPORT_SUPPORT it asks for `.` of the handle's node
                 // id (and checks the generation itself).
                 Err(Errno::ESTALE) if name(n) == b"." => {
-                    return i.with_attr(i.fs.vget(i.nodes.node_id(parent.0))?).map(Some);
+                    return by_handle(i.with_attr(i.fs.vget(i.nodes.node_id(parent.0))?));
                 }
                 Err(e) => return Err(e),
             };
@@ -39,7 +52,7 @@ impl Server {
             // type (a file system's own lookup of `.` wants a directory,
             // and any error here is ESTALE to `open_by_handle_at`).
             if name(n) == b"." {
-                return i.with_attr(dir).map(Some);
+                return by_handle(i.with_attr(dir));
             }
             negative_ttl = i.entry_ttl(&dir);
             match i.fs.lookup_attr(&ctx(req), &dir, name(n)) {
