@@ -160,7 +160,7 @@ fn the_report_names_every_subsystem_counter() {
         "fuse.kernel_io.registered fuse.kernel_io.written_files fuse.locks.waiting",
         "fuse.nodes fuse.nodes.forget_excess",
         "fuse.nodes.forgotten fuse.nodes.lookups fuse.nodes.released fuse.nodes.remembered",
-        "fuse.offload.threads fuse.refresh.clones fuse.refresh.dropped fuse.refresh.names",
+        "fuse.offload.threads fuse.refresh.clones fuse.refresh.dropped fuse.refresh.followed fuse.refresh.names",
         "fuse.refresh.queued fuse.refresh.refreshed fuse.refresh.stale fuse.refresh.unavailable",
         "fuse.refresh.uncached fuse.refresh.unknown fuse.refresh.untracked fuse.refresh.waiting",
         "fuse.requests fuse.requests.errors fuse.requests.offloaded fuse.requests.panics",
