@@ -62,7 +62,15 @@ impl PassthroughFs {
         // as chown(2) takes it.
         let uid = set.uid.filter(|&u| u != u32::MAX).map(Uid::from_raw);
         let gid = set.gid.filter(|&g| g != u32::MAX).map(Gid::from_raw);
-        if uid.is_some() || gid.is_some() {
+        // A change of ctime alone (`chown(f, -1, -1)`, which moves it on
+        // ext4 and tmpfs) is a chown to the same ids: the backing file
+        // system moves ctime to now, the only value it takes.
+        let touch_ctime = set.ctime.is_some()
+            && set.mode.is_none()
+            && set.size.is_none()
+            && set.atime.is_none()
+            && set.mtime.is_none();
+        if uid.is_some() || gid.is_some() || touch_ctime {
             // The empty path with AT_EMPTY_PATH acts on the fd's inode (a
             // symlink itself included).
             rustix::fs::chownat(

@@ -167,6 +167,32 @@ fn an_id_of_minus_one_changes_nothing_and_is_no_caller() {
 }
 
 #[test]
+fn a_change_of_ctime_alone_moves_it() {
+    // chown(f, -1, -1): the kernel asks for a new ctime and nothing else;
+    // ext4 and tmpfs move it.
+    let e = env("ctime-alone");
+    let (f, fh) =
+        e.fs.create(&ROOT, &e.root, b"f", 0o644, libc::O_RDWR)
+            .unwrap();
+    e.fs.release(&f, fh).unwrap();
+    let ctime = || {
+        let m = std::fs::metadata(e.src.path().join("f")).unwrap();
+        (m.ctime(), m.ctime_nsec())
+    };
+    let before = ctime();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let set = SetAttr {
+        ctime: Some(uvfs_vfs::Timespec { sec: 0, nsec: 0 }),
+        kill_suidgid: true,
+        ..Default::default()
+    };
+    e.fs.setattr(&ROOT, &f, &set).unwrap();
+    assert!(ctime() > before, "{before:?} -> {:?}", ctime());
+    let a = e.fs.getattr(&f).unwrap();
+    assert_eq!((a.uid, a.gid, a.perm), (0, 0, 0o644));
+}
+
+#[test]
 fn creates_belong_to_the_caller() {
     let e = env("owner");
     let ctx = Ctx::new(4321, 8765);
