@@ -29,7 +29,7 @@ pub(crate) const LARGE_FREE: u64 = 64 << 20;
 
 /// Bytes of storage a file holds (`st_blocks` counts 512-byte units
 /// whatever the block size).
-fn allocated(st: &crate::sys::Statx) -> u64 {
+pub(crate) fn allocated(st: &crate::sys::Statx) -> u64 {
     st.stx_blocks.saturating_mul(512)
 }
 

@@ -89,8 +89,11 @@ impl PassthroughFs {
         // found is the closing thread's last hold on the file
         // (`closer.rs`), gone at any moment; the open comes after the
         // removal, as when that hold is gone already (`gone` above).
+        // (A file renamed over that kept its fd for such opens is not
+        // that hold: `namei.rs`, `removed`.)
         if node.kind() == VType::Reg
             && node.nameless_by_mount()
+            && !node.is_orphan()
             && node.open_count() == 0
             && sys::statx_fd(f.as_fd())?.stx_nlink == 0
         {

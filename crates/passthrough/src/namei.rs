@@ -159,19 +159,31 @@ impl PassthroughFs {
             return None;
         }
         let regular = fmt == libc::S_IFREG;
+        let small = crate::freeing::allocated(st) < KEPT_WHEN_REPLACED;
         if !regular {
             // Cache an fd (a failure just leaves the old behaviour).
             if self.fd_of(&node).is_ok() {
                 node.set_orphan(true);
             }
         }
-        Some(Doomed { vp, node, regular })
+        Some(Doomed {
+            vp,
+            node,
+            regular,
+            small,
+        })
     }
 
     /// After the removal `doomed` was taken for: done (`ok`) or refused;
     /// `replaced`: a rename over the name, which still leads to a file.
     fn removed(&self, doomed: Option<Doomed>, ok: bool, replaced: bool) {
-        let Some(Doomed { vp, node, regular }) = doomed else {
+        let Some(Doomed {
+            vp,
+            node,
+            regular,
+            small,
+        }) = doomed
+        else {
             return;
         };
         if !ok {
@@ -191,6 +203,17 @@ impl PassthroughFs {
             // the kernel still caches must see a removal of ours, not one
             // behind our back (`do_open`).
             node.mark_removed(replaced);
+        }
+        // Renamed over (a save by rename): an OPEN on its way by the name
+        // the kernel resolved before the rename opens it, as on ext4,
+        // where the open that resolved the name first gets the old file
+        // (ESTALE instead had the kernel look again, and a second rename
+        // in between reached the caller). So a small file keeps its
+        // cached fd, if it has one, until the kernel forgets the node,
+        // which it does as soon as no one uses it.
+        if regular && replaced && small && node.cached_fd().is_some() {
+            node.set_orphan(true);
+            return;
         }
         // Counted only when a cached fd actually went.
         if regular && node.uncache_unlinked() {
@@ -276,4 +299,11 @@ struct Doomed {
     vp: VnodeRef,
     node: Arc<Node>,
     regular: bool,
+    /// Holds less than [`KEPT_WHEN_REPLACED`] bytes of storage.
+    small: bool,
 }
+
+/// Storage below which a regular file renamed over keeps its cached fd
+/// until the kernel forgets it (`removed`): the last close, at the
+/// FORGET, then frees it on a request thread, which must stay cheap.
+const KEPT_WHEN_REPLACED: u64 = 1 << 20;

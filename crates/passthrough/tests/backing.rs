@@ -80,6 +80,21 @@ fn an_open_that_lost_the_race_with_our_own_rename_over_the_name_looks_again() {
     let again = e.lookup(&e.root, "f").unwrap();
     let fh = e.fs.open(&ROOT, &again, libc::O_RDONLY).unwrap();
     e.fs.release(&again, fh).unwrap();
+    // A file the mount used just before (its fd still cached) is opened
+    // as it was when the name was resolved, as on ext4: the old contents.
+    std::fs::write(e.src.path().join("f.tmp"), b"newer").unwrap();
+    e.fs.rename(
+        &ROOT,
+        &e.root,
+        b"f.tmp",
+        &e.root,
+        b"f",
+        uvfs_vfs::RenameFlags::default(),
+    )
+    .unwrap();
+    let fh = e.fs.open(&ROOT, &again, libc::O_RDONLY).unwrap();
+    assert_eq!(e.fs.read(&again, fh, 0, 16).unwrap(), b"new");
+    e.fs.release(&again, fh).unwrap();
 }
 
 #[test]

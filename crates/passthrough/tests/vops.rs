@@ -311,15 +311,6 @@ fn deleted_files_are_not_pinned_by_cached_fds() {
         e.fs.getattr(&a).unwrap();
         e.fs.unlink(&ROOT, &e.root, b"a").unwrap();
         assert_eq!(pinned(), Vec::<String>::new(), "unlink");
-        // Replaced by a rename.
-        let (b, fh) = mk(b"b");
-        e.fs.release(&b, fh).unwrap();
-        e.fs.getattr(&b).unwrap();
-        let (c, fh) = mk(b"c");
-        e.fs.release(&c, fh).unwrap();
-        e.fs.rename(&ROOT, &e.root, b"c", &e.root, b"b", RenameFlags::default())
-            .unwrap();
-        assert_eq!(pinned(), Vec::<String>::new(), "rename");
         // Open while unlinked: still readable, released at the last close.
         let (d, fh) = mk(b"d");
         e.fs.unlink(&ROOT, &e.root, b"d").unwrap();
@@ -333,6 +324,25 @@ fn deleted_files_are_not_pinned_by_cached_fds() {
         e.fs.link(&ROOT, &g, &e.root, b"g2").unwrap();
         e.fs.unlink(&ROOT, &e.root, b"g").unwrap();
         assert_eq!(e.read_all(&g), b"data", "no_handles={no_handles}");
+        // Replaced by a rename.
+        let (b, fh) = mk(b"b");
+        e.fs.release(&b, fh).unwrap();
+        e.fs.getattr(&b).unwrap();
+        let (c, fh) = mk(b"c");
+        e.fs.release(&c, fh).unwrap();
+        e.fs.rename(&ROOT, &e.root, b"c", &e.root, b"b", RenameFlags::default())
+            .unwrap();
+        // A small file renamed over keeps its cached fd while the kernel
+        // holds its node (an OPEN racing the rename opens it, as on ext4)
+        // and gives it back when the kernel forgets the node, which it
+        // does as soon as nothing uses it (through a mount:
+        // `a_file_saved_by_rename_in_a_loop_always_opens`).
+        // (`g`'s fd shows its removed name too; its file lives on as g2.)
+        let held = pinned();
+        assert!(
+            held.iter().any(|p| p.ends_with("/b (deleted)")),
+            "renamed over, while held: {held:?}"
+        );
     }
 }
 

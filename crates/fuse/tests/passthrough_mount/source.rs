@@ -303,3 +303,61 @@ fn file_handles_outlive_the_kernel_and_the_server_forgetting_the_node() {
     let e = common::open_handle(&t.m(""), &hg).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::ESTALE), "{e}");
 }
+
+/// A file saved by rename over its name again and again (as editors and
+/// package managers save), opened meanwhile by another thread: every open
+/// finds a file, as on ext4 (an OPEN racing the rename answered ENOENT,
+/// 16% of them), and no replaced file stays pinned once the kernel let it
+/// go.
+#[test]
+fn a_file_saved_by_rename_in_a_loop_always_opens() {
+    let Some(t) = Pt::new("saved") else { return };
+    std::fs::write(t.m("config"), b"v0").unwrap();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (tmp, name, done) = (t.m("config.tmp"), t.m("config"), done.clone());
+        std::thread::spawn(move || {
+            for i in 0..3000 {
+                std::fs::write(&tmp, format!("v{i}")).unwrap();
+                std::fs::rename(&tmp, &name).unwrap();
+            }
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+        })
+    };
+    let mut failed = std::collections::BTreeMap::new();
+    let mut opened = 0u64;
+    while !done.load(std::sync::atomic::Ordering::SeqCst) {
+        match std::fs::File::open(t.m("config")) {
+            Ok(_) => opened += 1,
+            Err(e) => *failed.entry(e.raw_os_error().unwrap_or(0)).or_insert(0u64) += 1,
+        }
+    }
+    writer.join().unwrap();
+    // A second race in a row (a rename between the kernel's look-again
+    // and its open) may still answer ESTALE; a name that never stopped
+    // existing must never answer ENOENT.
+    assert!(
+        !failed.contains_key(&libc::ENOENT),
+        "opens failed by errno: {failed:?} ({opened} opened)"
+    );
+    // The replaced files' space: nothing of this process (the server)
+    // holds a deleted file of the source once the kernel forgot them.
+    let src = t.src("");
+    let pinned = || -> Vec<String> {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .map(|p| p.to_string_lossy().into_owned())
+            .filter(|p| p.starts_with(&*src.to_string_lossy()) && p.ends_with(" (deleted)"))
+            .collect()
+    };
+    let start = std::time::Instant::now();
+    while !pinned().is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "replaced files still held: {:?}",
+            pinned()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
