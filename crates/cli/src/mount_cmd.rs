@@ -42,7 +42,7 @@ fn parse_size(s: &str) -> io::Result<Option<u64>> {
 }
 
 /// Bytes of physical memory (as tmpfs sizes its defaults).
-fn physical_memory() -> u64 {
+pub(crate) fn physical_memory() -> u64 {
     let i = rustix::system::sysinfo();
     (i.totalram as u64).saturating_mul(u64::from(i.mem_unit))
 }
@@ -234,6 +234,12 @@ fn mount_with(o: &MountOpts, mut handoff: Option<uvfs_fuse::upgrade::Handoff>) -
     }
     if let Some(s) = &source {
         must_be_dir(s, "--source ")?;
+    }
+    // Here, not only in the server after it detached: the refusal is the
+    // caller's, and logged after detaching it went into the log of the
+    // server that does serve the mountpoint (its log is named for it).
+    if !taking_over {
+        uvfs_fuse::refuse_if_served(&o.mountpoint)?;
     }
     if o.threads == 0 || o.vnodes == 0 {
         return Err(io::Error::new(

@@ -27,6 +27,11 @@ fn a_second_mount_on_a_served_mountpoint_is_refused() {
     assert!(first.status.success(), "first mount: {first:?}");
     let r = std::panic::catch_unwind(|| {
         fs::write(mnt.join("kept"), b"first").unwrap();
+        // The first server's log (named for the mountpoint, where no
+        // syslog listens): the refusals are the caller's, not its.
+        let log = uvfs_fuse::fallback_log_path(&mnt).unwrap();
+        let logged = || fs::read_to_string(&log).unwrap_or_default();
+        let before = logged().len();
         for args in [&["mount"][..], &["mount", "--foreground"][..]] {
             let second = uvfs(args, &mnt);
             let err = String::from_utf8_lossy(&second.stderr);
@@ -37,6 +42,8 @@ fn a_second_mount_on_a_served_mountpoint_is_refused() {
                 "{args:?}: {err}"
             );
         }
+        let since = logged().get(before..).unwrap_or_default().to_string();
+        assert!(!since.contains("ERROR"), "the first server's log: {since}");
         // Nothing was stacked on the first mount, which still serves.
         let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap();
         let here = uvfs_fuse::mountinfo_entries(&mounts).filter(|e| e.mountpoint == mnt);

@@ -213,7 +213,10 @@ pub use control::{
 pub use daemon::{daemonize, Readiness};
 pub use fusermount::{allow_other_refused, user_allow_other};
 pub use kmount::{unmount_path, MOUNT_FLAGS};
-pub use mount::{mount_and_serve, serve, serve_fd, serve_successor, BackgroundMount, ServeConfig};
+pub use mount::{
+    mount_and_serve, refuse_if_served, serve, serve_fd, serve_successor, BackgroundMount,
+    ServeConfig,
+};
 pub use mountinfo::{entries as mountinfo_entries, mount_entry, MountEntry};
 pub use nodes::ROOT_ID;
 pub use refresh::MIN_ATTR_TIMEOUT as MIN_REFRESH_ATTR_TIMEOUT;

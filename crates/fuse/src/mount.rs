@@ -357,20 +357,20 @@ type Mounted = (
     Arc<Inner>,
 );
 
-fn mount(
-    fs: Arc<dyn FileSystem>,
-    layer: Arc<VnodeLayer>,
-    cfg: &ServeConfig,
-) -> std::io::Result<Mounted> {
-    let mountpoint = normalize_mountpoint(&cfg.mountpoint)?;
-    // A live server there: mounting over it would stack a second mount
-    // whose control socket cannot be had (the first one's answers), and
-    // fail only after waiting for the first to exit (`bind_replacing`).
-    // A server still answering with nothing mounted is on its way out.
-    if cfg.control
-        && crate::control::answers(&mountpoint)
-        && mountinfo::device_of(&mountpoint).is_some()
-    {
+/// Refuses (`AlreadyExists`, said plainly) a mountpoint a live uvfs
+/// server serves: mounting over it would stack a second mount whose
+/// control socket cannot be had (the first one's answers), and fail only
+/// after waiting for the first to exit (`bind_replacing`). A server still
+/// answering with nothing mounted is on its way out. Also for a front end
+/// to call before it detaches, so that the refusal reaches the terminal
+/// and not the running server's log.
+pub fn refuse_if_served(mountpoint: &std::path::Path) -> std::io::Result<()> {
+    // A mountpoint that cannot be resolved is not served; what is wrong
+    // with it is said where it is used.
+    let Ok(mountpoint) = normalize_mountpoint(mountpoint) else {
+        return Ok(());
+    };
+    if crate::control::answers(&mountpoint) && mountinfo::device_of(&mountpoint).is_some() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::AlreadyExists,
             format!(
@@ -378,6 +378,18 @@ fn mount(
                 mountpoint.display()
             ),
         ));
+    }
+    Ok(())
+}
+
+fn mount(
+    fs: Arc<dyn FileSystem>,
+    layer: Arc<VnodeLayer>,
+    cfg: &ServeConfig,
+) -> std::io::Result<Mounted> {
+    let mountpoint = normalize_mountpoint(&cfg.mountpoint)?;
+    if cfg.control {
+        refuse_if_served(&mountpoint)?;
     }
     let known = MOUNT_FLAGS.iter().fold(0, |a, &(_, f)| a | f);
     if cfg.mount_flags & !known != 0 {
