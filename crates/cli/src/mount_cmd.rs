@@ -24,7 +24,15 @@ use uvfs_vnode::{Config, VnodeLayer};
 /// physical memory, or `unlimited`. 0 (or 0%) is unlimited too, as
 /// tmpfs's `size=0`, so an fstab line written for tmpfs means the same.
 fn parse_size(s: &str) -> io::Result<Option<u64>> {
-    let bad = || io::Error::new(io::ErrorKind::InvalidInput, format!("bad --size {s:?}"));
+    let bad = || {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "bad --size {s:?}: bytes with an optional k, m, g or t suffix (powers of \
+                 1024: 512m, 2g), a percentage of physical memory (50%), or unlimited"
+            ),
+        )
+    };
     let s = s.trim();
     if s == "unlimited" {
         return Ok(None);
@@ -74,7 +82,10 @@ fn parse_inodes(s: Option<&str>) -> io::Result<Option<u64>> {
         Some(n) => Ok(Some(n)),
         None => Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("bad --inodes {s:?}"),
+            format!(
+                "bad --inodes {s:?}: a count with an optional k, m or g suffix (powers \
+                 of 1024: 100k), or unlimited"
+            ),
         )),
     }
 }
@@ -709,6 +720,12 @@ mod tests {
         assert_eq!(parse_size("unlimited").unwrap(), None);
         assert!(parse_size("50%").unwrap().unwrap() > 0);
         assert!(parse_size("x").is_err());
+        // A refusal says what is accepted.
+        let e = parse_size("1GB").unwrap_err().to_string();
+        assert!(
+            e.contains("1GB") && e.contains("suffix") && e.contains("unlimited"),
+            "{e}"
+        );
         assert!(parse_size("101%").is_err());
         assert!(parse_size("-1%").is_err());
         // tmpfs's size=0: no limit.
