@@ -12,6 +12,7 @@
 //! connection up), and `umount MNT` (or `fusermount3 -u MNT`) stops the
 //! server.
 
+use crate::mount_opts::physical_memory;
 use crate::mount_opts::{FsKind, MountOpts, StatOpts, Transport, UmountOpts, UpgradeOpts};
 use std::io;
 use std::path::Path;
@@ -47,12 +48,6 @@ fn parse_size(s: &str) -> io::Result<Option<u64>> {
         binary_suffixed(s, &['k', 'm', 'g', 't']).ok_or_else(bad)?
     };
     Ok((bytes > 0).then_some(bytes))
-}
-
-/// Bytes of physical memory (as tmpfs sizes its defaults).
-pub(crate) fn physical_memory() -> u64 {
-    let i = rustix::system::sysinfo();
-    (i.totalram as u64).saturating_mul(u64::from(i.mem_unit))
 }
 
 /// A number with an optional binary suffix among `suffixes` (k, m, g, t:

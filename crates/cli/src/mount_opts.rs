@@ -29,7 +29,13 @@ const BYTES_PER_VNODE: u64 = 200;
 /// caches (about 1 KiB each, given back under memory pressure, which its
 /// FORGETs pass on to the server).
 fn default_vnodes() -> usize {
-    vnodes_for(crate::mount_cmd::physical_memory())
+    vnodes_for(physical_memory())
+}
+
+/// Bytes of physical memory (as tmpfs sizes its defaults).
+pub(crate) fn physical_memory() -> u64 {
+    let i = rustix::system::sysinfo();
+    (i.totalram as u64).saturating_mul(u64::from(i.mem_unit))
 }
 
 /// The default vnode limit on a machine with `memory` bytes.
