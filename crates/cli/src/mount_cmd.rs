@@ -12,8 +12,9 @@
 //! connection up), and `umount MNT` (or `fusermount3 -u MNT`) stops the
 //! server.
 
-use crate::mount_opts::physical_memory;
-use crate::mount_opts::{FsKind, MountOpts, StatOpts, Transport, UmountOpts, UpgradeOpts};
+use crate::mount_opts::{
+    physical_memory, FsKind, MountOpts, StatOpts, Transport, UmountOpts, UpgradeOpts,
+};
 use std::io;
 use std::path::Path;
 use std::time::Duration;
