@@ -174,7 +174,9 @@ impl Inode {
                 subdirs = Some(d.subdirs());
                 ((d.len() as u64 + 2) * 20, 0)
             }
-            Body::Symlink(t) => (t.len() as u64, 0),
+            // As tmpfs: a target of up to 127 bytes is kept in the inode,
+            // a longer one in a page of its own.
+            Body::Symlink(t) => (t.len() as u64, if t.len() < 128 { 0 } else { 8 }),
             Body::Special => (0, 0),
         };
         let m = self.meta.lock();

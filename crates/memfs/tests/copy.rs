@@ -256,3 +256,16 @@ fn concurrent_copies_are_atomic_and_never_deadlock() {
         t.join().unwrap();
     }
 }
+
+#[test]
+fn long_symlinks_take_a_page_as_on_tmpfs() {
+    let fs = memfs(None);
+    let root = fs.root().unwrap();
+    let blocks = |name: &[u8], len: usize| {
+        let l = fs.symlink(&C, &root, name, &vec![b'x'; len]).unwrap();
+        fs.getattr(&l).unwrap().blocks
+    };
+    assert_eq!(blocks(b"short", 127), 0);
+    assert_eq!(blocks(b"long", 128), 8);
+    assert_eq!(blocks(b"longest", 4095), 8);
+}
