@@ -289,10 +289,16 @@ fn working_directories_follow_a_host_move_of_their_ancestor() {
     fs::rename(src.join("d"), src.join("e")).unwrap();
     // The paths `getcwd` answers (what /proc shows): the new ones, with
     // nothing looked up through the mount meanwhile.
-    let ok = (0..5000).any(|_| {
+    let right =
+        || cwd(&below) == Some(mnt.join("moved/b/c")) && cwd(&itself) == Some(mnt.join("e"));
+    let mut ok = (0..5000).any(|_| {
         std::thread::sleep(Duration::from_millis(1));
-        cwd(&below) == Some(mnt.join("moved/b/c")) && cwd(&itself) == Some(mnt.join("e"))
+        right()
     });
+    // And they stay so once the watcher has sent the moves' invalidations
+    // again (which unhash the entries the lookups moved).
+    settled(&m);
+    ok &= right();
     let seen = (cwd(&below), cwd(&itself));
     for c in [&mut below, &mut itself] {
         let _ = c.kill();
@@ -300,6 +306,47 @@ fn working_directories_follow_a_host_move_of_their_ancestor() {
     }
     assert!(ok, "working directories after the host's moves: {seen:?}");
     assert!(m.counter("fuse.refresh.followed") >= 1);
+}
+
+#[test]
+fn working_directories_in_directories_the_host_just_made_stay_valid() {
+    // The host makes a directory and a process enters it through the
+    // mount at once: the watcher's invalidation of the name, coming after
+    // the process's lookup, unhashed its working directory, and `getcwd`
+    // failed (ENOENT; "(deleted)" in /proc).
+    if let Err(why) = can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let m = Mounted::new("cwd-made", &["--source", "src"]);
+    if !watched(&m) {
+        return;
+    }
+    let (src, mnt) = (m.src(), m.mnt.clone());
+    let mut working = Vec::new();
+    for i in 0..40 {
+        let name = format!("d{i}");
+        fs::create_dir(src.join(&name)).unwrap();
+        let child = std::process::Command::new("sleep")
+            .arg("60")
+            .current_dir(mnt.join(&name))
+            .spawn()
+            .unwrap();
+        working.push((child, mnt.join(&name)));
+    }
+    settled(&m);
+    let wrong: Vec<_> = working
+        .iter()
+        .filter_map(|(c, dir)| {
+            let cwd = fs::read_link(format!("/proc/{}/cwd", c.id())).ok();
+            (cwd.as_ref() != Some(dir)).then(|| (dir.clone(), cwd))
+        })
+        .collect();
+    for (c, _) in &mut working {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    assert!(wrong.is_empty(), "working directories gone: {wrong:?}");
 }
 
 /// A file system mounted on the host (`mount`'s command), unmounted

@@ -51,21 +51,31 @@ const REPEATS: [Duration; 3] = [
 /// Names to invalidate: (directory node id, name).
 type Names = Vec<(u64, Box<[u8]>)>;
 
+/// A batch's names sent again ([`KernelCache::repeat_later`]), and those
+/// of them that directories were made at or moved to, looked up again
+/// after each sending: an invalidation of such a name unhashes the
+/// directory's entry the last lookup put there, and a process working in
+/// it would find `getcwd` failing.
+struct Again {
+    names: Names,
+    arrived: Names,
+}
+
 /// The file system's [`ChangeSink`] on a FUSE connection.
 pub(crate) struct KernelCache {
     notifier: Notifier,
     raw: Option<Pruner>,
     inner: Weak<Inner>,
     batch: Mutex<Batch>,
-    repeat: Mutex<Option<mpsc::Sender<(Instant, Names)>>>,
+    repeat: Mutex<Option<mpsc::Sender<(Instant, Again)>>>,
 }
 
 #[derive(Default)]
 struct Batch {
     names: HashSet<(u64, Box<[u8]>)>,
-    /// Names directories were moved to: looked up again after the names
-    /// were invalidated (`Refresher::moved_in`).
-    moved_in: Vec<(u64, Box<[u8]>)>,
+    /// Names directories were made at or moved to: looked up again after
+    /// the names were invalidated (`Refresher::arrived`).
+    arrived: Vec<(u64, Box<[u8]>)>,
     /// node id -> contents too.
     inodes: HashMap<u64, bool>,
 }
@@ -110,12 +120,12 @@ impl KernelCache {
         });
     }
 
-    /// Sends `names` again after each of [`REPEATS`], from a thread of
-    /// its own (started on first use).
-    fn repeat_later(self: &Arc<Self>, names: Names) {
+    /// Sends `again`'s names again after each of [`REPEATS`], from a
+    /// thread of its own (started on first use).
+    fn repeat_later(self: &Arc<Self>, again: Again) {
         let mut tx = self.repeat.lock();
         if tx.is_none() {
-            let (s, r) = mpsc::channel::<(Instant, Names)>();
+            let (s, r) = mpsc::channel::<(Instant, Again)>();
             let me = Arc::downgrade(self);
             let started = std::thread::Builder::new()
                 .name("uvfs-inval-again".into())
@@ -126,7 +136,7 @@ impl KernelCache {
             *tx = Some(s);
         }
         if let Some(s) = tx.as_ref() {
-            let _ = s.send((Instant::now(), names));
+            let _ = s.send((Instant::now(), again));
         }
     }
 }
@@ -137,10 +147,10 @@ impl KernelCache {
 /// per repeat, each in the order batches came, and the thread sleeps
 /// until the earliest due time or the next batch. Names due at once are
 /// sent once.
-fn repeater(rx: mpsc::Receiver<(Instant, Names)>, cache: Weak<KernelCache>) {
+fn repeater(rx: mpsc::Receiver<(Instant, Again)>, cache: Weak<KernelCache>) {
     // As preferred as the watcher that sends the first time.
     crate::threads::prefer_current_thread();
-    let mut stages: [VecDeque<(Instant, Arc<Names>)>; REPEATS.len()] = Default::default();
+    let mut stages: [VecDeque<(Instant, Arc<Again>)>; REPEATS.len()] = Default::default();
     loop {
         let next = stages
             .iter()
@@ -160,7 +170,7 @@ fn repeater(rx: mpsc::Receiver<(Instant, Names)>, cache: Weak<KernelCache>) {
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
         let now = Instant::now();
-        let mut due: Vec<Arc<Names>> = Vec::new();
+        let mut due: Vec<Arc<Again>> = Vec::new();
         for k in 0..REPEATS.len() {
             while let Some((at, _)) = stages[k].front() {
                 if *at + REPEATS[k] > now {
@@ -179,11 +189,16 @@ fn repeater(rx: mpsc::Receiver<(Instant, Names)>, cache: Weak<KernelCache>) {
         let mut seen = HashSet::new();
         let once: Names = due
             .iter()
-            .flat_map(|n| n.iter())
+            .flat_map(|a| a.names.iter())
             .filter(|n| seen.insert(*n))
             .cloned()
             .collect();
         c.send_names(&once);
+        if let Some(i) = c.inner.upgrade() {
+            for (dir, name) in due.iter().flat_map(|a| a.arrived.iter()) {
+                i.refresh.arrived(*dir, name.clone());
+            }
+        }
     }
 }
 
@@ -200,12 +215,12 @@ impl ChangeSink for Sink {
         self.0.batch.lock().names.insert((id, name.into()));
     }
 
-    fn dir_moved_in(&self, dir: Ino, name: &[u8]) {
+    fn dir_arrived(&self, dir: Ino, name: &[u8]) {
         let Some(i) = self.0.inner.upgrade() else {
             return;
         };
         let id = i.nodes.node_id(dir);
-        self.0.batch.lock().moved_in.push((id, name.into()));
+        self.0.batch.lock().arrived.push((id, name.into()));
     }
 
     fn inode_changed(&self, ino: Ino, data: bool) {
@@ -260,11 +275,11 @@ impl ChangeSink for Sink {
         let names: Vec<_> = b.names.into_iter().collect();
         c.send_names(&names);
         // The kernel moves a directory's entry (and with it the paths of
-        // the processes working below it) only when the new name is
-        // looked up: done from the refresher's thread, after the old name
-        // was dropped above.
-        for (dir, name) in b.moved_in {
-            i.refresh.moved_in(dir, name);
+        // the processes working in or below it), or hashes it again, only
+        // when its name is looked up: done from the refresher's thread,
+        // after the names were dropped above.
+        for (dir, name) in &b.arrived {
+            i.refresh.arrived(*dir, name.clone());
         }
         // A reply about a directory of the batch, under way or just sent,
         // may carry a name this batch just invalidated there, and reach
@@ -282,7 +297,15 @@ impl ChangeSink for Sink {
             .collect();
         if !again.is_empty() {
             i.changes.repeated.fetch_add(1, Ordering::Relaxed);
-            c.repeat_later(again);
+            let arrived = b
+                .arrived
+                .into_iter()
+                .filter(|(dir, _)| raced.get(dir).copied().unwrap_or(false))
+                .collect();
+            c.repeat_later(Again {
+                names: again,
+                arrived,
+            });
         }
     }
 }

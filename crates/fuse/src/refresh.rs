@@ -223,8 +223,8 @@ pub struct RefreshCounters {
     pub unavailable: AtomicU64,
     /// Directories queued and not yet dealt with (a gauge).
     pub waiting: AtomicU64,
-    /// Names directories were moved to on the host, looked up so that
-    /// the kernel moved the directory's entry there.
+    /// Names directories were made at or moved to on the host, looked up
+    /// so that the kernel moved the directory's entry there.
     pub followed: AtomicU64,
 }
 
@@ -250,8 +250,8 @@ struct Shared {
 struct Queue {
     /// Directory node id -> when to stat it.
     due: HashMap<u64, Instant>,
-    /// (directory node id, name) a directory was moved to on the host:
-    /// looked up at once ([`Refresher::moved_in`]).
+    /// (directory node id, name) a directory was made at or moved to on
+    /// the host: looked up at once ([`Refresher::arrived`]).
     moved: Vec<(u64, Box<[u8]>)>,
     /// The server's state is gone (or the thread found it cannot work):
     /// the thread leaves and nothing more is queued.
@@ -297,13 +297,16 @@ impl Refresher {
         }
     }
 
-    /// A directory was moved on the host to `name` in directory node
-    /// `dir`, whose old name the kernel was just told to drop: looks the
-    /// new name up through the clone. The kernel moves a directory's
-    /// entry only when its new name is looked up (`d_splice_alias` finds
-    /// the old entry); until then `getcwd` of a process working below it
-    /// answers the old path, which no longer exists.
-    pub fn moved_in(&self, dir: u64, name: Box<[u8]>) {
+    /// A directory was made at, or moved to, `name` in directory node
+    /// `dir` on the host, and the kernel was just told to drop that name:
+    /// looks it up through the clone. The kernel moves a directory's
+    /// entry, or hashes it again, only when its name is looked up
+    /// (`d_splice_alias` finds the old entry); until then `getcwd` of a
+    /// process working below a moved directory answers the old path,
+    /// which no longer exists, and one working in a directory whose name
+    /// was invalidated (the host made it just before the process entered
+    /// it through the mount, and the event came after) fails.
+    pub fn arrived(&self, dir: u64, name: Box<[u8]>) {
         if !self.running() {
             return;
         }
@@ -638,7 +641,7 @@ fn refresh(clone: BorrowedFd<'_>, dev: u64, id: u64, names: &DirNames) -> Outcom
 }
 
 /// Looks `name` up in directory node `dir` through `clone` (see
-/// [`Refresher::moved_in`]): the directory's path from the dentry cache
+/// [`Refresher::arrived`]): the directory's path from the dentry cache
 /// alone, checked to be the node, then a real lookup of the name. Whether
 /// the name was found.
 fn follow(clone: BorrowedFd<'_>, dev: u64, dir: u64, name: &[u8], names: &DirNames) -> bool {
@@ -698,7 +701,7 @@ impl Counted for Refresher {
             ("fuse.refresh.clones", &c.clones, "Private clones of the mount opened for refreshing (one per mount)"),
             ("fuse.refresh.unavailable", &c.unavailable, "Batches dropped: no fd to spare, or the mount is gone"),
             ("fuse.refresh.waiting", &c.waiting, "Listed directories queued and not yet dealt with"),
-            ("fuse.refresh.followed", &c.followed, "Names directories were moved to on the host, looked up so that the paths of processes working below them follow"),
+            ("fuse.refresh.followed", &c.followed, "Names directories were made at or moved to on the host, looked up so that the paths of processes working in or below them follow"),
         ] {
             out.put(name, v.load(Ordering::Relaxed), d);
         }

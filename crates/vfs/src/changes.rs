@@ -34,13 +34,14 @@ pub trait ChangeSink: Send + Sync {
     /// every such close it is told of. The default ignores it.
     fn closed_for_writing(&self, _ino: Ino) {}
 
-    /// A directory was moved to `name` in directory `dir` (reported
-    /// besides `entry_changed`). A front end whose kernel keeps working
-    /// directories by name may look the new name up, so that the paths
-    /// of processes working below the moved directory follow it (the
-    /// kernel moves its entry only when something looks the new name
-    /// up). The default ignores it.
-    fn dir_moved_in(&self, _dir: Ino, _name: &[u8]) {}
+    /// A directory was made at, or moved to, `name` in directory `dir`
+    /// (reported besides `entry_changed`). A front end whose kernel keeps
+    /// working directories by name may look the name up again after its
+    /// invalidation: the kernel moves (or hashes again) a directory's
+    /// entry only when something looks the name up, and until then a
+    /// process working in or below the directory finds `getcwd` failing
+    /// or answering an old path. The default ignores it.
+    fn dir_arrived(&self, _dir: Ino, _name: &[u8]) {}
 
     /// Changes were lost (the watcher's queue overflowed, or it stopped):
     /// nothing the front end caches may be trusted any more.

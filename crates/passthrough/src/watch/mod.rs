@@ -21,15 +21,15 @@
 //! # What it cannot see
 //! Files on other file systems mounted inside the source: their nodes get
 //! the short timeout ([`Watch::cache_limit`]); the mounts themselves, as
-//! they come and go, are read from the mount table (`mounts.rs`). Writes through a shared
-//! mapping (no event): the front end answers the attributes of a file
-//! the kernel writes on its source file with no timeout while it may be
-//! mapped, which it learns from the `FAN_CLOSE_WRITE` that the end of
-//! each of the kernel's own files of the source makes, at the last
-//! `munmap` if a mapping outlived the close (reported as
-//! `ChangeSink::closed_for_writing`). A lost event (queue overflow, an
-//! error) reports everything changed and, if the watcher stops, every
-//! node falls back to the short timeout.
+//! they come and go, are read from the mount table (`mounts.rs`). Writes
+//! through a shared mapping (no event): the front end answers the
+//! attributes of a file the kernel writes on its source file with no
+//! timeout while it may be mapped, which it learns from the
+//! `FAN_CLOSE_WRITE` that the end of each of the kernel's own files of
+//! the source makes, at the last `munmap` if a mapping outlived the
+//! close (reported as `ChangeSink::closed_for_writing`). A lost event
+//! (queue overflow, an error) reports everything changed and, if the
+//! watcher stops, every node falls back to the short timeout.
 
 mod fanotify;
 mod layout;
@@ -361,23 +361,25 @@ fn run(sh: &Shared, sink: &dyn ChangeSink) {
             swept = Instant::now();
         }
         let group = sh.group.fd();
-        let mut pfd = vec![PollFd::new(&group, PollFlags::IN)];
-        if let Some(t) = &mounts {
-            pfd.push(PollFd::new(t.file(), PollFlags::PRI));
-        }
+        // The mount table second, where it can be read.
+        let mut pfd = [
+            PollFd::new(&group, PollFlags::IN),
+            match &mounts {
+                Some(t) => PollFd::new(t.file(), PollFlags::PRI),
+                None => PollFd::new(&group, PollFlags::empty()),
+            },
+        ];
+        let polled = if mounts.is_some() { 2 } else { 1 };
         let timeout = Timespec {
             tv_sec: POLL_MS / 1000,
             tv_nsec: (POLL_MS % 1000) * 1_000_000,
         };
-        if let Err(e) = rustix::event::poll(&mut pfd, Some(&timeout)) {
+        if let Err(e) = rustix::event::poll(&mut pfd[..polled], Some(&timeout)) {
             if e != rustix::io::Errno::INTR {
                 break;
             }
         }
-        let remounted = pfd
-            .get(1)
-            .is_some_and(|p| p.revents().intersects(PollFlags::PRI | PollFlags::ERR));
-        drop(pfd);
+        let remounted = polled == 2 && pfd[1].revents().intersects(PollFlags::PRI | PollFlags::ERR);
         if remounted {
             if let Some(t) = &mut mounts {
                 sh.mounts_changed(t, sink);
@@ -510,11 +512,12 @@ impl Shared {
             let Some((dir, name)) = ev.dir else {
                 return false;
             };
-            let dir_moved_in = ev.mask & libc::FAN_MOVED_TO != 0 && ev.mask & libc::FAN_ONDIR != 0;
+            let dir_arrived = ev.mask & (libc::FAN_CREATE | libc::FAN_MOVED_TO) != 0
+                && ev.mask & libc::FAN_ONDIR != 0;
             return self.each_held(dir, |id, _| {
                 sink.entry_changed(id, name);
-                if dir_moved_in {
-                    sink.dir_moved_in(id, name);
+                if dir_arrived {
+                    sink.dir_arrived(id, name);
                 }
             });
         }
