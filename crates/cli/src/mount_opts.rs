@@ -20,14 +20,13 @@ const MIN_DEFAULT_VNODES: usize = 262_144;
 /// "Memory": 190 bytes of RSS per passthrough node, 122 per vnode).
 const BYTES_PER_VNODE: u64 = 200;
 
-/// The default vnode limit: as many vnodes as 1% of physical memory holds
-/// (1.2 million on 24 GiB), never fewer than [`MIN_DEFAULT_VNODES`]. A
-/// walk of a tree larger than the limit recycles every node before the
-/// next walk reaches it again (LRU), so that walk never gets warm: with a
-/// fixed 262,144, `du` of a 300,000-file tree took 6.5-9.8 s every time
-/// where 0.35-0.75 s once warm. The kernel holds the same nodes in its
-/// caches (about 1 KiB each, given back under memory pressure, which its
-/// FORGETs pass on to the server).
+/// The default vnode limit: as many vnodes as 1% of physical memory holds,
+/// never fewer than [`MIN_DEFAULT_VNODES`]. A walk of a tree larger than
+/// the limit recycles every node before the next walk reaches it again
+/// (LRU), so that walk never gets warm: every walk of it costs a LOOKUP
+/// per name (docs/STATUS.md has the figures). The kernel holds the same
+/// nodes in its caches (each several times the server's node, given back
+/// under memory pressure, which its FORGETs pass on to the server).
 fn default_vnodes() -> usize {
     vnodes_for(physical_memory())
 }
@@ -55,7 +54,7 @@ mod tests {
         // Small machines keep the floor.
         assert_eq!(vnodes_for(GIB), MIN_DEFAULT_VNODES);
         assert_eq!(vnodes_for(4 * GIB), MIN_DEFAULT_VNODES);
-        // This machine's 24 GiB: 1% of it at 200 bytes a vnode.
+        // A machine of 24 gibibytes: 1% of it at 200 bytes a vnode.
         assert_eq!(vnodes_for(24 * GIB), 1_288_490);
         assert_eq!(vnodes_for(u64::MAX), (u64::MAX / 100 / 200) as usize);
     }

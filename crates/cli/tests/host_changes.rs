@@ -311,9 +311,9 @@ fn working_directories_follow_a_host_move_of_their_ancestor() {
 #[test]
 fn working_directories_in_directories_the_host_just_made_stay_valid() {
     // The host makes a directory and a process enters it through the
-    // mount at once: the watcher's invalidation of the name, coming after
-    // the process's lookup, unhashed its working directory, and `getcwd`
-    // failed (ENOENT; "(deleted)" in /proc).
+    // mount at once: the watcher's invalidation of the name comes after
+    // the process's lookup and unhashes its working directory, which
+    // must be looked up again (or `getcwd` fails, "(deleted)" in /proc).
     if let Err(why) = can_mount() {
         eprintln!("skipped: {why}");
         return;

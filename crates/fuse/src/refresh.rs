@@ -303,9 +303,9 @@ impl Refresher {
     /// entry, or hashes it again, only when its name is looked up
     /// (`d_splice_alias` finds the old entry); until then `getcwd` of a
     /// process working below a moved directory answers the old path,
-    /// which no longer exists, and one working in a directory whose name
-    /// was invalidated (the host made it just before the process entered
-    /// it through the mount, and the event came after) fails.
+    /// which is gone, and one working in a directory whose name was
+    /// invalidated (the host made it just before the process entered it
+    /// through the mount, and the event came after) fails.
     pub fn arrived(&self, dir: u64, name: Box<[u8]>) {
         if !self.running() {
             return;
@@ -551,7 +551,8 @@ impl Thread {
     }
 }
 
-/// Directories due for a refresh, and names directories were moved to.
+/// Directories due for a refresh, and names directories were made at or
+/// moved to.
 type Batch = (Vec<u64>, Vec<(u64, Box<[u8]>)>);
 
 /// Lets `kept` go once no mount of device `dev` is left in this process's

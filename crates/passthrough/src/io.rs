@@ -51,9 +51,9 @@ impl PassthroughFs {
         // the kernel look again once, and a second race of the same kind
         // reached the caller as ESTALE (seen under TSan's stress). After a
         // rename over the name, though, the name still leads to a file,
-        // which the caller must get (ENOENT failed 9% of the opens of a
-        // file replaced in a loop, the way editors and package managers
-        // save): ESTALE, so the kernel looks the name up again.
+        // which the caller must get (a file replaced in a loop, as editors
+        // and package managers save): ESTALE, so the kernel looks the name
+        // up again.
         let gone = |e: Errno| {
             if e == Errno::ESTALE
                 && node.kind() == VType::Reg

@@ -207,8 +207,8 @@ impl PassthroughFs {
         // Renamed over (a save by rename): an OPEN on its way by the name
         // the kernel resolved before the rename opens it, as on ext4,
         // where the open that resolved the name first gets the old file
-        // (ESTALE instead had the kernel look again, and a second rename
-        // in between reached the caller). So a small file keeps its
+        // (ESTALE alone has the kernel look again, and a second rename in
+        // between reaches the caller). So a small file keeps its
         // cached fd, if it has one, until the kernel forgets the node,
         // which it does as soon as no one uses it.
         if regular && replaced && small && node.cached_fd().is_some() {

@@ -20,8 +20,8 @@ use uvfs_vfs::{Errno, Freeing, RenameFlags, VType};
 
 /// What a file handle leads to (`.` of its node): a file with no name
 /// left answers ESTALE, as ext4 refuses a handle of a deleted file
-/// (open or not); memfs opened one in a third of the tries right after
-/// its unlink, while the kernel's FORGET was on its way.
+/// (open or not). The node is still there between the kernel dropping
+/// the inode and its FORGET reaching us, right after an unlink.
 fn by_handle(
     found: uvfs_vfs::VfsResult<(uvfs_vfs::VnodeRef, uvfs_vfs::Attr)>,
 ) -> uvfs_vfs::VfsResult<Option<(uvfs_vfs::VnodeRef, uvfs_vfs::Attr)>> {

@@ -77,8 +77,7 @@ impl Server {
 /// asked only when the list has such a name), as ext4 and tmpfs list
 /// them. The kernel refuses reading and writing those attributes without
 /// it, but leaves listing to the file system, and the server, which runs
-/// as root, lists everything it finds: their names were shown to every
-/// user.
+/// as root, finds every name: it must drop them for other callers.
 fn hide_trusted(list: Vec<u8>, capable: impl FnOnce() -> bool) -> Vec<u8> {
     const TRUSTED: &[u8] = b"trusted.";
     let names = || list.split(|&b| b == 0).filter(|n| !n.is_empty());

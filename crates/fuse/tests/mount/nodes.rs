@@ -160,7 +160,7 @@ fn a_handle_of_a_file_just_removed_is_stale() {
     // Right after the unlink the kernel has let the inode go, and its
     // FORGET may not have reached the server: the handle's `.` lookup
     // finds the node still there, with no name left. ext4 answers ESTALE
-    // (open or not); memfs opened the deleted file in a third of tries.
+    // (open or not), and so must the mount.
     let Some(m) = Mnt::new(None) else { return };
     let opened: Vec<usize> = (0..40)
         .filter(|i| {

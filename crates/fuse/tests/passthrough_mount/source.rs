@@ -306,8 +306,8 @@ fn file_handles_outlive_the_kernel_and_the_server_forgetting_the_node() {
 
 /// A file saved by rename over its name again and again (as editors and
 /// package managers save), opened meanwhile by another thread: every open
-/// finds a file, as on ext4 (an OPEN racing the rename answered ENOENT,
-/// 16% of them), and no replaced file stays pinned once the kernel let it
+/// finds a file, as on ext4 (never ENOENT: the name never stopped
+/// existing), and no replaced file stays pinned once the kernel let it
 /// go.
 #[test]
 fn a_file_saved_by_rename_in_a_loop_always_opens() {
