@@ -68,16 +68,13 @@ fn cstr(p: &Path) -> io::Result<CString> {
 }
 
 /// Whether `/proc/self/mountinfo` text lists a mount on `path`.
-pub fn mountinfo_has(text: &str, path: &Path) -> bool {
+pub fn mountinfo_has<T: AsRef<[u8]> + ?Sized>(text: &T, path: &Path) -> bool {
     uvfs_fuse::mountinfo_entries(text).any(|e| e.mountpoint == path)
 }
 
 /// Whether something is mounted on `path` (absolute) right now.
 pub fn is_mounted(path: &Path) -> io::Result<bool> {
-    Ok(mountinfo_has(
-        &std::fs::read_to_string("/proc/self/mountinfo")?,
-        path,
-    ))
+    Ok(mountinfo_has(&std::fs::read("/proc/self/mountinfo")?, path))
 }
 
 /// Unmounts `path`, lazily if it is busy; ignores "not mounted".

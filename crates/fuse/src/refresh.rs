@@ -563,12 +563,11 @@ type Batch = (Vec<u64>, Vec<(u64, Box<[u8]>)>);
 fn watch_mounts(dev: u64, kept: Arc<Kept>, ending: PipeReader) {
     crate::threads::detach_from_creator();
     let present = || {
-        std::fs::read_to_string("/proc/self/mountinfo")
-            .is_ok_and(|t| crate::mountinfo::lists_device(&t, dev))
+        uvfs_vfs::mountinfo::read_table().is_some_and(|t| crate::mountinfo::lists_device(&t, dev))
     };
     // Opened before the first look, so that an unmount between the two is
     // flagged to the poll below.
-    if let Ok(table) = std::fs::File::open("/proc/self/mountinfo") {
+    if let Ok(table) = std::fs::File::open(uvfs_vfs::mountinfo::MOUNTINFO) {
         while present() {
             use rustix::event::{poll, PollFd, PollFlags};
             let mut fds = [

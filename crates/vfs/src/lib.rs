@@ -16,7 +16,8 @@
 //! mount in the vnode layer) · `changes` (changes behind the kernel's
 //! back) · `handover` (live upgrade) · `fds` (descriptors counted against
 //! the server's budget) · `freeing` and `droplater` (freeing large files
-//! off the request) · `trim` (`FITRIM`).
+//! off the request) · `trim` (`FITRIM`) · `mountinfo` (the mount table,
+//! read by the server and by the passthrough's watcher).
 //!
 //! # Walkthrough
 //!
@@ -134,6 +135,7 @@ mod freeing;
 mod fsmount;
 pub mod handover;
 mod lock;
+pub mod mountinfo;
 mod name;
 mod ops;
 mod statfs;

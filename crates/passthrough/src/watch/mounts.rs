@@ -21,8 +21,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-/// Where a mount namespace's table is read (and polled for changes).
-const MOUNTINFO: &str = "/proc/self/mountinfo";
+use uvfs_vfs::mountinfo::{entries, MOUNTINFO};
 
 /// The mountpoints under the source, as last read.
 pub(super) struct MountTable {
@@ -85,8 +84,8 @@ impl MountTable {
         self.file.read_to_end(&mut self.buf).ok()?;
         let source = self.source.as_os_str().as_bytes();
         let mut under_source = HashMap::new();
-        for m in self.buf.split(|&b| b == b'\n').filter_map(mountpoint) {
-            if let Some(rel) = under(source, &m) {
+        for m in entries(&self.buf) {
+            if let Some(rel) = under(source, m.mountpoint.as_os_str().as_bytes()) {
                 *under_source.entry(rel.to_vec()).or_insert(0) += 1;
             }
         }
@@ -103,35 +102,6 @@ fn diff(was: &HashMap<Vec<u8>, usize>, now: &HashMap<Vec<u8>, usize>) -> Vec<(Ve
         .filter(|p| count(was, p) != count(now, p))
         .map(|p| (p.clone(), count(now, p) > count(was, p)))
         .collect()
-}
-
-/// The mountpoint of a mountinfo line (its fifth field), unescaped.
-fn mountpoint(line: &[u8]) -> Option<Vec<u8>> {
-    let field = line.split(|&b| b == b' ').nth(4)?;
-    Some(unescape(field))
-}
-
-/// A mountinfo path with the kernel's octal escapes (`\040` for a space,
-/// `\011`, `\012`, `\134`) turned back into bytes.
-fn unescape(s: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(s.len());
-    let mut i = 0;
-    while i < s.len() {
-        let octal = s.get(i + 1..i + 4).filter(|d| {
-            s[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)) && d[0] <= b'3'
-        });
-        match octal {
-            Some(d) => {
-                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
-                i += 4;
-            }
-            None => {
-                out.push(s[i]);
-                i += 1;
-            }
-        }
-    }
-    out
 }
 
 /// `path` relative to `source` if it lies strictly under it.
@@ -159,15 +129,6 @@ pub(super) fn parent_and_name(rel: &[u8]) -> (PathBuf, &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn mountpoints_are_read_unescaped() {
-        let line = b"36 35 98:0 /mnt1 /mnt/a\\040b\\134c rw,noatime master:1 - ext3 /dev/root rw";
-        assert_eq!(mountpoint(line).unwrap(), b"/mnt/a b\\c");
-        assert_eq!(mountpoint(b"36 35 98:0").as_deref(), None);
-        // A backslash not starting an escape stays.
-        assert_eq!(unescape(b"a\\9b\\"), b"a\\9b\\");
-    }
 
     #[test]
     fn only_paths_strictly_under_the_source_count() {
