@@ -146,6 +146,8 @@ fn the_server_is_not_one_of_its_mounts_users() {
     assert_ne!(devices_of(&[PathBuf::from("/proc/self/cwd")]), vec![dev]);
     // Held by the refreshing thread as its own working directory.
     assert!(devices_of(&entries("/proc/self/task", "cwd")).contains(&dev));
+    drop(m);
+    fs::remove_dir(&dir).unwrap();
 }
 
 #[test]
