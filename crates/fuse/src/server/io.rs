@@ -351,10 +351,24 @@ impl Server {
                 i.fs.setattr(c, &of.vp, &SetAttr::kill_suidgid())?;
             }
             let write = || i.fs.write(&of.vp, of.fh, offset, data);
-            if i.fs.waits_for_devices() {
+            let r = if i.fs.waits_for_devices() {
                 i.write_stalls.timed(write)
             } else {
                 write()
+            };
+            match r {
+                Ok(n)
+                    if (n as usize) < data.len()
+                        && write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) =>
+                {
+                    store_what_fits(i, &of.vp, of.fh, offset, data, n as usize)
+                }
+                Err(e)
+                    if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) && data.len() > PAGE =>
+                {
+                    store_what_fits(i, &of.vp, of.fh, offset, data, 0).and(Err(e))
+                }
+                r => r,
             }
         });
         match r {
@@ -369,5 +383,51 @@ impl Server {
                 }
             }
         }
+    }
+}
+
+/// Pages of a write back from the kernel's cache.
+const PAGE: usize = 4096;
+
+/// The rest of a write back from the kernel's cache that the file system
+/// took only in part (`done` bytes of `data`), stored page by page.
+///
+/// The kernel ignores the count a write back is answered with: a short
+/// one (memfs or the source full) reads as all written, and `msync` and
+/// `fsync` then succeed although the tail was never stored, and the
+/// stores vanish once the pages leave the cache. And the cache's pages
+/// are independent stores: one that cannot be stored (a hole in a full
+/// file system) must not take the others of the same write with it, as
+/// a tmpfs would have kept them. So each page is tried on its own, and
+/// the first refusal is the answer (the caller drops the range from the
+/// kernel's cache, so reads show what was stored).
+fn store_what_fits(
+    i: &Inner,
+    vp: &uvfs_vfs::VnodeRef,
+    fh: uvfs_vfs::Fh,
+    offset: u64,
+    data: &[u8],
+    done: usize,
+) -> VfsResult<u32> {
+    let mut first_refusal = None;
+    let mut at = done;
+    while at < data.len() {
+        // Up to the next page boundary of the file.
+        let pos = offset + at as u64;
+        let end = (at + PAGE - (pos % PAGE as u64) as usize).min(data.len());
+        match i.fs.write(vp, fh, pos, &data[at..end]) {
+            Ok(n) if n as usize == end - at => {}
+            Ok(_) => {
+                first_refusal.get_or_insert(Errno::ENOSPC);
+            }
+            Err(e) => {
+                first_refusal.get_or_insert(e);
+            }
+        }
+        at = end;
+    }
+    match first_refusal {
+        Some(e) => Err(e),
+        None => Ok(data.len() as u32),
     }
 }

@@ -348,3 +348,79 @@ os.close(fd)
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn mapped_stores_into_a_full_memfs_keep_the_pages_it_had() {
+    // A written-back range that memfs takes only in part: pages the file
+    // had take their stores, holes it cannot fill are refused. The
+    // kernel ignores a short count on a write back (msync and fsync
+    // succeeded, and the stores into the file's own pages after the
+    // first hole were dropped): the refusal must reach msync, and the
+    // stores memfs could keep must be kept, holes first or last.
+    for holes_first in [false, true] {
+        let Some(m) = Mnt::new(Some(256 * 1024)) else {
+            return;
+        };
+        const PAGE: usize = 4096;
+        let had = if holes_first { 4 * PAGE } else { 0 };
+        {
+            let f = fs::OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .write(true)
+                .open(m.p("mapped"))
+                .unwrap();
+            use std::os::unix::fs::FileExt;
+            f.write_all_at(&[b'o'; 4 * PAGE], had as u64).unwrap();
+            f.set_len(8 * PAGE as u64).unwrap();
+        }
+        let mut big = fs::File::create(m.p("big")).unwrap();
+        while big.write(&[7u8; PAGE]).is_ok() {}
+        drop(big);
+        let script = r#"
+import mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+m = mmap.mmap(fd, 8 * 4096, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+for p in range(8):
+    m[p * 4096:p * 4096 + 4] = b"mark"
+try:
+    m.flush()
+    print("msync ok", flush=True)
+except OSError as e:
+    print("msync errno", e.errno, flush=True)
+m.close()
+os.close(fd)
+"#;
+        let out = std::process::Command::new("python3")
+            .args(["-c", script])
+            .arg(m.p("mapped"))
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert_eq!(said, format!("msync errno {}", libc::ENOSPC), "{out:?}");
+        let mut want = vec![0u8; 8 * PAGE];
+        want[had..had + 4 * PAGE].fill(b'o');
+        for p in (had..had + 4 * PAGE).step_by(PAGE) {
+            want[p..p + 4].copy_from_slice(b"mark");
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let data = fs::read(m.p("mapped")).unwrap();
+            if data == want {
+                break;
+            }
+            let pages = |d: &[u8]| -> Vec<String> {
+                d.chunks(PAGE)
+                    .map(|c| String::from_utf8_lossy(&c[..4]).into_owned())
+                    .collect()
+            };
+            assert!(
+                Instant::now() < deadline,
+                "holes first: {holes_first}: pages begin {:?}, want {:?}",
+                pages(&data),
+                pages(&want)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
