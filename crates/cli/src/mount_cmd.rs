@@ -239,9 +239,40 @@ fn mount_with(o: &MountOpts, mut handoff: Option<uvfs_fuse::upgrade::Handoff>) -
              starts empty and would stay so",
         ));
     }
-    if let Some(s) = &source {
-        must_be_dir(s, "--source ")?;
-    }
+    // A successor serves the directory its predecessor served, which the
+    // host may have moved since the mount: the path the mount was made
+    // with may be gone or another directory (`source_now`).
+    let mut saved = None;
+    let mut moved_from = None;
+    let source = match source {
+        Some(s) if taking_over => {
+            saved = handoff.as_mut().and_then(|h| h.take_fs());
+            match saved
+                .as_ref()
+                .map(|sv| uvfs_passthrough::PassthroughFs::source_now(sv, &s))
+            {
+                Some(Ok(now)) => {
+                    if now != s {
+                        moved_from = Some(s);
+                    }
+                    Some(now)
+                }
+                Some(Err(e)) => {
+                    let e = io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("restoring the passthrough: {e}"),
+                    );
+                    return fail_takeover(handoff, e);
+                }
+                None => Some(s),
+            }
+        }
+        Some(s) => {
+            must_be_dir(&s, "--source ")?;
+            Some(s)
+        }
+        None => None,
+    };
     // Here, not only in the server after it detached: the refusal is the
     // caller's, and logged after detaching it went into the log of the
     // server that does serve the mountpoint (its log is named for it).
@@ -393,7 +424,7 @@ fn mount_with(o: &MountOpts, mut handoff: Option<uvfs_fuse::upgrade::Handoff>) -
             exe: installed_exe()?,
             app: successor_app,
         });
-        let saved = handoff.as_mut().and_then(|h| h.take_fs());
+        let saved = saved.or_else(|| handoff.as_mut().and_then(|h| h.take_fs()));
         if let Some(src) = source {
             let pt_cfg = uvfs_passthrough::PassthroughConfig {
                 fd_budget: o.fd_budget,
@@ -464,6 +495,13 @@ fn mount_with(o: &MountOpts, mut handoff: Option<uvfs_fuse::upgrade::Handoff>) -
                 supervise: !o.no_supervisor,
             };
             crate::mount_log::start(o, &cfg, Some(&src), watched);
+            if let Some(old) = moved_from {
+                log::warn!(
+                    "the source {} was moved on the host: serving it at {}",
+                    old.display(),
+                    src.display()
+                );
+            }
             return match handoff {
                 Some(h) => uvfs_fuse::serve_successor(fs, layer, &cfg, h, signals),
                 None => serve(fs, layer, &cfg, signals, &mut ready),

@@ -391,6 +391,36 @@ fn a_file_opened_without_following_links_survives_a_crash() {
     }
 }
 
+/// A source directory the host moved while mounted: the server follows
+/// it (its root is a descriptor), and so must the servers after it. They
+/// were told the path the mount was made with, found nothing there, and
+/// the supervisor gave the mount up after five tries (ENOTCONN for every
+/// program in it), with no reason in the log.
+#[test]
+fn a_source_moved_on_the_host_is_served_across_crashes_and_upgrades() {
+    if let Err(why) = common::can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let m = Mounted::new("moved-source", &["--source", "src"]);
+    fs::write(m.src().join("a"), b"hello").unwrap();
+    let mut held = fs::File::open(m.mnt.join("a")).unwrap();
+    let moved = m.scratch.join("moved");
+    fs::rename(m.src(), &moved).unwrap();
+    common::kill_server(&m);
+    assert_eq!(fs::read(m.mnt.join("a")).unwrap(), b"hello");
+    let mut back = String::new();
+    held.read_to_string(&mut back).unwrap();
+    assert_eq!(back, "hello");
+    fs::write(m.mnt.join("b"), b"made after the crash").unwrap();
+    assert_eq!(fs::read(moved.join("b")).unwrap(), b"made after the crash");
+    let out = upgrade(&m.mnt, None).expect("upgrade of a moved source");
+    assert!(out.contains("generation 2"), "{out}");
+    assert_eq!(fs::read(m.mnt.join("b")).unwrap(), b"made after the crash");
+    let log = fs::read_to_string(uvfs_fuse::fallback_log_path(&m.mnt).unwrap()).unwrap();
+    assert!(log.contains("was moved on the host"), "{log}");
+}
+
 /// Files given an alias (their inode number reused on the host while the
 /// kernel still remembered the old file: `inodes.rs`) stay reachable
 /// across a crash under the ids the kernel holds: the new server knew

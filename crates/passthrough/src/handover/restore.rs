@@ -5,10 +5,11 @@ use super::state::{RootId, SavedHandle, SavedLock, SavedOpen, State};
 use super::table::{Entry, Way};
 use super::KeptNodes;
 use crate::fs::{PassthroughConfig, PassthroughFs};
-use crate::handle::Handle;
+use crate::handle::{Handle, HandleOpener};
 use crate::sys;
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::Path;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use uvfs_vfs::{Errno, Fh, Saved, VnodeLayer};
@@ -84,6 +85,64 @@ fn check_root(source: &Path, root: &RootId) -> Result<(), RestoreError> {
         });
     }
     Ok(())
+}
+
+/// Where the source root `root` describes is now, found by its handle
+/// through a mount of its file system: the host renamed or moved the
+/// source directory since the mount (the server follows such a move, its
+/// root being a descriptor, but a successor is told the path the mount
+/// was made with). `None` where handles are not to be had or the
+/// directory is gone.
+fn moved_root(root: &RootId) -> Option<PathBuf> {
+    let saved = root.handle.as_ref()?;
+    let table = uvfs_vfs::mountinfo::read_table()?;
+    for m in uvfs_vfs::mountinfo::entries(&table).filter(|m| m.dev == root.dev) {
+        let Ok(path) = sys::cstr(m.mountpoint.as_os_str().as_bytes()) else {
+            continue;
+        };
+        let Ok(mount_dir) = sys::openat(rustix::fs::CWD, &path, libc::O_RDONLY | libc::O_DIRECTORY)
+        else {
+            continue;
+        };
+        let opener = HandleOpener::new(mount_dir);
+        let Ok(fd) = opener.open(
+            &saved.handle(opener.mount_id()),
+            libc::O_PATH | libc::O_DIRECTORY,
+        ) else {
+            continue;
+        };
+        // The path as this namespace reaches it, checked like any other.
+        let Ok(now) = std::fs::read_link(format!("/proc/self/fd/{}", {
+            use std::os::fd::AsRawFd;
+            fd.as_raw_fd()
+        })) else {
+            continue;
+        };
+        if check_root(&now, root).is_ok() {
+            return Some(now);
+        }
+    }
+    None
+}
+
+impl PassthroughFs {
+    /// The path a successor is to serve, given the one the mount was made
+    /// with (`source`) and the predecessor's state: `source` if it is
+    /// still the directory the state was saved from, else where that
+    /// directory is now (moved on the host; found by its handle, which
+    /// needs CAP_DAC_READ_SEARCH). The error says why neither holds.
+    pub fn source_now(saved: &Saved, source: &Path) -> Result<PathBuf, RestoreError> {
+        if saved.format != super::FORMAT {
+            // `restore` says why it refuses the state.
+            return Ok(source.to_path_buf());
+        }
+        let root = State::root_of(&saved.bytes)
+            .map_err(|e| RestoreError::proto(format!("malformed state: {e}")))?;
+        match check_root(source, &root) {
+            Ok(()) => Ok(source.to_path_buf()),
+            Err(e) => moved_root(&root).ok_or(e),
+        }
+    }
 }
 
 impl PassthroughFs {

@@ -80,7 +80,6 @@ impl SavedHandle {
         }
     }
 
-    #[cfg(test)]
     pub fn bytes(&self) -> &[u8] {
         match usize::from(self.len) {
             n if n <= SMALL => &self.small[..n],
@@ -89,7 +88,6 @@ impl SavedHandle {
     }
 
     /// The handle, made on the mount `mount_id`.
-    #[cfg(test)]
     pub fn handle(&self, mount_id: i32) -> Handle {
         Handle::from_parts(self.htype, mount_id, self.bytes())
     }
@@ -195,6 +193,16 @@ impl State {
 
     /// Decodes the header, never allocating more than `bytes` could
     /// describe; the runs must fill the rest of `bytes` exactly.
+    /// The source root's identity alone (the header's first field),
+    /// without reading the rest.
+    pub fn root_of(bytes: &[u8]) -> Result<RootId, String> {
+        use bincode::Options;
+        options()
+            .with_limit(bytes.len() as u64)
+            .deserialize_from(bytes)
+            .map_err(|e| e.to_string())
+    }
+
     pub fn decode(bytes: &[u8]) -> Result<(State, Runs), String> {
         use bincode::Options;
         let mut rest = bytes;
