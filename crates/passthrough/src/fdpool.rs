@@ -172,7 +172,7 @@ impl FdPool {
     /// open refused.
     pub fn default_budget(nofile: u64, cpus: usize) -> usize {
         let n = usize::try_from(nofile).unwrap_or(usize::MAX / 4);
-        let outside = (1024 + 80 * cpus).min(n / 4).max(RESERVED_FDS);
+        let outside = (1024 + 80 * cpus).min(n / 4).max(Self::kept_outside(n));
         n.saturating_sub(outside).max(MIN_BUDGET)
     }
 
@@ -189,7 +189,16 @@ impl FdPool {
     /// should have made room.
     pub fn max_budget(nofile: u64) -> usize {
         let n = usize::try_from(nofile).unwrap_or(usize::MAX / 4);
-        n.saturating_sub(RESERVED_FDS).max(MIN_BUDGET)
+        n.saturating_sub(Self::kept_outside(n)).max(MIN_BUDGET)
+    }
+
+    /// The fewest fds kept outside the pool for a process allowed `n`:
+    /// [`RESERVED_FDS`], or half of a smaller limit. A server started
+    /// under `ulimit -n 64` holds about 30 outside the pool; keeping 128
+    /// left it a budget of 8 of its 64, and other callers' lookups failed
+    /// with `EMFILE` beside four readers.
+    fn kept_outside(n: usize) -> usize {
+        RESERVED_FDS.min(n / 2)
     }
 
     /// The budget.
@@ -498,5 +507,12 @@ mod tests {
         assert_eq!(FdPool::default_budget(20_000, 64), 15_000);
         assert!(FdPool::default_budget(20_000, 2) <= FdPool::max_budget(20_000));
         assert_eq!(FdPool::default_budget(0, 1), MIN_BUDGET);
+        // Limits under 256 keep half.
+        assert_eq!(FdPool::default_budget(64, 2), 32);
+        assert_eq!(FdPool::default_budget(128, 2), 64);
+        assert_eq!(FdPool::default_budget(256, 2), 128);
+        for n in [16, 64, 100, 128, 255, 256, 1024] {
+            assert!(FdPool::default_budget(n, 2) <= FdPool::max_budget(n), "{n}");
+        }
     }
 }

@@ -210,6 +210,12 @@ impl PassthroughFs {
                 ),
             ));
         }
+        if cfg.fd_budget.is_none() && budget < 1024 {
+            log::warn!(
+                "at most {budget} files can be open through the mount at once: the fd \
+                 limit is {nofile} (raise the hard limit, ulimit -Hn or LimitNOFILE=)"
+            );
+        }
         let pool = FdPool::new(budget);
         let path = sys::cstr(source.as_os_str().as_encoded_bytes())
             .map_err(|e| std::io::Error::from_raw_os_error(e.raw()))?;
