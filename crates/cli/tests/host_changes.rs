@@ -647,3 +647,54 @@ fn listings_racing_host_moves_of_directories_all_end() {
     }
     assert!(listed.load(Ordering::Relaxed) > 0);
 }
+
+/// After the source's file system is detached on the host (`umount -l`),
+/// the source root's descriptor reads back as `/`: every mount the host
+/// made anywhere was taken for one inside the source (an info line each,
+/// and a lookup of host paths). Now the watcher says once that the
+/// source is out of reach, and takes no host mount for the source's.
+#[test]
+fn host_mounts_after_the_source_was_detached_are_not_taken_for_its_own() {
+    if let Err(why) = can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let base = std::env::temp_dir().join(format!("uvfs-detached-{}", std::process::id()));
+    let (fs_dir, elsewhere) = (base.join("fs"), base.join("elsewhere"));
+    fs::create_dir_all(&fs_dir).unwrap();
+    fs::create_dir_all(&elsewhere).unwrap();
+    let Some(host_fs) = HostMount::tmpfs(&fs_dir) else {
+        eprintln!("skipped: the host cannot mount a tmpfs here");
+        return;
+    };
+    fs::create_dir(fs_dir.join("src")).unwrap();
+    fs::write(fs_dir.join("src/f"), b"kept").unwrap();
+    let m = Mounted::new(
+        "detached-source",
+        &["--source", fs_dir.join("src").to_str().unwrap()],
+    );
+    if watched(&m) {
+        let st = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&fs_dir)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        std::mem::forget(host_fs);
+        let other = HostMount::tmpfs(&elsewhere).expect("a second tmpfs");
+        let log_path = uvfs_fuse::fallback_log_path(&m.mnt).unwrap();
+        let log = || fs::read_to_string(&log_path).unwrap_or_default();
+        shows("the source said out of reach", || {
+            log().contains("no longer reachable on the host")
+        });
+        drop(other);
+        // The unmount of the second tmpfs is seen too; give it the time.
+        std::thread::sleep(Duration::from_millis(300));
+        let log = log();
+        assert!(!log.contains("a file system was"), "{log}");
+        // The mount serves what it holds.
+        assert_eq!(fs::read(m.mnt.join("f")).unwrap(), b"kept");
+    }
+    drop(m);
+    let _ = fs::remove_dir_all(&base);
+}

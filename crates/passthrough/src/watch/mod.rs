@@ -424,6 +424,21 @@ impl Shared {
     /// its parent directory, if the kernel holds that directory.
     fn mounts_changed(&self, table: &mut MountTable, sink: &dyn ChangeSink) {
         if let Some(path) = self.source_path() {
+            if !self.is_source_root(&path) {
+                // The source's file system was detached (`umount -l`) or
+                // the source removed: its descriptor reads back as a path
+                // that leads elsewhere ("/" for a detached mount), and
+                // every host mount under that would be taken for one in
+                // the source. Nothing on the host lies inside it now.
+                let _ = table.changed();
+                if table.lose_source() {
+                    log::warn!(
+                        "the source is no longer reachable on the host (its file system \
+                         unmounted or the directory removed): the mount serves what it holds"
+                    );
+                }
+                return;
+            }
             table.set_source(path);
         }
         let changed = table.changed();
@@ -457,6 +472,17 @@ impl Shared {
         if !changed.is_empty() {
             sink.batch_done();
         }
+    }
+
+    /// Whether `path` leads to the source root.
+    fn is_source_root(&self, path: &std::path::Path) -> bool {
+        rustix::fs::statx(
+            rustix::fs::CWD,
+            path,
+            rustix::fs::AtFlags::empty(),
+            rustix::fs::StatxFlags::INO,
+        )
+        .is_ok_and(|st| (sys::stx_dev(&st), st.stx_ino) == (self.dev, self.root_ino))
     }
 
     /// Where the source root is now (the host may have moved it since the

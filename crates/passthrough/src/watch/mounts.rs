@@ -32,6 +32,8 @@ pub(super) struct MountTable {
     /// mounts stacked there.
     under: HashMap<Vec<u8>, usize>,
     buf: Vec<u8>,
+    /// The source is no longer reachable on the host.
+    lost: bool,
 }
 
 impl MountTable {
@@ -45,6 +47,7 @@ impl MountTable {
             source,
             under: HashMap::new(),
             buf: Vec::new(),
+            lost: false,
         };
         t.under = t.read()?;
         Some(t)
@@ -58,6 +61,12 @@ impl MountTable {
     /// The source root is at `path` now.
     pub(super) fn set_source(&mut self, path: PathBuf) {
         self.source = path;
+    }
+
+    /// The source can no longer be reached on the host; whether that is
+    /// news.
+    pub(super) fn lose_source(&mut self) -> bool {
+        !std::mem::replace(&mut self.lost, true)
     }
 
     /// The file to poll (`POLLPRI` after a change).
