@@ -625,6 +625,12 @@ pub fn umount(o: &UmountOpts) -> io::Result<()> {
     let mp = uvfs_fuse::normalize_mountpoint(&o.mountpoint)?;
     let served = uvfs_fuse::answers(&mp);
     uvfs_fuse::unmount_path(&mp, o.lazy).map_err(|e| {
+        if e.raw_os_error() == Some(libc::EINVAL) && uvfs_fuse::mount_entry(&mp).is_none() {
+            return io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{}: nothing is mounted there", mp.display()),
+            );
+        }
         let hint = if e.raw_os_error() == Some(libc::EBUSY) {
             " (a process has a file open there, or its working directory; \
              `uvfs umount --lazy` detaches it now)"
@@ -669,10 +675,17 @@ fn installed_exe() -> std::io::Result<std::path::PathBuf> {
 /// which needs CAP_DAC_READ_SEARCH, the mount stays up but those nodes
 /// answer ESTALE. Said once at mount, as each feature that is off.
 fn warn_recovery_without_handles() {
+    let why = if uvfs_fuse::has_cap_dac_read_search() {
+        // Root, on a source whose handles do not outlive the kernel's
+        // inode cache (FUSE, some network file systems) or that has none.
+        "the source's file system gives no lasting file handles"
+    } else {
+        "opening files by handle needs CAP_DAC_READ_SEARCH"
+    };
     log::warn!(
-        "crash recovery partial: opening files by handle needs CAP_DAC_READ_SEARCH, \
-         so if the server dies, files, directories and working directories in use \
-         then answer ESTALE (the mount stays up; paths walked anew work)"
+        "crash recovery partial: {why}, so if the server dies, files, directories \
+         and working directories in use then answer ESTALE (the mount stays up; \
+         paths walked anew work)"
     );
 }
 

@@ -57,3 +57,20 @@ fn a_second_mount_on_a_served_mountpoint_is_refused() {
         std::panic::resume_unwind(e);
     }
 }
+
+/// `uvfs umount` of a directory nothing is mounted on says so (the
+/// kernel's answer, EINVAL, read "Invalid argument").
+#[test]
+fn unmounting_what_is_not_mounted_says_so() {
+    if let Err(why) = common::can_mount() {
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("uvfs-umount-nothing-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let out = uvfs(&["umount"], &dir);
+    fs::remove_dir(&dir).unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nothing is mounted there"), "{err}");
+}

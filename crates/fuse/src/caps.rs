@@ -10,3 +10,12 @@ use crate::caller_caps::{effective, CAP_SYS_ADMIN};
 pub fn has_cap_sys_admin() -> bool {
     effective(None).is_some_and(|caps| caps & (1 << CAP_SYS_ADMIN) != 0)
 }
+
+/// `CAP_DAC_READ_SEARCH`: among much else, `open_by_handle_at`.
+const CAP_DAC_READ_SEARCH: u32 = 2;
+
+/// Whether this process has CAP_DAC_READ_SEARCH in its effective set,
+/// which opening files by handle needs (unknown counts as no).
+pub fn has_cap_dac_read_search() -> bool {
+    effective(None).is_some_and(|caps| caps & (1 << CAP_DAC_READ_SEARCH) != 0)
+}

@@ -205,7 +205,7 @@ pub mod upgrade;
 mod uring_offer;
 mod write_stall;
 
-pub use caps::has_cap_sys_admin;
+pub use caps::{has_cap_dac_read_search, has_cap_sys_admin};
 pub use control::{
     answers, fallback_log_path, normalize_mountpoint, notify_remounted, query, request_upgrade,
     socket_paths,

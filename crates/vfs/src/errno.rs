@@ -76,6 +76,16 @@ errnos!(
     EDEADLK,
     ENOTTY,
     EPROTO,
+    EBADMSG,
+    ENOTCONN,
+    ECONNABORTED,
+    ETIMEDOUT,
+    EUCLEAN,
+    EDQUOT,
+    ENOMEDIUM,
+    EREMOTEIO,
+    ECANCELED,
+    ETXTBSY,
 );
 
 impl Errno {
@@ -152,5 +162,9 @@ mod tests {
         assert_eq!(Errno::EACCES.name(), Some("EACCES"));
         assert_eq!(Errno::ENOTSUP.name(), Some("EOPNOTSUPP"));
         assert_eq!(Errno::new(4000).name(), None);
+        // What a failing source answers (a corrupt directory, a dead
+        // FUSE source) is named in the log too.
+        assert_eq!(Errno::new(libc::EBADMSG).name(), Some("EBADMSG"));
+        assert_eq!(Errno::new(libc::ENOTCONN).name(), Some("ENOTCONN"));
     }
 }
