@@ -88,10 +88,18 @@ errnos!(
     ETXTBSY,
 );
 
+/// The first number past the errnos a caller can be given (the kernel
+/// checks a FUSE reply's error against it).
+const MAX_ERRNO: i32 = 512;
+
 impl Errno {
-    /// Wraps a raw errno; zero or negative numbers (never valid) become `EIO`.
+    /// Wraps a raw errno; numbers no caller can be given become `EIO`:
+    /// zero or negative, and 512 or more (the kernel's own, such as
+    /// `ERESTARTSYS`, or made up). FUSE refuses a reply carrying one, and
+    /// the request it answers is then never answered: its caller waits
+    /// for good, in an uninterruptible sleep over `/dev/fuse`.
     pub fn new(raw: i32) -> Errno {
-        if raw > 0 {
+        if raw > 0 && raw < MAX_ERRNO {
             Errno(raw)
         } else {
             Errno::EIO
@@ -158,10 +166,19 @@ mod tests {
     }
 
     #[test]
+    fn numbers_no_caller_can_be_given_become_eio() {
+        for raw in [0, -5, 512, 600, 4000, i32::MAX] {
+            assert_eq!(Errno::new(raw), Errno::EIO, "{raw}");
+        }
+        assert_eq!(Errno::new(511).raw(), 511);
+        assert_eq!(Errno::new(libc::ENOSPC), Errno::ENOSPC);
+    }
+
+    #[test]
     fn names() {
         assert_eq!(Errno::EACCES.name(), Some("EACCES"));
         assert_eq!(Errno::ENOTSUP.name(), Some("EOPNOTSUPP"));
-        assert_eq!(Errno::new(4000).name(), None);
+        assert_eq!(Errno::new(400).name(), None);
         // What a failing source answers (a corrupt directory, a dead
         // FUSE source) is named in the log too.
         assert_eq!(Errno::new(libc::EBADMSG).name(), Some("EBADMSG"));

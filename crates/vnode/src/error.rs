@@ -21,12 +21,15 @@ pub enum Error {
 }
 
 impl Error {
-    /// The errno a file server should answer with.
+    /// The errno a file server should answer with: always one a caller
+    /// can be given (a constructor's 0, negative or out-of-range number
+    /// reads as EIO).
     pub fn errno(&self) -> i32 {
         match self {
             Error::MountGone => libc_enodev(),
             Error::Busy { .. } => 16, // EBUSY
-            Error::Errno(e) => *e,
+            Error::Errno(e) if (1..512).contains(e) => *e,
+            Error::Errno(_) => 5, // EIO
         }
     }
 }
@@ -50,3 +53,16 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+
+    #[test]
+    fn a_constructors_number_no_caller_can_be_given_reads_as_eio() {
+        for e in [0, -5, 512, 600] {
+            assert_eq!(Error::Errno(e).errno(), 5, "{e}");
+        }
+        assert_eq!(Error::Errno(28).errno(), 28);
+    }
+}
