@@ -391,6 +391,37 @@ fn a_file_opened_without_following_links_survives_a_crash() {
     }
 }
 
+/// A file removed while open, then handed over by an upgrade: at its last
+/// close the new server gives back every descriptor of it, as the old
+/// one would have. It kept one (the node's cached descriptor, made for
+/// the adopted open file), and with it the deleted file's blocks on the
+/// source, until evicted: minutes on an idle mount.
+#[test]
+fn a_file_removed_while_open_is_let_go_at_its_close_after_an_upgrade() {
+    if let Err(why) = common::can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let m = Mounted::new("removed-open-upgrade", &["--source", "src"]);
+    fs::write(m.mnt.join("big"), vec![7u8; 1 << 20]).unwrap();
+    let held = File::open(m.mnt.join("big")).unwrap();
+    fs::remove_file(m.mnt.join("big")).unwrap();
+    let out = upgrade(&m.mnt, None).expect("upgrade");
+    assert!(out.contains("generation 1"), "{out}");
+    drop(held);
+    let pid = server_pid(&m);
+    let holds_it = || {
+        fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|d| {
+                d.filter_map(|e| fs::read_link(e.ok()?.path()).ok())
+                    .any(|t| t.to_string_lossy().ends_with("/big (deleted)"))
+            })
+            .unwrap_or(false)
+    };
+    // The RELEASE reaches the server after close returns.
+    wait_for("the server to let the removed file go", || !holds_it());
+}
+
 /// A source directory the host moved while mounted: the server follows
 /// it (its root is a descriptor), and so must the servers after it. They
 /// were told the path the mount was made with, found nothing there, and

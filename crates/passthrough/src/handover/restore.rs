@@ -282,9 +282,17 @@ impl PassthroughFs {
         let res = self.pool.reserve_handed_over().map_err(err)?;
         if !self
             .opens
-            .insert_as(Fh(o.fh), res.into_fd(fd), node, Some(vp))
+            .insert_as(Fh(o.fh), res.into_fd(fd), node.clone(), Some(vp))
         {
             return Err(RestoreError::proto(format!("{what}: handle given twice")));
+        }
+        // A file with no name left: its cached fd (made just above, or
+        // the node's own) goes at its last close, as it would have in the
+        // predecessor, or it would keep the deleted file's blocks on the
+        // source until evicted (a 200 MiB file's, minutes on an idle
+        // mount).
+        if st.stx_nlink == 0 {
+            let _ = node.uncache_unlinked();
         }
         Ok(())
     }
