@@ -391,6 +391,43 @@ fn a_file_opened_without_following_links_survives_a_crash() {
     }
 }
 
+/// memfs: files removed while the kernel held them (an `O_PATH`
+/// descriptor) are handed over at an upgrade; once the kernel lets them
+/// go their data goes too. The successor held them for good, handed them
+/// on at every upgrade, and `df` counted them.
+#[test]
+fn nameless_memfs_files_handed_over_go_when_the_kernel_lets_them_go() {
+    if let Err(why) = common::can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    use std::os::unix::fs::OpenOptionsExt;
+    let m = Mounted::new("kept-go", &[]);
+    let held: Vec<File> = (0..20)
+        .map(|i| {
+            let p = m.mnt.join(format!("f{i}"));
+            fs::write(&p, vec![1u8; 5000]).unwrap();
+            let f = OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH)
+                .open(&p)
+                .unwrap();
+            fs::remove_file(&p).unwrap();
+            f
+        })
+        .collect();
+    let out = upgrade(&m.mnt, None).expect("upgrade");
+    assert!(out.contains("generation 1"), "{out}");
+    drop(held);
+    wait_for("the nameless files to go", || {
+        m.counter("memfs.inodes.alive") == 1
+    });
+    assert_eq!(
+        common::statvfs(&m.mnt).f_bfree,
+        common::statvfs(&m.mnt).f_blocks
+    );
+}
+
 /// A file removed while open, then handed over by an upgrade: at its last
 /// close the new server gives back every descriptor of it, as the old
 /// one would have. It kept one (the node's cached descriptor, made for

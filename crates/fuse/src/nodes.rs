@@ -283,11 +283,22 @@ impl NodeTable {
     /// The kernel dropped `n` references to node `id`; true if that was
     /// the last (the node is gone from the kernel).
     pub fn forget(&self, id: u64, n: u64) -> bool {
+        self.forget_node(id, n).0
+    }
+
+    /// [`Nodes::forget`], and whether the node was a predecessor's that
+    /// no request named since (no vnode was made for it: its file system
+    /// may hold it for the kernel, `FileSystem::unclaimed_forgotten`).
+    pub fn forget_node(&self, id: u64, n: u64) -> (bool, bool) {
         if self.any_adopted.load(Ordering::Acquire) {
             if let Some(gone) = self.forget_adopted(id, n) {
-                return gone;
+                return (gone, gone);
             }
         }
+        (self.forget_vnode(id, n), false)
+    }
+
+    fn forget_vnode(&self, id: u64, n: u64) -> bool {
         let vp = if id == ROOT_ID {
             self.root.get()
         } else {

@@ -481,6 +481,19 @@ impl MemFs {
         }
     }
 
+    /// The kernel let go of a nameless inode a predecessor handed over,
+    /// never asked for since: nothing else holds it (a vnode made for it
+    /// would have made it `Lent`), and its data goes.
+    pub(crate) fn let_kept_go(&self, ino: Ino) {
+        let mut kept = self.kept.lock();
+        if let Some(Kept::Held(_)) = kept.0.get(&ino) {
+            let gone = kept.0.remove(&ino);
+            drop(kept);
+            // Freed outside the table's lock.
+            drop(gone);
+        }
+    }
+
     /// `vget` of a nameless inode a predecessor handed over.
     pub(crate) fn vget_kept(&self, ino: Ino) -> Option<VnodeRef> {
         let inode = {

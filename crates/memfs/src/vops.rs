@@ -212,6 +212,10 @@ impl FileSystem for MemFs {
         }
     }
 
+    fn unclaimed_forgotten(&self, ino: Ino) {
+        self.let_kept_go(ino);
+    }
+
     fn save(&self, keep: &uvfs_vfs::Keep<'_>) -> VfsResult<uvfs_vfs::Saved> {
         self.save_state(keep)
     }

@@ -595,6 +595,13 @@ pub trait FileSystem: Send + Sync + 'static {
         Err(Errno::ESTALE)
     }
 
+    /// The kernel let go of inode `ino`, which a predecessor handed over
+    /// (live upgrade) and no request named since, so no vnode was made
+    /// for it. A file system holding such a file for the kernel alone (a
+    /// nameless file an `O_PATH` descriptor kept) lets it go now; else it
+    /// would keep its data until the next hand-over, and hand it on.
+    fn unclaimed_forgotten(&self, _ino: Ino) {}
+
     /// For a live upgrade: what a successor needs to go on serving `keep`
     /// (see [`crate::handover`]). The default, `EOPNOTSUPP`, keeps the
     /// mount with this process: `uvfs upgrade` then says so and changes

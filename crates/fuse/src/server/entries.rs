@@ -79,7 +79,11 @@ impl Server {
     // which is exactly the per-node accounting wanted.
     pub(super) fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         let i = &self.inner;
-        if i.nodes.forget(ino.0, nlookup) {
+        let (gone, unclaimed) = i.nodes.forget_node(ino.0, nlookup);
+        if unclaimed {
+            i.fs.unclaimed_forgotten(i.nodes.node_id(ino.0));
+        }
+        if gone {
             // No backing file of it is left: each holds the node.
             i.backings.writers.forgotten(ino.0);
             if i.refresh.running() {
