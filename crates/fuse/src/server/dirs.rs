@@ -60,8 +60,12 @@ impl Server {
         mut reply: ReplyDirectory,
     ) {
         let r = self.guard(Op::Readdir, ino.0, |i| {
+            let mut check = Checked::new(ino.0, offset);
             with_dir(i, &ctx(_req), ino.0, fh.0, |of| {
                 i.fs.readdir(&of.vp, of.fh, offset, &mut |e| {
+                    if let Some(stop) = check.entry(e) {
+                        return stop;
+                    }
                     let id = i.nodes.node_id(e.ino);
                     reply.add(
                         INodeNo(id),
@@ -70,7 +74,8 @@ impl Server {
                         OsStr::from_bytes(&e.name),
                     )
                 })
-            })
+            })?;
+            check.result()
         });
         match r {
             Ok(()) => {
@@ -92,8 +97,12 @@ impl Server {
         self.inner.throttle_new_nodes();
         let _racing = self.inner.entry_race.begin(ino.0);
         let r = self.guard(Op::Readdirplus, ino.0, |i| {
+            let mut check = Checked::new(ino.0, offset);
             with_dir(i, &ctx(req), ino.0, fh.0, |of| {
                 i.fs.readdirplus(&ctx(req), &of.vp, of.fh, offset, &mut |e, found| {
+                    if let Some(stop) = check.entry(e) {
+                        return stop;
+                    }
                     let nm = OsStr::from_bytes(&e.name);
                     match found {
                         // `.` and `..`: the kernel does not link these, so no
@@ -137,7 +146,8 @@ impl Server {
                         }
                     }
                 })
-            })
+            })?;
+            check.result()
         });
         match r {
             Ok(()) => {
@@ -208,4 +218,66 @@ pub(crate) fn with_dir<T>(
     let r = f(&of);
     let _ = i.fs.releasedir(&of.vp, of.fh);
     r
+}
+
+/// Entries of one listing checked for what the kernel cannot take from
+/// a file system (a library's may give anything): a name it cannot link
+/// (empty, or holding `/` or NUL) failed the whole listing with `EIO`,
+/// and a cookie that leads nowhere (0, or the offset asked for, which
+/// the kernel would ask for again) made `ls` list for ever. Such a name
+/// is left out, such a cookie ends the listing with `EIO`; both are
+/// logged, once per listing.
+struct Checked {
+    dir: u64,
+    asked: u64,
+    skipped: usize,
+    stuck: Option<u64>,
+}
+
+impl Checked {
+    fn new(dir: u64, asked: u64) -> Checked {
+        Checked {
+            dir,
+            asked,
+            skipped: 0,
+            stuck: None,
+        }
+    }
+
+    /// `None` for an entry to list; else what the sink answers (`true`:
+    /// stop).
+    fn entry(&mut self, e: &uvfs_vfs::DirEntry) -> Option<bool> {
+        if e.offset == 0 || e.offset == self.asked {
+            self.stuck = Some(e.offset);
+            return Some(true);
+        }
+        if e.name.is_empty() || e.name.iter().any(|&b| b == b'/' || b == 0) {
+            self.skipped += 1;
+            return Some(false);
+        }
+        None
+    }
+
+    fn result(self) -> VfsResult<()> {
+        if self.skipped > 0 {
+            log::warn!(
+                "listing of node {}: {} names that cannot be a file's (empty, or with '/' \
+                 or NUL) left out",
+                self.dir,
+                self.skipped
+            );
+        }
+        match self.stuck {
+            Some(cookie) => {
+                log::warn!(
+                    "listing of node {} from offset {}: the file system gave an entry the \
+                     offset {cookie}, which leads back to where it was asked from; answered EIO",
+                    self.dir,
+                    self.asked
+                );
+                Err(Errno::EIO)
+            }
+            None => Ok(()),
+        }
+    }
 }

@@ -1,0 +1,143 @@
+//! Listings a file system gets wrong (a library's may give anything)
+//! end, and lose only what is wrong: a name no file can have is left
+//! out, a cookie that leads back to where the listing was asked from
+//! ends it with `EIO`. Before, the first failed the whole directory and
+//! the second made `ls` list for ever.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+use uvfs_fuse::{BackgroundMount, ServeConfig, Timeouts};
+use uvfs_vfs::{Attr, Ctx, DirEntry, DirSink, Errno, Fh, FileSystem, FsMount};
+use uvfs_vfs::{Ino, Mount, VType, VfsResult, VnodeRef};
+use uvfs_vnode::{Config, VnodeLayer};
+
+const ROOT: Ino = 1;
+/// Directories, each listing wrong in its own way.
+const DIRS: [(&str, Ino); 3] = [("names", 2), ("zero", 3), ("same", 4)];
+const FILE: Ino = 10;
+
+struct Odd(FsMount);
+
+impl FileSystem for Odd {
+    fn fs_type(&self) -> &'static str {
+        "odd"
+    }
+    fn mount(&self) -> &Arc<Mount> {
+        self.0.mount()
+    }
+    fn root(&self) -> VfsResult<VnodeRef> {
+        self.0.vnode(ROOT, VType::Dir)
+    }
+    fn lookup(&self, _: &Ctx, dir: &VnodeRef, name: &[u8]) -> VfsResult<VnodeRef> {
+        if dir.ino() == ROOT {
+            if let Some(&(_, ino)) = DIRS.iter().find(|(n, _)| n.as_bytes() == name) {
+                return self.0.vnode(ino, VType::Dir);
+            }
+        }
+        match name {
+            b"." => self.0.vnode(dir.ino(), VType::Dir),
+            // Whatever it listed, it finds (a READDIRPLUS hands each name
+            // it finds to the kernel).
+            _ if dir.ino() == 2 && name != b".." => self.0.vnode(FILE, VType::Reg),
+            b".." => self.root(),
+            b"ok" | b"fine" => self.0.vnode(FILE, VType::Reg),
+            _ => Err(Errno::ENOENT),
+        }
+    }
+    fn getattr(&self, vp: &VnodeRef) -> VfsResult<Attr> {
+        Ok(match vp.ino() {
+            FILE => Attr::new(FILE, VType::Reg, 0o444, 0),
+            ino => Attr::new(ino, VType::Dir, 0o555, 0),
+        })
+    }
+    fn read(&self, _: &VnodeRef, _: Fh, _: u64, _: u32) -> VfsResult<Vec<u8>> {
+        Ok(Vec::new())
+    }
+    fn readdir(&self, dir: &VnodeRef, _: Fh, offset: u64, sink: &mut DirSink<'_>) -> VfsResult<()> {
+        let entries: Vec<(&[u8], u64)> = match dir.ino() {
+            ROOT => {
+                let mut v: Vec<(&[u8], u64)> = vec![(b".", 1), (b"..", 2)];
+                v.extend(DIRS.iter().zip(3..).map(|((n, _), c)| (n.as_bytes(), c)));
+                v
+            }
+            // Good names around bad ones.
+            2 => vec![
+                (b"ok", 1),
+                (b"a/b", 2),
+                (b"", 3),
+                (b"nul\0", 4),
+                (b"fine", 5),
+            ],
+            // A cookie of 0: the kernel takes it for the start.
+            3 => vec![(b"ok", 0), (b"fine", 0)],
+            // The same cookie on every entry, whatever was asked.
+            _ => vec![(b"ok", 7), (b"fine", 7)],
+        };
+        for (name, cookie) in entries {
+            // Directories 3 and 4 list from the start, whatever asked.
+            if dir.ino() <= 2 && cookie <= offset {
+                continue;
+            }
+            let kind = if dir.ino() == ROOT && name.len() > 2 {
+                VType::Dir
+            } else {
+                VType::Reg
+            };
+            if sink(&DirEntry::new(FILE, kind, name, cookie)) {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn listings_a_file_system_gets_wrong_end_and_keep_the_good_names() {
+    let Some(dir) = common::scratch_dir("uvfs-odd-listings") else {
+        return;
+    };
+    let layer = VnodeLayer::new(Config::with_limit(64));
+    let fs = Arc::new(Odd(FsMount::new(&layer, "odd")));
+    let cfg = ServeConfig {
+        read_only: true,
+        timeouts: Timeouts {
+            entry: Duration::from_secs(1),
+            attr: Duration::from_secs(1),
+        },
+        uring: common::uring(),
+        control: false,
+        supervise: false,
+        dir_refresh: false,
+        ..ServeConfig::new(dir.clone())
+    };
+    let m = BackgroundMount::start(fs, layer, &cfg).expect("mount");
+    let names = |d: &str| -> std::io::Result<Vec<String>> {
+        let mut v: Vec<String> = std::fs::read_dir(dir.join(d))?
+            .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect::<Result<_, _>>()?;
+        v.sort();
+        Ok(v)
+    };
+    assert_eq!(names("names").unwrap(), ["fine", "ok"]);
+    // Each ends, with an error (run on a thread: before, it never did).
+    for d in ["zero", "same"] {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = dir.clone();
+        std::thread::spawn(move || {
+            let _ = tx
+                .send(std::fs::read_dir(p.join(d)).and_then(|r| r.collect::<Result<Vec<_>, _>>()));
+        });
+        let r = rx
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("listing {d} never ended"));
+        assert_eq!(
+            r.map(|_| ()).map_err(|e| e.raw_os_error()),
+            Err(Some(libc::EIO)),
+            "{d}"
+        );
+    }
+    drop(m);
+    let _ = std::fs::remove_dir(&dir);
+}
