@@ -48,13 +48,26 @@ pub type DirPlusSink<'a> = dyn FnMut(&DirEntry, Option<(&VnodeRef, &Attr)>) -> b
 
 /// The operations of one mounted file system.
 ///
-/// A read-only file system implements nine methods: [`fs_type`],
+/// A read-only file system implements seven methods: [`fs_type`],
 /// [`mount`], [`root`], [`lookup`], [`getattr`], [`read`] and [`readdir`]
-/// (plus [`open`] and [`readlink`] if its defaults do not fit). Every
+/// (and [`open`] and [`readlink`] where their defaults do not fit). Every
 /// method that changes the file system defaults to `EROFS`, extended
 /// attributes to "none" (`ENODATA` on get, `EOPNOTSUPP` on set), the rest
 /// to what a simple file system wants (`examples/hello.rs` in the
 /// `uvfs-fuse` crate serves one file in about sixty lines).
+///
+/// Methods are called on the server's request threads. Over FUSE over
+/// io_uring (the default where the kernel offers it) each CPU has one
+/// queue, served one request at a time: a method that blocks (a slow
+/// device, a network, a lock held elsewhere) holds up every other
+/// request of that CPU's callers until it returns. A file system whose
+/// methods may wait for a device says so with [`waits_for_devices`]
+/// (`fsync`, `fallocate` and `copy_file_range` then run off the queue,
+/// and reads are tried without waiting first); other waits belong off
+/// the request path, or the server serves through `/dev/fuse` (its
+/// `ServeConfig::uring` off), whose threads wait side by side.
+///
+/// [`waits_for_devices`]: FileSystem::waits_for_devices
 ///
 /// [`fs_type`]: FileSystem::fs_type
 /// [`mount`]: FileSystem::mount
