@@ -1,8 +1,9 @@
-//! Listings a file system gets wrong (a library's may give anything)
-//! end, and lose only what is wrong: a name no file can have is left
+//! What a file system gets wrong (a library's may give anything) costs
+//! only what is wrong. Listings: a name no file can have is left
 //! out, a cookie that leads back to where the listing was asked from
 //! ends it with `EIO`. Before, the first failed the whole directory and
-//! the second made `ls` list for ever.
+//! the second made `ls` list for ever. And POSIX ACL attributes do not
+//! reach a file system that keeps no ACLs.
 
 mod common;
 
@@ -93,11 +94,9 @@ impl FileSystem for Odd {
     }
 }
 
-#[test]
-fn listings_a_file_system_gets_wrong_end_and_keep_the_good_names() {
-    let Some(dir) = common::scratch_dir("uvfs-odd-listings") else {
-        return;
-    };
+/// The odd file system, mounted on a scratch directory.
+fn mount_odd() -> Option<(BackgroundMount, std::path::PathBuf)> {
+    let dir = common::scratch_dir("uvfs-odd-fs")?;
     let layer = VnodeLayer::new(Config::with_limit(64));
     let fs = Arc::new(Odd(FsMount::new(&layer, "odd")));
     let cfg = ServeConfig {
@@ -113,6 +112,12 @@ fn listings_a_file_system_gets_wrong_end_and_keep_the_good_names() {
         ..ServeConfig::new(dir.clone())
     };
     let m = BackgroundMount::start(fs, layer, &cfg).expect("mount");
+    Some((m, dir))
+}
+
+#[test]
+fn listings_a_file_system_gets_wrong_end_and_keep_the_good_names() {
+    let Some((m, dir)) = mount_odd() else { return };
     let names = |d: &str| -> std::io::Result<Vec<String>> {
         let mut v: Vec<String> = std::fs::read_dir(dir.join(d))?
             .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
@@ -138,6 +143,33 @@ fn listings_a_file_system_gets_wrong_end_and_keep_the_good_names() {
             "{d}"
         );
     }
+    drop(m);
+    let _ = std::fs::remove_dir(&dir);
+}
+
+#[test]
+fn acl_attributes_do_not_reach_a_file_system_without_acls() {
+    let Some((m, dir)) = mount_odd() else { return };
+    // A file system without ACLs (`posix_acls` false) is not handed their
+    // attributes: the kernel passes them on as plain ones, and a file
+    // system storing attributes as they come would keep them (`cp -a`
+    // then set modes through them). Answered as without ACLs.
+    let path =
+        std::ffi::CString::new(dir.join("names").into_os_string().into_encoded_bytes()).unwrap();
+    let mut buf = [0u8; 64];
+    // SAFETY: a NUL-terminated path and name, and a buffer of its length.
+    let r = unsafe {
+        libc::getxattr(
+            path.as_ptr(),
+            c"system.posix_acl_access".as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    assert_eq!(
+        (r, std::io::Error::last_os_error().raw_os_error()),
+        (-1, Some(libc::EOPNOTSUPP))
+    );
     drop(m);
     let _ = std::fs::remove_dir(&dir);
 }

@@ -25,6 +25,7 @@ impl Server {
                 if position != 0 {
                     return Err(Errno::EINVAL);
                 }
+                refuse_acls(i, name(&n))?;
                 i.fs.setxattr(
                     &c,
                     &i.nodes.get(ino.0)?,
@@ -46,6 +47,7 @@ impl Server {
         reply: ReplyXattr,
     ) {
         let r = self.guard(Op::Getxattr, ino.0, |i| {
+            refuse_acls(i, name(n))?;
             i.fs.getxattr(&i.nodes.get(ino.0)?, name(n))
         });
         Self::reply_xattr(reply, size, r);
@@ -66,10 +68,25 @@ impl Server {
 
     pub(super) fn removexattr(&self, req: &Request, ino: INodeNo, n: &OsStr, reply: ReplyEmpty) {
         let r = self.changing(Op::Removexattr, ino.0, |i| {
+            refuse_acls(i, name(n))?;
             i.fs.removexattr(&ctx(req), &i.nodes.get(ino.0)?, name(n))
         });
         Self::reply_empty(reply, r);
     }
+}
+
+/// POSIX ACL attributes for a file system that does not keep ACLs
+/// (`FileSystem::posix_acls`): refused with `EOPNOTSUPP`, as by a file
+/// system mounted without ACLs. Without `FUSE_POSIX_ACL` the kernel
+/// passes them on as plain attributes; one that stores attributes as
+/// they come kept them, and `cp -a`, which sets a copy's mode through its
+/// ACL when that succeeds (and calls no `chmod` then), left wrong modes
+/// (0400 for 0444).
+fn refuse_acls(i: &super::Inner, name: &[u8]) -> uvfs_vfs::VfsResult<()> {
+    if name.starts_with(b"system.posix_acl_") && !i.fs.posix_acls() {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    Ok(())
 }
 
 /// The names of `list` (NUL-terminated, one after another) a caller may
