@@ -156,6 +156,18 @@ impl LockWaiter {
             p.reply.error(errno(Errno::EINTR));
             return;
         }
+        if fuser::uring_queue_room().is_some_and(|room| room <= QUEUE_SPARE) {
+            // Over FUSE over io_uring a parked wait keeps its ring entry,
+            // and a queue has at most 64: with them all held by waits, no
+            // request of that CPU's callers is taken until a lock goes (a
+            // user's 70 waits through root's mount held up every other
+            // user's `stat` there for as long). Refused as the kernel
+            // refuses a lock past its limits.
+            drop(st);
+            note_refused();
+            p.reply.error(errno(Errno::ENOLCK));
+            return;
+        }
         if !self.ensure_thread(&mut st, fs) {
             // No thread: nothing can wait. Answer as the kernel does when
             // it cannot take a lock.
@@ -215,6 +227,25 @@ impl Drop for LockWaiter {
     fn drop(&mut self) {
         self.shared.state.lock().shutdown = true;
         self.shared.cv.notify_all();
+    }
+}
+
+/// Entries of an io_uring queue left to other requests: a wait that would
+/// leave fewer is refused.
+const QUEUE_SPARE: usize = 8;
+
+/// Says that lock waits were refused for a queue's sake: the first time
+/// and at each power of two.
+fn note_refused() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static REFUSED: AtomicU64 = AtomicU64::new(0);
+    let n = REFUSED.fetch_add(1, Ordering::Relaxed) + 1;
+    if n.is_power_of_two() {
+        log::warn!(
+            "lock waits refused with ENOLCK ({n} so far): the waits parked on one CPU's \
+             io_uring queue held all but {QUEUE_SPARE} of its entries, which its other \
+             requests need (--transport dev has no such bound)"
+        );
     }
 }
 

@@ -89,6 +89,8 @@ pub use crate::session::SessionACL;
 pub use crate::session::SessionUnmounter;
 #[cfg(target_os = "linux")]
 pub use crate::uring::kernel_enabled as uring_enabled_in_kernel;
+#[cfg(target_os = "linux")]
+pub use crate::uring::queue_room as uring_queue_room;
 
 mod access_flags;
 mod bsd_file_flags;

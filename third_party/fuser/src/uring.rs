@@ -92,6 +92,25 @@ const MIN_AVAILABLE: usize = 2;
 const EVENTFD_TAG: u64 = u64::MAX;
 const RING_DEPTH: u32 = 256;
 
+thread_local! {
+    /// Entries the queue served on this thread could still give requests
+    /// (`usize::MAX` on other threads), as of the request being served.
+    static ROOM: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+}
+
+/// On an io_uring queue's thread, while a request is dispatched: how many
+/// more of that queue's entries could hold requests at once (its most,
+/// less those the server holds: requests being served, replies held back
+/// such as lock waits). `None` on other threads (/dev/fuse loops).
+///
+/// A file system that holds replies back (a blocking lock's wait) must
+/// not take them all: a queue without an entry takes no request of its
+/// CPU's callers, whatever it is, until a held reply goes.
+pub fn queue_room() -> Option<usize> {
+    let room = ROOM.with(std::cell::Cell::get);
+    (room != usize::MAX).then_some(room)
+}
+
 /// Whether the kernel can serve this connection through io_uring queues
 /// (the module parameter; the INIT flag says the same per connection).
 pub fn kernel_enabled() -> bool {
@@ -337,7 +356,10 @@ impl<FS: Filesystem> Server<'_, FS> {
                     op,
                     Ok(Operation::Forget(_) | Operation::BatchForget(_) | Operation::Interrupt(_))
                 );
+                // The entry served is not in the kernel either.
+                ROOM.with(|r| r.set(MAX_ENTRIES.saturating_sub(q.entries.len() - q.in_kernel)));
                 req.dispatch(self.se);
+                ROOM.with(|r| r.set(usize::MAX));
                 if noreply {
                     let _ = reply.send(&[IoSlice::new(&out_header(entry.read_u64(8), 0))]);
                 }

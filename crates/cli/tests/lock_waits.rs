@@ -1,0 +1,119 @@
+//! Blocking lock waits through a mount served over FUSE over io_uring:
+//! each parked wait keeps its ring entry, and a CPU's queue has a bounded
+//! number. Waits must leave the queue entries for other requests: with
+//! about 64 waits parked on one CPU, every other caller on that CPU
+//! (another user's `stat` through root's `--allow-other` mount) waited
+//! for as long as the lock was held.
+
+mod common;
+
+use common::{can_mount, Mounted};
+use std::fs::{self, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// Pins the calling thread to CPU 0 (where its requests are queued).
+fn on_cpu0() {
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes within it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU 0 lies within the set's bounds.
+    unsafe { libc::CPU_SET(0, &mut set) };
+    // SAFETY: pid 0 is this thread; `set` is a valid cpu_set_t of the size given.
+    let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
+    assert_eq!(r, 0, "sched_setaffinity");
+}
+
+/// An OFD write lock on all of `f` (`F_OFD_SETLKW` if `wait`); the errno
+/// if refused.
+fn ofd_lock(f: &fs::File, wait: bool) -> Result<(), i32> {
+    // SAFETY: all-zero is a valid flock (plain integers).
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_WRLCK as i16;
+    fl.l_whence = libc::SEEK_SET as i16;
+    let cmd = if wait {
+        libc::F_OFD_SETLKW
+    } else {
+        libc::F_OFD_SETLK
+    };
+    // SAFETY: a valid descriptor and a flock that outlives the call.
+    match unsafe { libc::fcntl(f.as_raw_fd(), cmd, &mut fl) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0)),
+    }
+}
+
+#[test]
+fn lock_waits_leave_an_io_uring_queue_to_other_requests() {
+    if let Err(why) = can_mount() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let m = Mounted::new("lock-waits", &["--source", "src"]);
+    if m.counter("fuse.uring") != 1 {
+        eprintln!("skipped: the mount is not served over io_uring here");
+        return;
+    }
+    let path = m.mnt.join("locked");
+    fs::write(&path, b"x").unwrap();
+    let open = || {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap()
+    };
+    let holder = open();
+    ofd_lock(&holder, false).expect("the first lock");
+    const WAITERS: usize = 80;
+    let (tx, rx) = mpsc::channel();
+    for _ in 0..WAITERS {
+        let (tx, f) = (tx.clone(), open());
+        std::thread::spawn(move || {
+            on_cpu0();
+            let r = ofd_lock(&f, true);
+            // Granted: let the next one have it.
+            drop(f);
+            let _ = tx.send(r);
+        });
+    }
+    // The waits parked (or refused), a caller on the same CPU is still
+    // answered.
+    let mut ended = Vec::new();
+    common::wait_for("the waits to park", || {
+        ended.extend(rx.try_iter());
+        m.counter("fuse.locks.waiting") + ended.len() as u64 >= 40
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let (stx, srx) = mpsc::channel();
+    let missing = m.mnt.join("missing");
+    std::thread::spawn(move || {
+        on_cpu0();
+        let _ = stx.send(fs::metadata(&missing).map(|_| ()).map_err(|e| e.kind()));
+    });
+    let answered = srx.recv_timeout(Duration::from_secs(20));
+    drop(holder);
+    assert_eq!(
+        answered,
+        Ok(Err(std::io::ErrorKind::NotFound)),
+        "a stat on the waiters' CPU was not answered while they waited"
+    );
+    // Every wait ends: granted in turn, or refused (ENOLCK) up front.
+    let mut refused = 0;
+    while ended.len() < WAITERS {
+        ended.push(
+            rx.recv_timeout(Duration::from_secs(60))
+                .expect("a wait never ended"),
+        );
+    }
+    for r in ended {
+        match r {
+            Ok(()) => {}
+            Err(e) => {
+                assert_eq!(e, libc::ENOLCK);
+                refused += 1;
+            }
+        }
+    }
+    eprintln!("{refused} of {WAITERS} waits refused");
+}
