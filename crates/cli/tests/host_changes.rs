@@ -649,9 +649,8 @@ fn listings_racing_host_moves_of_directories_all_end() {
 }
 
 /// After the source's file system is detached on the host (`umount -l`),
-/// the source root's descriptor reads back as `/`: every mount the host
-/// made anywhere was taken for one inside the source (an info line each,
-/// and a lookup of host paths). Now the watcher says once that the
+/// the source root's descriptor reads back as `/`, under which every
+/// mount the host makes anywhere lies. The watcher says once that the
 /// source is out of reach, and takes no host mount for the source's.
 #[test]
 fn host_mounts_after_the_source_was_detached_are_not_taken_for_its_own() {

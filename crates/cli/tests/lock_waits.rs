@@ -2,8 +2,8 @@
 //! each parked wait keeps its ring entry, and a CPU's queue has a bounded
 //! number. Waits must leave the queue entries for other requests: with
 //! about 64 waits parked on one CPU, every other caller on that CPU
-//! (another user's `stat` through root's `--allow-other` mount) waited
-//! for as long as the lock was held.
+//! (another user's `stat` through root's `--allow-other` mount) would
+//! wait for as long as the lock is held.
 
 mod common;
 

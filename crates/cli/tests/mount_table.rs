@@ -43,9 +43,9 @@ fn a_host_mount_at_a_name_that_is_not_utf8_hides_no_other() {
     let _host = HostMount(odd);
 
     // The server reads its device from the table to clone its mount for
-    // directory attribute refreshes: with the table read as text, the
-    // odd line failed the whole read, and the refresh was turned off
-    // ("the mount's device is unknown").
+    // directory attribute refreshes: the odd line must not fail the whole
+    // read, which turns the refresh off ("the mount's device is
+    // unknown").
     let m = common::Mounted::new("odd-table", &[]);
     assert_eq!(m.counter("fuse.refresh.clones"), 1);
     let log =

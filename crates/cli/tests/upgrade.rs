@@ -393,8 +393,8 @@ fn a_file_opened_without_following_links_survives_a_crash() {
 
 /// memfs: files removed while the kernel held them (an `O_PATH`
 /// descriptor) are handed over at an upgrade; once the kernel lets them
-/// go their data goes too. The successor held them for good, handed them
-/// on at every upgrade, and `df` counted them.
+/// go their data goes too: not held for good, handed on at every
+/// upgrade and counted by `df`.
 #[test]
 fn nameless_memfs_files_handed_over_go_when_the_kernel_lets_them_go() {
     if let Err(why) = common::can_mount() {
@@ -430,9 +430,9 @@ fn nameless_memfs_files_handed_over_go_when_the_kernel_lets_them_go() {
 
 /// A file removed while open, then handed over by an upgrade: at its last
 /// close the new server gives back every descriptor of it, as the old
-/// one would have. It kept one (the node's cached descriptor, made for
-/// the adopted open file), and with it the deleted file's blocks on the
-/// source, until evicted: minutes on an idle mount.
+/// one would have: none may stay (the node's cached descriptor, made for
+/// the adopted open file), or the deleted file's blocks on the source
+/// stay until it is evicted.
 #[test]
 fn a_file_removed_while_open_is_let_go_at_its_close_after_an_upgrade() {
     if let Err(why) = common::can_mount() {
@@ -460,10 +460,10 @@ fn a_file_removed_while_open_is_let_go_at_its_close_after_an_upgrade() {
 }
 
 /// A source directory the host moved while mounted: the server follows
-/// it (its root is a descriptor), and so must the servers after it. They
-/// were told the path the mount was made with, found nothing there, and
-/// the supervisor gave the mount up after five tries (ENOTCONN for every
-/// program in it), with no reason in the log.
+/// it (its root is a descriptor), and so must the servers after it,
+/// though told the path the mount was made with; where nothing is found
+/// there the supervisor gives the mount up (ENOTCONN for every program
+/// in it).
 #[test]
 fn a_source_moved_on_the_host_is_served_across_crashes_and_upgrades() {
     if let Err(why) = common::can_mount() {

@@ -159,10 +159,10 @@ impl LockWaiter {
         if fuser::uring_queue_room().is_some_and(|room| room <= QUEUE_SPARE) {
             // Over FUSE over io_uring a parked wait keeps its ring entry,
             // and a queue has at most 64: with them all held by waits, no
-            // request of that CPU's callers is taken until a lock goes (a
-            // user's 70 waits through root's mount held up every other
-            // user's `stat` there for as long). Refused as the kernel
-            // refuses a lock past its limits.
+            // request of that CPU's callers is taken until a lock goes:
+            // one user's waits through root's mount would hold up every
+            // other user there. Refused as the kernel refuses a lock past
+            // its limits.
             drop(st);
             note_refused();
             p.reply.error(errno(Errno::ENOLCK));

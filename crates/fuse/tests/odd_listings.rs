@@ -1,9 +1,9 @@
 //! What a file system gets wrong (a library's may give anything) costs
 //! only what is wrong. Listings: a name no file can have is left
 //! out, a cookie that leads back to where the listing was asked from
-//! ends it with `EIO`. Before, the first failed the whole directory and
-//! the second made `ls` list for ever. And POSIX ACL attributes do not
-//! reach a file system that keeps no ACLs.
+//! ends it with `EIO` (not the whole directory failed, not `ls` listing
+//! for ever). And POSIX ACL attributes do not reach a file system that
+//! keeps no ACLs.
 
 mod common;
 
@@ -126,7 +126,8 @@ fn listings_a_file_system_gets_wrong_end_and_keep_the_good_names() {
         Ok(v)
     };
     assert_eq!(names("names").unwrap(), ["fine", "ok"]);
-    // Each ends, with an error (run on a thread: before, it never did).
+    // Each ends, with an error (on a thread: one that never ends must
+    // fail the test, not hang it).
     for d in ["zero", "same"] {
         let (tx, rx) = std::sync::mpsc::channel();
         let p = dir.clone();

@@ -193,10 +193,10 @@ impl FdPool {
     }
 
     /// The fewest fds kept outside the pool for a process allowed `n`:
-    /// [`RESERVED_FDS`], or half of a smaller limit. A server started
-    /// under `ulimit -n 64` holds about 30 outside the pool; keeping 128
-    /// left it a budget of 8 of its 64, and other callers' lookups failed
-    /// with `EMFILE` beside four readers.
+    /// [`RESERVED_FDS`], or half of a smaller limit: under a small limit
+    /// the server needs fewer outside the pool, and keeping the whole
+    /// reserve left it the least budget, where other callers' lookups
+    /// failed with `EMFILE` beside a few readers.
     fn kept_outside(n: usize) -> usize {
         RESERVED_FDS.min(n / 2)
     }

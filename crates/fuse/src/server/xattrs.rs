@@ -80,8 +80,7 @@ impl Server {
 /// system mounted without ACLs. Without `FUSE_POSIX_ACL` the kernel
 /// passes them on as plain attributes; one that stores attributes as
 /// they come kept them, and `cp -a`, which sets a copy's mode through its
-/// ACL when that succeeds (and calls no `chmod` then), left wrong modes
-/// (0400 for 0444).
+/// ACL when that succeeds (and calls no `chmod` then), left wrong modes.
 fn refuse_acls(i: &super::Inner, name: &[u8]) -> uvfs_vfs::VfsResult<()> {
     if name.starts_with(b"system.posix_acl_") && !i.fs.posix_acls() {
         return Err(Errno::EOPNOTSUPP);

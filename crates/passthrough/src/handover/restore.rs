@@ -289,8 +289,7 @@ impl PassthroughFs {
         // A file with no name left: its cached fd (made just above, or
         // the node's own) goes at its last close, as it would have in the
         // predecessor, or it would keep the deleted file's blocks on the
-        // source until evicted (a 200 MiB file's, minutes on an idle
-        // mount).
+        // source until evicted, which an idle mount may never do.
         if st.stx_nlink == 0 {
             let _ = node.uncache_unlinked();
         }

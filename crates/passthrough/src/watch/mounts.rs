@@ -32,7 +32,7 @@ pub(super) struct MountTable {
     /// mounts stacked there.
     under: HashMap<Vec<u8>, usize>,
     buf: Vec<u8>,
-    /// The source is no longer reachable on the host.
+    /// The source cannot be reached on the host now.
     lost: bool,
 }
 
@@ -63,7 +63,7 @@ impl MountTable {
         self.source = path;
     }
 
-    /// The source can no longer be reached on the host; whether that is
+    /// The source cannot be reached on the host now; whether that is
     /// news.
     pub(super) fn lose_source(&mut self) -> bool {
         !std::mem::replace(&mut self.lost, true)
