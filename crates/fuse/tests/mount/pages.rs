@@ -311,27 +311,13 @@ fn mapped_stores_a_full_memfs_refused_are_not_shown_as_stored() {
     let chunk = vec![7u8; 16 * 1024];
     while big.write(&chunk).is_ok() {}
     drop(big);
-    let script = r#"
-import mmap, os, sys
-fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-os.ftruncate(fd, 65536)
-m = mmap.mmap(fd, 65536, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-m[:] = b"\xab" * 65536
-try:
-    m.flush()
-    print("msync ok", flush=True)
-except OSError as e:
-    print("msync errno", e.errno, flush=True)
-m.close()
-os.close(fd)
-"#;
-    let out = std::process::Command::new("python3")
-        .args(["-c", script])
-        .arg(m.p("mapped"))
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    assert_eq!(said, format!("msync errno {}", libc::ENOSPC), "{out:?}");
+    let said = msync_after(
+        &m.p("mapped"),
+        "os.ftruncate(fd, 0)\nos.ftruncate(fd, 65536)",
+        65536,
+        "m[:] = b\"\\xab\" * 65536",
+    );
+    assert_eq!(said, format!("msync errno {}", libc::ENOSPC));
     // What reads show is what memfs holds: nothing was stored.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -377,27 +363,13 @@ fn mapped_stores_into_a_full_memfs_keep_the_pages_it_had() {
         let mut big = fs::File::create(m.p("big")).unwrap();
         while big.write(&[7u8; PAGE]).is_ok() {}
         drop(big);
-        let script = r#"
-import mmap, os, sys
-fd = os.open(sys.argv[1], os.O_RDWR)
-m = mmap.mmap(fd, 8 * 4096, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-for p in range(8):
-    m[p * 4096:p * 4096 + 4] = b"mark"
-try:
-    m.flush()
-    print("msync ok", flush=True)
-except OSError as e:
-    print("msync errno", e.errno, flush=True)
-m.close()
-os.close(fd)
-"#;
-        let out = std::process::Command::new("python3")
-            .args(["-c", script])
-            .arg(m.p("mapped"))
-            .output()
-            .unwrap();
-        let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        assert_eq!(said, format!("msync errno {}", libc::ENOSPC), "{out:?}");
+        let said = msync_after(
+            &m.p("mapped"),
+            "",
+            8 * PAGE,
+            "for p in range(8):\n    m[p * 4096:p * 4096 + 4] = b\"mark\"",
+        );
+        assert_eq!(said, format!("msync errno {}", libc::ENOSPC));
         let mut want = vec![0u8; 8 * PAGE];
         want[had..had + 4 * PAGE].fill(b'o');
         for p in (had..had + 4 * PAGE).step_by(PAGE) {
@@ -423,4 +395,33 @@ os.close(fd)
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// What `msync` answers (`msync ok`, or `msync errno N`) after stores
+/// into `len` bytes of `file` mapped shared, in a process of its own
+/// (Python): `setup` runs first with `fd` the file opened read-write
+/// (made if missing), `store` then with `m` the mapping.
+fn msync_after(file: &Path, setup: &str, len: usize, store: &str) -> String {
+    let script = format!(
+        "import mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+{setup}
+m = mmap.mmap(fd, {len}, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+{store}
+try:
+    m.flush()
+    print('msync ok', flush=True)
+except OSError as e:
+    print('msync errno', e.errno, flush=True)
+m.close()
+os.close(fd)
+"
+    );
+    let out = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
