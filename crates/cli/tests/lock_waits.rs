@@ -66,9 +66,12 @@ fn lock_waits_leave_an_io_uring_queue_to_other_requests() {
     let holder = open();
     ofd_lock(&holder, false).expect("the first lock");
     const WAITERS: usize = 80;
+    // Opened first: an open on a queue stuck behind parked waits would
+    // hang this thread, not fail the test.
+    let files: Vec<_> = (0..WAITERS).map(|_| open()).collect();
     let (tx, rx) = mpsc::channel();
-    for _ in 0..WAITERS {
-        let (tx, f) = (tx.clone(), open());
+    for f in files {
+        let tx = tx.clone();
         std::thread::spawn(move || {
             on_cpu0();
             let r = ofd_lock(&f, true);

@@ -183,6 +183,10 @@ impl LockWaiter {
             p.reply.error(errno(Errno::EDEADLK));
             return;
         }
+        // Its ring entry (over io_uring) is held until the lock goes:
+        // requests the kernel queued behind it must still get the queue's
+        // other entries.
+        fuser::uring_reply_held();
         st.parked.push(p);
         st.arrived = true;
         self.shared.cv.notify_one();

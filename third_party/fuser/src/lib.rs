@@ -91,6 +91,8 @@ pub use crate::session::SessionUnmounter;
 pub use crate::uring::kernel_enabled as uring_enabled_in_kernel;
 #[cfg(target_os = "linux")]
 pub use crate::uring::queue_room as uring_queue_room;
+#[cfg(target_os = "linux")]
+pub use crate::uring::reply_held as uring_reply_held;
 
 mod access_flags;
 mod bsd_file_flags;

@@ -66,6 +66,7 @@ use crate::session::SessionEventLoop;
 
 mod entry;
 mod handover;
+mod nudge;
 mod placement;
 mod recover;
 
@@ -96,6 +97,9 @@ thread_local! {
     /// Entries the queue served on this thread could still give requests
     /// (`usize::MAX` on other threads), as of the request being served.
     static ROOM: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+    /// The request being dispatched on this queue thread holds its reply
+    /// back (`reply_held`).
+    static HELD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// On an io_uring queue's thread, while a request is dispatched: how many
@@ -109,6 +113,20 @@ thread_local! {
 pub fn queue_room() -> Option<usize> {
     let room = ROOM.with(std::cell::Cell::get);
     (room != usize::MAX).then_some(room)
+}
+
+/// On an io_uring queue's thread, while a request is dispatched: says that
+/// its reply is held back until something else happens (a lock wait
+/// parked until the lock goes), not merely answered later from another
+/// thread. The queue then makes sure that requests the kernel queued
+/// behind its held entries are handed to the entries it has free
+/// (`uring/nudge.rs`): otherwise they may wait for as long as the replies
+/// are held, and for good if one of them is what the held replies wait
+/// for. Does nothing on other threads.
+pub fn reply_held() {
+    if queue_room().is_some() {
+        HELD.with(|h| h.set(true));
+    }
 }
 
 /// Whether the kernel can serve this connection through io_uring queues
@@ -322,6 +340,8 @@ struct Server<'a, FS: Filesystem> {
     shared: &'a Arc<Shared>,
     qid: u16,
     request: Vec<u8>,
+    /// A request served since the last nudge holds its reply back.
+    held: bool,
 }
 
 impl<FS: Filesystem> Server<'_, FS> {
@@ -358,8 +378,10 @@ impl<FS: Filesystem> Server<'_, FS> {
                 );
                 // The entry served is not in the kernel either.
                 ROOM.with(|r| r.set(MAX_ENTRIES.saturating_sub(q.entries.len() - q.in_kernel)));
+                HELD.with(|h| h.set(false));
                 req.dispatch(self.se);
                 ROOM.with(|r| r.set(usize::MAX));
+                self.held |= HELD.with(|h| h.replace(false));
                 if noreply {
                     let _ = reply.send(&[IoSlice::new(&out_header(entry.read_u64(8), 0))]);
                 }
@@ -487,7 +509,9 @@ fn serve_queue<FS: Filesystem>(
         shared,
         qid,
         request: Vec::with_capacity(q.payload_size + IN_HEADER + OP_IN_SIZE),
+        held: false,
     };
+    let nudger = nudge::Nudger::default();
     for a in adopted {
         let idx = q.adopt(a.entry);
         if a.replied {
@@ -549,6 +573,12 @@ fn serve_queue<FS: Filesystem>(
                 // the kernel so this CPU's other requests are still taken.
                 while q.in_kernel < MIN_AVAILABLE && q.entries.len() < MAX_ENTRIES {
                     q.register()?;
+                }
+                // Entries registered (or committed) just now are free only
+                // once submitted; the nudge's request must find one.
+                if std::mem::take(&mut srv.held) {
+                    q.ring.submit()?;
+                    nudger.nudge(qid, rings.root());
                 }
             }
         } else if mode == PARK {

@@ -290,57 +290,11 @@ impl RingCtl {
     }
 }
 
-/// Pins this thread to `cpu`; whether that worked.
-fn pin(cpu: u16) -> bool {
-    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET stays within it
-    // for cpu < CPU_SETSIZE (checked); sched_setaffinity reads the set.
-    unsafe {
-        if cpu as usize >= libc::CPU_SETSIZE as usize {
-            return false;
-        }
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu as usize, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
-    }
-}
-
-/// A request on queue `qid`'s CPU: a `statx` of `root` that the kernel
-/// must ask the server for. Made from a thread of its own, which waits
-/// for the answer (from this process or its successor).
-fn request_on(qid: u16, root: &Path, what: &'static str) {
-    let Ok(path) = std::ffi::CString::new(root.as_os_str().as_encoded_bytes()) else {
-        return;
-    };
-    let spawned = std::thread::Builder::new()
-        .name(format!("fuser-{what}-{qid}"))
-        .spawn(move || {
-            if !pin(qid) {
-                log::warn!("fuse io_uring queue {qid}: cannot run on its CPU to {what} it");
-                return;
-            }
-            // SAFETY: statx reads a NUL-terminated path and writes a
-            // zeroed statx struct of ours.
-            unsafe {
-                let mut st: libc::statx = std::mem::zeroed();
-                libc::statx(
-                    libc::AT_FDCWD,
-                    path.as_ptr(),
-                    libc::AT_STATX_FORCE_SYNC,
-                    libc::STATX_BASIC_STATS,
-                    &mut st,
-                );
-            }
-        });
-    if let Err(e) = spawned {
-        log::warn!("fuse io_uring queue {qid}: cannot {what} it: {e}");
-    }
-}
-
 fn fill(qid: u16, root: &Path) {
-    request_on(qid, root, "fill");
+    super::nudge::request_on(qid, root, "fill");
 }
 
 /// Makes the kernel hand queue `qid`'s waiting requests to its entries.
 pub(super) fn nudge(qid: u16, root: &Path) {
-    request_on(qid, root, "nudge");
+    super::nudge::request_on(qid, root, "nudge");
 }
