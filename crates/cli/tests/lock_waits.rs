@@ -7,22 +7,11 @@
 
 mod common;
 
-use common::{can_mount, Mounted};
+use common::{can_mount, on_cpu0, Mounted};
 use std::fs::{self, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::sync::mpsc;
 use std::time::Duration;
-
-/// Pins the calling thread to CPU 0 (where its requests are queued).
-fn on_cpu0() {
-    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes within it.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: CPU 0 lies within the set's bounds.
-    unsafe { libc::CPU_SET(0, &mut set) };
-    // SAFETY: pid 0 is this thread; `set` is a valid cpu_set_t of the size given.
-    let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
-    assert_eq!(r, 0, "sched_setaffinity");
-}
 
 /// An OFD write lock on all of `f` (`F_OFD_SETLKW` if `wait`); the errno
 /// if refused.

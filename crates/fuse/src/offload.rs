@@ -14,7 +14,11 @@
 //! large file's storage, which the backing file system frees in the call
 //! (`FileSystem::may_free_much`): freeing gigabytes can take ext4 most of
 //! a second, which a `stat` from the same CPU would wait out (figures in
-//! docs/results.md, "FUSE over io_uring"). The kernel still orders
+//! docs/results.md, "FUSE over io_uring"). So is an OPEN that would
+//! wait for another process to give up a lease on the file
+//! (`FileSystem::open_nowait` said `EAGAIN`), over /dev/fuse too: the
+//! holder may take the host's whole `lease-break-time`, and a few such
+//! opens would take every /dev/fuse loop. The kernel still orders
 //! what it must: an fsync holds its inode's lock, so the file's writes
 //! wait for it whichever thread serves it.
 //!

@@ -30,7 +30,15 @@ const STRIP: libc::c_int = libc::O_CREAT
 const MAX_READ: u32 = 16 << 20;
 
 impl PassthroughFs {
-    pub(crate) fn do_open(&self, ctx: &Ctx, vp: &VnodeRef, flags: i32) -> VfsResult<Fh> {
+    /// Opens `vp`'s file for an OPEN; unless `wait`, `EAGAIN` rather than
+    /// wait for a lease held on it elsewhere to be given up.
+    pub(crate) fn do_open(
+        &self,
+        ctx: &Ctx,
+        vp: &VnodeRef,
+        flags: i32,
+        wait: bool,
+    ) -> VfsResult<Fh> {
         let node = self.node_of(vp)?;
         match node.kind() {
             // The kernel never opens what it knows to be a symlink (it
@@ -67,8 +75,24 @@ impl PassthroughFs {
         };
         let fd = self.fd_of(&node).map_err(gone)?;
         let res = self.pool.reserve_open()?;
-        let f = self.reopen_file(&node, fd.as_fd(), flags).map_err(gone)?;
+        // An open that conflicts with a lease another process holds on the
+        // file starts the lease's break and waits for its holder to let it
+        // go, for up to the host's `lease-break-time`; with O_NONBLOCK it
+        // fails with EWOULDBLOCK (EAGAIN) at once instead, truncating
+        // nothing. The flag is the server's, not the caller's: taken off
+        // again.
+        let nowait = !wait && node.kind() == VType::Reg && flags & libc::O_NONBLOCK == 0;
+        let asked = if nowait {
+            flags | libc::O_NONBLOCK
+        } else {
+            flags
+        };
+        let f = self.reopen_file(&node, fd.as_fd(), asked).map_err(gone)?;
         drop(fd);
+        if nowait {
+            let fl = rustix::fs::fcntl_getfl(&f)?;
+            rustix::fs::fcntl_setfl(&f, fl - rustix::fs::OFlags::NONBLOCK)?;
+        }
         // The kernel opens by a name it caches until the entry times out;
         // a file removed behind the server's back meanwhile is still
         // reachable through our fd, and opening it would hand the caller

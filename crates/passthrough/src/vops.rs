@@ -174,7 +174,11 @@ impl FileSystem for PassthroughFs {
     }
 
     fn open(&self, ctx: &Ctx, vp: &VnodeRef, flags: i32) -> VfsResult<Fh> {
-        self.do_open(ctx, vp, flags)
+        self.do_open(ctx, vp, flags, true)
+    }
+
+    fn open_nowait(&self, ctx: &Ctx, vp: &VnodeRef, flags: i32) -> VfsResult<Fh> {
+        self.do_open(ctx, vp, flags, false)
     }
 
     /// A regular file's open fd. Not one opened with `O_NOATIME` (`-r`, or

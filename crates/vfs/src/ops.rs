@@ -515,6 +515,15 @@ pub trait FileSystem: Send + Sync + 'static {
         false
     }
 
+    /// Like `open`, but `EAGAIN` instead of waiting for another process
+    /// to let the file go (the holder of a lease on a backing file has
+    /// the host's `lease-break-time` to give it up before an open that
+    /// conflicts goes on); the caller then opens with `open` where waiting
+    /// holds up nothing. The default opens.
+    fn open_nowait(&self, ctx: &Ctx, vp: &VnodeRef, flags: i32) -> VfsResult<Fh> {
+        self.open(ctx, vp, flags)
+    }
+
     /// Like `read`, but `EAGAIN` instead of waiting for a device (the
     /// data is not in memory yet); the caller then reads it where waiting
     /// holds up nothing. The default reads.

@@ -172,3 +172,15 @@ pub fn kill_server(m: &Mounted) {
         server_pid_if_any(m).is_some_and(|p| p != pid)
     });
 }
+
+/// Pins the calling thread to CPU 0: over FUSE over io_uring its
+/// requests go to that CPU's queue.
+pub fn on_cpu0() {
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes within it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU 0 lies within the set's bounds.
+    unsafe { libc::CPU_SET(0, &mut set) };
+    // SAFETY: pid 0 is this thread; `set` is a valid cpu_set_t of the size given.
+    let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
+    assert_eq!(r, 0, "sched_setaffinity");
+}

@@ -30,7 +30,7 @@ impl Server {
             });
         let c = ctx(req);
         self.offload_if(slow, move |s| {
-            s.open_now(&c, ino, flags, kill_suidgid, reply)
+            s.open_now(&c, ino, flags, kill_suidgid, reply, slow)
         });
     }
 
@@ -293,6 +293,7 @@ impl Server {
         flags: OpenFlags,
         kill_suidgid: bool,
         reply: ReplyOpen,
+        wait: bool,
     ) {
         let r = self.guard(Op::Open, ino.0, |i| {
             let vp = i.nodes.get(ino.0)?;
@@ -311,7 +312,18 @@ impl Server {
             if i.read_only && (writes(flags.0) || flags.0 & libc::O_TRUNC != 0) {
                 return Err(Errno::EROFS);
             }
-            let fh = i.fs.open(c, &vp, open_flags(flags.0, kill_suidgid))?;
+            let oflags = open_flags(flags.0, kill_suidgid);
+            let fh = if wait {
+                i.fs.open(c, &vp, oflags)?
+            } else {
+                // A lease held on the file elsewhere would keep this
+                // thread (and, over io_uring, every request of its CPU)
+                // until its holder let it go: that open waits on the pool.
+                match i.fs.open_nowait(c, &vp, oflags) {
+                    Err(Errno::EAGAIN) => return Ok(None),
+                    r => r?,
+                }
+            };
             let (h, id) = i.open_file(ino.0, vp.clone(), fh, flags.0, true, |fd| {
                 reply.open_backing(fd)
             });
@@ -321,13 +333,17 @@ impl Server {
                 Some(_) => FopenFlags::empty(),
                 None => i.fopen_flags_for(&vp),
             };
-            Ok((h, id, fopen))
+            Ok(Some((h, id, fopen)))
         });
         match r {
-            Ok((h, Some(id), _)) => {
+            Ok(Some((h, Some(id), _))) => {
                 reply.opened_passthrough(FileHandle(h), self.inner.kernel_io_flags(), &id)
             }
-            Ok((h, None, fopen)) => reply.opened(FileHandle(h), fopen),
+            Ok(Some((h, None, fopen))) => reply.opened(FileHandle(h), fopen),
+            Ok(None) => {
+                let c = *c;
+                self.offload(move |s| s.open_now(&c, ino, flags, kill_suidgid, reply, true))
+            }
             Err(e) => reply.error(errno(e)),
         }
     }
