@@ -623,7 +623,14 @@ pub fn stat(o: &StatOpts) -> io::Result<()> {
 /// mountpoint can be mounted again at once.
 pub fn umount(o: &UmountOpts) -> io::Result<()> {
     let mp = uvfs_fuse::normalize_mountpoint(&o.mountpoint)?;
-    let served = uvfs_fuse::answers(&mp);
+    // Waited for below: `uvfs umount M && umount SOURCE` must not meet
+    // the server still holding the source.
+    let server = if o.lazy {
+        None
+    } else {
+        uvfs_fuse::server_process(&mp)
+    };
+    let served = server.is_some() || uvfs_fuse::answers(&mp);
     uvfs_fuse::unmount_path(&mp, o.lazy).map_err(|e| {
         if e.raw_os_error() == Some(libc::EINVAL) && uvfs_fuse::mount_entry(&mp).is_none() {
             return io::Error::new(
@@ -639,7 +646,12 @@ pub fn umount(o: &UmountOpts) -> io::Result<()> {
         };
         io::Error::new(e.kind(), format!("{}: {e}{hint}", mp.display()))
     })?;
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    const SERVER_EXIT: Duration = Duration::from_secs(10);
+    if let Some(pidfd) = server {
+        uvfs_fuse::exited_within(&pidfd, SERVER_EXIT);
+        return Ok(());
+    }
+    let deadline = std::time::Instant::now() + SERVER_EXIT;
     while served && !o.lazy && uvfs_fuse::answers(&mp) && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }

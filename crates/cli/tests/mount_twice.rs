@@ -74,3 +74,62 @@ fn unmounting_what_is_not_mounted_says_so() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("nothing is mounted there"), "{err}");
 }
+
+/// Once `uvfs umount` returns, its server has let the source go: the
+/// source's own file system can be unmounted at once (`uvfs umount M &&
+/// umount SOURCE`, as a script tearing down does). A server exits a
+/// moment after its mount is gone, and until then holds the source open.
+#[test]
+fn after_uvfs_umount_the_source_can_be_unmounted() {
+    if let Err(why) = common::can_mount() {
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("uvfs-umount-source-{}", std::process::id()));
+    let (src, mnt) = (dir.join("src"), dir.join("mnt"));
+    fs::create_dir_all(&src).unwrap();
+    fs::create_dir_all(&mnt).unwrap();
+    let run = |cmd: &mut Command| {
+        let out = cmd.output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // Each round can race the server's exit: several make a miss show.
+    let mut refused = Vec::new();
+    for round in 0..5 {
+        let (ok, err) = run(Command::new("mount")
+            .args(["-t", "tmpfs", "tmpfs"])
+            .arg(&src));
+        assert!(ok, "mount tmpfs: {err}");
+        for i in 0..50 {
+            fs::write(src.join(format!("f{i}")), b"x").unwrap();
+        }
+        let served = uvfs(&["mount", "--source", src.to_str().unwrap()], &mnt);
+        let walked = served.status.success().then(|| {
+            fs::read_dir(&mnt)
+                .unwrap()
+                .map(|e| fs::read(e.unwrap().path()).unwrap().len())
+                .sum::<usize>()
+        });
+        let (unmounted, uerr) = run(Command::new(env!("CARGO_BIN_EXE_uvfs"))
+            .arg("umount")
+            .arg(&mnt));
+        let (src_gone, serr) = run(Command::new("umount").arg(&src));
+        if !src_gone {
+            refused.push(format!("round {round}: {serr}"));
+            // Let the server finish leaving, then clean up.
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            let _ = Command::new("umount").arg(&src).status();
+        }
+        assert!(served.status.success(), "uvfs mount: {served:?}");
+        assert_eq!(walked, Some(50));
+        assert!(unmounted, "uvfs umount: {uerr}");
+    }
+    let _ = fs::remove_dir_all(&dir);
+    assert!(
+        refused.is_empty(),
+        "umount of the source refused: {refused:?}"
+    );
+}

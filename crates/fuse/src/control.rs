@@ -81,6 +81,41 @@ pub fn answers(mountpoint: &Path) -> bool {
     socket_paths(mountpoint).is_ok_and(|v| v.iter().any(|p| UnixStream::connect(p).is_ok()))
 }
 
+/// The process answering `mountpoint`'s control socket (its server), as a
+/// pidfd; `None` if none answers or pidfds are missing. The server holds
+/// the mount's source open until it exits, a moment after the unmount:
+/// until then an unmount of the source's own file system is refused
+/// (EBUSY).
+pub fn server_process(mountpoint: &Path) -> Option<std::os::fd::OwnedFd> {
+    let s = socket_paths(mountpoint)
+        .ok()?
+        .iter()
+        .find_map(|p| UnixStream::connect(p).ok())?;
+    let cred = rustix::net::sockopt::socket_peercred(&s).ok()?;
+    rustix::process::pidfd_open(cred.pid, rustix::process::PidfdFlags::empty()).ok()
+}
+
+/// Waits until the process of `pidfd` has exited, for at most `limit`;
+/// whether it has.
+pub fn exited_within(pidfd: &std::os::fd::OwnedFd, limit: Duration) -> bool {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let t = Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: left.subsec_nanos() as i64,
+        };
+        // A pidfd polls readable once its process has exited.
+        let mut p = [PollFd::new(pidfd, PollFlags::IN)];
+        match poll(&mut p, Some(&t)) {
+            Err(rustix::io::Errno::INTR) => continue,
+            Ok(n) => return n > 0,
+            Err(_) => return false,
+        }
+    }
+}
+
 /// A listening control socket; removes its file when dropped, unless a
 /// successor took it over (`upgrade/`).
 pub struct ControlSocket {

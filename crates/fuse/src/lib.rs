@@ -207,8 +207,8 @@ mod write_stall;
 
 pub use caps::{has_cap_dac_read_search, has_cap_sys_admin};
 pub use control::{
-    answers, fallback_log_path, normalize_mountpoint, notify_remounted, query, request_upgrade,
-    socket_paths,
+    answers, exited_within, fallback_log_path, normalize_mountpoint, notify_remounted, query,
+    request_upgrade, server_process, socket_paths,
 };
 pub use daemon::{daemonize, Readiness};
 pub use fusermount::{allow_other_refused, user_allow_other};
