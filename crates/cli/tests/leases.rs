@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{can_mount, on_cpu0, Mounted};
+use common::{on_cpu0, stat_on_cpu0, uring_passthrough};
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::os::fd::AsRawFd;
@@ -17,10 +17,6 @@ use std::time::Duration;
 
 #[test]
 fn an_open_waiting_for_a_host_lease_holds_up_no_other_request() {
-    if let Err(why) = can_mount() {
-        eprintln!("skipped: {why}");
-        return;
-    }
     let break_time: u64 = fs::read_to_string("/proc/sys/fs/lease-break-time")
         .ok()
         .and_then(|s| s.trim().parse().ok())
@@ -29,11 +25,9 @@ fn an_open_waiting_for_a_host_lease_holds_up_no_other_request() {
         eprintln!("skipped: lease-break-time is {break_time} s, too short to tell a wait apart");
         return;
     }
-    let m = Mounted::new("leases", &["--source", "src"]);
-    if m.counter("fuse.uring") != 1 {
-        eprintln!("skipped: the mount is not served over io_uring here");
+    let Some(m) = uring_passthrough("leases") else {
         return;
-    }
+    };
     let on_host = m.scratch.join("src/leased");
     fs::write(&on_host, b"before").unwrap();
     // The break of our lease signals us (SIGIO by default, which would
@@ -64,13 +58,7 @@ fn an_open_waiting_for_a_host_lease_holds_up_no_other_request() {
     });
 
     // Meanwhile a caller on the same CPU is answered.
-    let (stx, srx) = mpsc::channel();
-    let missing = m.mnt.join("missing");
-    std::thread::spawn(move || {
-        on_cpu0();
-        let _ = stx.send(fs::metadata(&missing).map(|_| ()).map_err(|e| e.kind()));
-    });
-    let answered = srx.recv_timeout(Duration::from_secs(20));
+    let answered = stat_on_cpu0(&m, Duration::from_secs(20));
     let opened_early = orx.try_recv().ok();
     drop(holder);
     assert_eq!(

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{can_mount, on_cpu0, Mounted};
+use common::{on_cpu0, stat_on_cpu0, uring_passthrough};
 use std::fs::{self, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::sync::mpsc;
@@ -34,15 +34,9 @@ fn ofd_lock(f: &fs::File, wait: bool) -> Result<(), i32> {
 
 #[test]
 fn lock_waits_leave_an_io_uring_queue_to_other_requests() {
-    if let Err(why) = can_mount() {
-        eprintln!("skipped: {why}");
+    let Some(m) = uring_passthrough("lock-waits") else {
         return;
-    }
-    let m = Mounted::new("lock-waits", &["--source", "src"]);
-    if m.counter("fuse.uring") != 1 {
-        eprintln!("skipped: the mount is not served over io_uring here");
-        return;
-    }
+    };
     let path = m.mnt.join("locked");
     fs::write(&path, b"x").unwrap();
     let open = || {
@@ -77,13 +71,7 @@ fn lock_waits_leave_an_io_uring_queue_to_other_requests() {
         m.counter("fuse.locks.waiting") + ended.len() as u64 >= 40
     });
     std::thread::sleep(Duration::from_millis(300));
-    let (stx, srx) = mpsc::channel();
-    let missing = m.mnt.join("missing");
-    std::thread::spawn(move || {
-        on_cpu0();
-        let _ = stx.send(fs::metadata(&missing).map(|_| ()).map_err(|e| e.kind()));
-    });
-    let answered = srx.recv_timeout(Duration::from_secs(20));
+    let answered = stat_on_cpu0(&m, Duration::from_secs(20));
     drop(holder);
     assert_eq!(
         answered,

@@ -184,3 +184,35 @@ pub fn on_cpu0() {
     let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
     assert_eq!(r, 0, "sched_setaffinity");
 }
+
+/// A passthrough of `src` in its scratch directory, served over FUSE over
+/// io_uring; `None`, said, where it cannot be (not root, or the kernel
+/// does not offer io_uring).
+pub fn uring_passthrough(tag: &str) -> Option<Mounted> {
+    if let Err(why) = can_mount() {
+        eprintln!("skipped: {why}");
+        return None;
+    }
+    let m = Mounted::new(tag, &["--source", "src"]);
+    if m.counter("fuse.uring") != 1 {
+        eprintln!("skipped: the mount is not served over io_uring here");
+        return None;
+    }
+    Some(m)
+}
+
+/// A `stat` of a missing name in `m` from a thread on CPU 0: its answer
+/// (`NotFound` expected), or `Timeout` if none came within `limit` (a
+/// queue held up; the thread is left waiting).
+pub fn stat_on_cpu0(
+    m: &Mounted,
+    limit: std::time::Duration,
+) -> Result<Result<(), std::io::ErrorKind>, std::sync::mpsc::RecvTimeoutError> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let missing = m.mnt.join("missing");
+    std::thread::spawn(move || {
+        on_cpu0();
+        let _ = tx.send(fs::metadata(&missing).map(|_| ()).map_err(|e| e.kind()));
+    });
+    rx.recv_timeout(limit)
+}
