@@ -246,13 +246,26 @@ fn a_source_renamed_or_removed_under_the_mount_stays_coherent() {
     shows("a file removed after the rename", || {
         meta(&mnt.join("a")).is_none()
     });
-    // Removed altogether: nothing stale is shown, nothing hangs.
+    // Removed altogether: nothing stale is shown, nothing hangs. The
+    // mount shows the removed directory as a bind mount of it would:
+    // there, empty, and nothing can be made in it; the log says why.
     fs::remove_dir_all(&moved).unwrap();
     shows("the source's files gone", || meta(&mnt.join("b")).is_none());
     let listing: Vec<_> = fs::read_dir(&mnt)
-        .map(|d| d.filter_map(|e| e.ok()).collect())
-        .unwrap_or_default();
+        .expect("the mount's root listed")
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert!(listing.is_empty(), "{listing:?}");
+    assert!(fs::metadata(&mnt).unwrap().is_dir());
+    assert_eq!(
+        fs::write(mnt.join("new"), b"x").map_err(|e| e.kind()),
+        Err(std::io::ErrorKind::NotFound)
+    );
+    let log = fs::read_to_string(uvfs_fuse::fallback_log_path(&mnt).unwrap()).unwrap();
+    assert!(
+        log.contains("source directory was removed on the host"),
+        "{log}"
+    );
     fs::create_dir(m.src()).unwrap(); // for the drop's cleanup
 }
 

@@ -129,6 +129,11 @@ impl PassthroughFs {
                 "Files found removed or replaced behind the server's back",
             ),
             (
+                "passthrough.source_removed",
+                ld(&c.source_removed),
+                "Attribute requests that found the source directory removed on the host",
+            ),
+            (
                 "passthrough.rebinds",
                 ld(&c.rebinds),
                 "Nodes rebound to a new file reusing their inode number",

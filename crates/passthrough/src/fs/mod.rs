@@ -89,6 +89,9 @@ pub struct PtCounters {
     pub own_mount: AtomicU64,
     /// Cached fds dropped because their file lost its last name.
     pub unlinked: AtomicU64,
+    /// Requests that found the source directory itself removed on the
+    /// host.
+    pub source_removed: AtomicU64,
     /// Removed large files whose last close was left to the closing
     /// thread (`closer.rs`).
     pub closes_deferred: AtomicU64,

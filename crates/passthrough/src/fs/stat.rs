@@ -56,10 +56,29 @@ impl PassthroughFs {
             None => self.statx_uncached(node)?,
         };
         if st.stx_nlink == 0 && node.open_count() == 0 && !node.is_orphan() {
+            if Arc::ptr_eq(node, &self.root) {
+                self.source_removed();
+                return Ok(self.attr_of(node, &st));
+            }
             self.counters.stale.fetch_add(1, Ordering::Relaxed);
             return Err(Errno::ESTALE);
         }
         Ok(self.attr_of(node, &st))
+    }
+
+    /// The source directory was removed on the host. ESTALE would make
+    /// the kernel look the name up again, and the mount's root has none:
+    /// every path under the mount would fail for good with an error that
+    /// names no cause. A bind mount of a removed directory shows it empty,
+    /// and creating in it fails with ENOENT; so does this mount, and the
+    /// log says why, once.
+    fn source_removed(&self) {
+        if self.counters.source_removed.fetch_add(1, Ordering::Relaxed) == 0 {
+            log::warn!(
+                "the source directory was removed on the host: the mount shows it empty \
+                 and nothing can be created in it; unmount it, or mount the directory anew"
+            );
+        }
     }
 
     /// A statx of a node with no cached fd. Through its handle the fd is
