@@ -49,8 +49,19 @@ impl VnodeRef {
     /// our use reference keeps the vnode off the free list meanwhile, so
     /// the hold count is one exactly while the count is nonzero once both
     /// are done.
+    ///
+    /// The count saturates: wrapped past `u64::MAX` (a caller's bogus
+    /// count), it would read as few or none while the hold stayed, and
+    /// the next release would take the hold of a vnode still counted.
     pub fn ext_acquire(&self, n: u64) -> bool {
-        let before = self.vp.ext.fetch_add(n, Ordering::AcqRel);
+        let before = match self
+            .vp
+            .ext
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                Some(c.saturating_add(n))
+            }) {
+            Ok(c) | Err(c) => c,
+        };
         if before == 0 && n > 0 {
             self.vp.refs.inc(HOLD_ONE);
         }

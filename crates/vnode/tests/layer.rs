@@ -667,3 +667,20 @@ fn held_and_unheld_walks_split_a_mount_exactly_and_skip_other_mounts() {
     assert!(layer.unheld_refs(&other).is_empty());
     assert_eq!(layer.ext_held_refs(&other).len(), 20_000);
 }
+
+#[test]
+fn an_external_count_saturates_and_its_hold_goes_with_it() {
+    let layer = VnodeLayer::new(cfg(100));
+    let m = layer.mount("t", Arc::new(Recorder::default()));
+    let vp = layer.get(&m, 1, file(1)).unwrap();
+    let base = vp.hold_count();
+    assert!(vp.ext_acquire(u64::MAX - 1));
+    // Past the top: stays there, still counted, still one hold.
+    assert!(!vp.ext_acquire(5));
+    assert_eq!(vp.ext_count(), u64::MAX);
+    assert_eq!(vp.hold_count(), base + 1);
+    // Released in full: the hold goes once, with the count.
+    assert_eq!(vp.ext_release(u64::MAX), u64::MAX);
+    assert_eq!(vp.ext_count(), 0);
+    assert_eq!(vp.hold_count(), base);
+}
