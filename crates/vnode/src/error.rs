@@ -18,6 +18,9 @@ pub enum Error {
     /// The file system's constructor failed with this errno; no cache entry
     /// was left behind and every waiter got the same errno.
     Errno(i32),
+    /// The mount given is another layer's (`VnodeLayer::mount` of a
+    /// different layer): refused, nothing done.
+    ForeignMount,
 }
 
 impl Error {
@@ -27,7 +30,8 @@ impl Error {
     pub fn errno(&self) -> i32 {
         match self {
             Error::MountGone => libc_enodev(),
-            Error::Busy { .. } => 16, // EBUSY
+            Error::Busy { .. } => 16,  // EBUSY
+            Error::ForeignMount => 22, // EINVAL
             Error::Errno(e) if (1..512).contains(e) => *e,
             Error::Errno(_) => 5, // EIO
         }
@@ -48,6 +52,7 @@ impl fmt::Display for Error {
                 "mount busy: {busy} vnode(s) still in use or held (unmount with force to doom them)"
             ),
             Error::Errno(e) => write!(f, "file system error: errno {e}"),
+            Error::ForeignMount => write!(f, "the mount given belongs to another vnode layer"),
         }
     }
 }

@@ -141,6 +141,9 @@ impl VnodeLayer {
     where
         F: FnOnce() -> Result<(VType, VnodeData), i32>,
     {
+        if !self.owns(mnt) {
+            return Err(Error::ForeignMount);
+        }
         if mnt.is_unmounted() {
             return Err(Error::MountGone);
         }
@@ -199,8 +202,20 @@ impl VnodeLayer {
         }
     }
 
+    /// Whether `mnt` is one of this layer's. Mount ids are numbered per
+    /// layer: another layer's mount would name one of ours, and its
+    /// vnodes and free list would be accounted and torn down here. So a
+    /// foreign mount is refused ([`Error::ForeignMount`]), and what only
+    /// reads finds nothing of it.
+    fn owns(&self, mnt: &Mount) -> bool {
+        Arc::ptr_eq(&mnt.shared, &self.shared)
+    }
+
     /// The cached vnode for `(mnt, ino)`, if any (never constructs).
     pub fn lookup_cached(&self, mnt: &Mount, ino: Ino) -> Option<VnodeRef> {
+        if !self.owns(mnt) {
+            return None;
+        }
         let found = self.lookup_locked((mnt.id(), ino))?;
         self.finish(found).ok()
     }
@@ -210,6 +225,9 @@ impl VnodeLayer {
     /// free lists: for asking, per event, whether the front end holds a
     /// file, where almost every answer is no.
     pub fn ext_count_of(&self, mnt: &Mount, ino: Ino) -> u64 {
+        if !self.owns(mnt) {
+            return 0;
+        }
         let key = (mnt.id(), ino);
         let m = self.table.lock(key);
         m.get(&key).map_or(0, |vp| vp.ext.load(Ordering::Acquire))
@@ -421,6 +439,9 @@ impl VnodeLayer {
     /// at a cost proportional to `n`: it never visits another mount's vnodes
     /// or a held one (free lists hold neither). ZFS's `arc_prune` entry.
     pub fn prune(&self, mnt: &Mount, n: usize) -> PruneResult {
+        if !self.owns(mnt) {
+            return PruneResult::default();
+        }
         let mut rep = ClaimReport::default();
         let recycled = self.reclaim_mount(mnt, n, Some(&mut rep)) as u64;
         let ev = &self.shared.ev;
@@ -438,6 +459,9 @@ impl VnodeLayer {
     /// vnodes had some. A concurrent `ext_release` loses its CAS to the
     /// swap, so each count's hold is dropped once.
     pub fn ext_release_mount(&self, mnt: &Mount) -> usize {
+        if !self.owns(mnt) {
+            return 0;
+        }
         let mut n = 0;
         for vp in self.table.of_mount(mnt.id()) {
             if vp.ext.swap(0, Ordering::AcqRel) > 0 {
@@ -452,6 +476,9 @@ impl VnodeLayer {
     /// now (those a FUSE kernel holds). Walks the whole table: for rare
     /// events (a watcher that lost changes must invalidate all of them).
     pub fn ext_held(&self, mnt: &Mount) -> Vec<Ino> {
+        if !self.owns(mnt) {
+            return Vec::new();
+        }
         self.table
             .of_mount(mnt.id())
             .into_iter()
@@ -491,6 +518,9 @@ impl VnodeLayer {
         mnt: &Mount,
         want: impl Fn(u64) -> bool + Sync,
     ) -> Vec<(Ino, VnodeRef, u64)> {
+        if !self.owns(mnt) {
+            return Vec::new();
+        }
         let n = self.table.shard_count();
         let threads = std::thread::available_parallelism()
             .map_or(1, |t| t.get())
@@ -549,6 +579,9 @@ impl VnodeLayer {
     /// how many (and leaves the mount usable), unless `force`, which dooms
     /// them: their holders keep memory-safe, stale references.
     pub fn unmount(&self, mnt: &Arc<Mount>, force: bool) -> Result<(), Error> {
+        if !self.owns(mnt) {
+            return Err(Error::ForeignMount);
+        }
         if mnt.gone.swap(true, Ordering::SeqCst) {
             return Err(Error::MountGone);
         }

@@ -684,3 +684,28 @@ fn an_external_count_saturates_and_its_hold_goes_with_it() {
     assert_eq!(vp.ext_count(), 0);
     assert_eq!(vp.hold_count(), base);
 }
+
+#[test]
+fn another_layers_mount_is_refused_and_left_alone() {
+    let (a, b) = (VnodeLayer::new(cfg(100)), VnodeLayer::new(cfg(100)));
+    let ma = a.mount("a", Arc::new(Recorder::default()));
+    let mb = b.mount("b", Arc::new(Recorder::default()));
+    // Mount ids are per layer: `mb` has the id `ma` has.
+    let va = a.get(&ma, 7, file(7)).unwrap();
+    assert!(va.ext_acquire(1));
+    drop(va);
+    let vb = b.get(&mb, 9, file(9)).unwrap();
+    drop(vb);
+    assert_eq!(b.get(&ma, 8, file(8)).err(), Some(Error::ForeignMount));
+    assert!(b.lookup_cached(&ma, 9).is_none());
+    assert_eq!(b.ext_count_of(&ma, 7), 0);
+    assert!(b.ext_held(&ma).is_empty());
+    assert_eq!(b.ext_release_mount(&ma), 0);
+    assert_eq!(b.prune(&ma, 10), Default::default());
+    assert_eq!(b.unmount(&ma, true).err(), Some(Error::ForeignMount));
+    // Both layers are as they were.
+    assert_eq!(a.ext_count_of(&ma, 7), 1);
+    assert!(a.lookup_cached(&ma, 7).is_some());
+    assert!(b.lookup_cached(&mb, 9).is_some());
+    assert!(a.lookup_cached(&ma, 8).is_none());
+}
