@@ -2,7 +2,8 @@
 //! only what is wrong. Listings: a name no file can have is left
 //! out, a cookie that leads back to where the listing was asked from
 //! ends it with `EIO` (not the whole directory failed, not `ls` listing
-//! for ever). And POSIX ACL attributes do not reach a file system that
+//! for ever); a name whose lookup panics is left out of a READDIRPLUS. And
+//! POSIX ACL attributes do not reach a file system that
 //! keeps no ACLs.
 
 mod common;
@@ -39,6 +40,8 @@ impl FileSystem for Odd {
         }
         match name {
             b"." => self.0.vnode(dir.ino(), VType::Dir),
+            // A bug of the file system's.
+            b"boom" => panic!("the lookup of boom panics"),
             // Whatever it listed, it finds (a READDIRPLUS hands each name
             // it finds to the kernel).
             _ if dir.ino() == 2 && name != b".." => self.0.vnode(FILE, VType::Reg),
@@ -70,6 +73,7 @@ impl FileSystem for Odd {
                 (b"", 3),
                 (b"nul\0", 4),
                 (b"fine", 5),
+                (b"boom", 6),
             ],
             // A cookie of 0: the kernel takes it for the start.
             3 => vec![(b"ok", 0), (b"fine", 0)],
@@ -125,7 +129,15 @@ fn listings_a_file_system_gets_wrong_end_and_keep_the_good_names() {
         v.sort();
         Ok(v)
     };
-    assert_eq!(names("names").unwrap(), ["fine", "ok"]);
+    // `boom`, whose lookup panics, is listed (READDIR) and fails its own
+    // lookup only.
+    assert_eq!(names("names").unwrap(), ["boom", "fine", "ok"]);
+    assert_eq!(
+        std::fs::metadata(dir.join("names/boom"))
+            .map_err(|e| e.raw_os_error())
+            .err(),
+        Some(Some(libc::EIO))
+    );
     // Each ends, with an error (on a thread: one that never ends must
     // fail the test, not hang it).
     for d in ["zero", "same"] {
@@ -146,6 +158,36 @@ fn listings_a_file_system_gets_wrong_end_and_keep_the_good_names() {
     }
     drop(m);
     let _ = std::fs::remove_dir(&dir);
+}
+
+/// The default `readdirplus` (each name looked up) leaves out a name
+/// whose lookup panics: one bug of a file system's fails that name, not
+/// the listing of every other (the server answers the whole READDIRPLUS
+/// EIO when its handler panics).
+#[test]
+fn a_name_whose_lookup_panics_is_left_out_of_readdirplus() {
+    let layer = VnodeLayer::new(Config::with_limit(64));
+    let fs = Odd(FsMount::new(&layer, "odd"));
+    let ctx = Ctx::ROOT;
+    let root = fs.root().unwrap();
+    let dir = fs.lookup(&ctx, &root, b"names").unwrap();
+    let mut listed = Vec::new();
+    fs.readdirplus(&ctx, &dir, Fh(0), 0, &mut |e, found| {
+        listed.push((e.name.clone(), found.is_some()));
+        false
+    })
+    .unwrap();
+    let mut good: Vec<_> = listed
+        .iter()
+        .filter(|(_, found)| *found)
+        .map(|(n, _)| String::from_utf8_lossy(n).into_owned())
+        .collect();
+    good.sort();
+    assert!(!good.contains(&"boom".to_string()), "{listed:?}");
+    assert!(
+        good.contains(&"ok".to_string()) && good.contains(&"fine".to_string()),
+        "{listed:?}"
+    );
 }
 
 #[test]

@@ -305,11 +305,15 @@ pub trait FileSystem: Send + Sync + 'static {
                 continue;
             }
             // A name removed since the listing is skipped, as if the scan
-            // had come after the removal.
-            let Ok(vp) = self.lookup(ctx, dir, &e.name) else {
-                continue;
-            };
-            let Ok(attr) = self.getattr(&vp) else {
+            // had come after the removal; so is one whose lookup panics
+            // (a bug of the file system's, which fails a LOOKUP of that
+            // name, not the listing of every other).
+            let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let vp = self.lookup(ctx, dir, &e.name).ok()?;
+                let attr = self.getattr(&vp).ok()?;
+                Some((vp, attr))
+            }));
+            let Ok(Some((vp, attr))) = found else {
                 continue;
             };
             if sink(e, Some((&vp, &attr))) {
