@@ -2,7 +2,8 @@
 //! only what is wrong. Listings: a name no file can have is left
 //! out, a cookie that leads back to where the listing was asked from
 //! ends it with `EIO` (not the whole directory failed, not `ls` listing
-//! for ever); a name whose lookup panics is left out of a READDIRPLUS. And
+//! for ever); a name whose lookup panics is left out of a READDIRPLUS; a
+//! read answered with more than asked gives what was asked. And
 //! POSIX ACL attributes do not reach a file system that
 //! keeps no ACLs.
 
@@ -19,6 +20,9 @@ const ROOT: Ino = 1;
 /// Directories, each listing wrong in its own way.
 const DIRS: [(&str, Ino); 3] = [("names", 2), ("zero", 3), ("same", 4)];
 const FILE: Ino = 10;
+/// A file whose reads answer more than asked for.
+const OVERLONG: Ino = 11;
+const OVERLONG_SIZE: u64 = 100;
 
 struct Odd(FsMount);
 
@@ -37,6 +41,9 @@ impl FileSystem for Odd {
             if let Some(&(_, ino)) = DIRS.iter().find(|(n, _)| n.as_bytes() == name) {
                 return self.0.vnode(ino, VType::Dir);
             }
+            if name == b"overlong" {
+                return self.0.vnode(OVERLONG, VType::Reg);
+            }
         }
         match name {
             b"." => self.0.vnode(dir.ino(), VType::Dir),
@@ -53,11 +60,18 @@ impl FileSystem for Odd {
     fn getattr(&self, vp: &VnodeRef) -> VfsResult<Attr> {
         Ok(match vp.ino() {
             FILE => Attr::new(FILE, VType::Reg, 0o444, 0),
+            OVERLONG => Attr::new(OVERLONG, VType::Reg, 0o444, OVERLONG_SIZE),
             ino => Attr::new(ino, VType::Dir, 0o555, 0),
         })
     }
-    fn read(&self, _: &VnodeRef, _: Fh, _: u64, _: u32) -> VfsResult<Vec<u8>> {
-        Ok(Vec::new())
+    fn read(&self, vp: &VnodeRef, _: Fh, offset: u64, size: u32) -> VfsResult<Vec<u8>> {
+        Ok(match vp.ino() {
+            // The file's bytes from `offset`, and more than asked for.
+            OVERLONG => {
+                vec![b'x'; (OVERLONG_SIZE.saturating_sub(offset) as usize).max(size as usize + 10)]
+            }
+            _ => Vec::new(),
+        })
     }
     fn readdir(&self, dir: &VnodeRef, _: Fh, offset: u64, sink: &mut DirSink<'_>) -> VfsResult<()> {
         let entries: Vec<(&[u8], u64)> = match dir.ino() {
@@ -156,6 +170,17 @@ fn listings_a_file_system_gets_wrong_end_and_keep_the_good_names() {
             "{d}"
         );
     }
+    drop(m);
+    let _ = std::fs::remove_dir(&dir);
+}
+
+/// A read answered with more than asked for (a file system's mistake,
+/// which the kernel would fail with EIO) gives what was asked for.
+#[test]
+fn a_read_answered_too_long_gives_what_was_asked() {
+    let Some((m, dir)) = mount_odd() else { return };
+    let got = std::fs::read(dir.join("overlong")).map_err(|e| e.raw_os_error());
+    assert_eq!(got, Ok(vec![b'x'; OVERLONG_SIZE as usize]));
     drop(m);
     let _ = std::fs::remove_dir(&dir);
 }

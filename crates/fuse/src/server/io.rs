@@ -50,8 +50,8 @@ impl Server {
             let of = i.handles.get(fh.0)?;
             i.fs.read(&of.vp, of.fh, offset, size)
         };
-        let answer = |reply: ReplyData, r: VfsResult<Vec<u8>>| match r {
-            Ok(d) => reply.data(&d),
+        let answer = move |reply: ReplyData, r: VfsResult<Vec<u8>>| match r {
+            Ok(d) => reply.data(within(&d, size)),
             Err(e) => reply.error(errno(e)),
         };
         if !self.offloading() {
@@ -67,7 +67,7 @@ impl Server {
             }
         });
         match r {
-            Ok(Some(d)) => reply.data(&d),
+            Ok(Some(d)) => reply.data(within(&d, size)),
             Ok(None) => self.offload(move |s| answer(reply, s.shielded(Op::Read, ino.0, read))),
             Err(e) => reply.error(errno(e)),
         }
@@ -446,4 +446,23 @@ fn store_what_fits(
         Some(e) => Err(e),
         None => Ok(data.len() as u32),
     }
+}
+
+/// What a READ of `size` bytes answers with `data`: the kernel refuses a
+/// reply longer than it asked for, failing the read with EIO and naming
+/// no cause, so a file system that gives more (its mistake) has the rest
+/// cut off, and the log says so, once.
+fn within(data: &[u8], size: u32) -> &[u8] {
+    if data.len() <= size as usize {
+        return data;
+    }
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        log::warn!(
+            "the file system answered a read of {size} bytes with {}: the rest is left out \
+             (said once)",
+            data.len()
+        )
+    });
+    &data[..size as usize]
 }
