@@ -1,9 +1,11 @@
 //! Blocking lock waits through a mount served over FUSE over io_uring:
 //! each parked wait keeps its ring entry, and a CPU's queue has a bounded
 //! number. Waits must leave the queue entries for other requests: with
-//! about 64 waits parked on one CPU, every other caller on that CPU
+//! every entry of a queue held by waits, every other caller on that CPU
 //! (another user's `stat` through root's `--allow-other` mount) would
-//! wait for as long as the lock is held.
+//! wait for as long as the lock is held. And the queue grows for them:
+//! processes queued on one lock from one CPU may all wait, as on a local
+//! file system (past 56 on one CPU they were refused with ENOLCK).
 
 mod common;
 
@@ -48,7 +50,7 @@ fn lock_waits_leave_an_io_uring_queue_to_other_requests() {
     };
     let holder = open();
     ofd_lock(&holder, false).expect("the first lock");
-    const WAITERS: usize = 80;
+    const WAITERS: usize = 200;
     // Opened first: an open on a queue stuck behind parked waits would
     // hang this thread, not fail the test.
     let files: Vec<_> = (0..WAITERS).map(|_| open()).collect();
@@ -68,7 +70,7 @@ fn lock_waits_leave_an_io_uring_queue_to_other_requests() {
     let mut ended = Vec::new();
     common::wait_for("the waits to park", || {
         ended.extend(rx.try_iter());
-        m.counter("fuse.locks.waiting") + ended.len() as u64 >= 40
+        m.counter("fuse.locks.waiting") + ended.len() as u64 >= WAITERS as u64
     });
     std::thread::sleep(Duration::from_millis(300));
     let answered = stat_on_cpu0(&m, Duration::from_secs(20));
@@ -78,22 +80,18 @@ fn lock_waits_leave_an_io_uring_queue_to_other_requests() {
         Ok(Err(std::io::ErrorKind::NotFound)),
         "a stat on the waiters' CPU was not answered while they waited"
     );
-    // Every wait ends: granted in turn, or refused (ENOLCK) up front.
-    let mut refused = 0;
+    // Every wait ends, granted in turn: none was refused for want of
+    // ring entries.
     while ended.len() < WAITERS {
         ended.push(
             rx.recv_timeout(Duration::from_secs(60))
                 .expect("a wait never ended"),
         );
     }
-    for r in ended {
-        match r {
-            Ok(()) => {}
-            Err(e) => {
-                assert_eq!(e, libc::ENOLCK);
-                refused += 1;
-            }
-        }
-    }
-    eprintln!("{refused} of {WAITERS} waits refused");
+    let refused: Vec<_> = ended.iter().filter_map(|r| r.err()).collect();
+    assert!(
+        refused.is_empty(),
+        "{} of {WAITERS} waits refused: {refused:?}",
+        refused.len()
+    );
 }

@@ -158,11 +158,12 @@ impl LockWaiter {
         }
         if fuser::uring_queue_room().is_some_and(|room| room <= QUEUE_SPARE) {
             // Over FUSE over io_uring a parked wait keeps its ring entry,
-            // and a queue has at most 64: with them all held by waits, no
-            // request of that CPU's callers is taken until a lock goes:
-            // one user's waits through root's mount would hold up every
-            // other user there. Refused as the kernel refuses a lock past
-            // its limits.
+            // and a queue grows only so far (64 entries, then what the
+            // process's pool of 512 lends: fuser's `uring/growth.rs`):
+            // with them all held by waits, no request of that CPU's
+            // callers is taken until a lock goes: one user's waits
+            // through root's mount would hold up every other user there.
+            // Refused as the kernel refuses a lock past its limits.
             drop(st);
             note_refused();
             p.reply.error(errno(Errno::ENOLCK));
@@ -247,8 +248,8 @@ fn note_refused() {
     if n.is_power_of_two() {
         log::warn!(
             "lock waits refused with ENOLCK ({n} so far): the waits parked on one CPU's \
-             io_uring queue held all but {QUEUE_SPARE} of its entries, which its other \
-             requests need (--transport dev has no such bound)"
+             io_uring queue held all but {QUEUE_SPARE} of the entries it can have, which \
+             its other requests need (--transport dev has no such bound)"
         );
     }
 }

@@ -166,8 +166,9 @@ impl FdPool {
     /// The default budget for a process allowed `nofile` descriptors on
     /// a machine of `cpus` possible CPUs: all but what the process keeps
     /// outside the pool (FUSE channels, the control socket, an io_uring
-    /// queue's up to 64 entry buffers per CPU, the closing thread's 32),
-    /// at most a quarter. The budget caps how many files all callers
+    /// queue's 64 entry buffers per CPU and the 512 more its queues may
+    /// borrow for parked lock waits, the closing thread's 32), at most a
+    /// quarter. The budget caps how many files all callers
     /// together hold open, so every fd kept out of it for nothing is one
     /// open refused.
     pub fn default_budget(nofile: u64, cpus: usize) -> usize {

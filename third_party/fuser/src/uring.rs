@@ -65,6 +65,7 @@ use crate::request::RequestWithSender;
 use crate::session::SessionEventLoop;
 
 mod entry;
+mod growth;
 mod handover;
 mod nudge;
 mod placement;
@@ -83,15 +84,18 @@ use crate::park::ParkCtl;
 const CMD_REGISTER: u32 = 1;
 const CMD_COMMIT_AND_FETCH: u32 = 2;
 
-/// Entries a queue starts with, and the most it grows to while replies
-/// are held back (parked lock requests keep their entries).
+/// Entries a queue starts with; it grows while replies are held back
+/// (parked lock requests keep their entries), as far as `growth` allows.
 const INITIAL_ENTRIES: usize = 4;
-const MAX_ENTRIES: usize = 64;
 /// Entries kept waiting in the kernel when some are parked.
 const MIN_AVAILABLE: usize = 2;
 
 const EVENTFD_TAG: u64 = u64::MAX;
 const RING_DEPTH: u32 = 256;
+/// Completions a ring holds: one per entry it could have, twice over (a
+/// full completion queue would make the kernel hold completions back and
+/// refuse submissions until they are reaped).
+const CQ_DEPTH: u32 = (2 * (growth::PER_QUEUE + growth::POOL + 1)) as u32;
 
 thread_local! {
     /// Entries the queue served on this thread could still give requests
@@ -377,7 +381,7 @@ impl<FS: Filesystem> Server<'_, FS> {
                     Ok(Operation::Forget(_) | Operation::BatchForget(_) | Operation::Interrupt(_))
                 );
                 // The entry served is not in the kernel either.
-                ROOM.with(|r| r.set(MAX_ENTRIES.saturating_sub(q.entries.len() - q.in_kernel)));
+                ROOM.with(|r| r.set(q.capacity().saturating_sub(q.entries.len() - q.in_kernel)));
                 HELD.with(|h| h.set(false));
                 req.dispatch(self.se);
                 ROOM.with(|r| r.set(usize::MAX));
@@ -432,8 +436,9 @@ pub(crate) fn run_queue<FS: Filesystem>(
         let ring: IoUring<squeue::Entry128, cqueue::Entry> = IoUring::builder()
             .setup_single_issuer()
             .setup_defer_taskrun()
+            .setup_cqsize(CQ_DEPTH)
             .build(RING_DEPTH)
-            .or_else(|_| IoUring::builder().build(RING_DEPTH))?;
+            .or_else(|_| IoUring::builder().setup_cqsize(CQ_DEPTH).build(RING_DEPTH))?;
         let efd = nix::sys::eventfd::EventFd::from_value_and_flags(
             0,
             nix::sys::eventfd::EfdFlags::EFD_CLOEXEC,
@@ -465,6 +470,8 @@ pub(crate) fn run_queue<FS: Filesystem>(
         live: Vec::new(),
         in_kernel: 0,
         keeper: rings.keeper(),
+        borrowed: 0,
+        stunted: false,
     };
     let r = serve_queue(&se, &sender, &mut q, &shared, &activity, rings, adopted, resumed);
     if r.is_err() {
@@ -501,6 +508,7 @@ fn serve_queue<FS: Filesystem>(
     // A predecessor's entries are this queue's once answered: only the
     // rest is registered anew, so entries do not pile up over upgrades.
     for _ in (adopted.len() + q.entries.len())..INITIAL_ENTRIES {
+        q.take_slot(true);
         q.register()?;
     }
     let mut srv = Server {
@@ -571,9 +579,7 @@ fn serve_queue<FS: Filesystem>(
                 }
                 // Parked replies hold their entries: keep a few waiting in
                 // the kernel so this CPU's other requests are still taken.
-                while q.in_kernel < MIN_AVAILABLE && q.entries.len() < MAX_ENTRIES {
-                    q.register()?;
-                }
+                while q.in_kernel < MIN_AVAILABLE && q.grow()? {}
                 // Entries registered (or committed) just now are free only
                 // once submitted; the nudge's request must find one.
                 if std::mem::take(&mut srv.held) {
@@ -658,10 +664,16 @@ struct Queue {
     in_kernel: usize,
     /// Where entries are kept beyond this process (a supervisor).
     keeper: Option<Arc<dyn RingKeeper>>,
+    /// Entries borrowed from the process's pool (`growth`).
+    borrowed: usize,
+    /// A new entry's buffers could not be made (no fd or memory left):
+    /// the queue has what it has from then on.
+    stunted: bool,
 }
 
 impl Drop for Queue {
     fn drop(&mut self) {
+        growth::give_back(self.borrowed);
         // Left early (an error) while the kernel still holds entries: it may
         // write into them until it tears the queue down, so they must not be
         // freed.
@@ -687,8 +699,62 @@ impl Queue {
         }
     }
 
+    /// The most entries this queue could have now.
+    fn capacity(&self) -> usize {
+        if self.stunted {
+            self.entries.len()
+        } else {
+            growth::capacity(self.entries.len())
+        }
+    }
+
+    /// Counts one more entry against the queue's share, borrowing past
+    /// it; false if the pool has none left (never when `forced`).
+    fn take_slot(&mut self, forced: bool) -> bool {
+        if self.entries.len() < growth::PER_QUEUE {
+            return true;
+        }
+        let lent = growth::borrow(forced);
+        self.borrowed += usize::from(lent);
+        lent
+    }
+
+    /// Registers one more entry if the queue may grow: false if it may
+    /// not, or its buffers cannot be made (said once). Parked replies
+    /// then stay within what the queue has (`capacity`), so a queue that
+    /// cannot grow is not left without entries for its other requests.
+    fn grow(&mut self) -> io::Result<bool> {
+        if self.stunted || !self.take_slot(false) {
+            return Ok(false);
+        }
+        match Entry::new(self.payload_size) {
+            Ok(entry) => {
+                self.register_entry(entry)?;
+                Ok(true)
+            }
+            Err(e) => {
+                if self.entries.len() >= growth::PER_QUEUE {
+                    self.borrowed -= 1;
+                    growth::give_back(1);
+                }
+                self.stunted = true;
+                warn!(
+                    "fuse uring queue {}: stays at {} entries: a new entry's buffers: {e}",
+                    self.qid,
+                    self.entries.len()
+                );
+                Ok(false)
+            }
+        }
+    }
+
     fn register(&mut self) -> io::Result<()> {
-        let entry = Arc::new(Entry::new(self.payload_size)?);
+        let entry = Entry::new(self.payload_size)?;
+        self.register_entry(entry)
+    }
+
+    fn register_entry(&mut self, entry: Entry) -> io::Result<()> {
+        let entry = Arc::new(entry);
         // Kept before the kernel knows it: a server started after this one
         // dies must be able to map every entry the kernel may answer from.
         if let Some(k) = &self.keeper {
@@ -716,6 +782,7 @@ impl Queue {
 
     /// A predecessor's entry holding a request: this queue's from now on.
     fn adopt(&mut self, entry: Arc<Entry>) -> usize {
+        self.take_slot(true);
         let idx = self.entries.len();
         self.commit_ids.push(entry.read_u64(COMMIT_ID));
         self.entries.push(entry);

@@ -114,7 +114,7 @@ impl std::fmt::Debug for Keeper {
 }
 
 /// Fillers started per queue at most in one parking.
-const MAX_FILLERS: usize = 4 * super::MAX_ENTRIES;
+const MAX_FILLERS: usize = 4 * (super::growth::PER_QUEUE + super::growth::POOL);
 const POLL: Duration = Duration::from_millis(2);
 const REFILL_AFTER: Duration = Duration::from_millis(20);
 
