@@ -95,3 +95,87 @@ fn lock_waits_leave_an_io_uring_queue_to_other_requests() {
         refused.len()
     );
 }
+
+/// `flock(LOCK_EX)` on `f`, waiting; the errno if refused.
+fn flock_wait(f: &fs::File) -> Result<(), i32> {
+    // SAFETY: a valid descriptor.
+    match unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0)),
+    }
+}
+
+/// Sets the server's soft descriptor limit to `n` (at most its hard
+/// limit, which no one here may raise again); its old soft limit.
+fn limit_fds(pid: i32, n: u64) -> u64 {
+    // SAFETY: all-zero is a valid rlimit (plain integers).
+    let mut old: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: reads the limit into `old`, which outlives the call.
+    let r = unsafe { libc::prlimit(pid, libc::RLIMIT_NOFILE, std::ptr::null(), &mut old) };
+    assert_eq!(r, 0, "prlimit: {}", std::io::Error::last_os_error());
+    let new = libc::rlimit {
+        rlim_cur: n.min(old.rlim_max),
+        rlim_max: old.rlim_max,
+    };
+    // SAFETY: a valid rlimit read by the call; no old value asked for.
+    let r = unsafe { libc::prlimit(pid, libc::RLIMIT_NOFILE, &new, std::ptr::null_mut()) };
+    assert_eq!(r, 0, "prlimit: {}", std::io::Error::last_os_error());
+    old.rlim_cur
+}
+
+#[test]
+fn a_queue_that_cannot_grow_goes_on_serving_its_cpu() {
+    let Some(m) = uring_passthrough("lock-waits-no-fds") else {
+        return;
+    };
+    let path = m.mnt.join("locked");
+    fs::write(&path, b"x").unwrap();
+    let open = || OpenOptions::new().read(true).open(&path).unwrap();
+    let holder = open();
+    // SAFETY: a valid descriptor.
+    assert_eq!(unsafe { libc::flock(holder.as_raw_fd(), libc::LOCK_EX) }, 0);
+    const WAITERS: usize = 40;
+    let files: Vec<_> = (0..WAITERS).map(|_| open()).collect();
+    // From here the server can open no descriptor: a queue's new entry
+    // (a memfd) cannot be made. Held locks need none (flocks are on the
+    // opens' own descriptions).
+    let pid = common::server_pid(&m);
+    let fds = fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count() as u64;
+    let was = limit_fds(pid, fds);
+    let (tx, rx) = mpsc::channel();
+    for f in files {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            on_cpu0();
+            let r = flock_wait(&f);
+            drop(f);
+            let _ = tx.send(r);
+        });
+    }
+    let mut ended = Vec::new();
+    common::wait_for("the waits to park or be refused", || {
+        ended.extend(rx.try_iter());
+        m.counter("fuse.locks.waiting") + ended.len() as u64 >= WAITERS as u64
+    });
+    let answered = stat_on_cpu0(&m, Duration::from_secs(20));
+    drop(holder);
+    while ended.len() < WAITERS {
+        ended.push(
+            rx.recv_timeout(Duration::from_secs(60))
+                .expect("a wait never ended"),
+        );
+    }
+    limit_fds(pid, was);
+    assert_eq!(
+        answered,
+        Ok(Err(std::io::ErrorKind::NotFound)),
+        "a stat on the waiters' CPU was not answered once its queue could not grow"
+    );
+    // Granted in turn, or refused for want of entries; nothing else.
+    for r in ended {
+        if let Err(e) = r {
+            assert_eq!(e, libc::ENOLCK);
+        }
+    }
+    assert!(path.exists(), "the mount still answers");
+}

@@ -569,6 +569,7 @@ fn serve_queue<FS: Filesystem>(
         }
         if mode == SERVE {
             for idx in std::mem::take(&mut held) {
+                q.top_up(closing)?;
                 srv.serve(q, idx);
             }
             // Before waiting: the entries answered here may be all this
@@ -579,7 +580,7 @@ fn serve_queue<FS: Filesystem>(
                 }
                 // Parked replies hold their entries: keep a few waiting in
                 // the kernel so this CPU's other requests are still taken.
-                while q.in_kernel < MIN_AVAILABLE && q.grow()? {}
+                q.top_up(closing)?;
                 // Entries registered (or committed) just now are free only
                 // once submitted; the nudge's request must find one.
                 if std::mem::take(&mut srv.held) {
@@ -630,6 +631,7 @@ fn serve_queue<FS: Filesystem>(
             q.commit_ids[idx] = q.entries[idx].read_u64(COMMIT_ID);
             q.entries[idx].set_state(State::Request);
             if mode == SERVE {
+                q.top_up(closing)?;
                 srv.serve(q, idx);
             } else {
                 held.push(idx);
@@ -746,6 +748,17 @@ impl Queue {
                 Ok(false)
             }
         }
+    }
+
+    /// Grows the queue until [`MIN_AVAILABLE`] entries wait in the kernel
+    /// (or it may not grow): done before each request is dispatched, so
+    /// that a handler told it may hold its reply (`queue_room`) leaves
+    /// entries that exist, not ones the queue might fail to make. A queue
+    /// that cannot grow reports no room beyond its entries, and holds are
+    /// refused while it still has one waiting in the kernel.
+    fn top_up(&mut self, closing: bool) -> io::Result<()> {
+        while !closing && self.in_kernel < MIN_AVAILABLE && self.grow()? {}
+        Ok(())
     }
 
     fn register(&mut self) -> io::Result<()> {
