@@ -34,6 +34,53 @@ fn ofd_lock(f: &fs::File, wait: bool) -> Result<(), i32> {
     }
 }
 
+/// Threads on CPU 0, each waiting for a lock (`lock`) on a file of its
+/// own, closing it once its wait ends (so a granted lock goes to the
+/// next) and saying how the wait ended.
+struct Waiters {
+    rx: mpsc::Receiver<Result<(), i32>>,
+    ended: Vec<Result<(), i32>>,
+    count: usize,
+}
+
+impl Waiters {
+    fn start(files: Vec<fs::File>, lock: fn(&fs::File) -> Result<(), i32>) -> Waiters {
+        let (tx, rx) = mpsc::channel();
+        let count = files.len();
+        for f in files {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                on_cpu0();
+                let r = lock(&f);
+                drop(f);
+                let _ = tx.send(r);
+            });
+        }
+        Waiters {
+            rx,
+            ended: Vec::new(),
+            count,
+        }
+    }
+
+    /// Waits until each wait is parked in the server or has ended.
+    fn parked(&mut self, m: &common::Mounted) {
+        common::wait_for("the waits to park or end", || {
+            self.ended.extend(self.rx.try_iter());
+            m.counter("fuse.locks.waiting") + self.ended.len() as u64 >= self.count as u64
+        });
+    }
+
+    /// How every wait ended (once their holder lets go).
+    fn ended(mut self) -> Vec<Result<(), i32>> {
+        while self.ended.len() < self.count {
+            let r = self.rx.recv_timeout(Duration::from_secs(60));
+            self.ended.push(r.expect("a wait never ended"));
+        }
+        self.ended
+    }
+}
+
 #[test]
 fn lock_waits_leave_an_io_uring_queue_to_other_requests() {
     let Some(m) = uring_passthrough("lock-waits") else {
@@ -54,24 +101,10 @@ fn lock_waits_leave_an_io_uring_queue_to_other_requests() {
     // Opened first: an open on a queue stuck behind parked waits would
     // hang this thread, not fail the test.
     let files: Vec<_> = (0..WAITERS).map(|_| open()).collect();
-    let (tx, rx) = mpsc::channel();
-    for f in files {
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            on_cpu0();
-            let r = ofd_lock(&f, true);
-            // Granted: let the next one have it.
-            drop(f);
-            let _ = tx.send(r);
-        });
-    }
+    let mut waiters = Waiters::start(files, |f| ofd_lock(f, true));
     // The waits parked (or refused), a caller on the same CPU is still
     // answered.
-    let mut ended = Vec::new();
-    common::wait_for("the waits to park", || {
-        ended.extend(rx.try_iter());
-        m.counter("fuse.locks.waiting") + ended.len() as u64 >= WAITERS as u64
-    });
+    waiters.parked(&m);
     std::thread::sleep(Duration::from_millis(300));
     let answered = stat_on_cpu0(&m, Duration::from_secs(20));
     drop(holder);
@@ -82,13 +115,7 @@ fn lock_waits_leave_an_io_uring_queue_to_other_requests() {
     );
     // Every wait ends, granted in turn: none was refused for want of
     // ring entries.
-    while ended.len() < WAITERS {
-        ended.push(
-            rx.recv_timeout(Duration::from_secs(60))
-                .expect("a wait never ended"),
-        );
-    }
-    let refused: Vec<_> = ended.iter().filter_map(|r| r.err()).collect();
+    let refused: Vec<_> = waiters.ended().iter().filter_map(|r| r.err()).collect();
     assert!(
         refused.is_empty(),
         "{} of {WAITERS} waits refused: {refused:?}",
@@ -142,29 +169,11 @@ fn a_queue_that_cannot_grow_goes_on_serving_its_cpu() {
     let pid = common::server_pid(&m);
     let fds = fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count() as u64;
     let was = limit_fds(pid, fds);
-    let (tx, rx) = mpsc::channel();
-    for f in files {
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            on_cpu0();
-            let r = flock_wait(&f);
-            drop(f);
-            let _ = tx.send(r);
-        });
-    }
-    let mut ended = Vec::new();
-    common::wait_for("the waits to park or be refused", || {
-        ended.extend(rx.try_iter());
-        m.counter("fuse.locks.waiting") + ended.len() as u64 >= WAITERS as u64
-    });
+    let mut waiters = Waiters::start(files, flock_wait);
+    waiters.parked(&m);
     let answered = stat_on_cpu0(&m, Duration::from_secs(20));
     drop(holder);
-    while ended.len() < WAITERS {
-        ended.push(
-            rx.recv_timeout(Duration::from_secs(60))
-                .expect("a wait never ended"),
-        );
-    }
+    let ended = waiters.ended();
     limit_fds(pid, was);
     assert_eq!(
         answered,
