@@ -569,7 +569,7 @@ fn serve_queue<FS: Filesystem>(
         }
         if mode == SERVE {
             for idx in std::mem::take(&mut held) {
-                q.top_up(closing)?;
+                q.top_up(closing, shared)?;
                 srv.serve(q, idx);
             }
             // Before waiting: the entries answered here may be all this
@@ -580,7 +580,7 @@ fn serve_queue<FS: Filesystem>(
                 }
                 // Parked replies hold their entries: keep a few waiting in
                 // the kernel so this CPU's other requests are still taken.
-                q.top_up(closing)?;
+                q.top_up(closing, shared)?;
                 // Entries registered (or committed) just now are free only
                 // once submitted; the nudge's request must find one.
                 if std::mem::take(&mut srv.held) {
@@ -631,7 +631,7 @@ fn serve_queue<FS: Filesystem>(
             q.commit_ids[idx] = q.entries[idx].read_u64(COMMIT_ID);
             q.entries[idx].set_state(State::Request);
             if mode == SERVE {
-                q.top_up(closing)?;
+                q.top_up(closing, shared)?;
                 srv.serve(q, idx);
             } else {
                 held.push(idx);
@@ -751,13 +751,20 @@ impl Queue {
     }
 
     /// Grows the queue until [`MIN_AVAILABLE`] entries wait in the kernel
-    /// (or it may not grow): done before each request is dispatched, so
-    /// that a handler told it may hold its reply (`queue_room`) leaves
-    /// entries that exist, not ones the queue might fail to make. A queue
-    /// that cannot grow reports no room beyond its entries, and holds are
-    /// refused while it still has one waiting in the kernel.
-    fn top_up(&mut self, closing: bool) -> io::Result<()> {
-        while !closing && self.in_kernel < MIN_AVAILABLE && self.grow()? {}
+    /// once the replies written so far are committed (before the queue
+    /// waits), or it may not grow: done before each request is
+    /// dispatched, so that a handler told it may hold its reply
+    /// (`queue_room`) leaves entries that exist, not ones the queue might
+    /// fail to make. A queue that cannot grow reports no room beyond its
+    /// entries, and holds are refused while it still has one waiting.
+    /// (Answered entries count: else every burst of requests answered at
+    /// once would grow the queue for good.)
+    fn top_up(&mut self, closing: bool, shared: &Shared) -> io::Result<()> {
+        let short = |q: &Queue| {
+            q.in_kernel < MIN_AVAILABLE
+                && q.in_kernel + shared.ready.lock().list.len() < MIN_AVAILABLE
+        };
+        while !closing && short(self) && self.grow()? {}
         Ok(())
     }
 
