@@ -721,6 +721,15 @@ impl Queue {
         lent
     }
 
+    /// Gives back the slot the last `take_slot` counted: its entry was
+    /// never made.
+    fn untake_slot(&mut self) {
+        if self.entries.len() >= growth::PER_QUEUE {
+            self.borrowed -= 1;
+            growth::give_back(1);
+        }
+    }
+
     /// Registers one more entry if the queue may grow: false if it may
     /// not, or its buffers cannot be made (said once). Parked replies
     /// then stay within what the queue has (`capacity`), so a queue that
@@ -735,10 +744,7 @@ impl Queue {
                 Ok(true)
             }
             Err(e) => {
-                if self.entries.len() >= growth::PER_QUEUE {
-                    self.borrowed -= 1;
-                    growth::give_back(1);
-                }
+                self.untake_slot();
                 self.stunted = true;
                 warn!(
                     "fuse uring queue {}: stays at {} entries: a new entry's buffers: {e}",
