@@ -146,13 +146,16 @@ impl HandleTable {
         self.unrecovered.lock().push(h);
     }
 
-    /// Whether `vp` is open for writing through some handle. A scan of
-    /// every open handle: for rare requests only (`lseek`).
-    pub fn open_for_writing(&self, vp: &VnodeRef) -> bool {
+    /// Whether the kernel may hold pages of `vp` written through a shared
+    /// mapping that the file system has not seen: some handle is open for
+    /// writing with the server doing its I/O. (A kernel writer's pages are
+    /// its backing file's own, which the source sees as they are written.)
+    /// A scan of every open handle: for rare requests only (`lseek`).
+    pub fn may_hold_unseen_writes(&self, vp: &VnodeRef) -> bool {
         self.shards.iter().any(|s| {
             s.lock()
                 .values()
-                .any(|f| f.writable && f.vp.ino() == vp.ino())
+                .any(|f| f.writable && !f.kernel_writer && f.vp.ino() == vp.ino())
         })
     }
 

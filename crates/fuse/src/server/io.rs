@@ -234,13 +234,17 @@ impl Server {
             };
             let off = u64::try_from(offset).map_err(|_| Errno::ENXIO)?;
             let of = i.handles.get(fh.0)?;
-            if i.handles.open_for_writing(&of.vp) {
+            if i.handles.may_hold_unseen_writes(&of.vp) {
                 // The kernel sends LSEEK without writing back first, so
                 // dirty pages of a shared writable mapping are in neither
                 // the file system nor its answer: a copy by SEEK_DATA
                 // would skip them. While the file is open for writing
                 // (a mapping keeps its handle open; unmapping writes the
-                // pages back), all of it is data, as without LSEEK.
+                // pages back), all of it is data, as without LSEEK. Not
+                // where the kernel writes on the backing file: its
+                // mappings are the source file's, whose SEEK_DATA sees
+                // their dirty pages, so the holes of a file open for
+                // writing stay holes to a sparse copy, as natively.
                 let size = i.fs.getattr(&of.vp)?.size;
                 if off >= size {
                     return Err(Errno::ENXIO);

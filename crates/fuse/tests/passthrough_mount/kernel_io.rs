@@ -182,3 +182,78 @@ fn a_mapped_write_to_a_file_created_empty_shows_at_once() {
         );
     }
 }
+
+#[test]
+fn a_file_open_for_writing_on_its_backing_file_keeps_its_holes() {
+    use std::fs::{File, OpenOptions};
+    use std::os::unix::fs::FileExt;
+    use std::os::unix::io::AsRawFd;
+    const P: i64 = 4096;
+    let Some(t) = Pt::new("kiohole") else { return };
+    if counter(&t, "fuse.kernel_io") == 0 {
+        eprintln!("SKIP: no kernel I/O on backing files here (FUSE passthrough: Linux 6.9+, root)");
+        return;
+    }
+    // SAFETY: plain integer arguments on an fd the caller holds.
+    let seek = |f: &File, at: i64, whence: i32| unsafe { libc::lseek(f.as_raw_fd(), at, whence) };
+    let w = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(t.m("sparse"))
+        .unwrap();
+    w.write_all_at(&[1u8; P as usize], 0).unwrap();
+    w.write_all_at(b"ten bytes!", 3 * P as u64).unwrap();
+    w.set_len(5 * P as u64).unwrap();
+    // Asked while it is open for writing, on the writer and on a reader:
+    // the source's answers (a sparse copy of a file in use keeps its
+    // holes), not "all data".
+    let r = File::open(t.m("sparse")).unwrap();
+    let src = File::open(t.src("sparse")).unwrap();
+    let asks = [
+        (0, libc::SEEK_HOLE),
+        (P, libc::SEEK_DATA),
+        (3 * P, libc::SEEK_HOLE),
+        (4 * P, libc::SEEK_DATA),
+    ];
+    for (name, f) in [("writer", &w), ("reader", &r)] {
+        for (at, whence) in asks {
+            assert_eq!(
+                seek(f, at, whence),
+                seek(&src, at, whence),
+                "{name}: lseek({at}, {whence})"
+            );
+        }
+    }
+    assert_eq!(seek(&r, 0, libc::SEEK_HOLE), P);
+
+    // A page stored through a shared mapping and not written back yet is
+    // data at once: the mapping is the source file's.
+    let mut c = Command::new("python3")
+        .args([
+            "-c",
+            "import mmap, os, sys\n\
+             fd = os.open(sys.argv[1], os.O_RDWR)\n\
+             m = mmap.mmap(fd, 5 * 4096, mmap.MAP_SHARED)\n\
+             m[4096:8192] = b'M' * 4096\n\
+             print('mapped', flush=True)\n\
+             sys.stdin.read()\n",
+        ])
+        .arg(t.m("sparse"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(c.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "mapped");
+    assert_eq!(seek(&r, P, libc::SEEK_DATA), P, "the mapped page skipped");
+    assert_eq!(seek(&r, 0, libc::SEEK_HOLE), 2 * P);
+    c.stdin.take();
+    assert!(c.wait().unwrap().success());
+}
