@@ -183,6 +183,10 @@ pub struct MountOpts {
     /// holds the mount's connection and the server's journal of what the
     /// kernel knows, and starts a new server if this one dies (a bug, the
     /// OOM killer, `kill -9`): programs see a pause, not a dead mount.
+    /// Over FUSE over io_uring (the default where the kernel has it) a
+    /// call the kernel was handing the server as it died fails with
+    /// ECANCELED (a few per crash under load); `--transport dev` loses
+    /// none.
     #[arg(long)]
     #[serde(default)]
     pub no_supervisor: bool,
