@@ -64,21 +64,11 @@ const POLL_MS: i64 = 200;
 /// to a change that follows others in a stream.
 const GATHER: Duration = Duration::from_millis(1);
 
-/// Wake-ups that found events, within [`STREAM_WINDOW`], that make a
-/// stream (2,000 a second): an unpack or a copy on the host, a database
-/// writing through the mount, or any busy writer elsewhere on the source's
-/// file system (the mark is the whole file system's), where a wake-up per
-/// event costs far more than the event: fanotify merges a file's events
-/// while they wait to be read, so a writer's 400,000 writes a second came
-/// as one event per wake-up, 18,000 wake-ups a second at nice -10.
-/// Wake-ups are counted, not events, for that reason. Below it each
-/// wake-up reads what is there and the watcher waits for the next event
-/// at once.
-const STREAM_WAKEUPS: usize = 20;
-/// Wake-ups within a window that keep a stream going: a gathering watcher
-/// wakes at most once per [`GATHER`], so a stream that goes on fills at
-/// least half of a window's gathers.
-const STREAM_STAYS: usize = 5;
+/// Events within [`STREAM_WINDOW`] that make a stream (20,000 a second):
+/// an unpack or a copy on the host, where a wake-up per event would cost
+/// more than the events. Below it each wake-up reads what is there and
+/// the watcher waits for the next event at once.
+const STREAM_EVENTS: usize = 200;
 const STREAM_WINDOW: Duration = Duration::from_millis(10);
 
 /// How much the watcher's thread is preferred over the time-sharing
@@ -317,16 +307,13 @@ fn learn_layout(root_fd: BorrowedFd<'_>, root_ino: u64) -> Option<Layout> {
     Layout::learn(samples.iter().map(|(t, b, i)| (*t, &b[..], *i)))
 }
 
-/// Whether events come as a stream: wake-ups that found events, counted
-/// over windows of [`STREAM_WINDOW`]; a stream once a window holds
-/// [`STREAM_WAKEUPS`], until a whole window holds fewer than
-/// [`STREAM_STAYS`]. (Ending it at fewer than `STREAM_WAKEUPS`, which a
-/// gathering watcher never reaches, would end every stream after one
-/// window and start it again after the next.)
+/// Whether events come as a stream: counted over windows of
+/// [`STREAM_WINDOW`]; a stream once a window holds [`STREAM_EVENTS`],
+/// until a whole window holds fewer.
 #[derive(Debug)]
 struct Pace {
     since: Instant,
-    wakeups: usize,
+    events: usize,
     stream: bool,
 }
 
@@ -334,25 +321,20 @@ impl Pace {
     fn new(now: Instant) -> Pace {
         Pace {
             since: now,
-            wakeups: 0,
+            events: 0,
             stream: false,
         }
     }
 
-    /// Counts a wake-up at `now` that read events; whether it is part of
-    /// a stream.
-    fn note(&mut self, now: Instant) -> bool {
-        self.wakeups += 1;
+    /// Counts `n` events read at `now`; whether they are part of a
+    /// stream.
+    fn note(&mut self, n: usize, now: Instant) -> bool {
+        self.events += n;
         if now.saturating_duration_since(self.since) >= STREAM_WINDOW {
-            let needed = if self.stream {
-                STREAM_STAYS
-            } else {
-                STREAM_WAKEUPS
-            };
-            self.stream = self.wakeups >= needed;
+            self.stream = self.events >= STREAM_EVENTS;
             self.since = now;
-            self.wakeups = 0;
-        } else if self.wakeups >= STREAM_WAKEUPS {
+            self.events = 0;
+        } else if self.events >= STREAM_EVENTS {
             self.stream = true;
         }
         self.stream
@@ -421,16 +403,15 @@ fn run(sh: &Shared, sink: &dyn ChangeSink) {
                 }
             }
         }
-        // In a stream of events (an unpack on the host, a busy writer)
-        // let them gather for a moment, so that they are read in large
-        // reads (a file's merged into one) instead of a wake-up per event,
-        // which costs far more than the event itself. The events read
-        // were reported at once; only those after them wait, at most
-        // GATHER. Outside a stream nothing waits: a change that follows
-        // another by less than GATHER (two programs, a user's change
-        // beside a build's occasional writes) is reported as soon as it
-        // is made.
-        if events > 0 && pace.note(Instant::now()) {
+        // In a stream of events (an unpack on the host) let them gather
+        // for a moment, so that they are read in large reads instead of a
+        // wake-up per event, which costs far more than the event itself.
+        // The events read were reported at once; only those after them
+        // wait, at most GATHER. Outside a stream nothing waits: a change
+        // that follows another by less than GATHER (two programs, or a
+        // build's writes beside a user's change) is reported as soon as
+        // it is made.
+        if events > 0 && pace.note(events, Instant::now()) {
             std::thread::sleep(GATHER);
         }
     }
@@ -650,32 +631,23 @@ mod tests {
     fn only_a_stream_of_events_gathers() {
         let t0 = Instant::now();
         let mut p = Pace::new(t0);
-        // Changes now and then (two programs, a user beside a build's
-        // occasional writes): each is read as it comes, however many
-        // events a wake-up finds.
+        // Changes now and then (two programs, a user beside a build):
+        // each is read as it comes.
         for i in 0..50u32 {
-            assert!(!p.note(t0 + Duration::from_millis(1) * i));
+            assert!(!p.note(3, t0 + Duration::from_micros(300) * i));
         }
-        // A stream: once a window holds STREAM_WAKEUPS, reads gather.
-        let t1 = t0 + STREAM_WINDOW * 10;
-        assert!(!p.note(t1));
-        for i in 1..STREAM_WAKEUPS as u32 {
-            assert!(!p.note(t1 + Duration::from_micros(100) * i));
-        }
-        assert!(p.note(t1 + Duration::from_millis(2)));
-        // It lasts while whole windows hold STREAM_STAYS wake-ups (what
-        // a watcher gathering for GATHER each time still sees)...
-        let mut t = t1 + STREAM_WINDOW;
-        for _ in 0..3 {
-            for i in 0..STREAM_STAYS as u32 {
-                assert!(p.note(t + GATHER * 2 * i));
-            }
-            t += STREAM_WINDOW;
-        }
+        // A stream: once a window holds STREAM_EVENTS, reads gather.
+        let t1 = t0 + STREAM_WINDOW * 3;
+        assert!(!p.note(1, t1));
+        assert!(!p.note(STREAM_EVENTS - 1, t1 + Duration::from_millis(1)));
+        assert!(p.note(1, t1 + Duration::from_millis(2)));
+        // It lasts while whole windows hold a stream's worth...
+        let t2 = t1 + STREAM_WINDOW;
+        assert!(p.note(1, t2));
+        assert!(p.note(STREAM_EVENTS, t2 + Duration::from_millis(5)));
         // ...and ends after a window with fewer.
-        assert!(p.note(t));
-        assert!(!p.note(t + STREAM_WINDOW));
-        // The next stream starts as the first did.
-        assert!(!p.note(t + STREAM_WINDOW + GATHER));
+        let t3 = t2 + STREAM_WINDOW;
+        assert!(p.note(1, t3));
+        assert!(!p.note(1, t3 + STREAM_WINDOW));
     }
 }
