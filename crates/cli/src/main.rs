@@ -41,7 +41,9 @@ enum Cmd {
     /// Print a running server's vnode-layer and FUSE statistics.
     Stat(mount_opts::StatOpts),
     /// Unmount a uvfs mount (as root like umount, otherwise through
-    /// fusermount3 -u) and wait for its server to exit.
+    /// fusermount3 -u) and wait for its server to exit; if the file
+    /// system stays mounted elsewhere (a bind mount, another mount
+    /// namespace), say where: its server serves those until they go.
     Umount(mount_opts::UmountOpts),
     /// Replace a mount's server with a new process (a rebuilt binary)
     /// without unmounting: open files, working directories and locks

@@ -630,6 +630,8 @@ pub fn umount(o: &UmountOpts) -> io::Result<()> {
     } else {
         uvfs_fuse::server_process(&mp)
     };
+    // Read before the unmount: afterwards nothing here names the device.
+    let dev = uvfs_fuse::mount_entry(&mp).map(|e| e.dev);
     let served = server.is_some() || uvfs_fuse::answers(&mp);
     uvfs_fuse::unmount_path(&mp, o.lazy).map_err(|e| {
         if e.raw_os_error() == Some(libc::EINVAL) && uvfs_fuse::mount_entry(&mp).is_none() {
@@ -647,8 +649,25 @@ pub fn umount(o: &UmountOpts) -> io::Result<()> {
         io::Error::new(e.kind(), format!("{}: {e}{hint}", mp.display()))
     })?;
     const SERVER_EXIT: Duration = Duration::from_secs(10);
-    if let Some(pidfd) = server {
-        uvfs_fuse::exited_within(&pidfd, SERVER_EXIT);
+    if let Some((pid, pidfd)) = server {
+        // A server exits a moment after its last mount is gone; one that
+        // has not is likely serving another mount of the same file system.
+        if uvfs_fuse::exited_within(&pidfd, Duration::from_millis(300)) {
+            return Ok(());
+        }
+        if let Some(c) = dev.map(uvfs_fuse::copies_of).filter(|c| !c.is_empty()) {
+            eprintln!("uvfs: {}", still_mounted(&mp, pid, &c));
+            return Ok(());
+        }
+        if !uvfs_fuse::exited_within(&pidfd, SERVER_EXIT) {
+            eprintln!(
+                "uvfs: {}: unmounted, but its server (pid {pid}) still runs {SERVER_EXIT:?} \
+                 later: another mount of the file system (in a mount namespace no process \
+                 here is in, or one this user may not read) may keep it serving; `kill {pid}` \
+                 stops it",
+                mp.display()
+            );
+        }
         return Ok(());
     }
     let deadline = std::time::Instant::now() + SERVER_EXIT;
@@ -656,6 +675,29 @@ pub fn umount(o: &UmountOpts) -> io::Result<()> {
         std::thread::sleep(Duration::from_millis(20));
     }
     Ok(())
+}
+
+/// What `uvfs umount` says when the file system stays mounted elsewhere
+/// (`copies`) and its server `pid` serves on: where, and how to stop it.
+fn still_mounted(mp: &Path, pid: i32, copies: &uvfs_fuse::Copies) -> String {
+    let mut places: Vec<String> = copies
+        .here
+        .iter()
+        .map(|p| format!("at {}", p.display()))
+        .collect();
+    places.extend(
+        copies
+            .elsewhere
+            .iter()
+            .map(|(p, comm)| format!("in the mount namespace of pid {p} ({comm})")),
+    );
+    format!(
+        "{}: unmounted here, but the file system is still mounted {}, and its server \
+         (pid {pid}) goes on serving it there; it stops once those are unmounted too, \
+         or now with `kill {pid}` (they then fail with ENOTCONN)",
+        mp.display(),
+        places.join(", ")
+    )
 }
 
 /// Whether `mountpoint` lies strictly inside `source` (both canonical).

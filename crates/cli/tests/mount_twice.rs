@@ -131,3 +131,94 @@ fn after_uvfs_umount_the_source_can_be_unmounted() {
         "umount of the source refused: {refused:?}"
     );
 }
+
+/// `uvfs umount` of a file system that stays mounted elsewhere (a copy in
+/// a mount namespace made while it was mounted, as `unshare -m`, a
+/// container or a systemd service with `PrivateTmp=` makes; a bind mount)
+/// says where and which server serves on, instead of waiting for a server
+/// that does not stop; the server stops once the last copy is gone.
+#[test]
+fn unmounting_a_file_system_mounted_elsewhere_says_where() {
+    if let Err(why) = common::can_mount() {
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    if Command::new("unshare").arg("--version").output().is_err() {
+        eprintln!("SKIP: no unshare(1)");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("uvfs-umount-copies-{}", std::process::id()));
+    let (mnt, bind) = (dir.join("m"), dir.join("b"));
+    fs::create_dir_all(&mnt).unwrap();
+    fs::create_dir_all(&bind).unwrap();
+    let alive = |pid: i32| {
+        fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+    };
+    let server_of = |mnt: &std::path::Path| {
+        let out = uvfs(&["stat", "--json"], mnt);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["pid"].as_i64().expect("uvfs stat names the pid") as i32
+    };
+    // Another mount namespace holds a copy.
+    assert!(uvfs(&["mount"], &mnt).status.success());
+    fs::write(mnt.join("f"), b"kept").unwrap();
+    let server = server_of(&mnt);
+    let mut copy = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sleep", "60"])
+        .spawn()
+        .unwrap();
+    common::wait_for("the namespace's copy", || {
+        fs::read_to_string(format!("/proc/{}/mountinfo", copy.id()))
+            .is_ok_and(|m| m.contains(&mnt.display().to_string()))
+            && fs::read_link(format!("/proc/{}/exe", copy.id())).is_ok_and(|e| e.ends_with("sleep"))
+    });
+    let out = uvfs(&["umount"], &mnt);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let served_on = alive(server);
+    // The copy still reads the file: the server serves it.
+    let read = Command::new("nsenter")
+        .args(["-t", &copy.id().to_string(), "-m", "cat"])
+        .arg(mnt.join("f"))
+        .output();
+    let _ = copy.kill();
+    let _ = copy.wait();
+    common::wait_for("the server to stop after its last copy", || !alive(server));
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        err.contains(&format!(
+            "in the mount namespace of pid {} (sleep)",
+            copy.id()
+        )) && err.contains(&format!("kill {server}")),
+        "{err}"
+    );
+    assert!(served_on, "the server stopped while a copy was mounted");
+    if let Ok(r) = read {
+        assert_eq!(r.stdout, b"kept", "{r:?}");
+    }
+    // A bind mount in this namespace.
+    assert!(uvfs(&["mount"], &mnt).status.success());
+    let server = server_of(&mnt);
+    let bound = Command::new("mount")
+        .arg("--bind")
+        .arg(&mnt)
+        .arg(&bind)
+        .status()
+        .unwrap();
+    assert!(bound.success());
+    let out = uvfs(&["umount"], &mnt);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let served_on = alive(server);
+    let _ = Command::new("umount").arg(&bind).status();
+    common::wait_for("the server to stop after the bind mount", || !alive(server));
+    assert!(out.status.success(), "{out:?}");
+    assert!(err.contains(&format!("at {}", bind.display())), "{err}");
+    assert!(served_on);
+    // Mounted nowhere else, it says nothing and the server is gone.
+    assert!(uvfs(&["mount"], &mnt).status.success());
+    let server = server_of(&mnt);
+    let out = uvfs(&["umount"], &mnt);
+    let gone = !alive(server);
+    let _ = fs::remove_dir_all(&dir);
+    assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
+    assert!(gone, "the server outlived `uvfs umount`");
+}

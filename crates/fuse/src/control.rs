@@ -81,18 +81,19 @@ pub fn answers(mountpoint: &Path) -> bool {
     socket_paths(mountpoint).is_ok_and(|v| v.iter().any(|p| UnixStream::connect(p).is_ok()))
 }
 
-/// The process answering `mountpoint`'s control socket (its server), as a
-/// pidfd; `None` if none answers or pidfds are missing. The server holds
-/// the mount's source open until it exits, a moment after the unmount:
-/// until then an unmount of the source's own file system is refused
-/// (EBUSY).
-pub fn server_process(mountpoint: &Path) -> Option<std::os::fd::OwnedFd> {
+/// The process answering `mountpoint`'s control socket (its server): its
+/// pid and a pidfd; `None` if none answers or pidfds are missing. The
+/// server holds the mount's source open until it exits, a moment after
+/// the unmount: until then an unmount of the source's own file system is
+/// refused (EBUSY).
+pub fn server_process(mountpoint: &Path) -> Option<(i32, std::os::fd::OwnedFd)> {
     let s = socket_paths(mountpoint)
         .ok()?
         .iter()
         .find_map(|p| UnixStream::connect(p).ok())?;
     let cred = rustix::net::sockopt::socket_peercred(&s).ok()?;
-    rustix::process::pidfd_open(cred.pid, rustix::process::PidfdFlags::empty()).ok()
+    let pidfd = rustix::process::pidfd_open(cred.pid, rustix::process::PidfdFlags::empty()).ok()?;
+    Some((cred.pid.as_raw_nonzero().get(), pidfd))
 }
 
 /// Waits until the process of `pidfd` has exited, for at most `limit`;

@@ -146,7 +146,8 @@
 //!   and the report it serves, in the runtime directory of `rundir.rs`;
 //!   `report.rs` the counters each subsystem puts in it (its `Counted`
 //!   implementation sits next to the state it counts); `rusage.rs` the
-//!   process's and threads' resource usage they report.
+//!   process's and threads' resource usage they report; `copies.rs`
+//!   where a file system unmounted here is still mounted (`uvfs umount`).
 //!
 //! Restart without unmounting:
 //! - `upgrade/`: live upgrade, a server handing its mount, its state and
@@ -169,6 +170,7 @@ mod caps;
 mod changes;
 mod control;
 mod convert;
+mod copies;
 #[cfg(not(loom))]
 mod count_changes;
 #[cfg(loom)]
@@ -210,6 +212,7 @@ pub use control::{
     answers, exited_within, fallback_log_path, normalize_mountpoint, notify_remounted, query,
     request_upgrade, server_process, socket_paths,
 };
+pub use copies::{copies_of, Copies};
 pub use daemon::{daemonize, Readiness};
 pub use fusermount::{allow_other_refused, user_allow_other};
 pub use kmount::{unmount_path, MOUNT_FLAGS};
