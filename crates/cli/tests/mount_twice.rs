@@ -6,6 +6,16 @@ mod common;
 
 use std::fs;
 use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
+
+/// Taken by every test here: a mount namespace made by one test copies
+/// whatever the others have mounted at that moment, and such a copy keeps
+/// their servers serving (and their sources busy) after `uvfs umount`;
+/// exactly the behaviour one test asserts and the others must not meet.
+fn alone() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn uvfs(args: &[&str], mnt: &std::path::Path) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_uvfs"))
@@ -17,6 +27,7 @@ fn uvfs(args: &[&str], mnt: &std::path::Path) -> std::process::Output {
 
 #[test]
 fn a_second_mount_on_a_served_mountpoint_is_refused() {
+    let _alone = alone();
     if let Err(why) = common::can_mount() {
         eprintln!("SKIP: {why}");
         return;
@@ -62,6 +73,7 @@ fn a_second_mount_on_a_served_mountpoint_is_refused() {
 /// kernel's answer, EINVAL, read "Invalid argument").
 #[test]
 fn unmounting_what_is_not_mounted_says_so() {
+    let _alone = alone();
     if let Err(why) = common::can_mount() {
         eprintln!("SKIP: {why}");
         return;
@@ -81,6 +93,7 @@ fn unmounting_what_is_not_mounted_says_so() {
 /// moment after its mount is gone, and until then holds the source open.
 #[test]
 fn after_uvfs_umount_the_source_can_be_unmounted() {
+    let _alone = alone();
     if let Err(why) = common::can_mount() {
         eprintln!("SKIP: {why}");
         return;
@@ -139,6 +152,7 @@ fn after_uvfs_umount_the_source_can_be_unmounted() {
 /// that does not stop; the server stops once the last copy is gone.
 #[test]
 fn unmounting_a_file_system_mounted_elsewhere_says_where() {
+    let _alone = alone();
     if let Err(why) = common::can_mount() {
         eprintln!("SKIP: {why}");
         return;
