@@ -114,7 +114,8 @@
 //!   backing files the kernel reads and writes itself.
 //! - `convert.rs`: uvfs-vfs types to fuser's; `answered.rs`: which error
 //!   answers are logged; `caller_caps.rs`: the caller's capabilities for
-//!   the checks the kernel leaves to us.
+//!   the checks the kernel leaves to us; `caller_signal.rs` whether a
+//!   waiting caller has a signal (an INTERRUPT the kernel lost).
 //! - `lockwait.rs` and `offload.rs`: requests answered off the request
 //!   loops (lock waits; requests that wait for a disk), `write_stall.rs`
 //!   when WRITEs go there too, `threads.rs` what those threads must not
@@ -166,6 +167,7 @@
 mod answered;
 mod backing;
 mod caller_caps;
+mod caller_signal;
 mod caps;
 mod changes;
 mod control;

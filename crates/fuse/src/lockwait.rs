@@ -19,10 +19,14 @@
 //! The kernel answers `EDEADLK` to a local POSIX lock wait that would
 //! close a cycle (A waits for B, who waits for A); a file system that
 //! keeps its locks elsewhere (the passthrough's OFD locks on its source)
-//! gets no such check. So a SETLKW about to be parked follows the chain:
+//! gets no such check. So a SETLKW about to be parked, and a parked one
+//! whose way is barred by another owner than before, follows the chain:
 //! the owner holding what it waits for (`FileSystem::lock_holder`), that
 //! owner's own parked wait, its holder... and is answered `EDEADLK` if
-//! the chain comes back to it.
+//! the chain comes back to it. Again when the holder changes because a
+//! wait that met a lock whose holder waits for nothing may, once that lock
+//! goes, meet one whose holder waits for it; as the kernel checks a wait
+//! again when the lock it met goes, and only then.
 //!
 //! # Interrupts
 //!
@@ -33,7 +37,11 @@
 //! answer uninterruptibly. An INTERRUPT may overtake the request it names
 //! (they travel on different request loops), so the ids of INTERRUPTs that
 //! found nothing parked are remembered (the last [`REMEMBERED`]), and a
-//! request parked later under one of them is answered at once.
+//! request parked later under one of them is answered at once. Over FUSE
+//! over io_uring the kernel can lose an INTERRUPT altogether; so every
+//! [`SIGNAL_LOOK`] the waiting callers' pending signals are read, and a
+//! wait whose caller has one is answered `EINTR` as its INTERRUPT would
+//! have been (`caller_signal.rs`).
 //!
 //! # Fresh data under a lock
 //!
@@ -51,7 +59,7 @@ use fuser::{INodeNo, Notifier, ReplyEmpty};
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use uvfs_vfs::{Errno, Fh, FileLock, FileSystem, VnodeRef};
 
 /// INTERRUPTs remembered for requests not parked (yet).
@@ -59,11 +67,18 @@ const REMEMBERED: usize = 64;
 /// First and longest pause between tries.
 const FIRST_PAUSE: Duration = Duration::from_millis(1);
 const LONGEST_PAUSE: Duration = Duration::from_millis(50);
+/// How often waiting callers' pending signals are read (each a read of
+/// a /proc file, under the lock request loops park with): how late at
+/// most a signal whose INTERRUPT was lost ends its wait.
+const SIGNAL_LOOK: Duration = Duration::from_millis(250);
 
 /// A SETLKW that met a conflict.
 pub(crate) struct Parked {
     /// The request's id (what an INTERRUPT names).
     pub unique: u64,
+    /// The caller's thread (whose pending signals end a wait whose
+    /// INTERRUPT was lost: `caller_signal.rs`).
+    pub tid: u32,
     /// The node the lock is on (what the invalidation names).
     pub nodeid: u64,
     pub vp: VnodeRef,
@@ -72,6 +87,9 @@ pub(crate) struct Parked {
     pub lock: FileLock,
     pub flock: bool,
     pub reply: ReplyEmpty,
+    /// The lock owner (of this mount) found in its way when last looked
+    /// at (None when parked: `park` sets it).
+    pub holder: Option<u64>,
 }
 
 /// A granted lock whose answer waits for the invalidation.
@@ -179,10 +197,14 @@ impl LockWaiter {
         // Decided under the state lock, so that two waits closing one
         // cycle together cannot both miss it (the second to park sees the
         // first).
-        if !p.flock && closes_a_cycle(&**fs, &st.parked, &p) {
-            drop(st);
-            p.reply.error(errno(Errno::EDEADLK));
-            return;
+        let mut p = p;
+        if !p.flock {
+            p.holder = fs.lock_holder(&p.vp, p.owner, &p.lock);
+            if closes_a_cycle(&**fs, &st.parked, &p) {
+                drop(st);
+                p.reply.error(errno(Errno::EDEADLK));
+                return;
+            }
         }
         // Its ring entry (over io_uring) is held until the lock goes:
         // requests the kernel queued behind it must still get the queue's
@@ -261,10 +283,12 @@ const MAX_CHAIN: usize = 10;
 /// Whether `p`'s wait would close a cycle of POSIX lock waits: the owner
 /// holding what it waits for waits here for what an owner holds who ...
 /// holds what `p`'s owner holds. The owner whose wait would close it is
-/// answered `EDEADLK`, as the kernel answers for local locks (each owner
-/// waits for one lock at a time: a process waits in one `fcntl`).
+/// answered `EDEADLK`, as the kernel answers for local locks. An owner
+/// with several waits (threads of one process) is followed through the
+/// first found, as the kernel does: a process is taken to wait in one
+/// `fcntl` at a time.
 fn closes_a_cycle(fs: &dyn FileSystem, parked: &[Parked], p: &Parked) -> bool {
-    let mut holder = fs.lock_holder(&p.vp, p.owner, &p.lock);
+    let mut holder = p.holder;
     for _ in 0..MAX_CHAIN {
         let Some(h) = holder else {
             return false;
@@ -297,6 +321,7 @@ fn run(shared: Arc<Shared>, fs: Arc<dyn FileSystem>, notifier: Option<Notifier>)
         g.reply.ok();
     };
     let mut pause = FIRST_PAUSE;
+    let mut next_look = Instant::now() + SIGNAL_LOOK;
     let mut st = shared.state.lock();
     loop {
         if st.shutdown {
@@ -316,11 +341,38 @@ fn run(shared: Arc<Shared>, fs: Arc<dyn FileSystem>, notifier: Option<Notifier>)
         // Tried under the state lock (`setlk` never waits): an INTERRUPT
         // then finds its request still parked, or already answered.
         let mut failed = Vec::new();
+        let look = Instant::now() >= next_look;
+        if look {
+            next_look = Instant::now() + SIGNAL_LOOK;
+        }
         let mut i = 0;
         while i < st.parked.len() {
             let p = &st.parked[i];
             match fs.setlk(&p.vp, p.fh, p.owner, &p.lock, p.flock) {
-                Err(e) if e == Errno::EAGAIN => i += 1,
+                // Still in the way, perhaps now a lock of another owner,
+                // who may wait for this one: checked again then, as the
+                // kernel checks a wait woken when the lock it met went
+                // (and only then: of two waits closing a cycle that way,
+                // the one whose holder changed is refused).
+                Err(e) if e == Errno::EAGAIN => {
+                    let now = (!p.flock)
+                        .then(|| fs.lock_holder(&p.vp, p.owner, &p.lock))
+                        .flatten();
+                    let moved = now != p.holder;
+                    st.parked[i].holder = now;
+                    let q = &st.parked[i];
+                    let refused = if moved && closes_a_cycle(&*fs, &st.parked, q) {
+                        Some(Errno::EDEADLK)
+                    } else if look && crate::caller_signal::pending(q.tid) {
+                        Some(Errno::EINTR)
+                    } else {
+                        None
+                    };
+                    match refused {
+                        Some(e) => failed.push((st.parked.swap_remove(i), e)),
+                        None => i += 1,
+                    }
+                }
                 Ok(()) => {
                     let p = st.parked.swap_remove(i);
                     done.push(Granted {

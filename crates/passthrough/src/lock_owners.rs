@@ -161,6 +161,21 @@ impl PosixLocks {
         })
     }
 
+    /// Whether `owner` is known to be the only lock owner of its process:
+    /// so most likely the process's own (POSIX) owner, not an open file's
+    /// (OFD). A request does not say which kind its owner is; but one
+    /// process has one POSIX owner, and every other owner it uses is one
+    /// of its open files. False for an owner of unknown process (handed
+    /// over) or none here.
+    pub(crate) fn alone_in_process(&self, owner: u64) -> bool {
+        let m = self.map.lock();
+        let held = || m.values().flat_map(|o| o.iter());
+        let Some(pid) = held().find(|(&o, _)| o == owner).map(|(_, h)| h.pid) else {
+            return false;
+        };
+        pid != 0 && !held().any(|(&o, h)| o != owner && h.pid == pid)
+    }
+
     /// Descriptions held now (locks in use).
     pub(crate) fn len(&self) -> usize {
         self.map.lock().values().map(HashMap::len).sum()

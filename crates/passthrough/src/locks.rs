@@ -217,9 +217,22 @@ impl PassthroughFs {
     }
 
     /// The owner through the mount holding the lock that keeps `owner`
-    /// from `lock` (`FileSystem::lock_holder`); None if nothing conflicts
-    /// or the holder is outside the mount.
+    /// from `lock` (`FileSystem::lock_holder`); None if nothing conflicts,
+    /// the holder is outside the mount, or either may be an open file's
+    /// (OFD) owner rather than a process's.
+    ///
+    /// The last because the kernel looks for deadlocks among processes'
+    /// locks only: an open file's locks may be taken and dropped by any of
+    /// the threads sharing it, so its wait blocks nobody else. A process
+    /// mixing both (threads with OFD locks and threads with POSIX locks on
+    /// one file) would otherwise be told `EDEADLK` for a wait another of
+    /// its threads is about to end: a request does not say which kind of
+    /// owner it comes from, and a process with more than one owner here
+    /// is left out of the search altogether (`alone_in_process`).
     pub(crate) fn do_lock_holder(&self, vp: &VnodeRef, owner: u64, lock: &FileLock) -> Option<u64> {
+        if !self.posix_locks.alone_in_process(owner) {
+            return None;
+        }
         let node = self.node_of(vp).ok()?;
         let ofd = self.posix_locks.get(node.id, owner)?;
         let mut fl = to_flock(lock).ok()?;
@@ -228,7 +241,8 @@ impl PassthroughFs {
         if i32::from(fl.l_type) == libc::F_UNLCK || fl.l_pid >= 0 {
             return None;
         }
-        self.holder(node.id, owner, lock, &fl).map(|(o, _)| o)
+        let (holder, _) = self.holder(node.id, owner, lock, &fl)?;
+        self.posix_locks.alone_in_process(holder).then_some(holder)
     }
 
     /// Gives `keeper` every description holding locks now, and each one

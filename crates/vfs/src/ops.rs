@@ -576,7 +576,9 @@ pub trait FileSystem: Send + Sync + 'static {
     /// `EDEADLK` to a wait that would close a cycle, as the kernel does
     /// for local POSIX locks. None (the default): not known, no deadlock
     /// is detected (a file system whose `setlk` finds them itself needs
-    /// none).
+    /// none). Also None where `owner` or the holder may be an open file's
+    /// (OFD) owner: the kernel searches processes' locks only, and a
+    /// request does not say which kind its owner is.
     fn lock_holder(&self, _vp: &VnodeRef, _owner: u64, _lock: &FileLock) -> Option<u64> {
         None
     }

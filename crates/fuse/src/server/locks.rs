@@ -78,6 +78,7 @@ impl Server {
             Ok(Some(of)) => {
                 let parked = crate::lockwait::Parked {
                     unique: req.unique().0,
+                    tid: req.pid(),
                     nodeid: ino.0,
                     vp: of.vp,
                     fh: of.fh,
@@ -85,6 +86,7 @@ impl Server {
                     lock,
                     flock,
                     reply,
+                    holder: None,
                 };
                 self.inner.locks.park(&self.inner.fs, parked);
             }

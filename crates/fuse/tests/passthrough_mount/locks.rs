@@ -123,20 +123,11 @@ sys.stdin.read()
             .spawn()
             .unwrap()
     };
-    let waiting = || {
-        t.mount.as_ref().unwrap().report(false)["counters"]["fuse.locks.waiting"]
-            .as_u64()
-            .unwrap()
-    };
     let (mut a, mut b) = (spawn(0, 1), spawn(1, 0));
     assert_eq!(said(&mut a), "held");
     assert_eq!(said(&mut b), "held");
     writeln!(a.stdin.as_mut().unwrap()).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while waiting() != 1 {
-        assert!(Instant::now() < deadline, "the first wait was not parked");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_waits(&t, 1, "the first wait");
     // Read aside: a deadlock missed would leave both waiting for ever.
     let out = b.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -155,6 +146,154 @@ sys.stdin.read()
     assert!(release(b).success());
     assert_eq!(said(&mut a), "got", "the first waiter was not granted");
     assert!(release(a).success());
+}
+
+/// The number of SETLKW requests parked on `t`'s mount now.
+fn waiting(t: &Pt) -> u64 {
+    t.mount.as_ref().unwrap().report(false)["counters"]["fuse.locks.waiting"]
+        .as_u64()
+        .unwrap()
+}
+
+fn wait_for_waits(t: &Pt, n: u64, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while waiting(t) != n {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {} waits, not {n}",
+            waiting(t)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A python process holding byte `argv[1]` of a file, which on each line
+/// of its stdin waits for the next range of `argv[2..]` (start:len),
+/// printing `got` or the errno, and holds its locks until stdin closes.
+fn byte_locker(t: &Pt, mine: &str, waits: &[&str]) -> std::process::Child {
+    let script = r#"
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.lockf(fd, fcntl.LOCK_EX, 1, int(sys.argv[2]))
+print("held", flush=True)
+for w in sys.argv[3:]:
+    sys.stdin.readline()
+    start, n = map(int, w.split(":"))
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX, n, start)
+        print("got", flush=True)
+    except OSError as e:
+        print("errno", e.errno, flush=True)
+sys.stdin.read()
+"#;
+    Command::new("python3")
+        .args(["-c", script])
+        .arg(t.m("f"))
+        .arg(mine)
+        .args(waits)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// A wait that first meets the lock of an owner waiting for nothing, and
+/// once that lock goes meets the lock of an owner waiting for it, is then
+/// answered EDEADLK: the check is made again each time a wait is tried,
+/// as the kernel makes it on each wake-up (LTP's fcntl17).
+#[test]
+fn a_deadlock_met_once_another_lock_goes_is_refused() {
+    use std::io::Write;
+    let Some(t) = Pt::new("deadlock-later") else {
+        return;
+    };
+    std::fs::write(t.src("f"), b"0123456789").unwrap();
+    // One after the other: a file's locks are met in the order taken.
+    let take = |byte: &str, waits: &[&str]| {
+        let mut p = byte_locker(&t, byte, waits);
+        assert_eq!(said(&mut p), "held");
+        p
+    };
+    let a = take("0", &[]);
+    let mut b = take("1", &["2:1"]);
+    let mut c = take("2", &["0:2"]);
+    writeln!(b.stdin.as_mut().unwrap()).unwrap();
+    wait_for_waits(&t, 1, "b waiting for c");
+    // c meets a's byte first (the first conflict in the file's list):
+    // a waits for nothing, so c waits.
+    writeln!(c.stdin.as_mut().unwrap()).unwrap();
+    wait_for_waits(&t, 2, "c waiting for a");
+    // With a gone, c meets b's byte, and b waits for c.
+    assert!(release(a).success());
+    assert_eq!(said(&mut c), format!("errno {}", libc::EDEADLK));
+    assert!(release(c).success());
+    assert_eq!(said(&mut b), "got", "b was not granted once c went");
+    assert!(release(b).success());
+}
+
+/// One process's threads mixing POSIX and OFD locks on one file: a POSIX
+/// wait for a byte an OFD lock holds, then an OFD wait, through that same
+/// open file, for a byte the process's POSIX lock holds. Natively neither
+/// is a deadlock (the kernel searches only processes' locks: another
+/// thread may let the POSIX byte go, and does), and neither may be
+/// answered EDEADLK here (LTP's fcntl36).
+#[test]
+fn posix_and_ofd_waits_of_one_process_are_no_deadlock() {
+    use std::io::Write;
+    let Some(t) = Pt::new("ofd-posix-threads") else {
+        return;
+    };
+    std::fs::write(t.src("f"), b"0123456789").unwrap();
+    let script = r#"
+import fcntl, os, struct, sys, threading
+path = sys.argv[1]
+posix, ofd, other = (os.open(path, os.O_RDWR) for _ in range(3))
+def ofd_lock(cmd, typ, start):
+    fcntl.fcntl(ofd, cmd, struct.pack("hhqqi", typ, 0, start, 1, 0))
+fcntl.lockf(posix, fcntl.LOCK_EX, 1, 0)
+ofd_lock(fcntl.F_OFD_SETLK, fcntl.F_WRLCK, 5)
+said = []
+def posix_wait():
+    try:
+        fcntl.lockf(other, fcntl.LOCK_EX, 1, 5)
+        said.append("posix got")
+    except OSError as e:
+        said.append(f"posix errno {e.errno}")
+def ofd_wait():
+    try:
+        ofd_lock(fcntl.F_OFD_SETLKW, fcntl.F_WRLCK, 0)
+        said.append("ofd got")
+        ofd_lock(fcntl.F_OFD_SETLK, fcntl.F_UNLCK, 5)
+    except OSError as e:
+        said.append(f"ofd errno {e.errno}")
+p = threading.Thread(target=posix_wait)
+p.start()
+print("posix waits", flush=True)
+sys.stdin.readline()
+o = threading.Thread(target=ofd_wait)
+o.start()
+print("ofd waits", flush=True)
+sys.stdin.readline()
+fcntl.lockf(posix, fcntl.LOCK_UN, 1, 0)
+o.join()
+p.join()
+print(", ".join(said), flush=True)
+"#;
+    let mut c = Command::new("python3")
+        .args(["-c", script])
+        .arg(t.m("f"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert_eq!(said(&mut c), "posix waits");
+    wait_for_waits(&t, 1, "the POSIX wait");
+    writeln!(c.stdin.as_mut().unwrap()).unwrap();
+    assert_eq!(said(&mut c), "ofd waits");
+    wait_for_waits(&t, 2, "the OFD wait (an EDEADLK answers it at once)");
+    writeln!(c.stdin.as_mut().unwrap()).unwrap();
+    assert_eq!(said(&mut c), "ofd got, posix got");
+    assert!(release(c).success());
 }
 
 /// Lets a locker go (closes its stdin) and waits for it.

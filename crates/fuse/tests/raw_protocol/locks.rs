@@ -48,6 +48,20 @@ pub(crate) fn locks(k: &mut Kernel) {
         assert_eq!(early, next);
         let r = k.recv_for(early, "a SETLKW interrupted before it came");
         assert_eq!(r.error, -libc::EINTR, "{}early-interrupted SETLKW", k.tag);
+        // A caller with a signal pending whose INTERRUPT never comes (as
+        // FUSE over io_uring can lose it): the wait still ends, EINTR.
+        let signalled = SignalledCaller::new();
+        let own = std::mem::replace(&mut k.pid, signalled.pid());
+        let lost = k.send(SETLKW, f, &other);
+        k.pid = own;
+        let r = k.recv_for(lost, "a SETLKW whose caller has a signal pending");
+        assert_eq!(
+            r.error,
+            -libc::EINTR,
+            "{}SETLKW of a signalled caller",
+            k.tag
+        );
+        drop(signalled);
         // Released, the wait ends with the lock.
         let waiting = k.send(SETLKW, f, &other);
         if k.drain_until_statfs(waiting, "a SETLKW on a held lock")
@@ -78,4 +92,38 @@ pub(crate) fn locks(k: &mut Kernel) {
     }
     assert!(k.call(RELEASE, f, &release_in(h1)).ok());
     assert!(k.call(RELEASE, f, &release_in(h2)).ok());
+}
+
+/// A process with a signal pending that it does not block: stopped, then
+/// sent SIGTERM, which waits until it goes on (killed when dropped).
+struct SignalledCaller(std::process::Child);
+
+impl SignalledCaller {
+    fn new() -> Self {
+        use rustix::process::{kill_process, Pid, Signal};
+        let c = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let pid = Pid::from_child(&c);
+        kill_process(pid, Signal::STOP).unwrap();
+        let status = format!("/proc/{}/status", c.id());
+        let stopped = || std::fs::read_to_string(&status).is_ok_and(|s| s.contains("State:\tT"));
+        while !stopped() {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        kill_process(pid, Signal::TERM).unwrap();
+        SignalledCaller(c)
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for SignalledCaller {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
