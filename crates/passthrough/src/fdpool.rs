@@ -30,9 +30,13 @@
 //! others of `ls` and `stat` (a lookup needs a directory's fd and the new
 //! node's), new opens of files leave [`FdPool::name_reserve`] fds to
 //! everything else (lookups, attributes, directory listings): past that
-//! share an OPEN is refused with `ENFILE` ("too many open files in
-//! system": the mount's limit, not the caller's). Opens handed over by a
-//! predecessor are taken back whatever the share
+//! share an OPEN is refused with `EMFILE` ("too many open files"). The
+//! limit is the mount's rather than the caller's own, which `ENFILE`
+//! would say; but the caller's own opens on the mount are what spend it,
+//! and `EMFILE` is what programs (and test suites: LTP's `open04`) meet
+//! filling their table and know to answer by closing files, and what
+//! every other FUSE server answers when its own table is full. Opens
+//! handed over by a predecessor are taken back whatever the share
 //! ([`FdPool::reserve_handed_over`]): refusing them would fail an upgrade.
 //!
 //! The ring holds `Weak`s, so a node freed with its vnode leaves a dead
@@ -85,7 +89,7 @@ pub struct PoolCounters {
     /// Reservations refused because nothing could be evicted.
     pub exhausted: AtomicU64,
     /// Opens refused because open files had taken their share of the
-    /// budget (`ENFILE`).
+    /// budget (`EMFILE`).
     pub opens_refused: AtomicU64,
     /// Idle cached fds given back because more than [`CACHED_FDS`] were
     /// cached (of `evictions`).
@@ -234,14 +238,14 @@ impl FdPool {
     }
 
     /// Like [`FdPool::reserve`], for a new open file or directory:
-    /// `ENFILE` if open files already hold all but
+    /// `EMFILE` if open files already hold all but
     /// [`name_reserve`](Self::name_reserve) of the budget.
     pub fn reserve_open(self: &Arc<Self>) -> VfsResult<Reservation> {
         // A count, not a claim: concurrent opens may pass together and
         // take a few of the reserve, never more than one per thread.
         if self.open_files.load(Ordering::Relaxed) + self.name_reserve() >= self.budget {
             self.counters.opens_refused.fetch_add(1, Ordering::Relaxed);
-            return Err(Errno::ENFILE);
+            return Err(Errno::EMFILE);
         }
         self.reserve_kind(true)
     }
@@ -482,7 +486,7 @@ mod tests {
             .map(|r| r.into_fd(devnull()))
             .collect();
         assert_eq!(opens.len(), 64 - reserve);
-        assert_eq!(pool.reserve_open().err(), Some(Errno::ENFILE));
+        assert_eq!(pool.reserve_open().err(), Some(Errno::EMFILE));
         assert!(pool.counters.opens_refused.load(Ordering::Relaxed) >= 1);
         // What the opens left, lookups get, all of it.
         let names: Vec<Fd> = (0..reserve)

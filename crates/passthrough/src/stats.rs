@@ -96,7 +96,7 @@ impl PassthroughFs {
             (
                 "passthrough.fds.opens_refused",
                 ld(&pc.opens_refused),
-                "Opens refused with ENFILE: open files held all the fd budget but what lookups need",
+                "Opens refused with EMFILE: open files held all the fd budget but what lookups need",
             ),
             (
                 "passthrough.fds.unlinked",
