@@ -194,9 +194,19 @@ fn unmounting_a_file_system_mounted_elsewhere_says_where() {
         .args(["-t", &copy.id().to_string(), "-m", "cat"])
         .arg(mnt.join("f"))
         .output();
+    // A new mount here meanwhile: its server takes the mountpoint's
+    // control socket, and keeps it once the old one stops.
+    let again = uvfs(&["mount"], &mnt);
+    let new_server = again.status.success().then(|| server_of(&mnt));
     let _ = copy.kill();
     let _ = copy.wait();
     common::wait_for("the server to stop after its last copy", || !alive(server));
+    let still = new_server.map(|_| server_of(&mnt));
+    let unmounted = uvfs(&["umount"], &mnt);
+    assert!(again.status.success(), "mount after the unmount: {again:?}");
+    assert_ne!(new_server, Some(server));
+    assert_eq!(still, new_server, "the new server lost its control socket");
+    assert!(unmounted.status.success(), "{unmounted:?}");
     assert!(out.status.success(), "{out:?}");
     assert!(
         err.contains(&format!(

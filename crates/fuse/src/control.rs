@@ -121,6 +121,10 @@ pub fn exited_within(pidfd: &std::os::fd::OwnedFd, limit: Duration) -> bool {
 /// successor took it over (`upgrade/`).
 pub struct ControlSocket {
     path: PathBuf,
+    /// The inode of the socket file this server bound: what it removes
+    /// on its way out, and only that (a later server of the mountpoint
+    /// may have replaced it: `bind_replacing`).
+    ino: Option<u64>,
     inner: Arc<Inner>,
 }
 
@@ -143,6 +147,7 @@ impl ControlSocket {
         }
         let listener = bind_replacing(&path)?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        let ino = socket_ino(&path);
         let mp = normalize_mountpoint(mountpoint)?.display().to_string();
         let served = inner.clone();
         std::thread::Builder::new()
@@ -160,7 +165,7 @@ impl ControlSocket {
                     }
                 }
             })?;
-        Ok(ControlSocket { path, inner })
+        Ok(ControlSocket { path, ino, inner })
     }
 
     /// Whether this server handed its mount to a successor.
@@ -176,7 +181,11 @@ impl ControlSocket {
 /// server). A socket that still answers belongs to a server of the same
 /// mountpoint that was just unmounted and is on its way out (the kernel
 /// unmounts before the server sees ENODEV and exits): wait for it to go,
-/// for up to five seconds, instead of failing the new mount.
+/// for up to five seconds, instead of failing the new mount. One still
+/// answering then serves on where the file system stays mounted (a copy
+/// in another mount namespace, which `uvfs umount` reported), not here:
+/// the name goes to the new server, the one `uvfs stat` and `uvfs umount`
+/// of this mountpoint mean, and the old one keeps serving its copy.
 fn bind_replacing(path: &Path) -> std::io::Result<UnixListener> {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     loop {
@@ -184,15 +193,28 @@ fn bind_replacing(path: &Path) -> std::io::Result<UnixListener> {
             let _ = std::fs::remove_file(path);
         }
         match UnixListener::bind(path) {
-            Err(e)
-                if e.kind() == std::io::ErrorKind::AddrInUse
-                    && std::time::Instant::now() < deadline =>
-            {
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                if std::time::Instant::now() >= deadline {
+                    log::warn!(
+                        "{}: the server of an earlier mount here still runs 5 s after its \
+                         unmount (serving a copy of it elsewhere, a bind mount or another \
+                         mount namespace); this server takes the control socket's name",
+                        path.display()
+                    );
+                    let _ = std::fs::remove_file(path);
+                    return UnixListener::bind(path);
+                }
                 std::thread::sleep(Duration::from_millis(50));
             }
             r => return r,
         }
     }
+}
+
+/// The inode of the socket file at `path`, if there is one.
+fn socket_ino(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).ok().map(|m| m.ino())
 }
 
 /// How old a socket nobody listens on must be before a new server
@@ -229,7 +251,9 @@ fn sweep_stale(dir: &Path, min_age: Duration) {
 
 impl Drop for ControlSocket {
     fn drop(&mut self) {
-        if !self.handed_over() {
+        // Only its own: a successor (`upgrade/`) or a later server of the
+        // mountpoint (`bind_replacing`) may have put its own there.
+        if !self.handed_over() && self.ino.is_some() && socket_ino(&self.path) == self.ino {
             let _ = std::fs::remove_file(&self.path);
         }
     }
