@@ -30,7 +30,9 @@
 //! others of `ls` and `stat` (a lookup needs a directory's fd and the new
 //! node's), new opens of files leave [`FdPool::name_reserve`] fds to
 //! everything else (lookups, attributes, directory listings): past that
-//! share an OPEN is refused with `EMFILE` ("too many open files"). The
+//! share an OPEN of a file already open with the same flags shares that
+//! open's description (`open.rs`), and any other is refused with
+//! `EMFILE` ("too many open files"). The
 //! limit is the mount's rather than the caller's own, which `ENFILE`
 //! would say; but the caller's own opens on the mount are what spend it,
 //! and `EMFILE` is what programs (and test suites: LTP's `open04`) meet
@@ -88,9 +90,12 @@ pub struct PoolCounters {
     pub second_chances: AtomicU64,
     /// Reservations refused because nothing could be evicted.
     pub exhausted: AtomicU64,
-    /// Opens refused because open files had taken their share of the
-    /// budget (`EMFILE`).
+    /// Opens past the open files' share of the budget: each shared
+    /// another open's description (`opens_shared`) or was refused
+    /// (`EMFILE`).
     pub opens_refused: AtomicU64,
+    /// Opens past the share that took another open's description.
+    pub opens_shared: AtomicU64,
     /// Idle cached fds given back because more than [`CACHED_FDS`] were
     /// cached (of `evictions`).
     pub trimmed: AtomicU64,

@@ -7,6 +7,7 @@
 //! the caller's flags minus those that only make sense to the kernel.
 
 use crate::creds::AsCaller;
+use crate::fdpool::Fd;
 use crate::fs::{PassthroughFs, NOWAIT_MEMORY, NOWAIT_NONE};
 use crate::open::OpenFile;
 use crate::sys;
@@ -14,6 +15,7 @@ use rustix::fs::SeekFrom;
 use std::os::fd::AsFd;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use uvfs_vfs::{Ctx, Errno, FallocMode, Fh, SetAttr, VType, VfsResult, VnodeRef, O_KILL_SUIDGID};
 
 /// Flags the server never passes on: creation is `create`'s business,
@@ -74,7 +76,17 @@ impl PassthroughFs {
             }
         };
         let fd = self.fd_of(&node).map_err(gone)?;
-        let res = self.pool.reserve_open()?;
+        let res = match self.pool.reserve_open() {
+            Ok(res) => res,
+            // Past the open files' share of the budget: a description of
+            // the file open with the same flags serves as well.
+            Err(Errno::EMFILE) if node.kind() == VType::Reg => {
+                drop(fd);
+                let shared = self.share_open(&node, flags)?;
+                return self.opened(ctx, vp, node, shared, flags, true);
+            }
+            Err(e) => return Err(e),
+        };
         // An open that conflicts with a lease another process holds on the
         // file starts the lease's break and waits for its holder to let it
         // go, for up to the host's `lease-break-time`; with O_NONBLOCK it
@@ -93,6 +105,40 @@ impl PassthroughFs {
             let fl = rustix::fs::fcntl_getfl(&f)?;
             rustix::fs::fcntl_setfl(&f, fl - rustix::fs::OFlags::NONBLOCK)?;
         }
+        self.opened(ctx, vp, node, Arc::new(res.into_fd(f)), flags, false)
+    }
+
+    /// A description of `node`'s file for an open with `flags` past the
+    /// open files' share of the budget, from another open of it
+    /// (`OpenTable::share`); `EMFILE` if none is open so, or if `flags`
+    /// truncates read-only (which needs a description of its own). No
+    /// lease is broken: none can be held on a file this server has open
+    /// with the same access (a read lease excludes writers, a write lease
+    /// any other open).
+    fn share_open(&self, node: &Arc<crate::node::Node>, flags: i32) -> VfsResult<Arc<Fd>> {
+        if flags & libc::O_TRUNC != 0 && flags & libc::O_ACCMODE == libc::O_RDONLY {
+            return Err(Errno::EMFILE);
+        }
+        let shared = self.opens.share(node, flags).ok_or(Errno::EMFILE)?;
+        self.pool
+            .counters
+            .opens_shared
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(shared)
+    }
+
+    /// Registers `f`, just opened on `node` for an OPEN with `flags` (or
+    /// shared, and then truncated here if `flags` asks), unless the file
+    /// it found is one the caller must not get.
+    fn opened(
+        &self,
+        ctx: &Ctx,
+        vp: &VnodeRef,
+        node: Arc<crate::node::Node>,
+        f: Arc<Fd>,
+        flags: i32,
+        shared: bool,
+    ) -> VfsResult<Fh> {
         // The kernel opens by a name it caches until the entry times out;
         // a file removed behind the server's back meanwhile is still
         // reachable through our fd, and opening it would hand the caller
@@ -127,7 +173,10 @@ impl PassthroughFs {
                 Errno::ENOENT
             });
         }
-        let fh = self.opens.insert(res.into_fd(f), node)?;
+        if shared && flags & libc::O_TRUNC != 0 {
+            rustix::fs::ftruncate(&*f, 0)?;
+        }
+        let fh = self.opens.insert(f, node)?;
         // Truncated as root, who keeps set-uid: drop it as the caller's
         // own O_TRUNC would have (`create` truncates as the caller).
         if flags & O_KILL_SUIDGID != 0 && flags & libc::O_TRUNC != 0 {
@@ -372,7 +421,9 @@ impl PassthroughFs {
             // one the kernel does its I/O through (`backing_file`), and
             // the kernel holds that description while any open of the
             // file remains; closing ours would leave the lock held.
-            let _ = rustix::fs::flock(&of.fd, rustix::fs::FlockOperation::NonBlockingUnlock);
+            if let Some(fd) = of.flock_fd() {
+                let _ = rustix::fs::flock(&*fd, rustix::fs::FlockOperation::NonBlockingUnlock);
+            }
             self.posix_locks
                 .keeper
                 .forget(crate::kept::Kept::Open { node: node.id, fh });

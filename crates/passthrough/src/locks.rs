@@ -41,6 +41,7 @@ use crate::fdpool::Fd;
 use crate::fs::PassthroughFs;
 use crate::kept::Kept;
 use crate::node::Node;
+use crate::open::OpenFile;
 use crate::sys;
 use rustix::fs::FlockOperation;
 use std::os::fd::AsFd;
@@ -84,6 +85,18 @@ impl PassthroughFs {
         Ok(Arc::new(res.into_fd(f)))
     }
 
+    /// A description of its own for the `flock` locks of `of`, whose fd
+    /// other handles share (`open.rs`): the same file, opened with the
+    /// same flags. Within the whole budget, as a handed-over open file:
+    /// the share of open files is spent when descriptions are shared.
+    fn flock_description(&self, of: &OpenFile) -> VfsResult<Fd> {
+        let flags = rustix::fs::fcntl_getfl(&*of.fd)?.bits() as libc::c_int;
+        let fd = self.fd_of(&of.node)?;
+        let res = self.pool.reserve_handed_over().map_err(|_| Errno::ENOLCK)?;
+        let f = self.reopen_file(&of.node, fd.as_fd(), flags)?;
+        Ok(res.into_fd(f))
+    }
+
     pub(crate) fn do_setlk(
         &self,
         vp: &VnodeRef,
@@ -100,6 +113,14 @@ impl PassthroughFs {
                 libc::F_UNLCK => FlockOperation::NonBlockingUnlock,
                 _ => return Err(Errno::EINVAL),
             };
+            let fd = if lock.typ == libc::F_UNLCK {
+                match of.flock_fd() {
+                    Some(fd) => fd,
+                    None => return Ok(()), // never locked: nothing to drop
+                }
+            } else {
+                of.flock_fd_or(|| self.flock_description(&of))?
+            };
             // Kept before the lock is taken: a crash then leaves it held.
             if lock.typ != libc::F_UNLCK && !of.kept.swap(true, Ordering::Relaxed) {
                 self.posix_locks.keeper.keep(
@@ -107,11 +128,11 @@ impl PassthroughFs {
                         node: of.node.id,
                         fh,
                     },
-                    of.fd.as_fd(),
+                    fd.as_fd(),
                 );
             }
             // A conflict is EWOULDBLOCK, which is EAGAIN on Linux.
-            return Ok(rustix::fs::flock(&of.fd, op)?);
+            return Ok(rustix::fs::flock(&*fd, op)?);
         }
         let node = self.node_of(vp)?;
         let mut fl = to_flock(lock)?;
@@ -256,13 +277,16 @@ impl PassthroughFs {
             k.keep(what, fd.as_fd());
         }
         for (fh, of) in self.opens.all() {
-            if of.kept.load(Ordering::Relaxed) {
+            if !of.kept.load(Ordering::Relaxed) {
+                continue;
+            }
+            if let Some(fd) = of.flock_fd() {
                 k.keep(
                     Kept::Open {
                         node: of.node.id,
                         fh,
                     },
-                    of.fd.as_fd(),
+                    fd.as_fd(),
                 );
             }
         }

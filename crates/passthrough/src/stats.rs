@@ -96,7 +96,12 @@ impl PassthroughFs {
             (
                 "passthrough.fds.opens_refused",
                 ld(&pc.opens_refused),
-                "Opens refused with EMFILE: open files held all the fd budget but what lookups need",
+                "Opens made when open files held all the fd budget but what lookups need: each shared an open of the file with the same flags, or was refused with EMFILE",
+            ),
+            (
+                "passthrough.fds.opens_shared",
+                ld(&pc.opens_shared),
+                "Opens past the open files' share that took the description of an open of the file with the same flags",
             ),
             (
                 "passthrough.fds.unlinked",

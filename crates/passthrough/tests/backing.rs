@@ -3,9 +3,9 @@
 
 mod common;
 
-use common::{env, env_with, ROOT};
+use common::{budgeted, env, env_with, ROOT};
 use uvfs_passthrough::PassthroughConfig;
-use uvfs_vfs::{Ctx, Errno, FileSystem, VType};
+use uvfs_vfs::{Ctx, Errno, FileLock, FileSystem, VType, VnodeRef, LOCK_TO_EOF};
 
 #[test]
 fn file_removed_behind_our_back() {
@@ -194,11 +194,16 @@ fn fd_budget_is_never_exceeded_with_thousands_of_files() {
     }
     // Open files count against the budget; reopening still works around
     // them until only open files are left, then EMFILE (never a crash).
-    let vp = held[0].get().unwrap();
+    let files: Vec<VnodeRef> = held
+        .iter()
+        .map(|h| h.get().unwrap())
+        .filter(|vp| e.fs.getattr(vp).unwrap().kind == VType::Reg)
+        .collect();
     let mut fhs = Vec::new();
     let err = loop {
-        match e.fs.open(&ROOT, &vp, libc::O_RDONLY) {
-            Ok(fh) => fhs.push(fh),
+        let vp = &files[fhs.len()];
+        match e.fs.open(&ROOT, vp, libc::O_RDONLY) {
+            Ok(fh) => fhs.push((vp.clone(), fh)),
             Err(err) => break err,
         }
     };
@@ -217,7 +222,7 @@ fn fd_budget_is_never_exceeded_with_thousands_of_files() {
         on_source <= BUDGET,
         "{on_source} fds on the source, budget {BUDGET}"
     );
-    for fh in fhs {
+    for (vp, fh) in fhs {
         e.fs.release(&vp, fh).unwrap();
     }
     assert!(e.fs.getattr(&held[500].get().unwrap()).is_ok());
@@ -243,13 +248,19 @@ fn open_files_leave_lookups_their_share_of_the_budget() {
             std::fs::write(dir.join(format!("f{f}")), format!("{d}/{f}")).unwrap();
         }
     }
-    // Callers open one file until the mount refuses: EMFILE, as a caller
+    // Callers open files until the mount refuses: EMFILE, as a caller
     // filling its own table meets (fdpool.rs, "Open files' share").
-    let vp = e.lookup(&e.lookup(&e.root, "d0").unwrap(), "f0").unwrap();
+    let many = e.src.path().join("many");
+    std::fs::create_dir(&many).unwrap();
+    for f in 0..BUDGET {
+        std::fs::write(many.join(format!("f{f}")), b"x").unwrap();
+    }
+    let many = e.lookup(&e.root, "many").unwrap();
     let mut fhs = Vec::new();
     let err = loop {
+        let vp = e.lookup(&many, &format!("f{}", fhs.len())).unwrap();
         match e.fs.open(&ROOT, &vp, libc::O_RDONLY) {
-            Ok(fh) => fhs.push(fh),
+            Ok(fh) => fhs.push((vp, fh)),
             Err(err) => break err,
         }
     };
@@ -267,12 +278,23 @@ fn open_files_leave_lookups_their_share_of_the_budget() {
         }
     }
     assert!(e.fs.pool().max_used() <= BUDGET);
-    for fh in fhs {
+    // A file none of these opened, and one of them with other flags.
+    let other = e.lookup(&e.lookup(&e.root, "d0").unwrap(), "f0").unwrap();
+    assert_eq!(
+        e.fs.open(&ROOT, &other, libc::O_RDONLY).err(),
+        Some(Errno::EMFILE)
+    );
+    let (vp, _) = &fhs[0];
+    assert_eq!(
+        e.fs.open(&ROOT, vp, libc::O_RDWR).err(),
+        Some(Errno::EMFILE)
+    );
+    for (vp, fh) in fhs {
         e.fs.release(&vp, fh).unwrap();
     }
     // Room again.
-    let fh = e.fs.open(&ROOT, &vp, libc::O_RDONLY).unwrap();
-    e.fs.release(&vp, fh).unwrap();
+    let fh = e.fs.open(&ROOT, &other, libc::O_RDONLY).unwrap();
+    e.fs.release(&other, fh).unwrap();
 }
 
 #[test]
@@ -292,7 +314,11 @@ fn fds_the_server_reserves_come_out_of_the_budget() {
         },
     );
     std::fs::write(e.src.path().join("f"), b"x").unwrap();
-    let vp = e.lookup(&e.root, "f").unwrap();
+    for f in 0..BUDGET {
+        std::fs::write(e.src.path().join(format!("o{f}")), b"x").unwrap();
+    }
+    // Its cached O_PATH fd is one the budget may take back.
+    let _f = e.lookup(&e.root, "f").unwrap();
     let used = e.fs.pool().used();
     let r = e.fs.reserve_fds(2).expect("room for two");
     assert_eq!((r.len(), e.fs.pool().used()), (2, used + 2));
@@ -301,8 +327,12 @@ fn fds_the_server_reserves_come_out_of_the_budget() {
     // Idle cached fds make room; open files and reservations do not: once
     // the budget is all of those, nothing more is reserved.
     let mut fhs = Vec::new();
-    while let Ok(fh) = e.fs.open(&ROOT, &vp, libc::O_RDONLY) {
-        fhs.push(fh);
+    loop {
+        let vp = e.lookup(&e.root, &format!("o{}", fhs.len())).unwrap();
+        match e.fs.open(&ROOT, &vp, libc::O_RDONLY) {
+            Ok(fh) => fhs.push((vp, fh)),
+            Err(_) => break,
+        }
     }
     let mut held = Vec::new();
     while let Some(r) = e.fs.reserve_fds(1) {
@@ -316,7 +346,7 @@ fn fds_the_server_reserves_come_out_of_the_budget() {
     assert_eq!(e.fs.pool().used(), BUDGET - 1);
     assert_eq!(e.fs.reserve_fds(1).map(|r| r.len()), Some(1));
     drop(held);
-    for fh in fhs {
+    for (vp, fh) in fhs {
         e.fs.release(&vp, fh).unwrap();
     }
     assert_eq!(e.fs.pool().open_files(), 0);
@@ -466,4 +496,87 @@ fn a_nowait_read_of_a_memory_source_is_served_at_once() {
         );
     }
     e.fs.release(&vp, fh).unwrap();
+}
+
+/// A whole-file `flock` lock of type `typ`.
+fn flock_lock(typ: i32) -> FileLock {
+    FileLock {
+        start: 0,
+        end: LOCK_TO_EOF,
+        typ,
+        pid: 1,
+    }
+}
+
+#[test]
+fn past_the_budget_opens_of_an_open_file_share_its_description() {
+    // Its sixteenth, left to lookups, has room for two flock locks'
+    // descriptions.
+    const BUDGET: usize = 128;
+    let e = env_with("shared", 4096, budgeted(BUDGET));
+    std::fs::write(e.src.path().join("f"), b"0123456789").unwrap();
+    std::fs::write(e.src.path().join("g"), b"g").unwrap();
+    let f = e.lookup(&e.root, "f").unwrap();
+    let g = e.lookup(&e.root, "g").unwrap();
+    // Three times the budget: one process may hold one file open as many
+    // times as its own table allows (LTP fcntl12).
+    let mut fhs = Vec::new();
+    for i in 0..BUDGET * 3 {
+        let flags = if i % 2 == 0 {
+            libc::O_RDWR
+        } else {
+            libc::O_RDONLY
+        };
+        fhs.push(e.fs.open(&ROOT, &f, flags).unwrap());
+    }
+    assert!(e.fs.pool().max_used() <= BUDGET);
+    assert!(e.fs.pool().open_files() < fhs.len());
+    // Every handle reads and writes the file itself.
+    let (rw, ro) = (fhs[fhs.len() - 2], fhs[fhs.len() - 1]);
+    assert_eq!(e.fs.write(&f, rw, 2, b"ab").unwrap(), 2);
+    assert_eq!(e.fs.read(&f, ro, 0, 64).unwrap(), b"01ab456789");
+    assert_eq!(e.fs.read(&f, fhs[0], 0, 64).unwrap(), b"01ab456789");
+    // Read-only handles do not write, shared or not.
+    assert!(e.fs.write(&f, ro, 0, b"x").is_err());
+    // Another file, or flags no open of this one has, still meet EMFILE.
+    assert_eq!(
+        e.fs.open(&ROOT, &g, libc::O_RDONLY).err(),
+        Some(Errno::EMFILE)
+    );
+    let append = libc::O_WRONLY | libc::O_APPEND;
+    assert_eq!(e.fs.open(&ROOT, &f, append).err(), Some(Errno::EMFILE));
+    // Truncation needs a writable description (Linux truncates even
+    // read-only opens).
+    let trunc_ro = libc::O_RDONLY | libc::O_TRUNC;
+    assert_eq!(e.fs.open(&ROOT, &f, trunc_ro).err(), Some(Errno::EMFILE));
+    let t = e.fs.open(&ROOT, &f, libc::O_RDWR | libc::O_TRUNC).unwrap();
+    assert_eq!(std::fs::read(e.src.path().join("f")).unwrap(), b"");
+    assert_eq!(e.fs.write(&f, t, 0, b"new").unwrap(), 3);
+    assert_eq!(e.fs.read(&f, ro, 0, 64).unwrap(), b"new");
+    fhs.push(t);
+    // flock locks stay each handle's own, though handles share
+    // descriptions: a second handle's lock conflicts with the first's,
+    // as on separate opens, until the first lets go.
+    let (a, b) = (fhs[fhs.len() - 3], fhs[fhs.len() - 4]);
+    let wr = flock_lock(libc::F_WRLCK);
+    e.fs.setlk(&f, a, 1, &wr, true).unwrap();
+    assert_eq!(e.fs.setlk(&f, b, 2, &wr, true).err(), Some(Errno::EAGAIN));
+    let outside = std::fs::File::open(e.src.path().join("f")).unwrap();
+    let try_outside =
+        || rustix::fs::flock(&outside, rustix::fs::FlockOperation::NonBlockingLockShared);
+    assert!(try_outside().is_err(), "the lock is on the backing file");
+    e.fs.setlk(&f, a, 1, &flock_lock(libc::F_UNLCK), true)
+        .unwrap();
+    e.fs.setlk(&f, b, 2, &wr, true).unwrap();
+    // Released with its handle; the handles sharing its fd go on.
+    e.fs.release(&f, b).unwrap();
+    fhs.retain(|h| *h != b);
+    assert!(try_outside().is_ok(), "released with its handle");
+    assert_eq!(e.fs.read(&f, fhs[0], 0, 64).unwrap(), b"new");
+    for fh in fhs {
+        e.fs.release(&f, fh).unwrap();
+    }
+    assert_eq!(e.fs.pool().open_files(), 0);
+    let fh = e.fs.open(&ROOT, &g, libc::O_RDONLY).unwrap();
+    e.fs.release(&g, fh).unwrap();
 }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{env, env_with, Env, TempDir, ROOT};
+use common::{budgeted, env, env_with, opened_times, Env, TempDir, ROOT};
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::Arc;
@@ -579,4 +579,126 @@ fn nodes_saved_ahead_and_those_known_since_are_all_found_by_the_successor() {
         }
     }
     eprintln!("a5's inode number reused by z: {a5_reused}");
+}
+
+#[test]
+fn handles_sharing_a_description_are_handed_over_sharing_it() {
+    const BUDGET: usize = 64;
+    let e = env_with("ho-shared", 4096, budgeted(BUDGET));
+    let path = e.src.path().join("f");
+    // Twice the budget: past the open files' share, opens share
+    // descriptions (`open.rs`).
+    let (f, fhs) = opened_times(&e, "f", b"shared", BUDGET * 2, libc::O_RDWR);
+    e.fs.setlk(&f, fhs[0], 1, &wrlock(libc::F_WRLCK), true)
+        .unwrap();
+    let open: Vec<(VnodeRef, Fh)> = fhs.iter().map(|fh| (f.clone(), *fh)).collect();
+    let saved =
+        e.fs.save(&Keep {
+            nodes: std::slice::from_ref(&f),
+            open: &open,
+            ahead: None,
+        })
+        .unwrap();
+    // A description is sent once, however many handles hold it: what the
+    // successor takes fits its budget too.
+    assert!(saved.fds.len() < BUDGET, "{} fds sent", saved.fds.len());
+    let ino = e.fs.getattr(&f).unwrap().ino;
+    let Env { fs: old, src, .. } = e;
+    drop((f, old));
+    let fs = PassthroughFs::restore(
+        VnodeLayer::new(Config::with_limit(4096)),
+        src.path(),
+        budgeted(BUDGET),
+        saved,
+    )
+    .unwrap();
+    let f = fs.vget(ino).unwrap();
+    assert!(fs.pool().max_used() <= BUDGET);
+    for fh in &fhs {
+        assert_eq!(fs.read(&f, *fh, 0, 64).unwrap(), b"shared");
+    }
+    let other = std::fs::File::open(&path).unwrap();
+    let try_lock =
+        || rustix::fs::flock(&other, rustix::fs::FlockOperation::NonBlockingLockExclusive);
+    assert!(try_lock().is_err(), "the lock was handed over");
+    // Each handle's flock locks are its own still.
+    let last = *fhs.last().unwrap();
+    let wr = wrlock(libc::F_WRLCK);
+    assert_eq!(fs.setlk(&f, last, 2, &wr, true).err(), Some(Errno::EAGAIN));
+    fs.setlk(&f, fhs[0], 1, &wrlock(libc::F_UNLCK), true)
+        .unwrap();
+    fs.setlk(&f, last, 2, &wr, true).unwrap();
+    fs.release(&f, last).unwrap();
+    assert!(try_lock().is_ok(), "released with its handle");
+    assert_eq!(fs.write(&f, fhs[1], 0, b"S").unwrap(), 1);
+    assert_eq!(std::fs::read(&path).unwrap(), b"Shared");
+    for fh in &fhs[..fhs.len() - 1] {
+        fs.release(&f, *fh).unwrap();
+    }
+    assert_eq!(fs.pool().open_files(), 0);
+}
+
+#[test]
+fn a_crash_recovery_past_the_budget_shares_descriptions() {
+    const BUDGET: usize = 64;
+    let e = env_with("ho-recover-shared", 4096, budgeted(BUDGET));
+    let path = e.src.path().join("f");
+    // What the supervisor holds: the state saved at mount, the journal.
+    let base =
+        e.fs.save(&Keep {
+            nodes: &[],
+            open: &[],
+            ahead: None,
+        })
+        .unwrap();
+    let (f, fhs) = opened_times(&e, "f", b"kept open", BUDGET * 2, libc::O_RDWR);
+    let ino = e.fs.getattr(&f).unwrap().ino;
+    let record = e.fs.journal_record(ino, Some(&f)).expect("a handle");
+    let Env { fs: old, src, .. } = e;
+    drop((f, old));
+    let rec = uvfs_vfs::Recovery {
+        nodes: vec![(ino, record)],
+        opens: fhs
+            .iter()
+            .map(|fh| uvfs_vfs::RecoveredOpen {
+                ino,
+                fh: *fh,
+                flags: libc::O_RDWR,
+                dir: false,
+            })
+            .collect(),
+        kept: Vec::new(),
+    };
+    let fs = PassthroughFs::recover(
+        VnodeLayer::new(Config::with_limit(4096)),
+        src.path(),
+        budgeted(BUDGET),
+        base,
+        rec,
+    )
+    .unwrap();
+    let f = fs.vget(ino).unwrap();
+    // Every open file came back, within the budget.
+    for fh in &fhs {
+        assert_eq!(fs.read(&f, *fh, 0, 64).unwrap(), b"kept open");
+    }
+    assert!(fs.pool().max_used() <= BUDGET);
+    let last = fhs[BUDGET * 2 - 1];
+    assert_eq!(fs.write(&f, last, 0, b"K").unwrap(), 1);
+    assert_eq!(std::fs::read(&path).unwrap(), b"Kept open");
+    // The open files took their share, not the whole budget: names are
+    // still looked up, and a handle sharing a description locks on one
+    // of its own.
+    assert!(fs.pool().open_files() <= BUDGET - fs.pool().name_reserve());
+    std::fs::write(src.path().join("new"), b"n").unwrap();
+    let new = fs.lookup(&ROOT, &fs.root().unwrap(), b"new").unwrap();
+    assert_eq!(fs.getattr(&new).unwrap().size, 1);
+    fs.setlk(&f, last, 1, &wrlock(libc::F_WRLCK), true).unwrap();
+    let other = std::fs::File::open(&path).unwrap();
+    let try_lock = || rustix::fs::flock(&other, rustix::fs::FlockOperation::NonBlockingLockShared);
+    assert!(try_lock().is_err(), "locked on the backing file");
+    for fh in &fhs {
+        fs.release(&f, *fh).unwrap();
+    }
+    assert!(try_lock().is_ok(), "released with its handle");
 }

@@ -154,12 +154,34 @@ impl PassthroughFs {
                 }
                 if let Ok(of) = self.opens.get(o.fh) {
                     of.kept.store(true, std::sync::atomic::Ordering::Relaxed);
+                    of.may_hold_locks();
                 }
                 return Ok(());
             }
         }
         let fd = self.fd_of(&node)?;
-        let res = self.pool.reserve_handed_over()?;
+        // Within the open files' share, as the crashed server's opens
+        // were: the whole budget spent on them would leave no fd to
+        // lookups, nor to a shared handle's first `flock`. Past it, as an
+        // OPEN past it would (`io.rs`), another open's description is
+        // shared; failing that, the open is taken back whatever the share
+        // rather than lost.
+        let res = match self.pool.reserve_open() {
+            Ok(res) => res,
+            Err(Errno::EMFILE) => {
+                let shared = (!o.dir && node.kind() == VType::Reg)
+                    .then(|| self.opens.share(&node, o.flags))
+                    .flatten();
+                if let Some(shared) = shared {
+                    if !self.opens.insert_as(o.fh, shared, node, Some(vp)) {
+                        return Err(Errno::EEXIST);
+                    }
+                    return Ok(());
+                }
+                self.pool.reserve_handed_over()?
+            }
+            Err(e) => return Err(e),
+        };
         let f = if o.dir || node.kind() == VType::Dir {
             sys::openat(fd.as_fd(), c".", libc::O_RDONLY | libc::O_DIRECTORY)?
         } else {

@@ -4,10 +4,13 @@
 use super::state::{RootId, SavedHandle, SavedLock, SavedOpen, State};
 use super::table::{Entry, Way};
 use super::KeptNodes;
+use crate::fdpool::Fd;
 use crate::fs::{PassthroughConfig, PassthroughFs};
 use crate::handle::{Handle, HandleOpener};
+use crate::open::OpenFile;
 use crate::sys;
-use std::os::fd::{AsFd, OwnedFd};
+use std::collections::HashMap;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -125,6 +128,22 @@ fn moved_root(root: &RootId) -> Option<PathBuf> {
     None
 }
 
+/// A predecessor's open file's description: sent for it alone, or sent
+/// once for several opens that shared it, and taken by an earlier one.
+enum Adopt {
+    Own(OwnedFd),
+    Shared(Arc<Fd>),
+}
+
+impl AsFd for Adopt {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Adopt::Own(fd) => fd.as_fd(),
+            Adopt::Shared(fd) => fd.as_fd(),
+        }
+    }
+}
+
 impl PassthroughFs {
     /// The path a successor is to serve, given the one the mount was made
     /// with (`source`) and the predecessor's state: `source` if it is
@@ -223,9 +242,28 @@ impl PassthroughFs {
                 .and_then(Option::take)
                 .ok_or_else(|| RestoreError::proto(format!("fd {i} is named twice")))
         };
+        // An fd that several opens name is a description they shared
+        // (`open.rs`), and share again; one named once may hold `flock`
+        // locks, and is never shared.
+        let mut named: HashMap<u32, usize> = HashMap::new();
         for o in &opens {
-            fs.adopt_open(o, take(o.fd)?)?;
+            *named.entry(o.fd).or_default() += 1;
         }
+        let mut adopted: HashMap<u32, Arc<Fd>> = HashMap::new();
+        for o in &opens {
+            let fd = match adopted.get(&o.fd) {
+                Some(fd) => Adopt::Shared(fd.clone()),
+                None => Adopt::Own(take(o.fd)?),
+            };
+            let of = fs.adopt_open(o, fd)?;
+            if named[&o.fd] > 1 {
+                of.set_shared();
+            } else {
+                of.may_hold_locks();
+            }
+            adopted.entry(o.fd).or_insert_with(|| of.fd.clone());
+        }
+        drop(adopted);
         for l in &locks {
             fs.adopt_lock(l, take(l.fd)?)?;
         }
@@ -241,7 +279,7 @@ impl PassthroughFs {
 
     /// Registers a predecessor's open file: its node is made now, from
     /// the fd itself (the file may have no name left to find it by).
-    fn adopt_open(&self, o: &SavedOpen, fd: OwnedFd) -> Result<(), RestoreError> {
+    fn adopt_open(&self, o: &SavedOpen, fd: Adopt) -> Result<Arc<OpenFile>, RestoreError> {
         let what = format!("open file {} of node {}", o.fh, o.node);
         let err = |e: Errno| RestoreError::sys(&what, e);
         let st = sys::statx_fd(fd.as_fd()).map_err(err)?;
@@ -279,13 +317,14 @@ impl PassthroughFs {
         if o.orphan {
             node.set_orphan(true);
         }
-        let res = self.pool.reserve_handed_over().map_err(err)?;
-        if !self
-            .opens
-            .insert_as(Fh(o.fh), res.into_fd(fd), node.clone(), Some(vp))
-        {
+        let fd = match fd {
+            Adopt::Own(fd) => Arc::new(self.pool.reserve_handed_over().map_err(err)?.into_fd(fd)),
+            Adopt::Shared(fd) => fd,
+        };
+        if !self.opens.insert_as(Fh(o.fh), fd, node.clone(), Some(vp)) {
             return Err(RestoreError::proto(format!("{what}: handle given twice")));
         }
+        let of = self.opens.get(Fh(o.fh)).map_err(err)?;
         // A file with no name left: its cached fd (made just above, or
         // the node's own) goes at its last close, as it would have in the
         // predecessor, or it would keep the deleted file's blocks on the
@@ -293,7 +332,7 @@ impl PassthroughFs {
         if st.stx_nlink == 0 {
             let _ = node.uncache_unlinked();
         }
-        Ok(())
+        Ok(of)
     }
 
     /// Takes over a lock owner's description of an adopted open file's

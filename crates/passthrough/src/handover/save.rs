@@ -6,7 +6,7 @@ use super::table::{self, Entry, REC};
 use crate::fs::PassthroughFs;
 use crate::node::{Node, Way};
 use rayon::prelude::*;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -204,6 +204,9 @@ impl PassthroughFs {
         let mut opens = Vec::with_capacity(keep.open.len());
         let mut open_nodes = Vec::new();
         let mut more = Vec::with_capacity(keep.open.len());
+        // A description handles share (`open.rs`) is sent once, and
+        // named by each of them: as many fds as the successor may hold.
+        let mut sent: HashMap<*const crate::fdpool::Fd, u32> = HashMap::new();
         for (vp, fh) in keep.open {
             let of = self.opens.get(*fh)?;
             if !Arc::ptr_eq(&of.node, &self.node_of(vp)?) {
@@ -211,16 +214,25 @@ impl PassthroughFs {
             }
             let node = &of.node;
             more.push(node.clone());
+            let fd = of.handover_fd();
+            let index = match sent.get(&Arc::as_ptr(&fd)) {
+                Some(i) => *i,
+                None => {
+                    let i = fd_index(&fds)?;
+                    fds.push(dup(&*fd)?);
+                    sent.insert(Arc::as_ptr(&fd), i);
+                    i
+                }
+            };
             opens.push(SavedOpen {
                 fh: fh.0,
                 node: node.id,
                 dev: node.dev(),
                 ino: node.ino,
-                fd: fd_index(&fds)?,
+                fd: index,
                 removed: node.nameless_by_mount(),
                 orphan: node.is_orphan(),
             });
-            fds.push(dup(&of.fd)?);
             open_nodes.push(node.id);
         }
         let kept_fhs: HashSet<u64> = keep.open.iter().map(|(_, fh)| fh.0).collect();

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use uvfs_passthrough::{PassthroughConfig, PassthroughFs};
-use uvfs_vfs::{Ctx, FileSystem, VnodeRef};
+use uvfs_vfs::{Ctx, Fh, FileSystem, VnodeRef};
 use uvfs_vnode::{Config, VnodeLayer};
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
@@ -73,6 +73,27 @@ pub fn env_of(src: TempDir, tag: &str, vnodes: usize, cfg: PassthroughConfig) ->
 
 pub fn env(tag: &str) -> Env {
     env_with(tag, 4096, PassthroughConfig::default())
+}
+
+/// The default configuration with an fd budget of `budget`.
+#[allow(dead_code)] // not every test file uses it
+pub fn budgeted(budget: usize) -> PassthroughConfig {
+    PassthroughConfig {
+        fd_budget: Some(budget),
+        ..PassthroughConfig::default()
+    }
+}
+
+/// `e`'s file `name`, written with `data`, and opened `n` times with
+/// `flags`.
+#[allow(dead_code)] // not every test file uses it
+pub fn opened_times(e: &Env, name: &str, data: &[u8], n: usize, flags: i32) -> (VnodeRef, Vec<Fh>) {
+    std::fs::write(e.src.path().join(name), data).unwrap();
+    let vp = e.lookup(&e.root, name).unwrap();
+    let fhs = (0..n)
+        .map(|_| e.fs.open(&ROOT, &vp, flags).unwrap())
+        .collect();
+    (vp, fhs)
 }
 
 pub const ROOT: Ctx = Ctx::ROOT;
