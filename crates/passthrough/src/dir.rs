@@ -64,7 +64,8 @@ impl PassthroughFs {
         f: &mut dyn FnMut(DirEntry, u64) -> VfsResult<bool>,
     ) -> VfsResult<()> {
         let _g = of.dir_lock.lock();
-        let fd = of.fd.as_fd();
+        let fd = self.file_fd(of)?;
+        let fd = fd.as_fd();
         sys::seek(fd, offset)?;
         let mut buf = vec![0u8; BUF];
         loop {

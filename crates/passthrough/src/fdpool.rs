@@ -20,8 +20,10 @@
 //! cleared and goes to the back (second chance); a node whose fd is
 //! borrowed by an operation in progress goes to the back; an idle,
 //! unreferenced node gives its fd up (closed at once) and leaves the ring.
-//! Only when a whole sweep finds nothing to take does the reservation fail
-//! (`EMFILE`): then every fd is an open file or in active use.
+//! When a whole sweep finds nothing to take, idle open files give their
+//! fds back (the relief, [`FdPool::set_relief`]: `park.rs`); only when
+//! that frees none either does the reservation fail (`EMFILE`): then
+//! every fd is in active use, or an open file that must keep it.
 //!
 //! # Open files' share
 //! Every process's open files on the mount are this server's fds, out of
@@ -31,7 +33,8 @@
 //! node's), new opens of files leave [`FdPool::name_reserve`] fds to
 //! everything else (lookups, attributes, directory listings): past that
 //! share an OPEN of a file already open with the same flags shares that
-//! open's description (`open.rs`), and any other is refused with
+//! open's description (`open.rs`), any other has idle open files give
+//! their fds back (`park.rs`), and only failing that is refused with
 //! `EMFILE` ("too many open files"). The
 //! limit is the mount's rather than the caller's own, which `ENFILE`
 //! would say; but the caller's own opens on the mount are what spend it,
@@ -96,13 +99,23 @@ pub struct PoolCounters {
     pub opens_refused: AtomicU64,
     /// Opens past the share that took another open's description.
     pub opens_shared: AtomicU64,
+    /// Idle open files' fds given back to make room (`park.rs`).
+    pub parked: AtomicU64,
+    /// Parked open files' fds opened again for a request.
+    pub unparked: AtomicU64,
     /// Idle cached fds given back because more than [`CACHED_FDS`] were
     /// cached (of `evictions`).
     pub trimmed: AtomicU64,
 }
 
+/// Gives fds back that no cached fd's eviction could: how many.
+pub type Relief = Box<dyn Fn() -> usize + Send + Sync>;
+
 /// The budget and the ring of cached fds.
 pub struct FdPool {
+    /// Called when a reservation finds nothing to evict (idle open files
+    /// giving their fds back, `park.rs`).
+    relief: std::sync::OnceLock<Relief>,
     budget: usize,
     used: AtomicUsize,
     max_used: AtomicUsize,
@@ -163,6 +176,7 @@ impl FdPool {
     /// A pool allowing `budget` fds at once (at least [`MIN_BUDGET`]).
     pub fn new(budget: usize) -> Arc<FdPool> {
         Arc::new(FdPool {
+            relief: std::sync::OnceLock::new(),
             budget: budget.max(MIN_BUDGET),
             used: AtomicUsize::new(0),
             max_used: AtomicUsize::new(0),
@@ -209,6 +223,12 @@ impl FdPool {
     /// failed with `EMFILE` beside a few readers.
     fn kept_outside(n: usize) -> usize {
         RESERVED_FDS.min(n / 2)
+    }
+
+    /// Sets what a reservation calls once nothing is left to evict,
+    /// before it fails (once; later calls are ignored).
+    pub fn set_relief(&self, relief: Relief) {
+        let _ = self.relief.set(relief);
     }
 
     /// The budget.
@@ -293,11 +313,18 @@ impl FdPool {
                 continue;
             }
             rounds += 1;
-            if rounds > MAX_EVICT_ROUNDS || !self.evict_one() {
+            if rounds > MAX_EVICT_ROUNDS || !(self.evict_one() || self.relieve()) {
                 self.counters.exhausted.fetch_add(1, Ordering::Relaxed);
                 return Err(Errno::EMFILE);
             }
         }
+    }
+
+    /// Runs the relief (`set_relief`): whether it gave any fd back.
+    fn relieve(&self) -> bool {
+        let n = self.relief.get().map_or(0, |r| r());
+        self.counters.parked.fetch_add(n as u64, Ordering::Relaxed);
+        n > 0
     }
 
     fn release(&self, open_file: bool) {

@@ -113,7 +113,10 @@ impl PassthroughFs {
                 let Ok(of) = self.opens.get(fh) else {
                     return false;
                 };
-                match sys::statx_fd(of.fd.as_fd()) {
+                let Ok(fd) = of.held().map_or_else(|| self.fd_of(&of.node), Ok) else {
+                    return false;
+                };
+                match sys::statx_fd(fd.as_fd()) {
                     // Removed already: this close may be its last.
                     Ok(st) if st.stx_nlink == 0 => st,
                     _ => return false,

@@ -18,30 +18,26 @@ use uvfs_vfs::{Errno, Fh, FsXattr, VfsResult, FS_DAX_FL, FS_IOC_FSGETXATTR, FS_I
 
 impl PassthroughFs {
     pub(crate) fn do_get_flags(&self, fh: Fh) -> VfsResult<u32> {
-        let of = self.opens.get(fh)?;
-        Ok(rustix::fs::ioctl_getflags(&of.fd)?.bits())
+        let fd = self.fh_fd(fh)?;
+        Ok(rustix::fs::ioctl_getflags(&fd)?.bits())
     }
 
     pub(crate) fn do_set_flags(&self, fh: Fh, flags: u32) -> VfsResult<()> {
         if flags & FS_DAX_FL != 0 && self.do_get_flags(fh)? & FS_DAX_FL == 0 {
             return Err(Errno::EOPNOTSUPP);
         }
-        let of = self.opens.get(fh)?;
+        let fd = self.fh_fd(fh)?;
         let flags = rustix::fs::IFlags::from_bits_retain(flags);
-        Ok(rustix::fs::ioctl_setflags(&of.fd, flags)?)
+        Ok(rustix::fs::ioctl_setflags(&fd, flags)?)
     }
 
     pub(crate) fn do_get_fsxattr(&self, fh: Fh) -> VfsResult<FsXattr> {
-        let of = self.opens.get(fh)?;
+        let fd = self.fh_fd(fh)?;
         let mut buf = [0u8; FsXattr::SIZE];
         // SAFETY: FS_IOC_FSGETXATTR writes one `struct fsxattr` (28 bytes)
         // to the pointer, which points at 28 writable bytes.
         sys::cvt(unsafe {
-            libc::ioctl(
-                of.fd.raw(),
-                FS_IOC_FSGETXATTR as libc::Ioctl,
-                buf.as_mut_ptr(),
-            )
+            libc::ioctl(fd.raw(), FS_IOC_FSGETXATTR as libc::Ioctl, buf.as_mut_ptr())
         })?;
         FsXattr::from_bytes(&buf)
     }
@@ -51,13 +47,11 @@ impl PassthroughFs {
         if dax(x) && !dax(&self.do_get_fsxattr(fh)?) {
             return Err(Errno::EOPNOTSUPP);
         }
-        let of = self.opens.get(fh)?;
+        let fd = self.fh_fd(fh)?;
         let buf = x.to_bytes();
         // SAFETY: FS_IOC_FSSETXATTR reads one `struct fsxattr` (28 bytes)
         // from the pointer, which points at 28 bytes.
-        sys::cvt(unsafe {
-            libc::ioctl(of.fd.raw(), FS_IOC_FSSETXATTR as libc::Ioctl, buf.as_ptr())
-        })?;
+        sys::cvt(unsafe { libc::ioctl(fd.raw(), FS_IOC_FSSETXATTR as libc::Ioctl, buf.as_ptr()) })?;
         Ok(())
     }
 }

@@ -9,7 +9,6 @@
 use crate::creds::AsCaller;
 use crate::fdpool::Fd;
 use crate::fs::{PassthroughFs, NOWAIT_MEMORY, NOWAIT_NONE};
-use crate::open::OpenFile;
 use crate::sys;
 use rustix::fs::SeekFrom;
 use std::os::fd::AsFd;
@@ -79,11 +78,14 @@ impl PassthroughFs {
         let res = match self.pool.reserve_open() {
             Ok(res) => res,
             // Past the open files' share of the budget: a description of
-            // the file open with the same flags serves as well.
+            // the file open with the same flags serves as well, else one
+            // an idle open file gives back (`park.rs`).
             Err(Errno::EMFILE) if node.kind() == VType::Reg => {
-                drop(fd);
-                let shared = self.share_open(&node, flags)?;
-                return self.opened(ctx, vp, node, shared, flags, true);
+                if let Some(shared) = self.share_open(&node, flags) {
+                    drop(fd);
+                    return self.opened(ctx, vp, node, shared, flags, true);
+                }
+                self.reserve_file(None)?
             }
             Err(e) => return Err(e),
         };
@@ -110,21 +112,21 @@ impl PassthroughFs {
 
     /// A description of `node`'s file for an open with `flags` past the
     /// open files' share of the budget, from another open of it
-    /// (`OpenTable::share`); `EMFILE` if none is open so, or if `flags`
+    /// (`OpenTable::share`); None if none is open so, or if `flags`
     /// truncates read-only (which needs a description of its own). No
     /// lease is broken: none can be held on a file this server has open
     /// with the same access (a read lease excludes writers, a write lease
     /// any other open).
-    fn share_open(&self, node: &Arc<crate::node::Node>, flags: i32) -> VfsResult<Arc<Fd>> {
+    fn share_open(&self, node: &Arc<crate::node::Node>, flags: i32) -> Option<Arc<Fd>> {
         if flags & libc::O_TRUNC != 0 && flags & libc::O_ACCMODE == libc::O_RDONLY {
-            return Err(Errno::EMFILE);
+            return None;
         }
-        let shared = self.opens.share(node, flags).ok_or(Errno::EMFILE)?;
+        let shared = self.opens.share(node, flags)?;
         self.pool
             .counters
             .opens_shared
             .fetch_add(1, Ordering::Relaxed);
-        Ok(shared)
+        Some(shared)
     }
 
     /// Registers `f`, just opened on `node` for an OPEN with `flags` (or
@@ -194,7 +196,10 @@ impl PassthroughFs {
             return Err(Errno::ENOTDIR);
         }
         let fd = self.fd_of(&node)?;
-        let res = self.pool.reserve_opendir()?;
+        let res = match self.pool.reserve_opendir() {
+            Err(Errno::EMFILE) => self.reserve_file(None)?,
+            r => r?,
+        };
         let d = self.reading(libc::O_RDONLY | libc::O_DIRECTORY, |f| {
             self.open_to_read(&node, f, |f| sys::openat(fd.as_fd(), c".", f))
         })?;
@@ -289,7 +294,7 @@ impl PassthroughFs {
         let dnode = self.node_of(dir)?;
         let cname = sys::cstr(name)?;
         let dfd = self.fd_of(&dnode)?;
-        let res = self.pool.reserve_open()?;
+        let res = self.reserve_file(None)?;
         let flags = (flags & !STRIP) | libc::O_CREAT | (flags & libc::O_EXCL);
         let f = {
             let _as = AsCaller::switch(ctx)?;
@@ -322,7 +327,7 @@ impl PassthroughFs {
             return Err(Errno::ENOTDIR);
         }
         let dfd = self.fd_of(&dnode)?;
-        let res = self.pool.reserve_open()?;
+        let res = self.reserve_file(None)?;
         let flags = (flags & !STRIP) | libc::O_TMPFILE | (flags & libc::O_EXCL);
         let f = {
             let _as = AsCaller::switch(ctx)?;
@@ -339,7 +344,8 @@ impl PassthroughFs {
     }
 
     pub(crate) fn do_read(&self, fh: Fh, offset: u64, size: u32) -> VfsResult<Vec<u8>> {
-        read_with(&*self.opens.get(fh)?, offset, size, sys::pread)
+        let fd = self.fh_fd(fh)?;
+        read_with(&fd, offset, size, sys::pread)
     }
 
     /// `do_read`, or `EAGAIN` if any of it must come from the disk. Data
@@ -352,19 +358,23 @@ impl PassthroughFs {
         let of = self.opens.get(fh)?;
         let own = of.node.dev() == self.root.dev();
         match own.then(|| self.nowait.load(Ordering::Relaxed)) {
-            Some(NOWAIT_MEMORY) => return read_with(&of, offset, size, sys::pread),
+            Some(NOWAIT_MEMORY) => {
+                return read_with(&*self.file_fd(&of)?, offset, size, sys::pread)
+            }
             Some(NOWAIT_NONE) => return Err(Errno::EAGAIN),
             _ => {}
         }
-        match read_with(&of, offset, size, sys::pread_nowait) {
+        // A parked handle's reopening may wait (a lease): not now.
+        let fd = of.held().ok_or(Errno::EAGAIN)?;
+        match read_with(&fd, offset, size, sys::pread_nowait) {
             Err(Errno::EOPNOTSUPP) => {
-                let memory = sys::in_memory_fs(of.fd.as_fd());
+                let memory = sys::in_memory_fs(fd.as_fd());
                 if own {
                     let how = if memory { NOWAIT_MEMORY } else { NOWAIT_NONE };
                     self.nowait.store(how, Ordering::Relaxed);
                 }
                 if memory {
-                    read_with(&of, offset, size, sys::pread)
+                    read_with(&fd, offset, size, sys::pread)
                 } else {
                     Err(Errno::EAGAIN)
                 }
@@ -377,21 +387,21 @@ impl PassthroughFs {
     /// Moves the backing file's offset, which nothing uses (all I/O is
     /// positioned).
     pub(crate) fn do_seek_data(&self, fh: Fh, offset: u64, hole: bool) -> VfsResult<u64> {
-        let of = self.opens.get(fh)?;
+        let fd = self.fh_fd(fh)?;
         i64::try_from(offset).map_err(|_| Errno::ENXIO)?;
         let whence = if hole {
             SeekFrom::Hole(offset)
         } else {
             SeekFrom::Data(offset)
         };
-        Ok(rustix::fs::seek(&of.fd, whence)?)
+        Ok(rustix::fs::seek(&fd, whence)?)
     }
 
     pub(crate) fn do_write(&self, fh: Fh, offset: u64, data: &[u8]) -> VfsResult<u32> {
-        let of = self.opens.get(fh)?;
+        let fd = self.fh_fd(fh)?;
         let mut done = 0;
         while done < data.len() {
-            match sys::pwrite(of.fd.as_fd(), &data[done..], offset + done as u64) {
+            match sys::pwrite(fd.as_fd(), &data[done..], offset + done as u64) {
                 Ok(0) => break,
                 Ok(n) => done += n,
                 // Part written: report that much, as write(2) would.
@@ -403,11 +413,11 @@ impl PassthroughFs {
     }
 
     pub(crate) fn do_fsync(&self, fh: Fh, datasync: bool) -> VfsResult<()> {
-        let of = self.opens.get(fh)?;
+        let fd = self.fh_fd(fh)?;
         if datasync {
-            Ok(rustix::fs::fdatasync(&of.fd)?)
+            Ok(rustix::fs::fdatasync(&fd)?)
         } else {
-            Ok(rustix::fs::fsync(&of.fd)?)
+            Ok(rustix::fs::fsync(&fd)?)
         }
     }
 
@@ -440,11 +450,11 @@ impl PassthroughFs {
         offset: u64,
         len: u64,
     ) -> VfsResult<()> {
-        let of = self.opens.get(fh)?;
+        let fd = self.fh_fd(fh)?;
         i64::try_from(offset).map_err(|_| Errno::EFBIG)?;
         i64::try_from(len).map_err(|_| Errno::EFBIG)?;
         let mode = rustix::fs::FallocateFlags::from_bits_retain(mode.0 as u32);
-        Ok(rustix::fs::fallocate(&of.fd, mode, offset, len)?)
+        Ok(rustix::fs::fallocate(&fd, mode, offset, len)?)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -457,7 +467,8 @@ impl PassthroughFs {
         len: u64,
         flags: u32,
     ) -> VfsResult<u64> {
-        let (a, b) = (self.opens.get(fh_in)?, self.opens.get(fh_out)?);
+        let a = self.fh_fd(fh_in)?;
+        let b = self.fh_fd(fh_out)?;
         i64::try_from(off_in).map_err(|_| Errno::EINVAL)?;
         i64::try_from(off_out).map_err(|_| Errno::EINVAL)?;
         let (mut oi, mut oo) = (off_in, off_out);
@@ -467,15 +478,15 @@ impl PassthroughFs {
         if flags != 0 {
             return Err(Errno::EINVAL);
         }
-        let n = rustix::fs::copy_file_range(&a.fd, Some(&mut oi), &b.fd, Some(&mut oo), len)?;
+        let n = rustix::fs::copy_file_range(&a, Some(&mut oi), &b, Some(&mut oo), len)?;
         Ok(n as u64)
     }
 }
 
-/// Reads up to `size` bytes at `offset` of `of` with `pread`, until full
+/// Reads up to `size` bytes at `offset` of `fd` with `pread`, until full
 /// or end of file.
 fn read_with(
-    of: &OpenFile,
+    fd: &Fd,
     offset: u64,
     size: u32,
     pread: fn(BorrowedFd<'_>, &mut [u8], u64) -> VfsResult<usize>,
@@ -483,7 +494,7 @@ fn read_with(
     let mut buf = vec![0u8; size.min(MAX_READ) as usize];
     let mut got = 0;
     while got < buf.len() {
-        let n = pread(of.fd.as_fd(), &mut buf[got..], offset + got as u64)?;
+        let n = pread(fd.as_fd(), &mut buf[got..], offset + got as u64)?;
         if n == 0 {
             break;
         }

@@ -35,7 +35,8 @@
 //! ids) · `node` (per-vnode data) · `creds` (creating as the caller) ·
 //! `fs` (construction; `fs::resolve` lookup and reopen, `fs::stat`, `fs::create`) · `namei`, `io`, `dir`, `attrs`
 //! (the operations) · `plus_load` (how busy READDIRPLUS is) · `prefetch`
-//! (directory readahead) · `open` (open files) · `locks` (file locks kept
+//! (directory readahead) · `open` (open files) · `park` (idle open files
+//! giving their fds back past the budget's share) · `locks` (file locks kept
 //! on the backing files) and `lock_owners` (each owner's description) ·
 //! `handover` (live upgrade) and `kept` (descriptors held by the crash
 //! supervisor) · `iflags` (inode flags) · `trim` (`FITRIM`) · `freeing` and `closer`
@@ -62,6 +63,7 @@ mod locks;
 mod namei;
 pub mod node;
 mod open;
+mod park;
 mod plus_load;
 mod prefetch;
 mod remembered;

@@ -79,18 +79,21 @@ impl PassthroughFs {
     /// read-only. Counted against the fd budget like an open file.
     fn lock_description(&self, node: &Arc<Node>) -> VfsResult<Arc<Fd>> {
         let fd = self.fd_of(node)?;
-        let res = self.pool.reserve_open().map_err(|_| Errno::ENOLCK)?;
+        let res = self.reserve_file(None).map_err(|_| Errno::ENOLCK)?;
         let f = sys::reopen(fd.as_fd(), libc::O_RDWR)
             .or_else(|_| sys::reopen(fd.as_fd(), libc::O_RDONLY))?;
         Ok(Arc::new(res.into_fd(f)))
     }
 
     /// A description of its own for the `flock` locks of `of`, whose fd
-    /// other handles share (`open.rs`): the same file, opened with the
-    /// same flags. Within the whole budget, as a handed-over open file:
+    /// other handles share (`open.rs`) or which gave its fd back
+    /// (`park.rs`): the same file, opened with the same flags. Within the whole budget, as a handed-over open file:
     /// the share of open files is spent when descriptions are shared.
     fn flock_description(&self, of: &OpenFile) -> VfsResult<Fd> {
-        let flags = rustix::fs::fcntl_getfl(&*of.fd)?.bits() as libc::c_int;
+        let flags = match of.parked_flags() {
+            Some(flags) => flags,
+            None => rustix::fs::fcntl_getfl(&*self.file_fd(of)?)?.bits() as libc::c_int,
+        };
         let fd = self.fd_of(&of.node)?;
         let res = self.pool.reserve_handed_over().map_err(|_| Errno::ENOLCK)?;
         let f = self.reopen_file(&of.node, fd.as_fd(), flags)?;

@@ -165,6 +165,9 @@ impl PassthroughFs {
             if self.fd_of(&node).is_ok() {
                 node.set_orphan(true);
             }
+        } else {
+            // Its open files must not need the name to get an fd back.
+            self.keep_reachable(&node);
         }
         Some(Doomed {
             vp,
@@ -203,6 +206,8 @@ impl PassthroughFs {
             // the kernel still caches must see a removal of ours, not one
             // behind our back (`do_open`).
             node.mark_removed(replaced);
+            // One parked since `doomed` (none is from now on).
+            self.keep_reachable(&node);
         }
         // Renamed over (a save by rename): an OPEN on its way by the name
         // the kernel resolved before the rename opens it, as on ext4,

@@ -1,7 +1,9 @@
 //! Open files and directories: `Fh` -> a real fd of the backing file.
 //!
 //! An open file's fd is counted against the fd budget like any other
-//! (`FdPool::reserve_open`) but is never evicted: it lives until RELEASE.
+//! (`FdPool::reserve_open`) and lives until RELEASE, unless open files
+//! spend their whole share of the budget: then idle handles of regular
+//! files give theirs back and reopen it when next needed (`park.rs`).
 //! Handle numbers are never reused, so a stale `Fh` is `EBADF`.
 //!
 //! Once open files hold their whole share of the budget, a further open
@@ -26,11 +28,24 @@ use uvfs_vfs::{Errno, Fh, VfsResult};
 /// that agree on them may share one (`OpenTable::share`).
 const SHARE_FLAGS: i32 = libc::O_ACCMODE | libc::O_APPEND | libc::O_SYNC | libc::O_DSYNC;
 
+/// What an open file holds of its backing file.
+pub(crate) enum Desc {
+    /// This handle's own description, or one it shares with other
+    /// handles of the file (`OpenTable::share`).
+    Held(Arc<Fd>),
+    /// Given back to the budget (`park.rs`): reopened with these flags
+    /// (`F_GETFL`'s) when next needed.
+    Parked(i32),
+}
+
 /// One open file or directory.
 pub struct OpenFile {
-    /// The backing fd: this handle's own description, or one it shares
-    /// with other handles of the file (`OpenTable::share`).
-    pub fd: Arc<Fd>,
+    /// The backing fd, or how to open it again. Read on every request of
+    /// the handle; written only when it is parked or reopened. Taken
+    /// after `flock` where both are (`flock_fd_or`, `park`).
+    pub(crate) desc: RwLock<Desc>,
+    /// Used since the parker last looked (its second chance).
+    pub(crate) used: AtomicBool,
     /// The description this handle's `flock` locks are on, from its
     /// first lock on: `fd` if it is its own then, else one made for it.
     /// `share` gives out only a description whose handle has none set,
@@ -52,40 +67,51 @@ pub struct OpenFile {
     _pin: Option<uvfs_vfs::VnodeRef>,
 }
 
-impl std::os::fd::AsFd for OpenFile {
-    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
-}
-
 impl OpenFile {
+    /// The fd it holds now: None if parked (`PassthroughFs::file_fd`
+    /// reopens it).
+    pub(crate) fn held(&self) -> Option<Arc<Fd>> {
+        match &*self.desc.read() {
+            Desc::Held(fd) => Some(fd.clone()),
+            Desc::Parked(_) => None,
+        }
+    }
+
     /// The description holding this handle's `flock` locks, if it ever
     /// took one.
     pub fn flock_fd(&self) -> Option<Arc<Fd>> {
         self.flock.lock().clone()
     }
 
-    /// The description this handle's `flock` locks go on: `fd` if no
-    /// other handle holds it, else a new one `private` opens, of the same
-    /// file with the same flags, kept for the handle's life.
+    /// The description this handle's `flock` locks go on: its fd if no
+    /// other handle holds it, else (shared, or parked) a new one `private`
+    /// opens, of the same file with the same flags, kept for the handle's
+    /// life. Under the `flock` lock, which `park` takes first too: a
+    /// handle is never parked with its fd about to hold a lock.
     pub fn flock_fd_or(&self, private: impl FnOnce() -> VfsResult<Fd>) -> VfsResult<Arc<Fd>> {
         let mut g = self.flock.lock();
         if let Some(f) = &*g {
             return Ok(f.clone());
         }
-        let f = if self.shared.load(Ordering::Relaxed) {
-            Arc::new(private()?)
-        } else {
-            self.fd.clone()
+        let f = match self.held() {
+            Some(fd) if !self.shared.load(Ordering::Relaxed) => fd,
+            _ => Arc::new(private()?),
         };
         *g = Some(f.clone());
         Ok(f)
     }
 
     /// What stands for this handle in a successor (a live upgrade): the
-    /// description holding its locks, else its `fd`.
-    pub(crate) fn handover_fd(&self) -> Arc<Fd> {
-        self.flock_fd().unwrap_or_else(|| self.fd.clone())
+    /// description holding its locks, else its fd, else (parked) the
+    /// flags to open it again with.
+    pub(crate) fn handover(&self) -> Result<Arc<Fd>, i32> {
+        if let Some(fd) = self.flock_fd() {
+            return Ok(fd);
+        }
+        match &*self.desc.read() {
+            Desc::Held(fd) => Ok(fd.clone()),
+            Desc::Parked(flags) => Err(*flags),
+        }
     }
 
     /// Never to be shared: its description may hold `flock` locks taken
@@ -93,7 +119,92 @@ impl OpenFile {
     pub(crate) fn may_hold_locks(&self) {
         let mut g = self.flock.lock();
         if g.is_none() {
-            *g = Some(self.fd.clone());
+            *g = self.held();
+        }
+    }
+
+    /// Gives this handle's fd back to the budget if nothing needs it
+    /// (`park.rs`): a regular file the node's handle reopens (named, not
+    /// an orphan), its description its own (not shared, not kept by the
+    /// crash supervisor, holding no `flock` lock) and no request using it
+    /// now. Only tries locks: a busy handle is passed over, never waited
+    /// for. Whether the fd went.
+    pub(crate) fn park(&self) -> bool {
+        if self.shared.load(Ordering::Relaxed) || !self.parkable() {
+            return false;
+        }
+        // `flock` first, as `flock_fd_or` holds it while it reads `desc`:
+        // a lock being taken now either finds the handle parked (and
+        // locks a description of its own) or holds `flock`, and the
+        // handle is passed over.
+        let Some(fl) = self.flock.try_lock() else {
+            return false;
+        };
+        if fl.is_some() {
+            return false;
+        }
+        let Some(mut d) = self.desc.try_write() else {
+            return false;
+        };
+        let Desc::Held(fd) = &*d else {
+            return false;
+        };
+        // Ours alone: no request is using it, no other handle shares it.
+        // Every clone of it is made under `desc`'s read lock (`held`,
+        // `handover`) or under `flock` (`flock_fd_or`), both held here,
+        // so none can appear between this count and the swap below; a
+        // clone dropped meanwhile only makes the handle look busy.
+        if Arc::strong_count(fd) > 1 {
+            return false;
+        }
+        let Ok(flags) = rustix::fs::fcntl_getfl(&**fd) else {
+            return false;
+        };
+        // Looked at again with `desc` locked: a removal of the file's
+        // last name marks the node (SeqCst) before it looks for parked
+        // handles (`keep_reachable`, under this lock's read side), so
+        // either it is seen here or this handle is seen parked there.
+        if self.node.nameless_by_mount() {
+            return false;
+        }
+        let old = std::mem::replace(&mut *d, Desc::Parked(flags.bits() as i32));
+        drop(d);
+        drop(fl);
+        // Closed here: its slot of the open files' share goes back.
+        drop(old);
+        true
+    }
+
+    /// Whether a description of its own opened again would do for this
+    /// handle: a regular file its node's handle leads back to, holding
+    /// no `flock` lock, not kept by the crash supervisor.
+    pub(crate) fn parkable(&self) -> bool {
+        !self.kept.load(Ordering::Relaxed)
+            && self.node.kind() == uvfs_vfs::VType::Reg
+            && !self.node.nameless_by_mount()
+            && self.node.ident().handle().is_some()
+            && self.flock.try_lock().is_some_and(|g| g.is_none())
+    }
+
+    /// The flags to reopen a parked handle with; None if it holds its fd.
+    pub(crate) fn parked_flags(&self) -> Option<i32> {
+        match &*self.desc.read() {
+            Desc::Parked(flags) => Some(*flags),
+            Desc::Held(_) => None,
+        }
+    }
+
+    /// Installs `fd`, just reopened for this parked handle, and returns
+    /// the fd it holds: `fd`, or the one a concurrent request reopened
+    /// first (then `fd` is closed).
+    pub(crate) fn unpark(&self, fd: Arc<Fd>) -> Arc<Fd> {
+        let mut d = self.desc.write();
+        match &*d {
+            Desc::Held(held) => held.clone(),
+            Desc::Parked(_) => {
+                *d = Desc::Held(fd.clone());
+                fd
+            }
         }
     }
 
@@ -107,6 +218,9 @@ impl OpenFile {
 pub struct OpenTable {
     map: RwLock<HashMap<u64, Arc<OpenFile>>>,
     next: AtomicU64,
+    /// A handle was ever parked here (`park.rs`), or taken over parked:
+    /// until then a removal need not look for parked handles.
+    pub(crate) parked_any: AtomicBool,
 }
 
 impl Default for OpenTable {
@@ -114,6 +228,7 @@ impl Default for OpenTable {
         OpenTable {
             map: RwLock::new(HashMap::new()),
             next: AtomicU64::new(1),
+            parked_any: AtomicBool::new(false),
         }
     }
 }
@@ -123,7 +238,7 @@ impl OpenTable {
     /// node's open count is full (see `Node::opened`).
     pub fn insert(&self, fd: impl Into<Arc<Fd>>, node: Arc<Node>) -> VfsResult<Fh> {
         let h = self.next.fetch_add(1, Ordering::Relaxed);
-        if !self.insert_as(Fh(h), fd, node, None) {
+        if !self.insert_as(Fh(h), Desc::Held(fd.into()), node, None) {
             return Err(Errno::ENFILE);
         }
         Ok(Fh(h))
@@ -135,7 +250,7 @@ impl OpenTable {
     pub(crate) fn insert_as(
         &self,
         fh: Fh,
-        fd: impl Into<Arc<Fd>>,
+        desc: Desc,
         node: Arc<Node>,
         pin: Option<uvfs_vfs::VnodeRef>,
     ) -> bool {
@@ -145,13 +260,16 @@ impl OpenTable {
         }
         self.next
             .fetch_max(fh.0.saturating_add(1), Ordering::Relaxed);
-        let fd = fd.into();
         // An fd some other holder has too (`share` gave it, or a restore
         // found it named by several handles) is shared; a fresh one is
         // this handle's alone until `share` marks it.
-        let shared = AtomicBool::new(Arc::strong_count(&fd) > 1);
+        let shared = AtomicBool::new(matches!(&desc, Desc::Held(fd) if Arc::strong_count(fd) > 1));
+        if matches!(desc, Desc::Parked(_)) {
+            self.parked_any.store(true, Ordering::SeqCst);
+        }
         let of = Arc::new(OpenFile {
-            fd,
+            desc: RwLock::new(desc),
+            used: AtomicBool::new(true),
             flock: Mutex::new(None),
             shared,
             node,
@@ -174,7 +292,10 @@ impl OpenTable {
             if !Arc::ptr_eq(&of.node, node) {
                 continue;
             }
-            let Ok(has) = rustix::fs::fcntl_getfl(&*of.fd) else {
+            let Some(fd) = of.held() else {
+                continue;
+            };
+            let Ok(has) = rustix::fs::fcntl_getfl(&*fd) else {
                 continue;
             };
             if has.bits() as i32 & SHARE_FLAGS != flags & SHARE_FLAGS {
@@ -188,7 +309,7 @@ impl OpenTable {
                 continue;
             }
             of.shared.store(true, Ordering::Relaxed);
-            return Some(of.fd.clone());
+            return Some(fd);
         }
         None
     }
@@ -223,6 +344,16 @@ impl OpenTable {
             .iter()
             .map(|(h, o)| (Fh(*h), o.clone()))
             .collect()
+    }
+
+    /// Runs `f` on every open file, under the table's read lock (no
+    /// insert or remove meanwhile); stops when `f` says so.
+    pub(crate) fn each(&self, mut f: impl FnMut(Fh, &Arc<OpenFile>) -> bool) {
+        for (h, o) in self.map.read().iter() {
+            if !f(Fh(*h), o) {
+                return;
+            }
+        }
     }
 
     /// Open files now.

@@ -96,7 +96,17 @@ impl PassthroughFs {
             (
                 "passthrough.fds.opens_refused",
                 ld(&pc.opens_refused),
-                "Opens made when open files held all the fd budget but what lookups need: each shared an open of the file with the same flags, or was refused with EMFILE",
+                "Opens made when open files held all the fd budget but what lookups need: each shared an open of the file with the same flags, took the fd an idle open file gave back, or was refused with EMFILE",
+            ),
+            (
+                "passthrough.fds.opens_parked",
+                ld(&pc.parked),
+                "Idle open files that gave their fd back to make room for another open (reopened when next needed; the kernel keeps doing their I/O meanwhile)",
+            ),
+            (
+                "passthrough.fds.opens_unparked",
+                ld(&pc.unparked),
+                "Parked open files whose fd was opened again for a request",
             ),
             (
                 "passthrough.fds.opens_shared",

@@ -10,11 +10,11 @@ use uvfs_vfs::{Fh, TrimRange, VfsResult, FITRIM};
 
 impl PassthroughFs {
     pub(crate) fn do_trim(&self, fh: Fh, range: TrimRange) -> VfsResult<u64> {
-        let of = self.opens.get(fh)?;
+        let fd = self.fh_fd(fh)?;
         let mut buf = range.to_bytes();
         // SAFETY: FITRIM reads and writes one `struct fstrim_range` (24
         // bytes) at the pointer, which points at 24 writable bytes.
-        sys::cvt(unsafe { libc::ioctl(of.fd.raw(), FITRIM as libc::Ioctl, buf.as_mut_ptr()) })?;
+        sys::cvt(unsafe { libc::ioctl(fd.raw(), FITRIM as libc::Ioctl, buf.as_mut_ptr()) })?;
         Ok(TrimRange::from_bytes(&buf)?.len)
     }
 }

@@ -191,15 +191,19 @@ impl FileSystem for PassthroughFs {
         fh: Fh,
     ) -> Option<Arc<dyn std::os::fd::AsFd + Send + Sync>> {
         let of = self.opens.get(fh).ok()?;
+        if of.node.kind() != VType::Reg {
+            return None;
+        }
+        let fd = self.file_fd(&of).ok()?;
         // Only a rule of "never" opens with O_NOATIME (`Atime`).
         if self.atime.noatime_flag(false) != 0
-            && rustix::fs::fcntl_getfl(&of.fd)
+            && rustix::fs::fcntl_getfl(&fd)
                 .ok()?
                 .contains(rustix::fs::OFlags::NOATIME)
         {
             return None;
         }
-        (of.node.kind() == VType::Reg).then_some(of as _)
+        Some(fd as _)
     }
 
     fn read(&self, _vp: &VnodeRef, fh: Fh, offset: u64, size: u32) -> VfsResult<Vec<u8>> {

@@ -192,25 +192,25 @@ fn fd_budget_is_never_exceeded_with_thousands_of_files() {
             assert_eq!(e.read_all(&vp).len() as u64, a.size, "node {i}");
         }
     }
-    // Open files count against the budget; reopening still works around
-    // them until only open files are left, then EMFILE (never a crash).
+    // Open files count against the budget; past their share, idle ones
+    // give their fds back (`park.rs`), so every file opens, and each
+    // handle still reads its own file.
     let files: Vec<VnodeRef> = held
         .iter()
         .map(|h| h.get().unwrap())
         .filter(|vp| e.fs.getattr(vp).unwrap().kind == VType::Reg)
         .collect();
-    let mut fhs = Vec::new();
-    let err = loop {
-        let vp = &files[fhs.len()];
-        match e.fs.open(&ROOT, vp, libc::O_RDONLY) {
-            Ok(fh) => fhs.push((vp.clone(), fh)),
-            Err(err) => break err,
-        }
-    };
-    assert_eq!(err, Errno::EMFILE);
-    // All but three: the root's and the file's O_PATH fds, and the
-    // handles' mount fd.
-    assert!(fhs.len() >= BUDGET - 3, "{} open files", fhs.len());
+    let fhs: Vec<(VnodeRef, uvfs_vfs::Fh)> = files
+        .iter()
+        .map(|vp| (vp.clone(), e.fs.open(&ROOT, vp, libc::O_RDONLY).unwrap()))
+        .collect();
+    assert_eq!(fhs.len(), 3000);
+    assert!(e.fs.pool().open_files() <= BUDGET - e.fs.pool().name_reserve());
+    for (vp, fh) in fhs.iter().step_by(97) {
+        let size = e.fs.getattr(vp).unwrap().size;
+        assert_eq!(e.fs.read(vp, *fh, 0, 64).unwrap().len() as u64, size);
+    }
+    assert!(e.fs.pool().max_used() <= BUDGET);
     // The process itself holds no more fds on the source than the budget
     // (handles' mount fd included), with the budget spent.
     let on_source = std::fs::read_dir("/proc/self/fd")
@@ -249,7 +249,9 @@ fn open_files_leave_lookups_their_share_of_the_budget() {
         }
     }
     // Callers open files until the mount refuses: EMFILE, as a caller
-    // filling its own table meets (fdpool.rs, "Open files' share").
+    // filling its own table meets (fdpool.rs, "Open files' share"). Each
+    // holds a `flock` lock, on its own description, so none can give its
+    // fd back to make room (`park.rs`).
     let many = e.src.path().join("many");
     std::fs::create_dir(&many).unwrap();
     for f in 0..BUDGET {
@@ -260,7 +262,12 @@ fn open_files_leave_lookups_their_share_of_the_budget() {
     let err = loop {
         let vp = e.lookup(&many, &format!("f{}", fhs.len())).unwrap();
         match e.fs.open(&ROOT, &vp, libc::O_RDONLY) {
-            Ok(fh) => fhs.push((vp, fh)),
+            Ok(fh) => {
+                let owner = fhs.len() as u64 + 1;
+                e.fs.setlk(&vp, fh, owner, &flock_lock(libc::F_RDLCK), true)
+                    .unwrap();
+                fhs.push((vp, fh));
+            }
             Err(err) => break err,
         }
     };
@@ -300,12 +307,13 @@ fn open_files_leave_lookups_their_share_of_the_budget() {
 #[test]
 fn fds_the_server_reserves_come_out_of_the_budget() {
     const BUDGET: usize = 8;
+    // Without handles: open files keep their fds (`park.rs`).
     let e = env_with(
         "reserve",
         4096,
         PassthroughConfig {
             fd_budget: Some(BUDGET),
-            no_handles: false,
+            no_handles: true,
             no_dir_readahead: false,
             no_atime: false,
             watch: false,
@@ -513,7 +521,16 @@ fn past_the_budget_opens_of_an_open_file_share_its_description() {
     // Its sixteenth, left to lookups, has room for two flock locks'
     // descriptions.
     const BUDGET: usize = 128;
-    let e = env_with("shared", 4096, budgeted(BUDGET));
+    // Without handles no open file gives its fd back (`park.rs`), so
+    // sharing is what lets the opens past the share in.
+    let e = env_with(
+        "shared",
+        4096,
+        PassthroughConfig {
+            no_handles: true,
+            ..budgeted(BUDGET)
+        },
+    );
     std::fs::write(e.src.path().join("f"), b"0123456789").unwrap();
     std::fs::write(e.src.path().join("g"), b"g").unwrap();
     let f = e.lookup(&e.root, "f").unwrap();

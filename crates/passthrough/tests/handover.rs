@@ -12,12 +12,42 @@ use uvfs_vfs::{Errno, Fh, FileLock, FileSystem, Keep, Saved, VnodeRef, LOCK_TO_E
 use uvfs_vnode::{Config, VnodeLayer};
 
 fn restore(src: &Path, saved: Saved) -> Result<Arc<PassthroughFs>, uvfs_passthrough::RestoreError> {
-    PassthroughFs::restore(
+    restore_with(src, PassthroughConfig::default(), saved)
+}
+
+fn restore_with(
+    src: &Path,
+    cfg: PassthroughConfig,
+    saved: Saved,
+) -> Result<Arc<PassthroughFs>, uvfs_passthrough::RestoreError> {
+    PassthroughFs::restore(VnodeLayer::new(Config::with_limit(4096)), src, cfg, saved)
+}
+
+/// A file system serving `src` after a crash, from `base` and `rec`.
+fn recover_with(
+    src: &Path,
+    cfg: PassthroughConfig,
+    base: Saved,
+    rec: uvfs_vfs::Recovery,
+) -> Arc<PassthroughFs> {
+    PassthroughFs::recover(
         VnodeLayer::new(Config::with_limit(4096)),
         src,
-        PassthroughConfig::default(),
-        saved,
+        cfg,
+        base,
+        rec,
     )
+    .unwrap()
+}
+
+/// What `fs` hands over keeping `nodes` and `open`.
+fn save(fs: &PassthroughFs, nodes: &[VnodeRef], open: &[(VnodeRef, Fh)]) -> Saved {
+    fs.save(&Keep {
+        nodes,
+        open,
+        ahead: None,
+    })
+    .unwrap()
 }
 
 /// The type of the lock another description of `path` would meet on
@@ -126,13 +156,7 @@ fn nodes_open_files_locks_and_listings_go_on_in_the_successor() {
         (log.clone(), log_fh),
         (ldir.clone(), dir_fh),
     ];
-    let saved =
-        e.fs.save(&Keep {
-            nodes: &nodes,
-            open: &open,
-            ahead: None,
-        })
-        .unwrap();
+    let saved = save(&e.fs, &nodes, &open);
     assert_eq!(saved.format, "uvfs-passthrough/1");
     assert_eq!(saved.fds.len(), 4, "3 open files and 1 lock owner");
     let gone_ino = before[5].0.ino;
@@ -205,13 +229,7 @@ fn an_open_file_removed_through_the_mount_stays_usable() {
     let fh = e.fs.open(&ROOT, &f, libc::O_RDWR).unwrap();
     e.fs.unlink(&ROOT, &e.root, b"f").unwrap();
     let ino = e.fs.getattr(&f).unwrap().ino;
-    let saved =
-        e.fs.save(&Keep {
-            nodes: std::slice::from_ref(&f),
-            open: &[(f.clone(), fh)],
-            ahead: None,
-        })
-        .unwrap();
+    let saved = save(&e.fs, std::slice::from_ref(&f), &[(f.clone(), fh)]);
     let fs = restore(e.src.path(), saved).unwrap();
     let vp = fs.vget(ino).unwrap();
     assert_eq!(fs.read(&vp, fh, 0, 10).unwrap(), b"data");
@@ -232,13 +250,7 @@ fn recycled_nodes_handles_still_resolve() {
                 .ino,
         );
     }
-    let saved =
-        e.fs.save(&Keep {
-            nodes: &[],
-            open: &[],
-            ahead: None,
-        })
-        .unwrap();
+    let saved = save(&e.fs, &[], &[]);
     let fs = restore(e.src.path(), saved).unwrap();
     let mut found = 0;
     for (i, id) in ids.iter().enumerate() {
@@ -263,16 +275,9 @@ fn another_format_a_garbled_state_or_another_source_is_refused() {
     std::fs::write(e.src.path().join("f"), b"x").unwrap();
     let f = e.lookup(&e.root, "f").unwrap();
     let fh = e.fs.open(&ROOT, &f, libc::O_RDONLY).unwrap();
-    let save = || {
-        e.fs.save(&Keep {
-            nodes: std::slice::from_ref(&f),
-            open: &[(f.clone(), fh)],
-            ahead: None,
-        })
-        .unwrap()
-    };
+    let save = || save(&e.fs, std::slice::from_ref(&f), &[(f.clone(), fh)]);
     let mut s = save();
-    s.format = "uvfs-passthrough/2".into();
+    s.format = "uvfs-passthrough/3".into();
     assert_eq!(restore(e.src.path(), s).unwrap_err().errno, Errno::EPROTO);
     let mut s = save();
     s.format = "uvfs-memfs/1".into();
@@ -377,13 +382,7 @@ fn without_handles_kept_nodes_are_found_by_their_names() {
             ahead: None,
         })
         .unwrap();
-    let fs = PassthroughFs::restore(
-        VnodeLayer::new(Config::with_limit(4096)),
-        e.src.path(),
-        cfg,
-        saved,
-    )
-    .unwrap();
+    let fs = restore_with(e.src.path(), cfg, saved).unwrap();
     // The deepest first: its parents are found on the way.
     let c2 = fs.vget(ids[2]).unwrap();
     let fh = fs.open(&ROOT, &c2, libc::O_RDONLY).unwrap();
@@ -418,13 +417,7 @@ fn a_flock_lock_stays_with_its_open_file() {
     let f = e.lookup(&e.root, "f").unwrap();
     let fh = e.fs.open(&ROOT, &f, libc::O_RDONLY).unwrap();
     e.fs.setlk(&f, fh, 1, &wrlock(libc::F_WRLCK), true).unwrap();
-    let saved =
-        e.fs.save(&Keep {
-            nodes: std::slice::from_ref(&f),
-            open: &[(f.clone(), fh)],
-            ahead: None,
-        })
-        .unwrap();
+    let saved = save(&e.fs, std::slice::from_ref(&f), &[(f.clone(), fh)]);
     let ino = e.fs.getattr(&f).unwrap().ino;
     let Env { fs: old, src, .. } = e;
     drop((f, old));
@@ -592,26 +585,14 @@ fn handles_sharing_a_description_are_handed_over_sharing_it() {
     e.fs.setlk(&f, fhs[0], 1, &wrlock(libc::F_WRLCK), true)
         .unwrap();
     let open: Vec<(VnodeRef, Fh)> = fhs.iter().map(|fh| (f.clone(), *fh)).collect();
-    let saved =
-        e.fs.save(&Keep {
-            nodes: std::slice::from_ref(&f),
-            open: &open,
-            ahead: None,
-        })
-        .unwrap();
+    let saved = save(&e.fs, std::slice::from_ref(&f), &open);
     // A description is sent once, however many handles hold it: what the
     // successor takes fits its budget too.
     assert!(saved.fds.len() < BUDGET, "{} fds sent", saved.fds.len());
     let ino = e.fs.getattr(&f).unwrap().ino;
     let Env { fs: old, src, .. } = e;
     drop((f, old));
-    let fs = PassthroughFs::restore(
-        VnodeLayer::new(Config::with_limit(4096)),
-        src.path(),
-        budgeted(BUDGET),
-        saved,
-    )
-    .unwrap();
+    let fs = restore_with(src.path(), budgeted(BUDGET), saved).unwrap();
     let f = fs.vget(ino).unwrap();
     assert!(fs.pool().max_used() <= BUDGET);
     for fh in &fhs {
@@ -639,18 +620,12 @@ fn handles_sharing_a_description_are_handed_over_sharing_it() {
 }
 
 #[test]
-fn a_crash_recovery_past_the_budget_shares_descriptions() {
+fn a_crash_recovery_past_the_budget_keeps_every_open_within_it() {
     const BUDGET: usize = 64;
     let e = env_with("ho-recover-shared", 4096, budgeted(BUDGET));
     let path = e.src.path().join("f");
     // What the supervisor holds: the state saved at mount, the journal.
-    let base =
-        e.fs.save(&Keep {
-            nodes: &[],
-            open: &[],
-            ahead: None,
-        })
-        .unwrap();
+    let base = save(&e.fs, &[], &[]);
     let (f, fhs) = opened_times(&e, "f", b"kept open", BUDGET * 2, libc::O_RDWR);
     let ino = e.fs.getattr(&f).unwrap().ino;
     let record = e.fs.journal_record(ino, Some(&f)).expect("a handle");
@@ -669,14 +644,7 @@ fn a_crash_recovery_past_the_budget_shares_descriptions() {
             .collect(),
         kept: Vec::new(),
     };
-    let fs = PassthroughFs::recover(
-        VnodeLayer::new(Config::with_limit(4096)),
-        src.path(),
-        budgeted(BUDGET),
-        base,
-        rec,
-    )
-    .unwrap();
+    let fs = recover_with(src.path(), budgeted(BUDGET), base, rec);
     let f = fs.vget(ino).unwrap();
     // Every open file came back, within the budget.
     for fh in &fhs {
@@ -701,4 +669,97 @@ fn a_crash_recovery_past_the_budget_shares_descriptions() {
         fs.release(&f, *fh).unwrap();
     }
     assert!(try_lock().is_ok(), "released with its handle");
+}
+
+/// `n` files, each holding its own name, opened read-write on `e`:
+/// past the open files' share, the first ones are parked (`park.rs`).
+fn distinct_open(e: &Env, n: usize) -> Vec<(VnodeRef, Fh)> {
+    (0..n)
+        .map(|i| {
+            let name = format!("d{i}");
+            std::fs::write(e.src.path().join(&name), &name).unwrap();
+            let vp = e.lookup(&e.root, &name).unwrap();
+            (vp.clone(), e.fs.open(&ROOT, &vp, libc::O_RDWR).unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn parked_open_files_are_handed_over_parked() {
+    const BUDGET: usize = 64;
+    let e = env_with("ho-parked", 4096, budgeted(BUDGET));
+    let open = distinct_open(&e, BUDGET * 3);
+    let nodes: Vec<VnodeRef> = open.iter().map(|(vp, _)| vp.clone()).collect();
+    let saved = save(&e.fs, &nodes, &open);
+    // Sent without an fd, in the format that says so (builds that know
+    // only the first refuse it by its name).
+    assert_eq!(saved.format, "uvfs-passthrough/2");
+    assert!(saved.fds.len() < BUDGET, "{} fds sent", saved.fds.len());
+    let inos: Vec<u64> = nodes.iter().map(|vp| vp.ino()).collect();
+    let Env { fs: old, src, .. } = e;
+    drop((nodes, old));
+    let fs = restore_with(src.path(), budgeted(BUDGET), saved).unwrap();
+    // Every handle goes on with its own file, within the budget.
+    for (i, ((_, fh), ino)) in open.iter().zip(&inos).enumerate() {
+        let vp = fs.vget(*ino).unwrap();
+        assert_eq!(
+            fs.read(&vp, *fh, 0, 64).unwrap(),
+            format!("d{i}").as_bytes()
+        );
+    }
+    let vp = fs.vget(inos[0]).unwrap();
+    assert_eq!(fs.write(&vp, open[0].1, 0, b"D").unwrap(), 1);
+    assert_eq!(std::fs::read(src.path().join("d0")).unwrap(), b"D0");
+    assert!(fs.pool().max_used() <= BUDGET);
+    for ((_, fh), ino) in open.iter().zip(&inos) {
+        fs.release(&fs.vget(*ino).unwrap(), *fh).unwrap();
+    }
+    assert_eq!(fs.pool().open_files(), 0);
+}
+
+#[test]
+fn a_crash_recovery_past_the_budget_parks_open_files() {
+    const BUDGET: usize = 64;
+    let e = env_with("ho-recover-parked", 4096, budgeted(BUDGET));
+    let base = save(&e.fs, &[], &[]);
+    let open = distinct_open(&e, BUDGET * 3);
+    let mut nodes = Vec::new();
+    let mut opens = Vec::new();
+    for (vp, fh) in &open {
+        let ino = e.fs.getattr(vp).unwrap().ino;
+        nodes.push((ino, e.fs.journal_record(ino, Some(vp)).expect("a handle")));
+        opens.push(uvfs_vfs::RecoveredOpen {
+            ino,
+            fh: *fh,
+            flags: libc::O_RDWR,
+            dir: false,
+        });
+    }
+    nodes.sort_by_key(|(ino, _)| *ino);
+    let Env { fs: old, src, .. } = e;
+    drop((open, old));
+    let rec = uvfs_vfs::Recovery {
+        nodes,
+        opens: opens.clone(),
+        kept: Vec::new(),
+    };
+    let fs = recover_with(src.path(), budgeted(BUDGET), base, rec);
+    // All came back, the open files within their share: names are still
+    // looked up.
+    assert!(fs.pool().open_files() <= BUDGET - fs.pool().name_reserve());
+    std::fs::write(src.path().join("new"), b"n").unwrap();
+    let new = fs.lookup(&ROOT, &fs.root().unwrap(), b"new").unwrap();
+    assert_eq!(fs.getattr(&new).unwrap().size, 1);
+    for (i, o) in opens.iter().enumerate() {
+        let vp = fs.vget(o.ino).unwrap();
+        assert_eq!(
+            fs.read(&vp, o.fh, 0, 64).unwrap(),
+            format!("d{i}").as_bytes()
+        );
+    }
+    assert!(fs.pool().max_used() <= BUDGET);
+    for o in &opens {
+        fs.release(&fs.vget(o.ino).unwrap(), o.fh).unwrap();
+    }
+    assert_eq!(fs.pool().open_files(), 0);
 }

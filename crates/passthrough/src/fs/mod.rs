@@ -115,7 +115,7 @@ pub struct PassthroughFs {
     /// How the root's device answers `RWF_NOWAIT` reads (`io.rs`).
     pub(crate) nowait: std::sync::atomic::AtomicU8,
     pub(crate) root: Arc<Node>,
-    pub(crate) opens: OpenTable,
+    pub(crate) opens: Arc<OpenTable>,
     /// POSIX record locks held through the mount (`locks.rs`).
     pub(crate) posix_locks: crate::lock_owners::PosixLocks,
     /// READDIRPLUS requests in progress and their overlaps (`dir.rs`
@@ -290,6 +290,10 @@ impl PassthroughFs {
         } else {
             crate::prefetch::Prefetcher::start(pool.clone())
         };
+        // A reservation that finds every fd an open file's or in use has
+        // idle open files give theirs back (`park.rs`) before it fails.
+        let opens = Arc::new(OpenTable::default());
+        pool.set_relief(opens.relief());
         Ok(Arc::new(PassthroughFs {
             layer,
             mnt,
@@ -298,7 +302,7 @@ impl PassthroughFs {
             inodes,
             nowait: std::sync::atomic::AtomicU8::new(NOWAIT_UNKNOWN),
             root,
-            opens: OpenTable::default(),
+            opens,
             posix_locks: Default::default(),
             plus_load: Default::default(),
             prefetch,

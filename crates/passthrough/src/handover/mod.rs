@@ -44,7 +44,7 @@ use std::sync::atomic::AtomicU64;
 use uvfs_vfs::{Errno, Ino, VType, VfsResult, VnodeRef};
 
 pub use restore::RestoreError;
-pub(crate) use state::FORMAT;
+pub(crate) use state::{FORMAT, FORMAT_PARKED};
 
 /// Deepest chain of parents resolved to find a kept node by name.
 const MAX_DEPTH: usize = 4096;

@@ -7,6 +7,7 @@ use super::state::{tables, State};
 use super::table::{from_journal, handle_in, REC};
 use crate::fs::{PassthroughConfig, PassthroughFs};
 use crate::kept::Kept;
+use crate::open::Desc;
 use crate::sys;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
@@ -149,7 +150,8 @@ impl PassthroughFs {
             let st = sys::statx_fd(f.as_fd())?;
             if (sys::stx_dev(&st), st.stx_ino) == (node.dev(), node.ino) {
                 let res = self.pool.reserve_handed_over()?;
-                if !self.opens.insert_as(o.fh, res.into_fd(f), node, Some(vp)) {
+                let fd = Desc::Held(Arc::new(res.into_fd(f)));
+                if !self.opens.insert_as(o.fh, fd, node, Some(vp)) {
                     return Err(Errno::EEXIST);
                 }
                 if let Ok(of) = self.opens.get(o.fh) {
@@ -158,6 +160,26 @@ impl PassthroughFs {
                 }
                 return Ok(());
             }
+        }
+        // A regular file its handle leads back to (found just now) is
+        // taken back parked (`park.rs`): opened again when a request
+        // needs an fd for it, which where the kernel does its I/O is
+        // seldom. So requests do not wait for thousands of files to be
+        // reopened, and the open files leave the budget's reserve to
+        // lookups.
+        if !o.dir
+            && node.kind() == VType::Reg
+            && node.ident().handle().is_some()
+            && !node.nameless_by_mount()
+        {
+            let flags = o.flags & !(libc::O_TRUNC | libc::O_CREAT | libc::O_EXCL);
+            if !self
+                .opens
+                .insert_as(o.fh, Desc::Parked(flags), node, Some(vp))
+            {
+                return Err(Errno::EEXIST);
+            }
+            return Ok(());
         }
         let fd = self.fd_of(&node)?;
         // Within the open files' share, as the crashed server's opens
@@ -173,7 +195,10 @@ impl PassthroughFs {
                     .then(|| self.opens.share(&node, o.flags))
                     .flatten();
                 if let Some(shared) = shared {
-                    if !self.opens.insert_as(o.fh, shared, node, Some(vp)) {
+                    if !self
+                        .opens
+                        .insert_as(o.fh, Desc::Held(shared), node, Some(vp))
+                    {
                         return Err(Errno::EEXIST);
                     }
                     return Ok(());
@@ -189,7 +214,8 @@ impl PassthroughFs {
             self.reopen_file(&node, fd.as_fd(), o.flags & !libc::O_TRUNC)?
         };
         drop(fd);
-        if !self.opens.insert_as(o.fh, res.into_fd(f), node, Some(vp)) {
+        let fd = Desc::Held(Arc::new(res.into_fd(f)));
+        if !self.opens.insert_as(o.fh, fd, node, Some(vp)) {
             return Err(Errno::EEXIST);
         }
         Ok(())

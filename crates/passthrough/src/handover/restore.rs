@@ -1,13 +1,13 @@
 //! `PassthroughFs::restore`: a passthrough mount built from a
 //! predecessor's saved state.
 
-use super::state::{RootId, SavedHandle, SavedLock, SavedOpen, State};
+use super::state::{RootId, SavedHandle, SavedLock, SavedOpen, State, PARKED};
 use super::table::{Entry, Way};
 use super::KeptNodes;
 use crate::fdpool::Fd;
 use crate::fs::{PassthroughConfig, PassthroughFs};
 use crate::handle::{Handle, HandleOpener};
-use crate::open::OpenFile;
+use crate::open::{Desc, OpenFile};
 use crate::sys;
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -151,7 +151,7 @@ impl PassthroughFs {
     /// directory is now (moved on the host; found by its handle, which
     /// needs CAP_DAC_READ_SEARCH). The error says why neither holds.
     pub fn source_now(saved: &Saved, source: &Path) -> Result<PathBuf, RestoreError> {
-        if saved.format != super::FORMAT {
+        if saved.format != super::FORMAT && saved.format != super::FORMAT_PARKED {
             // `restore` says why it refuses the state.
             return Ok(source.to_path_buf());
         }
@@ -180,10 +180,12 @@ impl PassthroughFs {
     ) -> Result<Arc<PassthroughFs>, RestoreError> {
         let t0 = std::time::Instant::now();
         let Saved { format, bytes, fds } = saved;
-        if format != super::FORMAT {
+        let parked = format == super::FORMAT_PARKED;
+        if format != super::FORMAT && !parked {
             return Err(RestoreError::proto(format!(
-                "the state's format is {format:?}, this server reads only {:?}",
-                super::FORMAT
+                "the state's format is {format:?}, this server reads only {:?} and {:?}",
+                super::FORMAT,
+                super::FORMAT_PARKED
             )));
         }
         let malformed = |e| RestoreError::proto(format!("malformed state: {e}"));
@@ -194,6 +196,7 @@ impl PassthroughFs {
                 &runs,
                 fds.len(),
                 super::counters(&Default::default()).len(),
+                parked,
             )
             .map_err(malformed)?;
         let t_read = t0.elapsed();
@@ -251,6 +254,15 @@ impl PassthroughFs {
         }
         let mut adopted: HashMap<u32, Arc<Fd>> = HashMap::new();
         for o in &opens {
+            if o.fd & PARKED != 0 {
+                // Its file gone from the source meanwhile: left out, as a
+                // crash recovery leaves such an open (`recover.rs`); its
+                // next request gets `EBADF`.
+                if let Err(e) = fs.adopt_parked(o, (o.fd & !PARKED) as i32) {
+                    log::warn!("{e}; left out");
+                }
+                continue;
+            }
             let fd = match adopted.get(&o.fd) {
                 Some(fd) => Adopt::Shared(fd.clone()),
                 None => Adopt::Own(take(o.fd)?),
@@ -261,7 +273,9 @@ impl PassthroughFs {
             } else {
                 of.may_hold_locks();
             }
-            adopted.entry(o.fd).or_insert_with(|| of.fd.clone());
+            if let Some(fd) = of.held() {
+                adopted.entry(o.fd).or_insert(fd);
+            }
         }
         drop(adopted);
         for l in &locks {
@@ -321,7 +335,10 @@ impl PassthroughFs {
             Adopt::Own(fd) => Arc::new(self.pool.reserve_handed_over().map_err(err)?.into_fd(fd)),
             Adopt::Shared(fd) => fd,
         };
-        if !self.opens.insert_as(Fh(o.fh), fd, node.clone(), Some(vp)) {
+        if !self
+            .opens
+            .insert_as(Fh(o.fh), Desc::Held(fd), node.clone(), Some(vp))
+        {
             return Err(RestoreError::proto(format!("{what}: handle given twice")));
         }
         let of = self.opens.get(Fh(o.fh)).map_err(err)?;
@@ -333,6 +350,28 @@ impl PassthroughFs {
             let _ = node.uncache_unlinked();
         }
         Ok(of)
+    }
+
+    /// Registers a predecessor's open file sent parked (`park.rs`): its
+    /// node found again by its handle, its fd opened when a request
+    /// needs one.
+    fn adopt_parked(&self, o: &SavedOpen, flags: i32) -> Result<(), RestoreError> {
+        let what = format!("open file {} of node {}", o.fh, o.node);
+        let err = |e: Errno| RestoreError::sys(&what, e);
+        let vp = self.vget_id(o.node).map_err(err)?;
+        let node = self.node_of(&vp).map_err(err)?;
+        if (node.dev(), node.ino) != (o.dev, o.ino) {
+            return Err(RestoreError::proto(format!(
+                "{what}: its node is another file"
+            )));
+        }
+        if !self
+            .opens
+            .insert_as(Fh(o.fh), Desc::Parked(flags), node, Some(vp))
+        {
+            return Err(RestoreError::proto(format!("{what}: handle given twice")));
+        }
+        Ok(())
     }
 
     /// Takes over a lock owner's description of an adopted open file's

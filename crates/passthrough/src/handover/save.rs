@@ -72,6 +72,11 @@ fn dup(fd: impl AsFd) -> VfsResult<OwnedFd> {
     Ok(rustix::io::fcntl_dupfd_cloexec(fd, 0)?)
 }
 
+/// `SavedOpen::fd` of an open file sent without an fd.
+fn parked(flags: i32) -> u32 {
+    super::state::PARKED | (flags as u32 & !super::state::PARKED)
+}
+
 fn fd_index(fds: &[OwnedFd]) -> VfsResult<u32> {
     u32::try_from(fds.len()).map_err(|_| Errno::EMFILE)
 }
@@ -207,6 +212,12 @@ impl PassthroughFs {
         // A description handles share (`open.rs`) is sent once, and
         // named by each of them: as many fds as the successor may hold.
         let mut sent: HashMap<*const crate::fdpool::Fd, u32> = HashMap::new();
+        // Duplicates the budget has room for: the fds this process keeps
+        // outside the budget are what the rest of the hand-over (ring
+        // buffers, the state's memfd, the successor's socket) needs, and
+        // thousands of open files would spend them all (the upgrade was
+        // refused with `EMFILE` past about 9,000 distinct files open).
+        let mut room = self.pool.budget().saturating_sub(self.pool.used());
         for (vp, fh) in keep.open {
             let of = self.opens.get(*fh)?;
             if !Arc::ptr_eq(&of.node, &self.node_of(vp)?) {
@@ -214,15 +225,23 @@ impl PassthroughFs {
             }
             let node = &of.node;
             more.push(node.clone());
-            let fd = of.handover_fd();
-            let index = match sent.get(&Arc::as_ptr(&fd)) {
-                Some(i) => *i,
-                None => {
-                    let i = fd_index(&fds)?;
-                    fds.push(dup(&*fd)?);
-                    sent.insert(Arc::as_ptr(&fd), i);
-                    i
-                }
+            let index = match of.handover() {
+                Err(flags) => parked(flags),
+                Ok(fd) => match sent.get(&Arc::as_ptr(&fd)) {
+                    Some(i) => *i,
+                    // Past the room: one the successor can open again
+                    // itself goes parked (`park.rs`).
+                    None if room == 0 && of.parkable() => {
+                        parked(rustix::fs::fcntl_getfl(&*fd)?.bits() as i32)
+                    }
+                    None => {
+                        let i = fd_index(&fds)?;
+                        fds.push(dup(&*fd)?);
+                        sent.insert(Arc::as_ptr(&fd), i);
+                        room = room.saturating_sub(1);
+                        i
+                    }
+                },
             };
             opens.push(SavedOpen {
                 fh: fh.0,
@@ -287,6 +306,7 @@ impl PassthroughFs {
         };
         let t_rem = t0.elapsed();
         let root_ident = self.root.ident();
+        let state_parked = opens.iter().any(|o| o.fd & super::state::PARKED != 0);
         let state = State {
             root: RootId {
                 dev: self.root.dev(),
@@ -328,7 +348,12 @@ impl PassthroughFs {
             }
         );
         Ok(Saved {
-            format: super::FORMAT.to_string(),
+            format: if state_parked {
+                super::FORMAT_PARKED
+            } else {
+                super::FORMAT
+            }
+            .to_string(),
             bytes: bytes.into(),
             fds,
         })

@@ -14,6 +14,17 @@ use uvfs_vfs::Ino;
 /// a new version.
 pub(crate) const FORMAT: &str = "uvfs-passthrough/1";
 
+/// [`FORMAT`] with open files sent parked (`park.rs`): `SavedOpen::fd`
+/// holds [`PARKED`] and the flags to open the file again with. Written
+/// only by a state holding one, so that builds before it, which refuse
+/// such an index, still read every other state; and they refuse this
+/// one by its name first.
+pub(crate) const FORMAT_PARKED: &str = "uvfs-passthrough/2";
+
+/// Set in `SavedOpen::fd` of an open file sent without an fd: the rest
+/// of the word is its `F_GETFL` flags.
+pub(crate) const PARKED: u32 = 1 << 31;
+
 /// Handle bytes kept in place (most file systems' handles).
 const SMALL: usize = 16;
 
@@ -107,7 +118,9 @@ pub(crate) struct SavedOpen {
     pub dev: u64,
     pub ino: u64,
     /// Index into `Saved::fds`: a duplicate of the open's fd (the same
-    /// open file description).
+    /// open file description); or, in [`FORMAT_PARKED`], [`PARKED`] and
+    /// the flags the successor opens the file again with when it needs
+    /// an fd for it.
     pub fd: u32,
     /// The mount removed the file's last name (`Node::mark_removed`).
     pub removed: bool,
@@ -228,13 +241,15 @@ impl State {
     }
 
     /// Whether the state holds together: node tables well formed (kept
-    /// nodes sorted), handles well formed, fd indexes below `fds`.
+    /// nodes sorted), handles well formed, fd indexes below `fds`, parked
+    /// opens only where `parked` (the format allows them).
     pub fn check(
         &self,
         bytes: &[u8],
         runs: &Runs,
         fds: usize,
         counters: usize,
+        parked: bool,
     ) -> Result<(), String> {
         let (nodes, remembered) = tables(bytes, runs);
         nodes.check(true)?;
@@ -256,7 +271,8 @@ impl State {
             }
         }
         let fd_ok = |i: u32| (i as usize) < fds;
-        if !self.opens.iter().all(|o| fd_ok(o.fd)) || !self.locks.iter().all(|l| fd_ok(l.fd)) {
+        let open_ok = |i: u32| fd_ok(i) || (parked && i & PARKED != 0);
+        if !self.opens.iter().all(|o| open_ok(o.fd)) || !self.locks.iter().all(|l| fd_ok(l.fd)) {
             return Err(format!("an fd index is beyond the {fds} fds passed"));
         }
         if self.counters.len() != counters {
