@@ -20,7 +20,7 @@ use crate::fdpool::Fd;
 use crate::node::Node;
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use uvfs_vfs::{Errno, Fh, VfsResult};
 
@@ -65,6 +65,17 @@ pub struct OpenFile {
     /// again, nothing else keeps the vnode from being recycled, and a
     /// recycled one would come back as another `Node` than `node`.
     _pin: Option<uvfs_vfs::VnodeRef>,
+    /// The table's count of parked handles, which this one is in while
+    /// `desc` is `Parked` (`OpenTable::parked`).
+    parked_count: Arc<AtomicUsize>,
+}
+
+impl Drop for OpenFile {
+    fn drop(&mut self) {
+        if matches!(*self.desc.get_mut(), Desc::Parked(_)) {
+            self.parked_count.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
 }
 
 impl OpenFile {
@@ -160,11 +171,14 @@ impl OpenFile {
         let Ok(flags) = rustix::fs::fcntl_getfl(&**fd) else {
             return false;
         };
-        // Looked at again with `desc` locked: a removal of the file's
-        // last name marks the node (SeqCst) before it looks for parked
-        // handles (`keep_reachable`, under this lock's read side), so
-        // either it is seen here or this handle is seen parked there.
+        // Counted parked, then the node looked at again with `desc`
+        // locked: a removal of the file's last name marks the node
+        // (SeqCst) before it reads the count and looks for parked
+        // handles (`keep_reachable`, on this lock's read side), so either
+        // the mark is seen here or the count and this handle there.
+        self.parked_count.fetch_add(1, Ordering::SeqCst);
         if self.node.nameless_by_mount() {
+            self.parked_count.fetch_sub(1, Ordering::SeqCst);
             return false;
         }
         let old = std::mem::replace(&mut *d, Desc::Parked(flags.bits() as i32));
@@ -203,6 +217,7 @@ impl OpenFile {
             Desc::Held(held) => held.clone(),
             Desc::Parked(_) => {
                 *d = Desc::Held(fd.clone());
+                self.parked_count.fetch_sub(1, Ordering::SeqCst);
                 fd
             }
         }
@@ -218,9 +233,10 @@ impl OpenFile {
 pub struct OpenTable {
     map: RwLock<HashMap<u64, Arc<OpenFile>>>,
     next: AtomicU64,
-    /// A handle was ever parked here (`park.rs`), or taken over parked:
-    /// until then a removal need not look for parked handles.
-    pub(crate) parked_any: AtomicBool,
+    /// Handles parked now (`park.rs`), or taken over parked: while none
+    /// is, a removal need not look for any. Each handle counts itself in
+    /// and out as its `desc` changes (`OpenFile::park`, `unpark`, drop).
+    parked: Arc<AtomicUsize>,
 }
 
 impl Default for OpenTable {
@@ -228,7 +244,7 @@ impl Default for OpenTable {
         OpenTable {
             map: RwLock::new(HashMap::new()),
             next: AtomicU64::new(1),
-            parked_any: AtomicBool::new(false),
+            parked: Arc::default(),
         }
     }
 }
@@ -265,7 +281,7 @@ impl OpenTable {
         // this handle's alone until `share` marks it.
         let shared = AtomicBool::new(matches!(&desc, Desc::Held(fd) if Arc::strong_count(fd) > 1));
         if matches!(desc, Desc::Parked(_)) {
-            self.parked_any.store(true, Ordering::SeqCst);
+            self.parked.fetch_add(1, Ordering::SeqCst);
         }
         let of = Arc::new(OpenFile {
             desc: RwLock::new(desc),
@@ -276,6 +292,7 @@ impl OpenTable {
             dir_lock: Mutex::new(()),
             kept: Default::default(),
             _pin: pin,
+            parked_count: self.parked.clone(),
         });
         map.insert(fh.0, of);
         true
@@ -354,6 +371,11 @@ impl OpenTable {
                 return;
             }
         }
+    }
+
+    /// Handles parked now.
+    pub(crate) fn parked(&self) -> usize {
+        self.parked.load(Ordering::SeqCst)
     }
 
     /// Open files now.

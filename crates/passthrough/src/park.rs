@@ -49,10 +49,6 @@ impl OpenTable {
     /// last sweep first, then any. How many fds went.
     pub(crate) fn park_idle(&self, n: usize, except: Option<&OpenFile>) -> usize {
         let mut parked = 0;
-        // Before any is: a removal that reads this false (after marking
-        // its node) finds every handle unparked or sees its mark here
-        // (`OpenFile::park`).
-        self.parked_any.store(true, Ordering::SeqCst);
         for second_pass in [false, true] {
             self.each(|_, of| {
                 if except.is_some_and(|e| std::ptr::eq(e, &**of)) {
@@ -163,7 +159,7 @@ impl PassthroughFs {
     /// A handle that cannot be reopened stays parked, and its requests
     /// fail as its reopening does.
     pub(crate) fn keep_reachable(&self, node: &Arc<Node>) {
-        if !self.opens.parked_any.load(Ordering::SeqCst) {
+        if self.opens.parked() == 0 {
             return;
         }
         for of in self.opens.parked_of(node) {

@@ -64,6 +64,11 @@ impl PassthroughFs {
                 "Open files and directories now",
             ),
             (
+                "passthrough.fds.open_files_parked",
+                self.opens.parked() as u64,
+                "Open files holding no fd now (given back to make room, or taken over so; reopened when a request needs one)",
+            ),
+            (
                 "passthrough.locks.owners",
                 self.posix_locks.len() as u64,
                 "Backing descriptions holding POSIX locks of a lock owner now",

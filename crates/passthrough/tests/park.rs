@@ -19,6 +19,16 @@ fn flock(typ: i32) -> FileLock {
     }
 }
 
+/// Open files holding no fd now, as `uvfs stat` shows them.
+fn parked_now(e: &Env) -> u64 {
+    let stats = e.fs.stats();
+    let (_, n, _) = stats
+        .iter()
+        .find(|(k, _, _)| *k == "passthrough.fds.open_files_parked")
+        .expect("the gauge");
+    *n
+}
+
 /// `FILES` files, each holding its own name, each opened read-write.
 fn open_all(e: &Env) -> Vec<(VnodeRef, Fh)> {
     (0..FILES)
@@ -41,6 +51,8 @@ fn past_the_share_every_file_opens_and_each_handle_keeps_its_file() {
     let fhs = open_all(&e);
     assert!(pool.counters.parked.load(Ordering::Relaxed) > 0);
     assert!(pool.open_files() <= BUDGET - pool.name_reserve());
+    // Every handle holds its fd or is counted parked.
+    assert_eq!(pool.open_files() as u64 + parked_now(&e), FILES as u64);
     // Every handle, oldest first (those parked), reads its own file,
     // twice round: each reopened handle parks another.
     for round in 0..2 {
@@ -69,6 +81,7 @@ fn past_the_share_every_file_opens_and_each_handle_keeps_its_file() {
         e.fs.release(&vp, fh).unwrap();
     }
     assert_eq!(pool.open_files(), 0);
+    assert_eq!(parked_now(&e), 0);
 }
 
 #[test]
@@ -203,4 +216,5 @@ fn requests_racing_with_parking_always_find_their_file() {
         e.fs.release(&vp, fh).unwrap();
     }
     assert_eq!(pool.open_files(), 0);
+    assert_eq!(parked_now(&e), 0);
 }
