@@ -47,7 +47,7 @@ fn past_the_share_every_file_opens_and_each_handle_keeps_its_file() {
     let e = env_with("park", 4096, budgeted(BUDGET));
     let pool = e.fs.pool();
     // More distinct files than the budget, all open at once (LTP's
-    // creat05 fills a 20,000-fd table so).
+    // creat05 fills its own table so).
     let fhs = open_all(&e);
     assert!(pool.counters.parked.load(Ordering::Relaxed) > 0);
     assert!(pool.open_files() <= BUDGET - pool.name_reserve());
@@ -97,7 +97,7 @@ fn a_parked_handle_locks_and_outlives_its_last_name() {
     let try_outside =
         || rustix::fs::flock(&outside, rustix::fs::FlockOperation::NonBlockingLockShared);
     assert!(try_outside().is_err());
-    // Held by a handle no longer parkable: the other handles make room.
+    // Held by a handle that cannot be parked now: the others make room.
     for (i, (vp, fh)) in fhs.iter().enumerate().skip(2) {
         assert_eq!(
             e.fs.read(vp, *fh, 0, 64).unwrap(),

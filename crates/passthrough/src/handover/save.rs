@@ -215,8 +215,7 @@ impl PassthroughFs {
         // Duplicates the budget has room for: the fds this process keeps
         // outside the budget are what the rest of the hand-over (ring
         // buffers, the state's memfd, the successor's socket) needs, and
-        // thousands of open files would spend them all (the upgrade was
-        // refused with `EMFILE` past about 9,000 distinct files open).
+        // duplicates of thousands of open files would spend them all.
         let mut room = self.pool.budget().saturating_sub(self.pool.used());
         for (vp, fh) in keep.open {
             let of = self.opens.get(*fh)?;
