@@ -196,10 +196,9 @@ impl PassthroughFs {
             return Err(Errno::ENOTDIR);
         }
         let fd = self.fd_of(&node)?;
-        let res = match self.pool.reserve_opendir() {
-            Err(Errno::EMFILE) => self.reserve_file(None)?,
-            r => r?,
-        };
+        // Within the whole budget; the pool's relief parks idle open
+        // files if nothing else can be evicted (`park.rs`).
+        let res = self.pool.reserve_opendir()?;
         let d = self.reading(libc::O_RDONLY | libc::O_DIRECTORY, |f| {
             self.open_to_read(&node, f, |f| sys::openat(fd.as_fd(), c".", f))
         })?;

@@ -4,11 +4,12 @@
 //! budget no larger than what one caller may hold itself (the same hard
 //! limit). So one process filling its own table with distinct files
 //! (LTP's `creat05` creates files and holds them open until its own
-//! table is full) would meet the server's limit first. Yet most of those fds sit idle: where the kernel
-//! does a file's I/O itself (`uvfs_fuse`'s backing files), it holds the
-//! backing file it registered, and the server's fd serves only the rare
-//! request the kernel still sends (FSYNC, FALLOCATE, LSEEK, locks,
-//! ioctls); elsewhere a handle nobody reads is idle all the same.
+//! table is full) would meet the server's limit first. Yet most of those
+//! fds sit idle: where the kernel does a file's I/O itself (`uvfs_fuse`'s
+//! backing files), it holds the backing file it registered, and the
+//! server's fd serves only the rare request the kernel still sends
+//! (FSYNC, FALLOCATE, LSEEK, locks, ioctls); elsewhere a handle nobody
+//! reads is idle all the same.
 //!
 //! So when open files hold their whole share of the budget, an open
 //! parks idle handles (`OpenFile::park`): closes their fds, keeping the
