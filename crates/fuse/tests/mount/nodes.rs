@@ -161,11 +161,20 @@ fn a_handle_of_a_file_just_removed_is_stale() {
     // FORGET may not have reached the server: the handle's `.` lookup
     // finds the node still there, with no name left. ext4 answers ESTALE
     // (open or not), and so must the mount.
+    //
+    // The files are made by MKNOD, never opened: the kernel holds a closed
+    // file's inode until the server answers its RELEASE (sent in the
+    // background), and an open by handle meanwhile finds that inode in
+    // the kernel's cache and opens it without asking the server. That
+    // window is the kernel's (docs/STATUS.md, "Noticed and left alone").
     let Some(m) = Mnt::new(None) else { return };
     let opened: Vec<usize> = (0..40)
         .filter(|i| {
             let p = m.p(&format!("f{i}"));
-            fs::write(&p, b"x").unwrap();
+            // SAFETY: `cstr` gives a NUL-terminated path that lives for the
+            // call.
+            let rc = unsafe { libc::mknod(cstr(&p).as_ptr(), libc::S_IFREG | 0o644, 0) };
+            assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
             let h = common::handle_of(&p);
             fs::remove_file(&p).unwrap();
             match common::open_handle(&m.dir, &h) {
