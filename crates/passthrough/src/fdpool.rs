@@ -82,7 +82,7 @@ pub const MIN_BUDGET: usize = 8;
 /// /proc. A budget may use all the others.
 pub const RESERVED_FDS: usize = 128;
 
-/// Counters of the pool (see [`FdPool::stats`]).
+/// Counters of the pool (see [`PassthroughFs::stats`](crate::PassthroughFs::stats)).
 #[derive(Default, Debug)]
 pub struct PoolCounters {
     /// Fds opened through the pool.

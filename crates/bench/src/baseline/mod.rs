@@ -1,12 +1,12 @@
 //! **Benchmark baselines**, not for production use: the locks `uvfs bench
-//! readseek` compares [`RangeLock`](uvfs_rangelock::RangeLock) against, all behind
+//! readseek` compares [`RangeLock`] against, all behind
 //! one trait.
 //!
 //! * [`NoLock`] (`none`): no locking at all; correct only for pure readers.
 //! * [`WholeFile`] (`rwlock`): one reader/writer lock for the whole file.
 //! * [`MutexList`] (`mutex-list`): one mutex over a list of requests,
 //!   rescanned on every lock and unlock, as FreeBSD's rangelock before 2023.
-//! * [`RangeLock`](uvfs_rangelock::RangeLock) (`uvfs`).
+//! * [`RangeLock`] (`uvfs`).
 
 mod mutex_list;
 
