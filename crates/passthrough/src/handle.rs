@@ -48,8 +48,8 @@ const INLINE: usize = 12;
 /// 16 bytes: the type, the mount and the bytes of a common handle are
 /// kept in place (the type in a byte, as every file system's is; the
 /// mount as its index in the process's table of mount ids, `MOUNT_IDS`);
-/// any other handle is kept whole on the heap. Which form a handle takes depends only on its contents,
-/// so equal handles compare equal.
+/// any other handle is kept whole on the heap. Which form a handle takes
+/// depends only on its contents, so equal handles compare equal.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Handle(Repr);
 
