@@ -31,7 +31,7 @@ use rayon::prelude::*;
 use std::ffi::CString;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
-use uvfs_vfs::{DirEntry, DirPlusSink, DirSink, Errno, Fh, VType, VfsResult, VnodeRef};
+use uvfs_vfs::{DirEntry, DirPlusSink, DirSink, Errno, Fh, Relist, VType, VfsResult, VnodeRef};
 
 const BUF: usize = 32 << 10;
 /// READDIRPLUS entries probed at once (see the module doc).
@@ -172,9 +172,18 @@ impl PassthroughFs {
         let mut given = 0usize;
         let mut chunk: Vec<DirEntry> = Vec::with_capacity(CHUNK);
         let mut full = false;
+        // A listing again from the start right after one that gave the
+        // kernel these entries' attributes (`uvfs_vfs::Relist`).
+        let fresh = if offset == 0 {
+            self.relist.fresh(dnode.id).unwrap_or(0)
+        } else {
+            0
+        };
+        let mut names_only = 0usize;
         let mut plus = |chunk: &mut Vec<DirEntry>, given: &mut usize| {
             let subdirs = want_subdirs.then_some(&mut subdirs);
-            self.plus_chunk(&dnode, chunk, sink, given, subdirs)
+            let fresh = fresh.saturating_sub(*given);
+            self.plus_chunk(&dnode, chunk, sink, given, subdirs, fresh, &mut names_only)
         };
         self.scan(&of, offset, &mut |e, _| {
             chunk.push(e);
@@ -186,6 +195,12 @@ impl PassthroughFs {
         if !full && !chunk.is_empty() {
             full = plus(&mut chunk, &mut given)?;
         }
+        // Only a listing that gave every entry's attributes vouches for
+        // them (one that gave names alone would stretch an older one's).
+        // (`given` counts the entry the sink refused, if it was full.)
+        if offset == 0 && names_only == 0 {
+            self.relist.given(dnode.id, given - usize::from(full));
+        }
         if let Some((p, _)) = ahead {
             p.listed(&dnode, dnode.dev(), dnode.ino, subdirs, !full);
         }
@@ -195,7 +210,10 @@ impl PassthroughFs {
     /// Looks up a chunk of listed entries (probes in parallel) and hands
     /// them to `sink` in order; empties `chunk`. Returns whether the sink
     /// is full. The subdirectories handed over (same device: no mount
-    /// points) are added to `subdirs`, if given, for readahead.
+    /// points) are added to `subdirs`, if given, for readahead. Of the
+    /// chunk's first `fresh` entries, those whose node the kernel holds
+    /// go by name alone (`uvfs_vfs::Relist`), counted in `names_only`.
+    #[allow(clippy::too_many_arguments)]
     fn plus_chunk(
         &self,
         dnode: &Arc<Node>,
@@ -203,12 +221,16 @@ impl PassthroughFs {
         sink: &mut DirPlusSink<'_>,
         given: &mut usize,
         mut subdirs: Option<&mut Vec<(CString, u64)>>,
+        fresh: usize,
+        names_only: &mut usize,
     ) -> VfsResult<bool> {
         let probes: Vec<Option<VfsResult<Probe>>> = {
             let dfd = self.fd_of(dnode)?;
             let raw = dfd.as_fd();
-            let one = |e: &DirEntry| {
-                (!uvfs_vfs::is_dot_or_dotdot(&e.name)).then(|| probe(self, raw, &e.name))
+            let one = |(i, e): (usize, &DirEntry)| {
+                let skip = uvfs_vfs::is_dot_or_dotdot(&e.name)
+                    || (i < fresh && Relist::kernel_holds(&self.layer, &self.mnt, e.ino));
+                (!skip).then(|| probe(self, raw, &e.name))
             };
             // Alone: the walker waits for us, a core is idle. Not alone:
             // the other requests' threads have the cores, and handing work
@@ -220,15 +242,19 @@ impl PassthroughFs {
             if chunk.len() >= PAR_MIN && self.prefetch.is_none() && self.plus_load.alone() {
                 chunk
                     .par_iter()
+                    .enumerate()
                     .with_min_len(PAR_MIN / 2)
                     .map(one)
                     .collect()
             } else {
-                chunk.iter().map(one).collect()
+                chunk.iter().enumerate().map(one).collect()
             }
         };
         for (e, p) in chunk.drain(..).zip(probes) {
             let Some(p) = p else {
+                if !uvfs_vfs::is_dot_or_dotdot(&e.name) {
+                    *names_only += 1;
+                }
                 *given += 1;
                 if sink(&e, None) {
                     return Ok(true);

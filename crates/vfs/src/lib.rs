@@ -17,7 +17,8 @@
 //! back) · `handover` (live upgrade) · `fds` (descriptors counted against
 //! the server's budget) · `freeing` and `droplater` (freeing large files
 //! off the request) · `trim` (`FITRIM`) · `mountinfo` (the mount table,
-//! read by the server and by the passthrough's watcher).
+//! read by the server and by the passthrough's watcher) · `relist`
+//! (directories just listed with attributes).
 //!
 //! # Walkthrough
 //!
@@ -138,6 +139,7 @@ mod lock;
 pub mod mountinfo;
 mod name;
 mod ops;
+mod relist;
 mod statfs;
 mod time;
 mod trim;
@@ -168,6 +170,7 @@ pub use name::{
     check_name, check_new_name, check_symlink_target, is_dot_or_dotdot, NAME_MAX, SYMLINK_MAX,
 };
 pub use ops::{DirPlusSink, DirSink, Fh, FileSystem};
+pub use relist::Relist;
 pub use statfs::StatFs;
 pub use time::Timespec;
 pub use trim::{TrimRange, FITRIM};

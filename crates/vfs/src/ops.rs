@@ -42,8 +42,11 @@ pub struct Fh(pub u64);
 /// it was given was not taken and the scan stops).
 pub type DirSink<'a> = dyn FnMut(&DirEntry) -> bool + 'a;
 
-/// Receives directory entries with the entry's vnode and attributes
-/// (`None` for `.` and `..`); returns `true` when full, like [`DirSink`].
+/// Receives directory entries with the entry's vnode and attributes;
+/// returns `true` when full, like [`DirSink`]. `None` for `.` and `..`,
+/// and for an entry to be listed by name alone: the kernel is not handed
+/// its node (no lookup count) and keeps what it holds of it, which suits
+/// an entry whose node and attributes it was just given.
 pub type DirPlusSink<'a> = dyn FnMut(&DirEntry, Option<(&VnodeRef, &Attr)>) -> bool + 'a;
 
 /// The operations of one mounted file system.

@@ -809,6 +809,42 @@ impl ReplyDirectoryPlus {
         ))
     }
 
+    /// Add an entry the kernel lists without linking it (node id 0 in
+    /// the reply): no attributes, no lookup reference, no FORGET later.
+    /// For a name whose node and attributes the kernel already holds.
+    /// Returns true if the buffer is full.
+    pub fn add_name_only<T: AsRef<OsStr>>(
+        &mut self,
+        ino: INodeNo,
+        offset: u64,
+        name: T,
+        kind: FileType,
+    ) -> bool {
+        let attr = FileAttr {
+            ino,
+            size: 0,
+            blocks: 0,
+            atime: std::time::SystemTime::UNIX_EPOCH,
+            mtime: std::time::SystemTime::UNIX_EPOCH,
+            ctime: std::time::SystemTime::UNIX_EPOCH,
+            crtime: std::time::SystemTime::UNIX_EPOCH,
+            kind,
+            perm: 0,
+            nlink: 0,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            blksize: 0,
+            flags: 0,
+        };
+        self.buf.push(&DirEntryPlus::name_only(
+            ino,
+            DirEntOffset(offset),
+            name.as_ref(),
+            (&attr).into(),
+        ))
+    }
+
     /// Reply to a request with the filled directory buffer
     pub fn ok(self) {
         let response: ll::ResponseData = self.buf.into();

@@ -105,6 +105,14 @@ impl Server {
                     }
                     let nm = OsStr::from_bytes(&e.name);
                     match found {
+                        // A name without its node (not `.` or `..`): the
+                        // kernel lists it without linking it.
+                        None if !uvfs_vfs::is_dot_or_dotdot(&e.name) => reply.add_name_only(
+                            INodeNo(i.nodes.node_id(e.ino)),
+                            e.offset,
+                            nm,
+                            file_type(e.kind),
+                        ),
                         // `.` and `..`: the kernel does not link these, so no
                         // reference is counted.
                         None => {

@@ -7,7 +7,8 @@
 //! set-ids, tmpfiles, sparse files, files changed or removed on the host,
 //! file handles), `locks.rs` locks shared with the source's other users,
 //! `kernel_io.rs` files the kernel reads and writes on their source files
-//! itself, and `read_only.rs` a read-only mount. The mount they share,
+//! itself, `read_only.rs` a read-only mount, and `relist.rs` listings
+//! that give names alone. The mount they share,
 //! `Pt`, is here.
 
 #[path = "../common/mod.rs"]
@@ -16,6 +17,7 @@ mod common;
 mod kernel_io;
 mod locks;
 mod read_only;
+mod relist;
 mod source;
 
 use common::fuse_usable;

@@ -485,8 +485,9 @@ impl Kernel {
                 self.released.push(fh);
             }
             READDIRPLUS => {
-                for (id, name) in direntplus_ids(&r.body) {
-                    if name != b"." && name != b".." {
+                for (id, _, name) in direntplus_ids(&r.body) {
+                    // (Node id 0 lists a name without handing its node.)
+                    if name != b"." && name != b".." && id != 0 {
                         self.remember(id);
                     }
                 }

@@ -23,14 +23,18 @@ pub(crate) fn dirents(b: &[u8]) -> Vec<(u64, u64, Vec<u8>)> {
     out
 }
 
-/// (node id, name) of each READDIRPLUS entry.
-pub(crate) fn direntplus_ids(b: &[u8]) -> Vec<(u64, Vec<u8>)> {
+/// (node id, the dirent's inode number, name) of each READDIRPLUS entry.
+pub(crate) fn direntplus_ids(b: &[u8]) -> Vec<(u64, u64, Vec<u8>)> {
     let mut out = Vec::new();
     let mut at = 0;
     while at + ENTRY_OUT + 24 <= b.len() {
         let d = at + ENTRY_OUT;
         let namelen = u32_at(b, d + 16) as usize;
-        out.push((u64_at(b, at), b[d + 24..d + 24 + namelen].to_vec()));
+        out.push((
+            u64_at(b, at),
+            u64_at(b, d),
+            b[d + 24..d + 24 + namelen].to_vec(),
+        ));
         at += (ENTRY_OUT + 24 + namelen).next_multiple_of(8);
     }
     out
@@ -150,9 +154,15 @@ pub(crate) fn check_shape(op: u32, nodeid: u64, req: &[u8], body: &[u8]) -> Resu
                 return Err(format!("{} bytes for a listing of {size}", body.len()));
             }
             if op == READDIRPLUS {
-                for (id, name) in direntplus_ids(body) {
-                    if name.is_empty() || name.contains(&b'/') || (id == 0 && name != b"..") {
-                        return Err(format!("entry {id:#x} {name:?}"));
+                for (id, ino, name) in direntplus_ids(body) {
+                    // Node id 0: listed and not linked, as the kernel
+                    // takes it (`fuse_direntplus_link`); the dirent still
+                    // names an inode.
+                    if name.is_empty()
+                        || name.contains(&b'/')
+                        || (id == 0 && ino == 0 && name != b"..")
+                    {
+                        return Err(format!("entry {id:#x} (ino {ino:#x}) {name:?}"));
                     }
                 }
             } else {

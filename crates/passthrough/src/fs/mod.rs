@@ -123,6 +123,8 @@ pub struct PassthroughFs {
     pub(crate) plus_load: crate::plus_load::PlusLoad,
     /// Directory readahead for a lone walker (`prefetch.rs`).
     pub(crate) prefetch: Option<crate::prefetch::Prefetcher>,
+    /// Directories just listed with attributes (`uvfs_vfs::Relist`).
+    pub(crate) relist: uvfs_vfs::Relist,
     /// The mount's atime rule and how it reaches the source: `O_NOATIME`,
     /// or opening on a clone of the source's mount (`atime.rs`).
     pub(crate) atime: crate::atime::Atime,
@@ -305,6 +307,7 @@ impl PassthroughFs {
             opens,
             posix_locks: Default::default(),
             plus_load: Default::default(),
+            relist: Default::default(),
             prefetch,
             atime,
             own_dev: AtomicU64::new(NO_DEV),

@@ -524,6 +524,9 @@ pub(crate) struct DirEntryPlus<T: AsRef<Path>> {
     entry_valid: Duration,
     attr: Attr,
     attr_valid: Duration,
+    /// Whether the kernel is to link the entry (node id, attributes);
+    /// otherwise it lists the name only.
+    link: bool,
 }
 
 impl<T: AsRef<Path>> DirEntryPlus<T> {
@@ -544,6 +547,24 @@ impl<T: AsRef<Path>> DirEntryPlus<T> {
             entry_valid,
             attr,
             attr_valid,
+            link: true,
+        }
+    }
+
+    /// An entry the kernel lists without linking it: node id 0, which
+    /// `fuse_direntplus_link` takes as "no attributes given" (no lookup
+    /// reference is counted, no FORGET follows). `attr` gives the
+    /// dirent's inode number and type only.
+    pub(crate) fn name_only(ino: INodeNo, offset: DirEntOffset, name: T, attr: Attr) -> Self {
+        Self {
+            ino,
+            generation: Generation(0),
+            offset,
+            name,
+            entry_valid: Duration::ZERO,
+            attr,
+            attr_valid: Duration::ZERO,
+            link: false,
         }
     }
 }
@@ -570,7 +591,7 @@ impl DirEntPlusList {
         let name = x.name.as_ref().as_os_str().as_bytes();
         let header = abi::fuse_direntplus {
             entry_out: abi::fuse_entry_out {
-                nodeid: x.attr.attr.ino,
+                nodeid: if x.link { x.attr.attr.ino } else { 0 },
                 generation: x.generation.into(),
                 entry_valid: x.entry_valid.as_secs(),
                 attr_valid: x.attr_valid.as_secs(),
