@@ -10,7 +10,8 @@
 //! would wait as long (`scripts/large-removal-latency.sh`; figures in
 //! docs/results.md, "FUSE over io_uring"). One `statx` tells
 //! beforehand, from the blocks the file has: cheap next to the request,
-//! and asked only on io_uring queues.
+//! and asked only on io_uring queues. A removal needs none while the
+//! closing thread has room: its last close goes there (`hold_freed`).
 
 use crate::closer::{CLOSER, MAX_PENDING};
 use crate::fs::PassthroughFs;
@@ -93,8 +94,8 @@ impl PassthroughFs {
             // A removal that ends a file holding storage holds it across
             // its `unlinkat` and leaves the last close to the closing
             // thread (`hold_freed`): while that thread has room, it frees
-            // nothing in the request, and no `statx` (a path walk, a
-            // tenth of a passthrough `rm -rf`'s request time) needs to
+            // nothing in the request, and no `statx` (a path walk, on
+            // the path of every UNLINK an `rm -rf` waits for) needs to
             // tell. The margin is for removals on other threads taking
             // the room between this check and their `hold_freed`.
             Freeing::Remove { .. } if CLOSER.pending() + REMOVALS_AT_ONCE <= MAX_PENDING => {
