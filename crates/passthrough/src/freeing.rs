@@ -10,10 +10,9 @@
 //! would wait as long (`scripts/large-removal-latency.sh`; figures in
 //! docs/results.md, "FUSE over io_uring"). One `statx` tells
 //! beforehand, from the blocks the file has: cheap next to the request,
-//! and asked only on io_uring queues. A removal needs none while the
-//! closing thread has room: its last close goes there (`hold_freed`).
+//! and asked only on io_uring queues.
 
-use crate::closer::{CLOSER, MAX_PENDING};
+use crate::closer::CLOSER;
 use crate::fs::PassthroughFs;
 use crate::sys;
 use rustix::fs::{Mode, OFlags};
@@ -27,12 +26,6 @@ use uvfs_vfs::Freeing;
 /// thread: milliseconds of the backing file system's work, next to a
 /// hand-off's microseconds.
 pub(crate) const LARGE_FREE: u64 = 64 << 20;
-
-/// Removals that may be between [`PassthroughFs::frees_much`] and
-/// their `hold_freed` at once: one per request thread (a queue per CPU,
-/// the offload pool), with room to spare. Past it, a removal's room on
-/// the closing thread is not taken for granted.
-const REMOVALS_AT_ONCE: u64 = 8;
 
 /// Bytes of storage a file holds (`st_blocks` counts 512-byte units
 /// whatever the block size).
@@ -91,16 +84,6 @@ impl PassthroughFs {
 
     pub(crate) fn frees_much(&self, what: Freeing<'_>) -> bool {
         let st = match what {
-            // A removal that ends a file holding storage holds it across
-            // its `unlinkat` and leaves the last close to the closing
-            // thread (`hold_freed`): while that thread has room, it frees
-            // nothing in the request, and no `statx` (a path walk, on
-            // the path of every UNLINK an `rm -rf` waits for) needs to
-            // tell. The margin is for removals on other threads taking
-            // the room between this check and their `hold_freed`.
-            Freeing::Remove { .. } if CLOSER.pending() + REMOVALS_AT_ONCE <= MAX_PENDING => {
-                return false
-            }
             Freeing::Remove { dir, name } => {
                 let Ok(dnode) = self.node_of(dir) else {
                     return false;
@@ -141,43 +124,5 @@ impl PassthroughFs {
             }
         };
         regular(&st) && allocated(&st) >= LARGE_FREE
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::fs::PassthroughConfig;
-    use uvfs_vfs::FileSystem;
-    use uvfs_vnode::{Config, VnodeLayer};
-
-    /// Without room on the closing thread, a removal's last close would
-    /// come in the request: then, and only then, the removal of a large
-    /// file says it frees much.
-    #[test]
-    fn a_large_files_removal_frees_much_only_when_the_closer_has_no_room() {
-        let src = std::env::temp_dir().join(format!("uvfs-pt-freeing-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&src);
-        std::fs::create_dir_all(&src).unwrap();
-        let f = std::fs::File::create(src.join("large")).unwrap();
-        rustix::fs::fallocate(&f, rustix::fs::FallocateFlags::empty(), 0, 65 << 20).unwrap();
-        drop(f);
-        let layer = VnodeLayer::new(Config::with_limit(64));
-        let fs = PassthroughFs::new(layer, &src, PassthroughConfig::default()).unwrap();
-        let root = fs.root().unwrap();
-        let remove = || {
-            fs.may_free_much(Freeing::Remove {
-                dir: &root,
-                name: b"large",
-            })
-        };
-        assert!(!remove(), "room on the closing thread");
-        // Taken by removals on other threads.
-        let taken = MAX_PENDING - REMOVALS_AT_ONCE + 1;
-        assert!(CLOSER.reserve(taken));
-        let full = remove();
-        CLOSER.unreserve(taken);
-        assert!(full, "no room taken for granted");
-        std::fs::remove_dir_all(&src).unwrap();
     }
 }

@@ -1,8 +1,7 @@
 //! Changes that end a large file's storage: the passthrough says so
 //! beforehand (`may_free_much`, which an io_uring server uses to serve
 //! them off its queue), and a removal's last close of the file comes after
-//! the removal returns (`closer.rs`), so a removal says so only when the
-//! closing thread has no room.
+//! the removal returns (`closer.rs`).
 
 mod common;
 
@@ -64,10 +63,7 @@ fn only_changes_that_end_a_large_files_storage_free_much() {
     std::fs::hard_link(e.src.path().join("linked"), e.src.path().join("linked2")).unwrap();
     std::fs::create_dir(e.src.path().join("dir")).unwrap();
 
-    // Its last close goes to the closing thread, which has room: the
-    // removal itself frees nothing (past that thread's room it would;
-    // `freeing.rs`'s unit test).
-    assert!(!removes_much(&e, "large"));
+    assert!(removes_much(&e, "large"));
     assert!(!removes_much(&e, "small"));
     assert!(!removes_much(&e, "linked"), "another name keeps the file");
     assert!(!removes_much(&e, "dir"));
