@@ -11,8 +11,9 @@
 //! reaches the end, so the kernel's listing cache cannot serve the
 //! second: the server looked every entry up twice, a `statx` and a node
 //! each, for attributes the kernel had just been given (a quarter of the
-//! server's time in a passthrough `rm -rf`; in memfs, the kernel's
-//! linking and a FORGET per entry).
+//! server's time in a passthrough `rm -rf`). The passthrough uses this;
+//! memfs, whose lookups are in memory, gained nothing from it and does
+//! not.
 //!
 //! An entry with node id 0 is listed and not linked (`fuse_direntplus_link`
 //! takes it for "no attributes given"). That is never wrong: the kernel
@@ -20,9 +21,9 @@
 //! (LOOKUP, GETATTR) where it is not. What it can cost is a round trip
 //! the attributes would have saved, so names alone are given only for
 //! entries among the first ones a listing of the same directory from its
-//! start gave with attributes less than [`Relist::WINDOW`] ago (shorter than any
-//! attribute timeout the server gives), and whose node the kernel still
-//! holds. (Positions, not cookies, say which entries those were: cookies
+//! start gave with attributes less than [`Relist::WINDOW`] ago (shorter
+//! than the attribute timeouts uvfs gives by default), and whose node the
+//! kernel still holds. (Positions, not cookies, say which entries those were: cookies
 //! need not grow along a listing on every file system.)
 
 use std::sync::{Arc, Mutex};
