@@ -251,6 +251,16 @@ impl FdPool {
         self.open_files.load(Ordering::Relaxed)
     }
 
+    /// Whether caching one more node fd would give another back
+    /// (`enter`): the cache holds [`CACHED_FDS`] already.
+    pub fn cache_full(&self) -> bool {
+        let not_open = self
+            .used
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.open_files.load(Ordering::Relaxed));
+        not_open >= CACHED_FDS
+    }
+
     /// Nodes on the CLOCK ring (live or not yet swept).
     pub fn ring_len(&self) -> usize {
         self.clock.lock().q.len()

@@ -74,7 +74,19 @@ impl PassthroughFs {
                 e
             }
         };
-        let fd = self.fd_of(&node).map_err(gone)?;
+        // A node without a cached fd, while the pool's cache is full (a
+        // `git grep` or a build reading more files than it holds), opens
+        // straight by its handle with the open's flags: caching an
+        // `O_PATH` fd first and reopening it through `/proc` would cost a
+        // second open, a path walk and another node's fd, which the scan
+        // would evict again before using it. With room in the cache the
+        // fd is cached, as any use caches it: a file used again soon (a
+        // save by rename racing an open: `namei.rs`, `removed`) keeps it.
+        let fd = match node.cached_fd() {
+            Some(fd) => Some(fd),
+            None if node.ident().handle().is_some() && self.pool.cache_full() => None,
+            None => Some(self.fd_of(&node).map_err(gone)?),
+        };
         let res = match self.pool.reserve_open() {
             Ok(res) => res,
             // Past the open files' share of the budget: a description of
@@ -101,7 +113,11 @@ impl PassthroughFs {
         } else {
             flags
         };
-        let f = self.reopen_file(&node, fd.as_fd(), asked).map_err(gone)?;
+        let f = match &fd {
+            Some(fd) => self.reopen_file(&node, fd.as_fd(), asked),
+            None => self.open_by_handle(&node, asked),
+        }
+        .map_err(gone)?;
         drop(fd);
         if nowait {
             let fl = rustix::fs::fcntl_getfl(&f)?;
@@ -224,6 +240,27 @@ impl PassthroughFs {
         self.reading(flags & !STRIP, |f| {
             self.open_to_read(node, f, |f| sys::reopen(fd, f))
         })
+    }
+
+    /// `node`'s file opened by its handle with `flags` (less `STRIP`), as
+    /// `reopen_file` would through a cached fd; `ESTALE` if the handle
+    /// opens nothing or another file than the node's.
+    fn open_by_handle(&self, node: &crate::node::Node, flags: libc::c_int) -> VfsResult<OwnedFd> {
+        let ident = node.ident();
+        let Some(h) = ident.handle() else {
+            return Err(Errno::ESTALE);
+        };
+        let f = self.reading(flags & !STRIP, |f| {
+            self.open_to_read(node, f, |f| {
+                self.handles.open(h, f).map_err(|e| self.stale(e))
+            })
+        })?;
+        // As `fd_of`'s reopen: the handle may lead to another inode now
+        // (one removed and its number reused, where the handle was made
+        // from the number alone: `by_ino.rs`).
+        self.check_is_nodes(node, &sys::statx_fd(f.as_fd())?)?;
+        self.counters.open_by_handle.fetch_add(1, Ordering::Relaxed);
+        Ok(f)
     }
 
     fn reading(

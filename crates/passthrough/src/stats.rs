@@ -194,6 +194,11 @@ impl PassthroughFs {
                 "Attributes read through a handle opened for that call only (node with no cached fd)",
             ),
             (
+                "passthrough.open_by_handle",
+                ld(&c.open_by_handle),
+                "Files opened straight by handle (node with no cached fd)",
+            ),
+            (
                 "passthrough.handles",
                 u64::from(self.uses_handles()),
                 "1 if nodes reopen by file handle",

@@ -597,3 +597,73 @@ fn past_the_budget_opens_of_an_open_file_share_its_description() {
     let fh = e.fs.open(&ROOT, &g, libc::O_RDONLY).unwrap();
     e.fs.release(&g, fh).unwrap();
 }
+
+/// A named counter of `uvfs stat`.
+fn counter(e: &common::Env, name: &str) -> u64 {
+    e.fs.stats()
+        .into_iter()
+        .find(|(n, _, _)| *n == name)
+        .map(|(_, v, _)| v)
+        .unwrap()
+}
+
+#[test]
+fn opens_past_the_fd_cache_open_the_nodes_own_file_by_handle() {
+    // More files than the pool caches fds for: once the cache is full, an
+    // OPEN of a node without a cached fd opens the file straight by its
+    // handle, with the open's own flags. Each must open its own file, with
+    // those flags, and a file gone from the source must answer ESTALE.
+    let e = env("open-by-handle");
+    assert!(e.fs.uses_handles(), "the tests run as root, with handles");
+    const FILES: usize = 3 * uvfs_passthrough::fdpool::CACHED_FDS;
+    let dir = e.src.path();
+    for i in 0..FILES {
+        std::fs::write(dir.join(format!("f{i}")), format!("file {i}\n")).unwrap();
+    }
+    let nodes: Vec<VnodeRef> = (0..FILES)
+        .map(|i| e.lookup(&e.root, &format!("f{i}")).unwrap())
+        .collect();
+    // Read each, then append to each: every open after the cache filled
+    // takes the handle's way.
+    for (i, vp) in nodes.iter().enumerate() {
+        assert_eq!(e.read_all(vp), format!("file {i}\n").as_bytes());
+    }
+    let direct = counter(&e, "passthrough.open_by_handle");
+    assert!(
+        direct >= (FILES - uvfs_passthrough::fdpool::CACHED_FDS) as u64,
+        "{direct} opens by handle"
+    );
+    for vp in &nodes {
+        let fh =
+            e.fs.open(&ROOT, vp, libc::O_WRONLY | libc::O_APPEND)
+                .unwrap();
+        assert_eq!(e.fs.write(vp, fh, 0, b"more\n").unwrap(), 5);
+        e.fs.release(vp, fh).unwrap();
+    }
+    for i in 0..FILES {
+        let want = format!("file {i}\nmore\n");
+        assert_eq!(
+            std::fs::read(dir.join(format!("f{i}"))).unwrap(),
+            want.as_bytes()
+        );
+    }
+    assert!(counter(&e, "passthrough.open_by_handle") >= direct + FILES as u64 / 2);
+    // O_TRUNC is the open's: the file is emptied.
+    let last = nodes.last().unwrap();
+    let fh =
+        e.fs.open(&ROOT, last, libc::O_RDWR | libc::O_TRUNC)
+            .unwrap();
+    assert_eq!(e.fs.read(last, fh, 0, 64).unwrap(), b"");
+    e.fs.release(last, fh).unwrap();
+    // Looked up (no fd: a lookup opens none), then removed on the host
+    // while the cache is full: the handle opens nothing.
+    std::fs::write(dir.join("g"), b"g").unwrap();
+    let g = e.lookup(&e.root, "g").unwrap();
+    std::fs::remove_file(dir.join("g")).unwrap();
+    let before = counter(&e, "passthrough.open_by_handle");
+    assert_eq!(
+        e.fs.open(&ROOT, &g, libc::O_RDONLY).err(),
+        Some(Errno::ESTALE)
+    );
+    assert_eq!(counter(&e, "passthrough.open_by_handle"), before);
+}

@@ -85,6 +85,9 @@ pub struct PtCounters {
     /// Attributes of nodes without a cached fd read through a handle
     /// opened for that call only.
     pub stat_by_handle: AtomicU64,
+    /// Files an OPEN opened straight by handle (the node had no cached
+    /// fd to reopen).
+    pub open_by_handle: AtomicU64,
     /// Lookups refused with ELOOP: the name led into this mount itself.
     pub own_mount: AtomicU64,
     /// Cached fds dropped because their file lost its last name.

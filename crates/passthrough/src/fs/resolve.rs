@@ -78,14 +78,20 @@ impl PassthroughFs {
         };
         // The file must still be the node's: a handle or a name may now
         // lead to another inode (removed and replaced behind our back).
-        let st = sys::statx_fd(fd.as_fd())?;
-        if (sys::stx_dev(&st), st.stx_ino) != (node.dev(), node.ino)
-            || mode_to_vtype(u32::from(st.stx_mode)) != Some(ident.kind)
+        self.check_is_nodes(node, &sys::statx_fd(fd.as_fd())?)?;
+        Ok(self.cache_fd(node, Arc::new(fd)))
+    }
+
+    /// `ESTALE` unless `st` (a statx of a file just opened for `node`)
+    /// is the node's file: same device, inode number and type.
+    pub(crate) fn check_is_nodes(&self, node: &Node, st: &sys::Statx) -> VfsResult<()> {
+        if (sys::stx_dev(st), st.stx_ino) != (node.dev(), node.ino)
+            || mode_to_vtype(u32::from(st.stx_mode)) != Some(node.ident().kind)
         {
             self.counters.stale.fetch_add(1, Ordering::Relaxed);
             return Err(Errno::ESTALE);
         }
-        Ok(self.cache_fd(node, Arc::new(fd)))
+        Ok(())
     }
 
     /// Caches `fd` on `node` (unless it has one); returns the fd to use.

@@ -110,7 +110,7 @@ impl PassthroughFs {
     /// too: when the kernel decodes the handle but finds no acceptable
     /// dentry for it (an inode unlinked and being evicted),
     /// `do_handle_to_path` turns the NULL dentry into -ENOMEM.
-    pub(super) fn stale(&self, e: Errno) -> Errno {
+    pub(crate) fn stale(&self, e: Errno) -> Errno {
         if e == Errno::ESTALE || e == Errno::ENOENT || e == Errno::ENOMEM {
             self.counters.stale.fetch_add(1, Ordering::Relaxed);
             Errno::ESTALE
