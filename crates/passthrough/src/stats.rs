@@ -199,6 +199,11 @@ impl PassthroughFs {
                 "Files opened straight by handle (node with no cached fd)",
             ),
             (
+                "passthrough.handles.outside_source",
+                ld(&c.outside_source),
+                "Node ids that named, by inode number, a file outside the source (answered ESTALE)",
+            ),
+            (
                 "passthrough.handles",
                 u64::from(self.uses_handles()),
                 "1 if nodes reopen by file handle",

@@ -432,7 +432,7 @@ fn a_flock_lock_stays_with_its_open_file() {
 }
 
 #[test]
-fn on_an_ext4_root_node_ids_resolve_with_no_memory() {
+fn on_ext4_node_ids_resolve_with_no_memory_to_files_of_the_source() {
     let fresh = |src: &Path| {
         PassthroughFs::new(
             VnodeLayer::new(Config::with_limit(4096)),
@@ -482,13 +482,39 @@ fn on_an_ext4_root_node_ids_resolve_with_no_memory() {
         Err(e) => assert_eq!(e, Errno::ESTALE),
         Ok(vp) => assert_ne!(after.generation(&vp), gen),
     }
-    // A source below its file system's root: ids are not made into
-    // handles (they could name files outside the source).
-    std::fs::write(&f, b"again").unwrap();
-    let ino = std::fs::metadata(&f).unwrap().ino();
-    let sub = fresh(dir.path());
-    assert!(!sub.resolves_ids_by_itself());
-    assert_eq!(sub.vget(ino).err(), Some(Errno::ESTALE));
+    // A source below its file system's root: ids resolve to files
+    // beneath it, and only to those (any file of the file system has a
+    // number a made-up handle opens).
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(src.join("d/e")).unwrap();
+    let inside = src.join("d/e/f");
+    std::fs::write(&inside, b"inside").unwrap();
+    std::fs::write(&f, b"outside").unwrap();
+    let outside_dir = dir.path().join("elsewhere");
+    std::fs::create_dir(&outside_dir).unwrap();
+    let sub = fresh(&src);
+    assert!(sub.resolves_ids_by_itself());
+    let vp = sub.vget(std::fs::metadata(&inside).unwrap().ino()).unwrap();
+    let fh = sub.open(&ROOT, &vp, libc::O_RDONLY).unwrap();
+    assert_eq!(sub.read(&vp, fh, 0, 20).unwrap(), b"inside");
+    sub.release(&vp, fh).unwrap();
+    let d = src.join("d/e");
+    let dvp = sub.vget(std::fs::metadata(&d).unwrap().ino()).unwrap();
+    assert_eq!(sub.getattr(&dvp).unwrap().kind, uvfs_vfs::VType::Dir);
+    let outside = |p: &Path| sub.vget(std::fs::metadata(p).unwrap().ino()).err();
+    assert_eq!(outside(&f), Some(Errno::ESTALE));
+    assert_eq!(outside(&outside_dir), Some(Errno::ESTALE));
+    // The source's parent, and a sibling whose name extends the source's.
+    assert_eq!(outside(dir.path()), Some(Errno::ESTALE));
+    let sibling = dir.path().join("src2");
+    std::fs::write(&sibling, b"sibling").unwrap();
+    assert_eq!(outside(&sibling), Some(Errno::ESTALE));
+    let refused = sub
+        .stats()
+        .into_iter()
+        .find(|(n, _, _)| *n == "passthrough.handles.outside_source")
+        .map(|(_, v, _)| v);
+    assert_eq!(refused, Some(4));
 }
 
 /// Records made ahead of the pause (`FileSystem::save_ahead`, requests

@@ -88,6 +88,9 @@ pub struct PtCounters {
     /// Files an OPEN opened straight by handle (the node had no cached
     /// fd to reopen).
     pub open_by_handle: AtomicU64,
+    /// Node ids asked for that named, by inode number, a file outside
+    /// the source (`by_ino.rs`): answered `ESTALE`.
+    pub outside_source: AtomicU64,
     /// Lookups refused with ELOOP: the name led into this mount itself.
     pub own_mount: AtomicU64,
     /// Cached fds dropped because their file lost its last name.
@@ -153,8 +156,8 @@ pub struct PassthroughFs {
     /// Nodes whose identity changed since a live upgrade made their
     /// records ahead (`handover/save.rs`); `None` when none is under way.
     pub(crate) idents_changed: parking_lot::Mutex<Option<Vec<uvfs_vfs::Ino>>>,
-    /// Node ids are resolved from the source with no memory (`by_ino.rs`).
-    by_ino: bool,
+    /// How node ids resolve from the source with no memory (`by_ino.rs`).
+    by_ino: crate::by_ino::Scope,
     /// The budget slot of `handles`' mount fd (a backing fd like any
     /// other), held while handles are in use.
     _mount_fd_slot: Option<Reservation>,
@@ -243,9 +246,11 @@ impl PassthroughFs {
             HandleOpener::new(dir)
         };
         let mount_fd_slot = handles.enabled().then_some(mount_fd_slot);
-        let by_ino = handles.enabled() && {
+        let by_ino = if handles.enabled() {
             let h = Handle::of_fd(root_fd.as_fd()).ok();
-            crate::by_ino::resolvable(root_fd.as_fd(), &st, h.as_ref())
+            crate::by_ino::scope(root_fd.as_fd(), &st, h.as_ref())
+        } else {
+            crate::by_ino::Scope::Off
         };
         let dev = sys::stx_dev(&st);
         let inodes = Arc::new(InodeMap::new(dev));

@@ -20,6 +20,7 @@
 //! the old node, keeping its handle, answers `ESTALE`.
 
 use super::{PassthroughFs, MAX_REOPEN_DEPTH};
+use crate::by_ino::Scope;
 use crate::fdpool::Fd;
 use crate::handle::Handle;
 use crate::node::{Ident, Node, Way};
@@ -178,7 +179,7 @@ impl PassthroughFs {
         if let Some(h) = self.remembered.get(id) {
             return self.vget_handle(id, h);
         }
-        if !self.by_ino {
+        if self.by_ino == Scope::Off {
             return Err(Errno::ESTALE);
         }
         let h = crate::by_ino::handle(id, self.handles.mount_id()).ok_or(Errno::ESTALE)?;
@@ -187,7 +188,7 @@ impl PassthroughFs {
 
     /// Whether node ids resolve from the source alone (`by_ino.rs`).
     pub fn resolves_ids_by_itself(&self) -> bool {
-        self.by_ino
+        self.by_ino != Scope::Off
     }
 
     /// The vnode of node id `id`, whose file `h` opens.
@@ -210,6 +211,16 @@ impl PassthroughFs {
         // the mount never hands out a node for a nameless file.
         if st.stx_nlink == 0 {
             return Err(Errno::ESTALE);
+        }
+        // Found by a number alone below the file system's root: any file
+        // of the file system could have that number.
+        if retake && self.by_ino == Scope::Below {
+            let root = self.fd_of(&self.root)?;
+            let root_st = sys::statx_fd(root.as_fd())?;
+            if !crate::by_ino::beneath(fd.as_fd(), &st, root.as_fd(), &root_st) {
+                self.counters.outside_source.fetch_add(1, Ordering::Relaxed);
+                return Err(Errno::ESTALE);
+            }
         }
         let h = if retake {
             Handle::of_fd(fd.as_fd())
