@@ -59,6 +59,8 @@ pub use crate::park::Pauser;
 #[cfg(target_os = "linux")]
 pub use crate::uring::RingEntry;
 #[cfg(target_os = "linux")]
+pub use crate::uring::premap_ring_entries;
+#[cfg(target_os = "linux")]
 pub use crate::uring::RingKeeper;
 pub use crate::park::park_signal;
 pub use crate::passthrough::BackingId;

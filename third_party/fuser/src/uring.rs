@@ -287,15 +287,53 @@ pub(crate) struct Adopted {
     recovered: bool,
 }
 
+/// Entries mapped by [`premap_ring_entries`], until `adopt` takes them.
+static PREMAPPED: std::sync::Mutex<Vec<Entry>> = std::sync::Mutex::new(Vec::new());
+
+/// Maps the entries a predecessor's queues held at their addresses now,
+/// as soon as the process knows them, for `Session::adopt_ring_entries`
+/// to take as they are. The addresses were chosen in the predecessor's
+/// address space; mapped only at adoption, after the successor had
+/// rebuilt its file system (memfs's data, the threads' stacks and malloc
+/// arenas), one was found taken now and then and the upgrade refused
+/// (`File exists`). Best effort: an entry whose address is taken already
+/// is left for the adoption to report.
+pub fn premap_ring_entries(entries: &[RingEntry], payload_size: usize) {
+    let mut held = PREMAPPED.lock().unwrap_or_else(|p| p.into_inner());
+    for e in entries {
+        let Ok(memfd) = e.memfd.try_clone() else {
+            continue;
+        };
+        if let Ok(entry) = Entry::adopt(memfd, e.addr, payload_size) {
+            held.push(entry);
+        }
+    }
+}
+
+/// The entry [`premap_ring_entries`] mapped at `addr` for a payload of
+/// `payload_size` bytes, if any.
+fn premapped(addr: u64, payload_size: usize) -> Option<Entry> {
+    let mut held = PREMAPPED.lock().unwrap_or_else(|p| p.into_inner());
+    let at = held
+        .iter()
+        .position(|e| e.addr() == addr && e.payload_size() == payload_size)?;
+    Some(held.swap_remove(at))
+}
+
 /// Maps the entries a predecessor's queues held (`RingEntry`) at their
-/// addresses. Fails, mapping none, if any address is taken here.
+/// addresses (or takes them as [`premap_ring_entries`] mapped them).
+/// Fails, mapping none, if any address is taken here.
 pub(crate) fn adopt(entries: Vec<RingEntry>, payload_size: usize) -> io::Result<Vec<Adopted>> {
     entries
         .into_iter()
         .map(|e| {
+            let entry = match premapped(e.addr, payload_size) {
+                Some(entry) => entry,
+                None => Entry::adopt(e.memfd, e.addr, payload_size)?,
+            };
             Ok(Adopted {
                 qid: e.qid,
-                entry: Arc::new(Entry::adopt(e.memfd, e.addr, payload_size)?),
+                entry: Arc::new(entry),
                 replied: e.replied,
                 recovered: e.recovered,
             })
@@ -876,5 +914,57 @@ impl Queue {
                 Err(e) => warn!("fuse uring queue {}: reply lost: {e}", self.qid),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod premap_tests {
+    use super::*;
+
+    /// A predecessor's entries at their addresses: their memfds, and the
+    /// addresses, left free (the predecessor's own mappings dropped, all
+    /// made before any is, so that no two share an address).
+    fn handed_over(n: u16) -> Vec<RingEntry> {
+        let made: Vec<Entry> = (0..n).map(|_| Entry::new(8192).unwrap()).collect();
+        made.iter()
+            .zip(0..)
+            .map(|(e, qid)| {
+                e.write_header(8, &(100 + u64::from(qid)).to_ne_bytes());
+                RingEntry {
+                    qid,
+                    addr: e.addr(),
+                    replied: false,
+                    recovered: false,
+                    memfd: e.memfd().try_clone_to_owned().unwrap(),
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn entries_mapped_ahead_are_adopted_as_they_are() {
+        let entries = handed_over(2);
+        let addrs: Vec<u64> = entries.iter().map(|e| e.addr).collect();
+        premap_ring_entries(&entries, 8192);
+        // Held now: nothing else maps there, and the adoption takes those
+        // mappings (mapping the addresses again would fail: taken).
+        let adopted = adopt(entries, 8192).unwrap();
+        for (a, addr) in adopted.iter().zip(&addrs) {
+            assert_eq!(a.entry.addr(), *addr);
+            assert_eq!(a.entry.read_u64(8), 100 + u64::from(a.qid));
+        }
+        assert!(premapped(addrs[0], 8192).is_none(), "taken once");
+        // An address taken before the state came (here by the adopted
+        // entry itself): not premapped, and the adoption says so.
+        let again = RingEntry {
+            qid: 0,
+            addr: addrs[0],
+            replied: false,
+            recovered: false,
+            memfd: adopted[0].entry.memfd().try_clone_to_owned().unwrap(),
+        };
+        premap_ring_entries(std::slice::from_ref(&again), 8192);
+        let err = adopt(vec![again], 8192).unwrap_err();
+        assert!(err.to_string().contains("mapping a ring entry"), "{err}");
     }
 }

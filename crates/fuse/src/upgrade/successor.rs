@@ -150,6 +150,14 @@ pub fn receive(fd_arg: &str) -> std::io::Result<Handoff> {
             memfd: k.fd,
         })
     }));
+    // The entries go where the predecessor had them, before this process
+    // maps anything else there (`fuser::premap_ring_entries`).
+    if let Some(payload) = fuser::Negotiated::from_bytes(&state.negotiated)
+        .ok()
+        .and_then(|n| n.io_uring_payload)
+    {
+        fuser::premap_ring_entries(&ring, usize::try_from(payload).unwrap_or(usize::MAX));
+    }
     let dev = fds.pop();
     let received_ms = (
         t_in.saturating_sub(state.parked_at_ns) / 1_000_000,

@@ -178,6 +178,11 @@ impl Entry {
         self.memfd.try_clone()
     }
 
+    /// The payload's size, as mapped.
+    pub(super) fn payload_size(&self) -> usize {
+        self.payload_size
+    }
+
     /// The buffers' memfd, for a keeper.
     pub(super) fn memfd(&self) -> std::os::fd::BorrowedFd<'_> {
         std::os::fd::AsFd::as_fd(&self.memfd)
