@@ -254,11 +254,15 @@ impl FdPool {
     /// Whether caching one more node fd would give another back
     /// (`enter`): the cache holds [`CACHED_FDS`] already.
     pub fn cache_full(&self) -> bool {
-        let not_open = self
-            .used
+        self.not_open() >= CACHED_FDS
+    }
+
+    /// Fds open now that are not open files: cached, borrowed or
+    /// transient.
+    fn not_open(&self) -> usize {
+        self.used
             .load(Ordering::Relaxed)
-            .saturating_sub(self.open_files.load(Ordering::Relaxed));
-        not_open >= CACHED_FDS
+            .saturating_sub(self.open_files.load(Ordering::Relaxed))
     }
 
     /// Nodes on the CLOCK ring (live or not yet swept).
@@ -357,11 +361,7 @@ impl FdPool {
                 r.compacted_len = r.q.len();
             }
         }
-        let not_open = self
-            .used
-            .load(Ordering::Relaxed)
-            .saturating_sub(self.open_files.load(Ordering::Relaxed));
-        if not_open > CACHED_FDS && self.evict_one() {
+        if self.not_open() > CACHED_FDS && self.evict_one() {
             self.counters.trimmed.fetch_add(1, Ordering::Relaxed);
         }
     }
