@@ -19,6 +19,16 @@
 //! longer between our reply and its dcache update can still keep a stale
 //! name; the kernel offers no per-name epoch to close that.)
 //!
+//! Attributes go stale so too where the kernel had no inode for the file
+//! yet: the kernel drops attributes from a request that started before
+//! an inode's invalidation only for an inode it has, and an invalidation
+//! of one it has not is refused (`ENOENT`), so a LOOKUP's reply making
+//! the inode after that keeps what the LOOKUP read. The watcher reports
+//! each change made through a name in a directory the kernel holds
+//! (`ChangeSink::changed_through`); those in a directory a reply may
+//! have raced are invalidated again with its names, by when the reply
+//! has made the inode.
+//!
 //! Everything is sent from the watcher's thread, after each batch: a
 //! directory or inode named many times in a batch is notified once.
 //! Inodes go first: a name's invalidation waits for the kernel's lock of
@@ -56,9 +66,58 @@ type Names = Vec<(u64, Box<[u8]>)>;
 /// after each sending: an invalidation of such a name unhashes the
 /// directory's entry the last lookup put there, and a process working in
 /// it would find `getcwd` failing.
+#[derive(Debug, Default, PartialEq)]
 struct Again {
+    /// Inodes (node id, contents too), invalidated before the names.
+    inodes: Vec<(u64, bool)>,
     names: Names,
     arrived: Names,
+}
+
+impl Again {
+    /// What of a batch goes again: its names, its arrived directories'
+    /// names and the inodes changed through names in the directories
+    /// `raced` says a reply may have raced (asked once per directory).
+    /// `None` if nothing.
+    fn select(
+        names: &[(u64, Box<[u8]>)],
+        arrived: Names,
+        through: &[(u64, u64, bool)],
+        raced: impl FnMut(u64) -> bool,
+    ) -> Option<Again> {
+        let mut raced = Memo(HashMap::new(), raced);
+        let mut again = Again {
+            names: names
+                .iter()
+                .filter(|(d, _)| raced.ask(*d))
+                .cloned()
+                .collect(),
+            ..Again::default()
+        };
+        let mut inodes: HashMap<u64, bool> = HashMap::new();
+        for &(dir, ino, data) in through {
+            if raced.ask(dir) {
+                *inodes.entry(ino).or_insert(false) |= data;
+            }
+        }
+        again.inodes = inodes.into_iter().collect();
+        again.inodes.sort_unstable();
+        if again.names.is_empty() && again.inodes.is_empty() {
+            return None;
+        }
+        again.arrived = arrived.into_iter().filter(|(d, _)| raced.ask(*d)).collect();
+        Some(again)
+    }
+}
+
+/// `raced`'s answers, each directory asked once: a question reads a slot
+/// of `EntryRace` with a fence.
+struct Memo<F>(HashMap<u64, bool>, F);
+
+impl<F: FnMut(u64) -> bool> Memo<F> {
+    fn ask(&mut self, dir: u64) -> bool {
+        *self.0.entry(dir).or_insert_with(|| (self.1)(dir))
+    }
 }
 
 /// The file system's [`ChangeSink`] on a FUSE connection.
@@ -78,6 +137,8 @@ struct Batch {
     arrived: Vec<(u64, Box<[u8]>)>,
     /// node id -> contents too.
     inodes: HashMap<u64, bool>,
+    /// (directory, node id, contents too) of `ChangeSink::changed_through`.
+    through: Vec<(u64, u64, bool)>,
 }
 
 impl KernelCache {
@@ -106,6 +167,16 @@ impl KernelCache {
                 });
             }
         }
+    }
+
+    fn send_inodes(&self, inodes: &[(u64, bool)]) {
+        for (id, data) in inodes {
+            let off = if *data { 0 } else { -1 };
+            self.sent(self.notifier.inval_inode(INodeNo(*id), off, 0));
+        }
+        self.counters(|c| {
+            c.inodes.fetch_add(inodes.len() as u64, Ordering::Relaxed);
+        });
     }
 
     fn send_names(&self, names: &[(u64, Box<[u8]>)]) {
@@ -186,6 +257,11 @@ fn repeater(rx: mpsc::Receiver<(Instant, Again)>, cache: Weak<KernelCache>) {
             }
         }
         let Some(c) = cache.upgrade() else { return };
+        let mut inodes: HashMap<u64, bool> = HashMap::new();
+        for &(id, data) in due.iter().flat_map(|a| a.inodes.iter()) {
+            *inodes.entry(id).or_insert(false) |= data;
+        }
+        c.send_inodes(&inodes.into_iter().collect::<Vec<_>>());
         let mut seen = HashSet::new();
         let once: Names = due
             .iter()
@@ -231,6 +307,14 @@ impl ChangeSink for Sink {
         *self.0.batch.lock().inodes.entry(id).or_insert(false) |= data;
     }
 
+    fn changed_through(&self, dir: Ino, ino: Ino, data: bool) {
+        let Some(i) = self.0.inner.upgrade() else {
+            return;
+        };
+        let (dir, id) = (i.nodes.node_id(dir), i.nodes.node_id(ino));
+        self.0.batch.lock().through.push((dir, id, data));
+    }
+
     fn closed_for_writing(&self, ino: Ino) {
         let Some(i) = self.0.inner.upgrade() else {
             return;
@@ -265,13 +349,7 @@ impl ChangeSink for Sink {
         for (dir, _) in &b.names {
             inodes.insert(*dir, true);
         }
-        for (id, data) in &inodes {
-            let off = if *data { 0 } else { -1 };
-            c.sent(c.notifier.inval_inode(INodeNo(*id), off, 0));
-        }
-        i.changes
-            .inodes
-            .fetch_add(inodes.len() as u64, Ordering::Relaxed);
+        c.send_inodes(&inodes.into_iter().collect::<Vec<_>>());
         let names: Vec<_> = b.names.into_iter().collect();
         c.send_names(&names);
         // The kernel moves a directory's entry (and with it the paths of
@@ -282,30 +360,59 @@ impl ChangeSink for Sink {
             i.refresh.arrived(*dir, name.clone());
         }
         // A reply about a directory of the batch, under way or just sent,
-        // may carry a name this batch just invalidated there, and reach
-        // the dcache after the invalidation: that directory's names go
-        // again. Names elsewhere do not (a re-send drops the directory's
-        // listing again and waits for its lock).
-        let mut raced: HashMap<u64, bool> = HashMap::new();
-        let again: Names = names
-            .into_iter()
-            .filter(|(dir, _)| {
-                *raced
-                    .entry(*dir)
-                    .or_insert_with(|| i.entry_race.may_have_raced(*dir))
-            })
-            .collect();
-        if !again.is_empty() {
+        // may carry a name this batch just invalidated there, or a file
+        // changed through a name there, and reach the kernel after the
+        // invalidation: that directory's names and those files go again.
+        // Names elsewhere do not (a re-send drops the directory's listing
+        // again and waits for its lock).
+        let again = Again::select(&names, b.arrived, &b.through, |dir| {
+            i.entry_race.may_have_raced(dir)
+        });
+        if let Some(again) = again {
             i.changes.repeated.fetch_add(1, Ordering::Relaxed);
-            let arrived = b
-                .arrived
-                .into_iter()
-                .filter(|(dir, _)| raced.get(dir).copied().unwrap_or(false))
-                .collect();
-            c.repeat_later(Again {
-                names: again,
-                arrived,
-            });
+            c.repeat_later(again);
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn name(dir: u64, n: &str) -> (u64, Box<[u8]>) {
+        (dir, n.as_bytes().into())
+    }
+
+    #[test]
+    fn a_raced_directorys_names_and_files_changed_through_it_go_again() {
+        let names = vec![name(1, "a"), name(2, "b")];
+        let arrived = vec![name(1, "a"), name(2, "b")];
+        // Files changed through names in directories 1 and 3; file 10
+        // twice in the batch, once with its contents.
+        let through = [(1, 10, false), (3, 30, true), (1, 10, true), (1, 11, false)];
+        let mut asked = Vec::new();
+        let again = Again::select(&names, arrived, &through, |d| {
+            asked.push(d);
+            d != 2
+        })
+        .expect("directories 1 and 3 raced");
+        assert_eq!(again.names, vec![name(1, "a")]);
+        assert_eq!(again.arrived, vec![name(1, "a")]);
+        assert_eq!(again.inodes, vec![(10, true), (11, false), (30, true)]);
+        asked.sort_unstable();
+        assert_eq!(asked, vec![1, 2, 3], "each directory asked once");
+
+        // No reply raced: nothing goes again.
+        assert_eq!(Again::select(&names, Vec::new(), &through, |_| false), None);
+        // A batch of only a file's change (a host's write of a file the
+        // kernel was just looking up) still goes again.
+        let again = Again::select(&[], Vec::new(), &[(3, 30, false)], |_| true);
+        assert_eq!(
+            again,
+            Some(Again {
+                inodes: vec![(30, false)],
+                ..Again::default()
+            })
+        );
     }
 }

@@ -164,3 +164,73 @@ fn a_file_removed_on_the_host_is_not_pinned_by_the_server() {
     assert_eq!(e.fs.read(&open, fh, 0, 10).unwrap(), b"data");
     e.fs.release(&open, fh).unwrap();
 }
+
+/// The files reported changed through a name in a directory, and how.
+#[derive(Default)]
+struct Through(Mutex<Vec<(Ino, Ino, bool)>>);
+
+impl ChangeSink for Through {
+    fn entry_changed(&self, _dir: Ino, _name: &[u8]) {}
+    fn inode_changed(&self, _ino: Ino, _data: bool) {}
+    fn changed_through(&self, dir: Ino, ino: Ino, data: bool) {
+        self.0.lock().push((dir, ino, data));
+    }
+    fn everything_changed(&self) {}
+}
+
+/// A host's write of a file the kernel holds no node for, through a name
+/// in a directory it holds, is reported with that directory: a LOOKUP
+/// there may have read the file before the write, and its reply would
+/// otherwise make the kernel's inode with the size from before it. Made
+/// through a directory the kernel does not hold, nothing can be looking
+/// the file up: it costs no report.
+#[test]
+fn a_write_through_a_held_directory_is_reported_with_it() {
+    use std::os::unix::fs::MetadataExt;
+    let e = env_with(
+        "watch-through",
+        1000,
+        PassthroughConfig {
+            watch: true,
+            ..PassthroughConfig::default()
+        },
+    );
+    let through = Arc::new(Through::default());
+    e.fs.watch(through.clone());
+    if !e.fs.watch_status().active {
+        eprintln!("skipped: the source cannot be watched here");
+        return;
+    }
+    e.root.ext_acquire(1);
+    let src = e.src.path();
+    // Made by this process: the mount's own changes, not reported.
+    std::fs::write(src.join("f"), b"a").unwrap();
+    std::fs::create_dir(src.join("sub")).unwrap();
+    std::fs::write(src.join("sub/g"), b"a").unwrap();
+    let f = std::fs::metadata(src.join("f")).unwrap().ino();
+    let g = std::fs::metadata(src.join("sub/g")).unwrap().ino();
+    let sh = Command::new("sh")
+        .arg("-c")
+        .arg("echo b >> \"$0/sub/g\" && echo b >> \"$0/f\"")
+        .arg(src)
+        .status()
+        .unwrap();
+    assert!(sh.success());
+    let root = e.root.ino();
+    let t0 = Instant::now();
+    while !through.0.lock().iter().any(|r| r.1 == f) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the host's write of f never reported: {:?}",
+            through.0.lock()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let got = through.0.lock().clone();
+    assert!(got.contains(&(root, f, true)), "{got:?}");
+    // Events are read in order: g's came first.
+    assert!(
+        got.iter().all(|r| r.1 != g),
+        "a write through a directory the kernel does not hold was reported: {got:?}"
+    );
+}

@@ -7,9 +7,10 @@
 //! front end may let its cache keep names and attributes for long, so a
 //! warm walk sends no request at all, and a change still shows at once.
 //!
-//! Reports name vnodes by inode number (`Vnode::ino`) and only those the
-//! front end holds (`VnodeRef::ext_count` above zero): the kernel caches
-//! nothing about others, so a watcher spends nothing on them.
+//! Reports name vnodes by inode number (`Vnode::ino`) and, but for
+//! `ChangeSink::changed_through`, only those the front end holds
+//! (`VnodeRef::ext_count` above zero): the kernel caches nothing about
+//! others, so a watcher spends nothing on them.
 
 use uvfs_vnode::Ino;
 
@@ -23,6 +24,17 @@ pub trait ChangeSink: Send + Sync {
     /// The attributes of `ino` changed (mode, owner, times, size, links,
     /// extended attributes); with `data`, its contents too.
     fn inode_changed(&self, ino: Ino, data: bool);
+
+    /// `ino` (held by the front end or not) changed as `inode_changed`
+    /// says, through a name in directory `dir`, which the front end
+    /// holds. A reply about `dir` under way (a LOOKUP, a READDIRPLUS) may
+    /// have read `ino` before the change and hand it to the kernel after
+    /// the change was reported: where the kernel held no inode for it
+    /// yet, that report found nothing to drop, and the reply's attributes
+    /// would stand for the attribute timeout. A front end that repeats
+    /// what replies could have raced (`batch_done`) repeats this inode's
+    /// report too. The default ignores it.
+    fn changed_through(&self, _dir: Ino, _ino: Ino, _data: bool) {}
 
     /// A file of `ino` open for writing was closed by another process:
     /// its last reference went (a `close`, or the end of the last mapping

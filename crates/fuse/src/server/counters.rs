@@ -177,7 +177,7 @@ impl Counted for ChangeCounters {
         for (name, v, d) in [
             ("fuse.changes.entries", &self.entries, "Name invalidations sent for changes made behind the kernel's back (repeats included)"),
             ("fuse.changes.inodes", &self.inodes, "Inode invalidations (attributes, contents, directory listings) sent for such changes"),
-            ("fuse.changes.repeated", &self.repeated, "Batches of name invalidations sent again because an entry reply may have raced them"),
+            ("fuse.changes.repeated", &self.repeated, "Batches of name and inode invalidations sent again because an entry reply may have raced them"),
             ("fuse.changes.everything", &self.everything, "Times every cached name and attribute was invalidated (changes were lost)"),
             ("fuse.changes.failed", &self.failed, "Invalidations the kernel refused (other than for names and inodes it no longer holds)"),
         ] {

@@ -14,9 +14,11 @@
 //! One fanotify group marks the source's whole file system
 //! (`fanotify.rs`); events name files by handle, read as inode numbers
 //! (`layout.rs`), which are node ids (`inodes.rs`). An event about a file
-//! the kernel does not hold costs a table probe and nothing else: no
-//! syscall, no allocation. Events made by this process are the mount's own
-//! changes, which the kernel already knows of.
+//! the kernel does not hold, in a directory it does not hold, costs a
+//! table probe and nothing else: no syscall, no allocation (in a directory
+//! it holds, a lookup there may be racing the change:
+//! `ChangeSink::changed_through`). Events made by this process are the
+//! mount's own changes, which the kernel already knows of.
 //!
 //! # What it cannot see
 //! Files on other file systems mounted inside the source: their nodes get
@@ -555,7 +557,7 @@ impl Shared {
         }
         let data = ev.mask & fanotify::DATA != 0;
         let closed = ev.mask & libc::FAN_CLOSE_WRITE != 0;
-        self.each_held(obj, |id, sure| {
+        let known = self.each_held(obj, |id, sure| {
             // Counted against backing files only where the handle names
             // one inode: a close told of the wrong file could end the
             // right one's uncached attributes early (`closed_for_writing`).
@@ -563,7 +565,36 @@ impl Shared {
                 sink.closed_for_writing(id);
             }
             sink.inode_changed(id, data)
-        })
+        });
+        if let (Some(obj), Some((dir, _))) = (ev.obj, ev.dir) {
+            self.through_held_dir(dir, obj, data, sink);
+        }
+        known
+    }
+
+    /// Reports `obj`, changed through a name in `dir`, if the kernel holds
+    /// `dir` ([`ChangeSink::changed_through`]), whether or not it holds
+    /// `obj`: a LOOKUP in `dir` may have read the file before the change
+    /// and hand it to the kernel after `each_held` found it not held (or
+    /// held by the server's count while the kernel had no inode for it
+    /// yet). Reported so, a host writing a file just as a reader first
+    /// looked it up left the reader its size from before the write for
+    /// the whole attribute timeout.
+    fn through_held_dir(&self, dir: Fid<'_>, obj: Fid<'_>, data: bool, sink: &dyn ChangeSink) {
+        let objs = self.layout.inos(obj.htype, obj.bytes);
+        for d in self.layout.inos(dir.htype, dir.bytes) {
+            let Some(dir_id) = self.inodes.known_id(self.dev, d) else {
+                continue;
+            };
+            if self.layer.ext_count_of(&self.mnt, dir_id) == 0 {
+                continue;
+            }
+            for &ino in &objs {
+                if let Some(id) = self.inodes.known_id(self.dev, ino) {
+                    sink.changed_through(dir_id, id, data);
+                }
+            }
+        }
     }
 
     /// A file removed on the host (its link count's change comes as
